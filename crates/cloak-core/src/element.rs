@@ -1,0 +1,204 @@
+//! Records and the element format they are stored in.
+//!
+//! A *record* is what a logical slot holds: a client key, its value and the version of the write
+//! that produced it (an empty key means the slot is free). An *element* is a record as storage
+//! sees it:
+//!
+//! ```text
+//! plaintext = slot (8) ‖ version (8) ‖ key length (2) ‖ value length (4) ‖ key ‖ value ‖ zeros
+//! element   = seal(binding, plaintext)        // see cloak_crypto::Sealer
+//! ```
+//!
+//! Every plaintext is padded to the same length so element sizes reveal nothing, and every
+//! element carries its slot, key and version so the proxy's maps can be rebuilt from storage.
+
+use bytes::Bytes;
+use cloak_crypto::{Binding, CryptoError, SEAL_OVERHEAD, Sealer};
+
+/// A logical slot: the proxy's name for where a key lives, independent of where storage keeps it.
+pub type Slot = u64;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    /// Increases with every client write; the proxy uses it to order copies of a slot.
+    pub version: u64,
+    pub key: Bytes,
+    pub value: Bytes,
+}
+
+impl Record {
+    /// The record of a free slot.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.key.is_empty()
+    }
+}
+
+/// Sizes of the fixed-length record encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordLayout {
+    pub max_key: usize,
+    pub max_value: usize,
+}
+
+const HEADER_LEN: usize = 8 + 8 + 2 + 4;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ElementError {
+    #[error("storage has no element where one must be")]
+    Missing,
+    #[error(transparent)]
+    Crypto(#[from] CryptoError),
+    #[error("element decrypted but is malformed: {0}")]
+    Malformed(&'static str),
+    #[error("element belongs to slot {found}, expected slot {expected}")]
+    WrongSlot { expected: Slot, found: Slot },
+}
+
+impl RecordLayout {
+    /// Length of one encoded record (before encryption).
+    pub fn encoded_len(&self) -> usize {
+        HEADER_LEN + self.max_key + self.max_value
+    }
+
+    /// Appends the padded encoding of `record` for `slot` to `out`.
+    pub fn encode(&self, slot: Slot, record: &Record, out: &mut Vec<u8>) {
+        let start = out.len();
+        self.encode_compact(slot, record, out);
+        out.resize(start + self.encoded_len(), 0);
+    }
+
+    /// Appends the encoding without padding: for storage that may see lengths (the unsafe
+    /// baseline).
+    pub fn encode_compact(&self, slot: Slot, record: &Record, out: &mut Vec<u8>) {
+        assert!(
+            record.key.len() <= self.max_key && record.value.len() <= self.max_value,
+            "record exceeds the layout; the engine checks sizes before this point"
+        );
+        out.extend_from_slice(&slot.to_le_bytes());
+        out.extend_from_slice(&record.version.to_le_bytes());
+        out.extend_from_slice(&(record.key.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(record.value.len() as u32).to_le_bytes());
+        out.extend_from_slice(&record.key);
+        out.extend_from_slice(&record.value);
+    }
+
+    /// Decodes one record, padded or compact.
+    pub fn decode(&self, bytes: &Bytes) -> Result<(Slot, Record), ElementError> {
+        if bytes.len() < HEADER_LEN || bytes.len() > self.encoded_len() {
+            return Err(ElementError::Malformed("wrong length"));
+        }
+        let slot = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+        let version = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+        let key_len = u16::from_le_bytes(bytes[16..18].try_into().expect("2 bytes")) as usize;
+        let value_len = u32::from_le_bytes(bytes[18..22].try_into().expect("4 bytes")) as usize;
+        if key_len > self.max_key
+            || value_len > self.max_value
+            || HEADER_LEN + key_len + value_len > bytes.len()
+        {
+            return Err(ElementError::Malformed("lengths exceed the element"));
+        }
+        let key = bytes.slice(HEADER_LEN..HEADER_LEN + key_len);
+        let value = bytes.slice(HEADER_LEN + key_len..HEADER_LEN + key_len + value_len);
+        Ok((
+            slot,
+            Record {
+                version,
+                key,
+                value,
+            },
+        ))
+    }
+}
+
+/// Seals and opens single-record elements: the format every dense scheme stores.
+pub struct ElementCodec {
+    pub layout: RecordLayout,
+    pub sealer: Sealer,
+    scratch: Vec<u8>,
+}
+
+impl ElementCodec {
+    pub fn new(layout: RecordLayout, sealer: Sealer) -> Self {
+        Self {
+            layout,
+            sealer,
+            scratch: Vec::with_capacity(layout.encoded_len()),
+        }
+    }
+
+    /// Size of every element this codec produces.
+    pub fn element_len(&self) -> usize {
+        self.layout.encoded_len() + SEAL_OVERHEAD
+    }
+
+    pub fn seal(&mut self, binding: Binding, slot: Slot, record: &Record) -> Bytes {
+        self.scratch.clear();
+        self.layout.encode(slot, record, &mut self.scratch);
+        Bytes::from(self.sealer.seal(binding, &self.scratch))
+    }
+
+    /// Opens an element and checks it holds `expected` (when the caller knows which slot).
+    pub fn open(
+        &self,
+        binding: Binding,
+        element: Option<&Bytes>,
+        expected: Option<Slot>,
+    ) -> Result<(Slot, Record), ElementError> {
+        let element = element.ok_or(ElementError::Missing)?;
+        let plaintext = Bytes::from(self.sealer.open(binding, element)?);
+        let (slot, record) = self.layout.decode(&plaintext)?;
+        match expected {
+            Some(expected) if expected != slot => Err(ElementError::WrongSlot {
+                expected,
+                found: slot,
+            }),
+            _ => Ok((slot, record)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cloak_crypto::MasterKey;
+
+    fn codec() -> ElementCodec {
+        let layout = RecordLayout {
+            max_key: 16,
+            max_value: 32,
+        };
+        ElementCodec::new(layout, Sealer::new(&MasterKey::from_bytes([1; 32])).unwrap())
+    }
+
+    #[test]
+    fn elements_have_one_size_and_round_trip() {
+        let mut c = codec();
+        let at = Binding {
+            address: 5,
+            generation: 1,
+        };
+        let full = Record {
+            version: 9,
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from(vec![7u8; 32]),
+        };
+        let a = c.seal(at, 3, &full);
+        let b = c.seal(at, 3, &Record::empty());
+        assert_eq!(a.len(), b.len());
+        assert_eq!(a.len(), c.element_len());
+        assert_eq!(c.open(at, Some(&a), Some(3)).unwrap(), (3, full));
+        assert_eq!(c.open(at, Some(&b), None).unwrap(), (3, Record::empty()));
+        assert_eq!(
+            c.open(at, Some(&a), Some(4)),
+            Err(ElementError::WrongSlot {
+                expected: 4,
+                found: 3
+            })
+        );
+        assert_eq!(c.open(at, None, Some(3)), Err(ElementError::Missing));
+    }
+}

@@ -1,0 +1,460 @@
+//! The engine: Redis-like commands on top of a scheme, still without any I/O.
+//!
+//! It owns the [`KeyDirectory`] and turns each [`Command`] into slot operations for the
+//! [`Scheme`], then gathers their replies into one [`Outcome`] per command. It also enforces the
+//! ordering the schemes rely on: two ops of one client on one slot never sit in the scheme at the
+//! same time (the later waits in a *lane*), so pipelined commands of a connection take effect in
+//! the order they were sent, while different clients stay concurrent.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::command::{Command, CommandError, Outcome, SetCondition};
+use crate::directory::KeyDirectory;
+use crate::element::{Record, Slot};
+use crate::scheme::{Op, OpId, Reply, Scheme, SchemeStats};
+use crate::storage::{RequestId, StorageError, StorageReply, StorageRequest};
+
+/// Identifies a client (a connection) for per-client ordering.
+pub type ClientId = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_key: usize,
+    pub max_value: usize,
+    /// Most keys one MGET/MSET/DEL/EXISTS may name, which bounds a single command's memory.
+    pub max_keys_per_command: usize,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub commands: u64,
+    pub keys: u64,
+    pub capacity: u64,
+}
+
+/// What a command still waits for, and how to answer it.
+struct Waiting {
+    token: u64,
+    shape: Shape,
+    values: Vec<Option<Bytes>>,
+    remaining: usize,
+    error: Option<CommandError>,
+}
+
+enum Shape {
+    Value,
+    Values,
+    Ok,
+    Integer(i64),
+}
+
+/// Why an op is in the scheme.
+struct Route {
+    command: u64,
+    client: ClientId,
+    slot: Slot,
+    /// For reads: the key the client asked for, and where its value goes.
+    read: Option<(Bytes, usize)>,
+}
+
+pub struct Engine {
+    scheme: Box<dyn Scheme>,
+    directory: KeyDirectory,
+    limits: Limits,
+    next_version: u64,
+    next_op: u64,
+    next_command: u64,
+    routes: HashMap<OpId, Route>,
+    commands: HashMap<u64, Waiting>,
+    /// Ops held back per (client, slot) behind the one in the scheme.
+    lanes: HashMap<(ClientId, Slot), VecDeque<(OpId, Op)>>,
+    /// Ops created and not yet answered, per slot: a deleted key's slot is reused only at zero,
+    /// so no late write of the old key can land on the new one.
+    slot_refs: HashMap<Slot, u32>,
+    /// Slots of deleted keys waiting for their last op.
+    releasing: HashSet<Slot>,
+    outcomes: VecDeque<(u64, Outcome)>,
+    commands_done: u64,
+}
+
+impl Engine {
+    /// An engine for a store of `capacity` keys (at most the scheme's slot count).
+    pub fn new(scheme: Box<dyn Scheme>, directory: KeyDirectory, limits: Limits) -> Self {
+        assert!(
+            directory.capacity() as u64 <= scheme.slots(),
+            "the scheme has fewer slots than the directory's capacity"
+        );
+        Self {
+            scheme,
+            directory,
+            limits,
+            next_version: 1,
+            next_op: 0,
+            next_command: 0,
+            routes: HashMap::new(),
+            commands: HashMap::new(),
+            lanes: HashMap::new(),
+            slot_refs: HashMap::new(),
+            releasing: HashSet::new(),
+            outcomes: VecDeque::new(),
+            commands_done: 0,
+        }
+    }
+
+    pub fn scheme(&self) -> &dyn Scheme {
+        self.scheme.as_ref()
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        EngineStats {
+            commands: self.commands_done,
+            keys: self.directory.len() as u64,
+            capacity: self.directory.capacity() as u64,
+        }
+    }
+
+    pub fn scheme_stats(&self) -> SchemeStats {
+        self.scheme.stats()
+    }
+
+    /// Backpressure from the scheme: stop submitting while `false`.
+    pub fn accepts(&self) -> bool {
+        self.scheme.accepts()
+    }
+
+    /// Takes a command; its outcome comes from [`Engine::poll_outcome`] with the same `token`.
+    pub fn submit(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
+        match self.start(now, client, token, command) {
+            Ok(()) => {}
+            Err(outcome) => self.finish(token, outcome),
+        }
+        self.drain_replies(now);
+    }
+
+    pub fn handle_storage(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        result: Result<StorageReply, StorageError>,
+    ) {
+        self.scheme.handle_storage(now, id, result);
+        self.drain_replies(now);
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.scheme.handle_timeout(now);
+        self.drain_replies(now);
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.scheme.poll_timeout()
+    }
+
+    pub fn poll_storage(&mut self) -> Option<StorageRequest> {
+        self.scheme.poll_storage()
+    }
+
+    pub fn poll_outcome(&mut self) -> Option<(u64, Outcome)> {
+        self.outcomes.pop_front()
+    }
+
+    /// Starts a command, or returns its outcome at once when it needs no storage access.
+    fn start(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        token: u64,
+        command: Command,
+    ) -> Result<(), Outcome> {
+        self.check(&command).map_err(Outcome::Error)?;
+        match command {
+            Command::Get(key) => {
+                let Some(slot) = self.directory.get(&key) else {
+                    return Err(Outcome::Value(None));
+                };
+                let id = self.wait(token, Shape::Value, 1, 1);
+                self.read(now, client, id, slot, key, 0);
+            }
+            Command::MGet(keys) => {
+                let slots: Vec<_> = keys.iter().map(|k| self.directory.get(k)).collect();
+                let found = slots.iter().flatten().count();
+                if found == 0 {
+                    return Err(Outcome::Values(vec![None; keys.len()]));
+                }
+                let id = self.wait(token, Shape::Values, keys.len(), found);
+                for (index, (key, slot)) in keys.into_iter().zip(slots).enumerate() {
+                    if let Some(slot) = slot {
+                        self.read(now, client, id, slot, key, index);
+                    }
+                }
+            }
+            Command::Set {
+                key,
+                value,
+                condition,
+            } => {
+                let exists = self.directory.get(&key).is_some();
+                let skip = match condition {
+                    SetCondition::Always => false,
+                    SetCondition::IfAbsent => exists,
+                    SetCondition::IfPresent => !exists,
+                };
+                if skip {
+                    return Err(Outcome::Value(None));
+                }
+                let (slot, _) = self.directory.get_or_insert(&key).ok_or_else(|| {
+                    Outcome::Error(CommandError::StoreFull {
+                        capacity: self.directory.capacity(),
+                    })
+                })?;
+                let id = self.wait(token, Shape::Ok, 0, 1);
+                self.write(now, client, id, slot, key, value);
+            }
+            Command::MSet(pairs) => {
+                // MSET is all or nothing: make sure every new key gets a slot before writing.
+                let mut new_keys = HashSet::new();
+                for (key, _) in &pairs {
+                    if self.directory.get(key).is_none() {
+                        new_keys.insert(key.clone());
+                    }
+                }
+                let free = self.directory.capacity() - self.directory.len();
+                if new_keys.len() > free {
+                    return Err(Outcome::Error(CommandError::StoreFull {
+                        capacity: self.directory.capacity(),
+                    }));
+                }
+                let id = self.wait(token, Shape::Ok, 0, pairs.len());
+                for (key, value) in pairs {
+                    let (slot, _) = self
+                        .directory
+                        .get_or_insert(&key)
+                        .expect("free slots were counted above");
+                    self.write(now, client, id, slot, key, value);
+                }
+            }
+            Command::Del(keys) => {
+                let slots: Vec<Slot> = keys
+                    .iter()
+                    .filter_map(|k| self.directory.remove(k))
+                    .collect();
+                if slots.is_empty() {
+                    return Err(Outcome::Integer(0));
+                }
+                let id = self.wait(token, Shape::Integer(slots.len() as i64), 0, slots.len());
+                for slot in slots {
+                    self.releasing.insert(slot);
+                    let version = self.version();
+                    self.start_op(now, client, id, slot, None, |_| {
+                        Op::Write(
+                            slot,
+                            Record {
+                                version,
+                                ..Record::empty()
+                            },
+                        )
+                    });
+                }
+            }
+            Command::Exists(keys) => {
+                let count = keys
+                    .iter()
+                    .filter(|k| self.directory.get(k).is_some())
+                    .count();
+                return Err(Outcome::Integer(count as i64));
+            }
+            Command::DbSize => return Err(Outcome::Integer(self.directory.len() as i64)),
+        }
+        Ok(())
+    }
+
+    /// Size limits, checked before anything changes so a bad command has no effect.
+    fn check(&self, command: &Command) -> Result<(), CommandError> {
+        let limits = self.limits;
+        let key_ok = |key: &Bytes| {
+            if key.len() > limits.max_key {
+                Err(CommandError::KeyTooLong {
+                    len: key.len(),
+                    max: limits.max_key,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let value_ok = |value: &Bytes| {
+            if value.len() > limits.max_value {
+                Err(CommandError::ValueTooLarge {
+                    len: value.len(),
+                    max: limits.max_value,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let count_ok = |count: usize| {
+            if count > limits.max_keys_per_command {
+                Err(CommandError::TooManyKeys {
+                    count,
+                    max: limits.max_keys_per_command,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        match command {
+            Command::Get(key) => key_ok(key),
+            Command::Set { key, value, .. } => key_ok(key).and(value_ok(value)),
+            Command::MGet(keys) | Command::Del(keys) | Command::Exists(keys) => {
+                count_ok(keys.len())?;
+                keys.iter().try_for_each(key_ok)
+            }
+            Command::MSet(pairs) => {
+                count_ok(pairs.len())?;
+                pairs
+                    .iter()
+                    .try_for_each(|(k, v)| key_ok(k).and(value_ok(v)))
+            }
+            Command::DbSize => Ok(()),
+        }
+    }
+
+    fn wait(&mut self, token: u64, shape: Shape, values: usize, remaining: usize) -> u64 {
+        let id = self.next_command;
+        self.next_command += 1;
+        self.commands.insert(
+            id,
+            Waiting {
+                token,
+                shape,
+                values: vec![None; values],
+                remaining,
+                error: None,
+            },
+        );
+        id
+    }
+
+    fn version(&mut self) -> u64 {
+        let version = self.next_version;
+        self.next_version += 1;
+        version
+    }
+
+    fn read(&mut self, now: Instant, client: ClientId, command: u64, slot: Slot, key: Bytes, index: usize) {
+        self.start_op(now, client, command, slot, Some((key, index)), |slot| Op::Read(slot));
+    }
+
+    fn write(&mut self, now: Instant, client: ClientId, command: u64, slot: Slot, key: Bytes, value: Bytes) {
+        let record = Record {
+            version: self.version(),
+            key,
+            value,
+        };
+        self.start_op(now, client, command, slot, None, |slot| Op::Write(slot, record));
+    }
+
+    /// Sends an op to the scheme, or holds it in its lane behind an earlier one.
+    fn start_op(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        command: u64,
+        slot: Slot,
+        read: Option<(Bytes, usize)>,
+        op: impl FnOnce(Slot) -> Op,
+    ) {
+        let id = OpId(self.next_op);
+        self.next_op += 1;
+        self.routes.insert(
+            id,
+            Route {
+                command,
+                client,
+                slot,
+                read,
+            },
+        );
+        *self.slot_refs.entry(slot).or_default() += 1;
+        let op = op(slot);
+        match self.lanes.get_mut(&(client, slot)) {
+            Some(lane) => lane.push_back((id, op)),
+            None => {
+                self.lanes.insert((client, slot), VecDeque::new());
+                self.scheme.submit(now, id, op);
+            }
+        }
+    }
+
+    fn drain_replies(&mut self, now: Instant) {
+        while let Some((id, reply)) = self.scheme.poll_reply() {
+            self.complete_op(now, id, reply);
+        }
+    }
+
+    fn complete_op(&mut self, now: Instant, id: OpId, reply: Reply) {
+        let Some(route) = self.routes.remove(&id) else {
+            tracing::error!(?id, "scheme replied to an op it was never given");
+            return;
+        };
+
+        // Let the next op of this client on this slot into the scheme.
+        let lane_key = (route.client, route.slot);
+        match self.lanes.get_mut(&lane_key).and_then(VecDeque::pop_front) {
+            Some((next, op)) => self.scheme.submit(now, next, op),
+            None => {
+                self.lanes.remove(&lane_key);
+            }
+        }
+        let refs = self.slot_refs.entry(route.slot).or_default();
+        *refs -= 1;
+        if *refs == 0 {
+            self.slot_refs.remove(&route.slot);
+            if self.releasing.remove(&route.slot) {
+                self.directory.release(route.slot);
+            }
+        }
+
+        let Some(waiting) = self.commands.get_mut(&route.command) else {
+            return;
+        };
+        match (reply, route.read) {
+            (Reply::Value(record), Some((key, index))) => {
+                // The slot may have changed hands since the read began; only the key's own
+                // record answers it.
+                if !record.is_empty() && record.key == key {
+                    waiting.values[index] = Some(record.value);
+                }
+            }
+            (Reply::Written, None) => {}
+            (Reply::Failed(error), _) => {
+                waiting.error.get_or_insert(CommandError::Scheme(error));
+            }
+            (reply, read) => {
+                tracing::error!(?reply, is_read = read.is_some(), "scheme gave the wrong kind of reply");
+            }
+        }
+        waiting.remaining -= 1;
+        if waiting.remaining == 0 {
+            let waiting = self
+                .commands
+                .remove(&route.command)
+                .expect("looked up above");
+            let outcome = match (waiting.error, waiting.shape) {
+                (Some(error), _) => Outcome::Error(error),
+                (None, Shape::Value) => Outcome::Value(waiting.values.into_iter().next().flatten()),
+                (None, Shape::Values) => Outcome::Values(waiting.values),
+                (None, Shape::Ok) => Outcome::Ok,
+                (None, Shape::Integer(n)) => Outcome::Integer(n),
+            };
+            self.finish(waiting.token, outcome);
+        }
+    }
+
+    fn finish(&mut self, token: u64, outcome: Outcome) {
+        self.commands_done += 1;
+        self.outcomes.push_back((token, outcome));
+    }
+}

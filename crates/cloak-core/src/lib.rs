@@ -1,0 +1,27 @@
+//! The sans-io core of Cloak.
+//!
+//! Nothing here touches a socket, a clock or a file. A [`Scheme`] is a state machine: client
+//! operations on logical slots go in, storage requests come out, storage replies go in, client
+//! replies come out, and time is whatever instant the driver passes. The [`Engine`] puts the
+//! Redis-like command layer on top (key directory, size limits, per-client ordering), so the
+//! network proxy, the in-process simulator and the tests all drive the same code.
+
+pub mod command;
+pub mod directory;
+pub mod element;
+pub mod engine;
+pub mod memory;
+pub mod scheme;
+pub mod sim;
+pub mod storage;
+pub mod trace;
+
+pub use command::{Command, CommandError, Outcome, SetCondition};
+pub use directory::KeyDirectory;
+pub use element::{ElementCodec, ElementError, Record, RecordLayout, Slot};
+pub use engine::{ClientId, Engine, EngineStats, Limits};
+pub use memory::MemoryStore;
+pub use sim::Simulator;
+pub use scheme::{Op, OpId, Reply, Scheme, SchemeError, SchemeStats};
+pub use storage::{Addr, RequestId, StorageError, StorageOp, StorageReply, StorageRequest};
+pub use trace::{AccessKind, Observed, Trace};

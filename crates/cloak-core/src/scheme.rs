@@ -1,0 +1,130 @@
+//! The one trait every oblivious (or deliberately non-oblivious) scheme implements.
+//!
+//! A scheme is a sans-io state machine in the style of quinn-proto's `Connection`:
+//!
+//! ```text
+//!   submit(op) ───────►┌──────────┐────► poll_storage()  → driver sends to storage
+//!   handle_storage() ─►│  Scheme  │────► poll_reply()    → driver answers the client
+//!   handle_timeout() ─►└──────────┘────► poll_timeout()  → driver wakes it then
+//! ```
+//!
+//! The driver calls `submit`/`handle_*` when something happens, then drains `poll_storage` and
+//! `poll_reply` until both return `None`, then sleeps until the next event or `poll_timeout`.
+//! Every submitted op gets exactly one reply. A scheme never blocks, never reads a clock (time
+//! arrives as `now`), and draws every security-relevant choice from its own seeded CSPRNG, so a
+//! simulation with the same seed and inputs is reproducible.
+//!
+//! Ordering contract: the driver ([`crate::Engine`]) never has two ops of one client on one slot
+//! inside the scheme at once, so a scheme may reorder ops of *different* clients on a slot (they
+//! are concurrent) but each client sees its own ops in order.
+
+use std::time::Instant;
+
+use crate::element::{Record, Slot};
+use crate::storage::{RequestId, StorageError, StorageReply, StorageRequest};
+
+/// Identifies a client operation so its reply can be matched to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u64);
+
+/// A client operation on one logical slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Read(Slot),
+    /// Replace the slot's record; an empty record frees the slot.
+    Write(Slot, Record),
+}
+
+impl Op {
+    pub fn slot(&self) -> Slot {
+        match self {
+            Op::Read(slot) | Op::Write(slot, _) => *slot,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The slot's current record (empty if the slot is free).
+    Value(Record),
+    /// The write is acknowledged: every later read sees it.
+    Written,
+    Failed(SchemeError),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SchemeError {
+    #[error("storage unavailable: {0}")]
+    StorageUnavailable(#[from] StorageError),
+    #[error("integrity violation: storage returned a corrupted, swapped or replayed element for this key ({0})")]
+    Integrity(String),
+    #[error("{0}")]
+    Overloaded(String),
+}
+
+/// Counters every scheme keeps (zero where a counter does not apply).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SchemeStats {
+    /// Storage round trips the scheme started (batches, paths, single accesses).
+    pub batches: u64,
+    /// Storage accesses that served a client op.
+    pub real_accesses: u64,
+    /// Storage accesses made only to hide the real ones.
+    pub dummy_accesses: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Client ops waiting for storage right now.
+    pub queued: u64,
+    pub integrity_failures: u64,
+    pub storage_failures: u64,
+}
+
+impl SchemeStats {
+    /// Fraction of storage accesses that served clients.
+    pub fn utilisation(&self) -> f64 {
+        let all = self.real_accesses + self.dummy_accesses;
+        if all == 0 {
+            0.0
+        } else {
+            self.real_accesses as f64 / all as f64
+        }
+    }
+}
+
+pub trait Scheme: Send {
+    /// The name given to `--scheme`.
+    fn name(&self) -> &'static str;
+
+    /// Number of logical slots; the key directory hands out slots below this.
+    fn slots(&self) -> u64;
+
+    /// Takes a client op; its reply comes later from [`Scheme::poll_reply`].
+    fn submit(&mut self, now: Instant, id: OpId, op: Op);
+
+    /// Takes storage's answer to a request from [`Scheme::poll_storage`].
+    fn handle_storage(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        result: Result<StorageReply, StorageError>,
+    );
+
+    /// Called at (or after) the instant [`Scheme::poll_timeout`] returned.
+    fn handle_timeout(&mut self, now: Instant);
+
+    /// When the scheme next needs [`Scheme::handle_timeout`], if ever.
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    fn poll_storage(&mut self) -> Option<StorageRequest>;
+
+    fn poll_reply(&mut self) -> Option<(OpId, Reply)>;
+
+    /// Backpressure: while `false`, the driver stops submitting (it stops reading from clients)
+    /// until some storage reply arrives.
+    fn accepts(&self) -> bool;
+
+    fn stats(&self) -> SchemeStats;
+
+    /// Scheme parameters and state for `INFO`, as `(field, value)` pairs.
+    fn describe(&self) -> Vec<(&'static str, String)>;
+}

@@ -1,0 +1,166 @@
+//! An in-process driver with a virtual clock: the engine and its scheme against an in-memory
+//! store, no sockets, no sleeping. Tests use it to step schemes precisely, the benchmark's
+//! `--in-process` mode to simulate at full speed, and the auditor to record server views.
+//!
+//! Storage applies each request when the scheme sends it and answers `storage_delay` of virtual
+//! time later. Virtual time only moves when nothing is left to do at the current instant.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::command::{Command, Outcome};
+use crate::engine::{ClientId, Engine};
+use crate::memory::MemoryStore;
+use crate::storage::{RequestId, StorageError, StorageReply};
+use crate::trace::{Observed, Trace};
+
+pub struct Simulator {
+    engine: Engine,
+    store: MemoryStore,
+    start: Instant,
+    now: Instant,
+    storage_delay: Duration,
+    storage_down: bool,
+    in_flight: VecDeque<(Instant, RequestId, Result<StorageReply, StorageError>)>,
+    trace: Option<Trace>,
+    outcomes: HashMap<u64, Outcome>,
+    next_token: u64,
+}
+
+impl Simulator {
+    pub fn new(engine: Engine) -> Self {
+        let start = Instant::now();
+        Self {
+            engine,
+            store: MemoryStore::new(),
+            start,
+            now: start,
+            storage_delay: Duration::ZERO,
+            storage_down: false,
+            in_flight: VecDeque::new(),
+            trace: None,
+            outcomes: HashMap::new(),
+            next_token: 0,
+        }
+    }
+
+    /// Virtual time each storage round trip takes.
+    pub fn with_storage_delay(mut self, delay: Duration) -> Self {
+        self.storage_delay = delay;
+        self
+    }
+
+    /// Starts recording what the server sees.
+    pub fn record(&mut self) {
+        self.trace = Some(Trace::new());
+    }
+
+    /// What the server saw since [`Simulator::record`], leaving recording on.
+    pub fn take_trace(&mut self) -> Trace {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The server's memory, for tests that play a malicious server.
+    pub fn store_mut(&mut self) -> &mut MemoryStore {
+        &mut self.store
+    }
+
+    /// While down, every storage request fails.
+    pub fn set_storage_down(&mut self, down: bool) {
+        self.storage_down = down;
+    }
+
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+
+    /// Submits a command at the current virtual time; returns a token for its outcome.
+    pub fn submit(&mut self, client: ClientId, command: Command) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.engine.submit(self.now, client, token, command);
+        self.pump();
+        token
+    }
+
+    /// Takes a command's outcome if it has one.
+    pub fn outcome(&mut self, token: u64) -> Option<Outcome> {
+        self.outcomes.remove(&token)
+    }
+
+    /// Submits a command and runs until it completes (at most an hour of virtual time).
+    pub fn execute(&mut self, client: ClientId, command: Command) -> Option<Outcome> {
+        let token = self.submit(client, command);
+        let limit = self.now + Duration::from_secs(3600);
+        while !self.outcomes.contains_key(&token) && self.step(limit) {}
+        self.outcome(token)
+    }
+
+    pub fn run_for(&mut self, duration: Duration) {
+        let deadline = self.now + duration;
+        while self.step(deadline) {}
+        self.now = self.now.max(deadline);
+    }
+
+    /// Runs until `done()` holds or `limit` of virtual time passes; returns whether it held.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
+        let deadline = self.now + limit;
+        while !done(self) {
+            if !self.step(deadline) {
+                return done(self);
+            }
+        }
+        true
+    }
+
+    /// Handles the next event due no later than `deadline`; `false` if there is none.
+    fn step(&mut self, deadline: Instant) -> bool {
+        let next_reply = self.in_flight.front().map(|(at, ..)| *at);
+        let next = match (next_reply, self.engine.poll_timeout()) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(t) => t,
+                None => return false,
+            },
+        };
+        if next > deadline {
+            return false;
+        }
+        self.now = self.now.max(next);
+        if next_reply.is_some_and(|at| at <= self.now) {
+            let (_, id, result) = self.in_flight.pop_front().expect("peeked");
+            self.engine.handle_storage(self.now, id, result);
+        } else {
+            self.engine.handle_timeout(self.now);
+        }
+        self.pump();
+        true
+    }
+
+    /// Sends what the engine wants sent and collects what it answered.
+    fn pump(&mut self) {
+        while let Some(request) = self.engine.poll_storage() {
+            let result = if self.storage_down {
+                Err(StorageError("simulated storage outage".into()))
+            } else {
+                if let Some(trace) = &mut self.trace {
+                    trace.push(Observed::of(self.now - self.start, &request.op));
+                }
+                Ok(self.store.apply(&request.op))
+            };
+            self.in_flight
+                .push_back((self.now + self.storage_delay, request.id, result));
+        }
+        while let Some((token, outcome)) = self.engine.poll_outcome() {
+            self.outcomes.insert(token, outcome);
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! A keyed hash of client keys, so the key directory stores 16 bytes per key instead of the key.
+//!
+//! SipHash-1-3 with a 128-bit output and a secret key: clients cannot aim for collisions without
+//! the key, and accidental collisions among 2^32 keys have probability below 2^-64.
+
+use siphasher::sip128::{Hasher128, SipHasher13};
+use std::hash::Hasher;
+
+use crate::MasterKey;
+
+#[derive(Clone)]
+pub struct KeyHasher {
+    key: [u8; 16],
+}
+
+impl KeyHasher {
+    pub fn new(master: &MasterKey) -> Self {
+        Self {
+            key: master.derive(&[b"key directory"]),
+        }
+    }
+
+    pub fn hash(&self, key: &[u8]) -> [u8; 16] {
+        let mut hasher = SipHasher13::new_with_key(&self.key);
+        hasher.write(key);
+        hasher.finish128().as_bytes()
+    }
+}

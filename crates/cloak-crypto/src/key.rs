@@ -1,0 +1,123 @@
+//! The master key: loading, generating and deriving purpose-specific keys from it.
+
+use std::path::Path;
+
+use ring::hkdf;
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// Length of the master key in bytes.
+const KEY_LEN: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("cannot read key file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("a key must be {expected} hexadecimal characters (32 bytes), found {found} characters")]
+    Length { expected: usize, found: usize },
+    #[error("a key must be hexadecimal: {0}")]
+    NotHex(#[from] hex::FromHexError),
+    #[error("the operating system's random number generator failed")]
+    Random,
+}
+
+/// The proxy's 256-bit secret. Debug output never shows it.
+#[derive(Clone)]
+pub struct MasterKey([u8; KEY_LEN]);
+
+impl std::fmt::Debug for MasterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MasterKey(..)")
+    }
+}
+
+impl MasterKey {
+    /// A fresh key from the operating system's CSPRNG.
+    pub fn generate() -> Result<Self, KeyError> {
+        let mut bytes = [0u8; KEY_LEN];
+        SystemRandom::new().fill(&mut bytes).map_err(|_| KeyError::Random)?;
+        Ok(Self(bytes))
+    }
+
+    /// A key with fixed bytes; for tests and reproducible simulations only.
+    pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
+        Self(bytes)
+    }
+
+    /// Parses the 64 hexadecimal characters written by [`MasterKey::to_hex`] (surrounding
+    /// whitespace is ignored).
+    pub fn from_hex(text: &str) -> Result<Self, KeyError> {
+        let text = text.trim();
+        if text.len() != 2 * KEY_LEN {
+            return Err(KeyError::Length {
+                expected: 2 * KEY_LEN,
+                found: text.len(),
+            });
+        }
+        let mut bytes = [0u8; KEY_LEN];
+        hex::decode_to_slice(text, &mut bytes)?;
+        Ok(Self(bytes))
+    }
+
+    /// Reads a key file as written by `cloak keygen`.
+    pub fn load(path: &Path) -> Result<Self, KeyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_hex(&text)
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Derives `N` bytes of key material for one purpose. Distinct `purpose` strings give
+    /// independent keys (HKDF-SHA256, RFC 5869).
+    pub(crate) fn derive<const N: usize>(&self, purpose: &[&[u8]]) -> [u8; N] {
+        struct Len(usize);
+        impl hkdf::KeyType for Len {
+            fn len(&self) -> usize {
+                self.0
+            }
+        }
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"cloak/v1").extract(&self.0);
+        let mut out = [0u8; N];
+        // Both calls fail only when N exceeds 255 * 32 bytes, which no caller asks for.
+        prk.expand(purpose, Len(N))
+            .and_then(|okm| okm.fill(&mut out))
+            .expect("HKDF output length is within bounds");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip_and_errors() {
+        let key = MasterKey::generate().unwrap();
+        let again = MasterKey::from_hex(&format!("  {}\n", key.to_hex())).unwrap();
+        assert_eq!(key.0, again.0);
+        assert!(matches!(
+            MasterKey::from_hex("abcd"),
+            Err(KeyError::Length { found: 4, .. })
+        ));
+        assert!(matches!(
+            MasterKey::from_hex(&"zz".repeat(32)),
+            Err(KeyError::NotHex(_))
+        ));
+    }
+
+    #[test]
+    fn purposes_give_independent_keys() {
+        let key = MasterKey::from_bytes([1; 32]);
+        let a: [u8; 32] = key.derive(&[b"a"]);
+        let b: [u8; 32] = key.derive(&[b"b"]);
+        assert_ne!(a, b);
+        assert_eq!(a, key.derive::<32>(&[b"a"]));
+    }
+}

@@ -1,0 +1,20 @@
+//! Cryptography for the trusted proxy: one master key, and what is derived from it.
+//!
+//! - [`MasterKey`]: the 256-bit secret every other key comes from (key file, `CLOAK_KEY`, or
+//!   ephemeral). It never leaves the proxy.
+//! - [`Sealer`]: authenticated encryption of storage elements (AES-256-GCM) with associated data
+//!   that binds each ciphertext to where and when it was written.
+//! - [`Prf`]: pseudorandom 128-bit storage labels for schemes that address storage by label.
+//! - [`KeyHasher`]: a keyed 128-bit hash of client keys for the proxy's key directory.
+//!
+//! Every derived key is separated by an HKDF label, so no two uses share a key.
+
+mod hash;
+mod key;
+mod prf;
+mod sealer;
+
+pub use hash::KeyHasher;
+pub use key::{KeyError, MasterKey};
+pub use prf::Prf;
+pub use sealer::{Binding, CryptoError, SEAL_OVERHEAD, Sealer};

@@ -1,0 +1,657 @@
+//! Cloak (paper §4): every batch takes exactly `b_d` addresses from each reuse-distance set.
+//!
+//! The server sees one batch every `Δ`, always the same size, always `b_d` addresses from the
+//! set of reuse distance `d` (see [`Budgets`]). Which addresses those are is chosen from the
+//! pending client ops first and then, for the rest of each set's budget, from the slots clients
+//! touched most recently (§4.2). After the server answers, every element of the batch is
+//! re-encrypted, the batch is permuted with a fresh CSPRNG permutation and written back to the
+//! same addresses, and it becomes the newest set.
+//!
+//! Client ops are answered as early as correctness allows (§4.1, Algorithm 2): writes at once
+//! (they are kept until written back), reads from the cache, from a pending write, or by joining
+//! a pending read. At most one op per slot waits for a batch; when too many wait, [`Scheme::accepts`]
+//! turns false until a batch completes.
+
+mod budgets;
+mod sets;
+
+use std::cmp::Reverse;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::num::NonZeroUsize;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cloak_core::{
+    Addr, ElementCodec, Op, OpId, Record, Reply, RequestId, Scheme, SchemeError, SchemeStats,
+    Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+};
+use cloak_crypto::Binding;
+use lru::LruCache;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha20Rng;
+
+pub use budgets::{BudgetError, Budgets};
+use sets::Sets;
+
+use crate::retry::Retry;
+
+/// Elements written per request while the store is first filled.
+const INIT_CHUNK: usize = 1024;
+/// Initial-fill requests in flight at once.
+const INIT_WINDOW: usize = 4;
+
+#[derive(Clone, Debug)]
+pub struct CloakConfig {
+    pub budgets: Budgets,
+    /// Fixed time between batch starts (`Δ`).
+    pub batch_interval: Duration,
+    /// Records kept at the proxy to answer reads without a batch; 0 disables the cache.
+    pub cache_size: usize,
+    /// Most slots with an op waiting for a batch; `None` means twice the batch size (§7.1).
+    pub max_pending: Option<usize>,
+}
+
+/// A client op waiting for a batch.
+#[derive(Debug)]
+enum Waiting {
+    /// Reads answered together by one server read.
+    Read(Vec<OpId>),
+    /// A write to apply; every read of the slot is answered with it.
+    Write(Record),
+}
+
+/// What a slot waits for: at most one op queued for the next batches, and at most one in the
+/// batch in flight.
+#[derive(Debug, Default)]
+struct Pending {
+    queued: Option<Waiting>,
+    flight: Option<Waiting>,
+}
+
+/// The batch the server is serving.
+struct Flight {
+    batch: u64,
+    /// Addresses in ascending order, as sent.
+    addrs: Vec<u32>,
+    /// The slot each address held, and the batch that wrote it, before this batch.
+    old_slots: Vec<u32>,
+    old_generations: Vec<u64>,
+    /// `addrs[j]` now holds `old_slots[perm[j]]`.
+    perm: Vec<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    Fill,
+    BatchRead,
+    BatchWrite,
+}
+
+pub struct Cloak {
+    budgets: Budgets,
+    interval: Duration,
+    max_pending: usize,
+    codec: ElementCodec,
+    rng: ChaCha20Rng,
+
+    /// Position map: slot → address and address → slot.
+    pos: Vec<u32>,
+    slot_at: Vec<u32>,
+    /// The batch that last wrote each address: its set, and the generation its element is bound to.
+    written_in: Vec<u64>,
+    /// Logical clock of each slot's last client op (0: never), for dummy selection.
+    touched: Vec<u64>,
+    clock: u64,
+    sets: Sets,
+    /// Id of the next batch.
+    batch: u64,
+
+    pending: HashMap<u32, Pending>,
+    queued: usize,
+    cache: Option<LruCache<u32, Record>>,
+    /// Slots whose element failed authentication and that no client has overwritten since.
+    corrupt: HashSet<u32>,
+    flight: Option<Flight>,
+
+    /// Addresses not yet written by the initial fill, and fill requests unanswered.
+    fill_next: usize,
+    fill_outstanding: usize,
+    next_batch_at: Option<Instant>,
+    retry: Retry<(Purpose, StorageOp)>,
+
+    outstanding: HashMap<RequestId, (Purpose, StorageOp)>,
+    next_request: u64,
+    transmit: VecDeque<StorageRequest>,
+    replies: VecDeque<(OpId, Reply)>,
+    stats: SchemeStats,
+}
+
+impl Cloak {
+    /// A Cloak store of `config.budgets.capacity()` slots, all empty, with a random position
+    /// map and set partition. Its first requests fill storage with encrypted empty elements.
+    pub fn new(config: CloakConfig, codec: ElementCodec, mut rng: ChaCha20Rng) -> Self {
+        let budgets = config.budgets;
+        let n = usize::try_from(budgets.capacity())
+            .ok()
+            .filter(|&n| n < u32::MAX as usize)
+            .expect("Cloak addresses fit in 32 bits; the CLI checks capacity");
+        let t = budgets.sets();
+        let first_batch = t as u64;
+
+        // Random set partition of the slots (in a random order, which is also each set's initial
+        // recency order), and an independent random position map.
+        let mut slots: Vec<u32> = (0..n as u32).collect();
+        slots.shuffle(&mut rng);
+        let mut pos: Vec<u32> = (0..n as u32).collect();
+        pos.shuffle(&mut rng);
+        let mut slot_at = vec![0u32; n];
+        for (slot, &addr) in pos.iter().enumerate() {
+            slot_at[addr as usize] = slot as u32;
+        }
+        let mut sets = Sets::new(n, t);
+        let mut written_in = vec![0u64; n];
+        let mut members = slots.into_iter();
+        for (d, size) in budgets.set_sizes().into_iter().enumerate() {
+            let born = first_batch - (d as u64 + 1);
+            let set = sets.born_in(born);
+            for slot in members.by_ref().take(size as usize) {
+                let addr = pos[slot as usize];
+                written_in[addr as usize] = born;
+                sets.push_back(set, addr);
+            }
+        }
+
+        let batch_size = budgets.batch_size();
+        Self {
+            interval: config.batch_interval,
+            max_pending: config.max_pending.unwrap_or(2 * batch_size).max(1),
+            cache: NonZeroUsize::new(config.cache_size).map(LruCache::new),
+            budgets,
+            codec,
+            rng,
+            pos,
+            slot_at,
+            written_in,
+            touched: vec![0; n],
+            clock: 0,
+            sets,
+            batch: first_batch,
+            pending: HashMap::new(),
+            queued: 0,
+            corrupt: HashSet::new(),
+            flight: None,
+            fill_next: 0,
+            fill_outstanding: 0,
+            next_batch_at: None,
+            retry: Retry::default(),
+            outstanding: HashMap::new(),
+            next_request: 0,
+            transmit: VecDeque::new(),
+            replies: VecDeque::new(),
+            stats: SchemeStats::default(),
+        }
+        .with_fill_started()
+    }
+
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
+    }
+
+    fn with_fill_started(mut self) -> Self {
+        self.pump_fill(None);
+        self
+    }
+
+    fn filled(&self) -> bool {
+        self.fill_next == self.pos.len() && self.fill_outstanding == 0
+    }
+
+    /// Keeps the initial fill's window of write requests full; once all are answered, the
+    /// batch schedule starts at `now`.
+    fn pump_fill(&mut self, now: Option<Instant>) {
+        while self.fill_outstanding < INIT_WINDOW && self.fill_next < self.pos.len() {
+            let end = (self.fill_next + INIT_CHUNK).min(self.pos.len());
+            let writes = (self.fill_next..end)
+                .map(|addr| {
+                    let slot = self.slot_at[addr];
+                    let binding = self.binding(addr as u32, self.written_in[addr]);
+                    let element = self.codec.seal(binding, Slot::from(slot), &Record::empty());
+                    (addr as Addr, element)
+                })
+                .collect();
+            self.fill_next = end;
+            self.fill_outstanding += 1;
+            self.send(Purpose::Fill, StorageOp::Write(writes));
+        }
+        if let Some(now) = now
+            && self.filled()
+            && self.next_batch_at.is_none()
+        {
+            tracing::info!(elements = self.pos.len(), "storage filled, batches start");
+            self.next_batch_at = Some(now);
+        }
+    }
+
+    fn binding(&self, addr: u32, generation: u64) -> Binding {
+        Binding {
+            address: Addr::from(addr),
+            generation,
+        }
+    }
+
+    fn send(&mut self, purpose: Purpose, op: StorageOp) {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.outstanding.insert(id, (purpose, op.clone()));
+        self.transmit.push_back(StorageRequest { id, op });
+    }
+
+    fn set_of(&self, slot: u32) -> usize {
+        let addr = self.pos[slot as usize];
+        self.sets.born_in(self.written_in[addr as usize])
+    }
+
+    /// Records a client op on `slot` for dummy selection: the slot becomes the most recent
+    /// member of its set.
+    fn touch(&mut self, slot: u32) {
+        self.clock += 1;
+        self.touched[slot as usize] = self.clock;
+        let set = self.set_of(slot);
+        self.sets.move_to_front(set, self.pos[slot as usize]);
+    }
+
+    /// Queues an op for the next batches that take from the slot's set.
+    fn enqueue(&mut self, slot: u32, waiting: Waiting) {
+        let set = self.set_of(slot);
+        self.sets.get_mut(set).queue.push_back(slot);
+        self.pending.entry(slot).or_default().queued = Some(waiting);
+        self.queued += 1;
+    }
+
+    fn read(&mut self, id: OpId, slot: u32) {
+        let pending = self.pending.get_mut(&slot);
+        // A pending write is the newest value: answer with it (queued before in flight).
+        if let Some(Pending {
+            queued: Some(Waiting::Write(record)),
+            ..
+        })
+        | Some(Pending {
+            queued: None,
+            flight: Some(Waiting::Write(record)),
+        }) = pending.as_deref()
+        {
+            let record = record.clone();
+            self.stats.cache_hits += 1;
+            self.replies.push_back((id, Reply::Value(record)));
+            return;
+        }
+        if let Some(record) = self.cache.as_mut().and_then(|c| c.get(&slot)) {
+            self.stats.cache_hits += 1;
+            self.replies.push_back((id, Reply::Value(record.clone())));
+            return;
+        }
+        self.stats.cache_misses += 1;
+        if self.corrupt.contains(&slot) {
+            let error = SchemeError::Integrity(format!(
+                "slot {slot} was lost to a corrupted element and has not been written since"
+            ));
+            self.replies.push_back((id, Reply::Failed(error)));
+            return;
+        }
+        if let Some(error) = self.retry.failing() {
+            self.replies
+                .push_back((id, Reply::Failed(SchemeError::StorageUnavailable(error))));
+            return;
+        }
+        match self.pending.get_mut(&slot) {
+            Some(Pending {
+                queued: Some(Waiting::Read(waiters)),
+                ..
+            })
+            | Some(Pending {
+                queued: None,
+                flight: Some(Waiting::Read(waiters)),
+            }) => waiters.push(id),
+            _ => self.enqueue(slot, Waiting::Read(vec![id])),
+        }
+    }
+
+    fn write(&mut self, id: OpId, slot: u32, record: Record) {
+        if let Some(cache) = self.cache.as_mut() {
+            cache.put(slot, record.clone());
+        }
+        self.corrupt.remove(&slot);
+        let pending = self.pending.entry(slot).or_default();
+        for waiting in [&mut pending.queued, &mut pending.flight] {
+            if let Some(Waiting::Read(waiters)) = waiting {
+                for waiter in waiters.drain(..) {
+                    self.replies
+                        .push_back((waiter, Reply::Value(record.clone())));
+                }
+            }
+        }
+        match &mut pending.queued {
+            // Keep the queue position; the newest write replaces whatever waited.
+            Some(waiting) => *waiting = Waiting::Write(record),
+            None => self.enqueue(slot, Waiting::Write(record)),
+        }
+        self.replies.push_back((id, Reply::Written));
+    }
+
+    fn maybe_start_batch(&mut self, now: Instant) {
+        let Some(due) = self.next_batch_at else {
+            return;
+        };
+        if self.flight.is_some() || self.retry.is_waiting() || now < due {
+            return;
+        }
+        // A fixed schedule; a batch that overran delays the next one, never crowds two together.
+        self.next_batch_at = Some((due + self.interval).max(now));
+        self.start_batch();
+    }
+
+    fn start_batch(&mut self) {
+        let batch = self.batch;
+        let size = self.budgets.batch_size();
+        let mut addrs = Vec::with_capacity(size);
+        let mut reals = 0u64;
+        for d in 1..=self.budgets.sets() {
+            let set = self.sets.born_in(batch - d as u64);
+            let budget = self.budgets.budget(d) as usize;
+            let mut taken = 0;
+            while taken < budget {
+                let Some(slot) = self.sets.get_mut(set).queue.pop_front() else {
+                    break;
+                };
+                let addr = self.pos[slot as usize];
+                self.sets.unlink(set, addr);
+                let pending = self.pending.entry(slot).or_default();
+                pending.flight = pending.queued.take();
+                self.queued -= 1;
+                addrs.push(addr);
+                taken += 1;
+            }
+            reals += taken as u64;
+            // Dummies: the rest of the budget, most recently touched first (§4.2).
+            for _ in taken..budget {
+                let addr = self
+                    .sets
+                    .pop_front(set)
+                    .expect("set d holds at least b_d addresses");
+                addrs.push(addr);
+            }
+        }
+        debug_assert_eq!(addrs.len(), size);
+
+        // The order of the request must not reveal which addresses were real.
+        addrs.sort_unstable();
+        let old_slots: Vec<u32> = addrs.iter().map(|&a| self.slot_at[a as usize]).collect();
+        let old_generations: Vec<u64> = addrs
+            .iter()
+            .map(|&a| self.written_in[a as usize])
+            .collect();
+        let mut perm: Vec<u32> = (0..size as u32).collect();
+        perm.shuffle(&mut self.rng);
+        for (&addr, &from) in addrs.iter().zip(&perm) {
+            let slot = old_slots[from as usize];
+            self.pos[slot as usize] = addr;
+            self.slot_at[addr as usize] = slot;
+            self.written_in[addr as usize] = batch;
+        }
+
+        // The batch becomes the newest set, most recently touched slots first; ties in slot order.
+        let newest = self.sets.born_in(batch);
+        debug_assert_eq!(self.sets.get(newest).len(), 0, "the oldest set emptied");
+        debug_assert!(self.sets.get(newest).queue.is_empty());
+        let mut by_recency = old_slots.clone();
+        by_recency.sort_unstable_by_key(|&s| (Reverse(self.touched[s as usize]), s));
+        for slot in by_recency {
+            self.sets.push_back(newest, self.pos[slot as usize]);
+        }
+
+        self.batch += 1;
+        self.stats.real_accesses += reals;
+        self.stats.dummy_accesses += size as u64 - reals;
+        let read = StorageOp::Read(addrs.iter().map(|&a| Addr::from(a)).collect());
+        self.flight = Some(Flight {
+            batch,
+            addrs,
+            old_slots,
+            old_generations,
+            perm,
+        });
+        self.send(Purpose::BatchRead, read);
+    }
+
+    /// The server answered the batch read: answer clients, apply writes, re-encrypt, write back.
+    fn finish_read(&mut self, values: Vec<Option<Bytes>>) {
+        let flight = self.flight.as_ref().expect("a batch is in flight");
+        let mut contents = Vec::with_capacity(flight.addrs.len());
+        for (i, value) in values.iter().enumerate() {
+            let (addr, slot) = (flight.addrs[i], flight.old_slots[i]);
+            let binding = self.binding(addr, flight.old_generations[i]);
+            let opened = self
+                .codec
+                .open(binding, value.as_ref(), Some(Slot::from(slot)))
+                .map(|(_, record)| record);
+            let pending = self.pending.get_mut(&slot);
+            let waiting = pending.and_then(|p| p.flight.take());
+            let newer_write_queued = matches!(
+                self.pending.get(&slot),
+                Some(Pending {
+                    queued: Some(Waiting::Write(_)),
+                    ..
+                })
+            );
+            let content = match (waiting, opened) {
+                (Some(Waiting::Write(record)), _) => record,
+                (waiting, Ok(record)) => {
+                    if let Some(Waiting::Read(waiters)) = waiting {
+                        for waiter in waiters {
+                            self.replies
+                                .push_back((waiter, Reply::Value(record.clone())));
+                        }
+                        if !newer_write_queued && let Some(cache) = self.cache.as_mut() {
+                            cache.put(slot, record.clone());
+                        }
+                    }
+                    record
+                }
+                (waiting, Err(error)) => {
+                    self.stats.integrity_failures += 1;
+                    tracing::error!(address = addr, %error, "storage returned a bad element");
+                    // The cache, when it has the slot, holds its newest value: nothing is lost.
+                    let known = self.cache.as_mut().and_then(|c| c.peek(&slot).cloned());
+                    if let Some(Waiting::Read(waiters)) = waiting {
+                        for waiter in waiters {
+                            let reply = match &known {
+                                Some(record) => Reply::Value(record.clone()),
+                                None => Reply::Failed(SchemeError::Integrity(format!(
+                                    "element at storage address {addr}: {error}"
+                                ))),
+                            };
+                            self.replies.push_back((waiter, reply));
+                        }
+                    }
+                    known.unwrap_or_else(|| {
+                        self.corrupt.insert(slot);
+                        Record::empty()
+                    })
+                }
+            };
+            if let Some(p) = self.pending.get(&slot)
+                && p.queued.is_none()
+                && p.flight.is_none()
+            {
+                self.pending.remove(&slot);
+            }
+            contents.push(Some(content));
+        }
+
+        let flight = self.flight.as_ref().expect("a batch is in flight");
+        let batch = flight.batch;
+        let writes: Vec<(Addr, Bytes)> = flight
+            .addrs
+            .iter()
+            .zip(&flight.perm)
+            .map(|(&addr, &from)| {
+                let slot = flight.old_slots[from as usize];
+                let record = contents[from as usize]
+                    .take()
+                    .expect("perm is a permutation");
+                let binding = Binding {
+                    address: Addr::from(addr),
+                    generation: batch,
+                };
+                (
+                    Addr::from(addr),
+                    self.codec.seal(binding, Slot::from(slot), &record),
+                )
+            })
+            .collect();
+        self.send(Purpose::BatchWrite, StorageOp::Write(writes));
+    }
+
+    /// Storage failed a request: clients waiting on a batch read learn now; the request is
+    /// repeated after a backoff (repeating it shows the server nothing new).
+    fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
+        self.stats.storage_failures += 1;
+        tracing::warn!(%error, ?purpose, "storage request failed; retrying");
+        if purpose == Purpose::BatchRead {
+            for pending in self.pending.values_mut() {
+                if let Some(Waiting::Read(waiters)) = &mut pending.flight {
+                    for waiter in waiters.drain(..) {
+                        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+                        self.replies.push_back((waiter, reply));
+                    }
+                }
+            }
+        }
+        self.retry.fail(now, error, (purpose, op));
+    }
+}
+
+impl Scheme for Cloak {
+    fn name(&self) -> &'static str {
+        "cloak"
+    }
+
+    fn slots(&self) -> u64 {
+        self.pos.len() as u64
+    }
+
+    fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
+        let Some(slot) = u32::try_from(op.slot())
+            .ok()
+            .filter(|&s| (s as usize) < self.pos.len())
+        else {
+            let error = SchemeError::Overloaded(format!("slot {} does not exist", op.slot()));
+            self.replies.push_back((id, Reply::Failed(error)));
+            return;
+        };
+        self.touch(slot);
+        match op {
+            Op::Read(_) => self.read(id, slot),
+            Op::Write(_, record) => self.write(id, slot, record),
+        }
+    }
+
+    fn handle_storage(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        result: Result<StorageReply, StorageError>,
+    ) {
+        let Some((purpose, op)) = self.outstanding.remove(&id) else {
+            tracing::warn!(?id, "reply to an unknown storage request");
+            return;
+        };
+        let reply = match (purpose, result) {
+            (_, Err(error)) => return self.failed(now, purpose, op, error),
+            (Purpose::BatchRead, Ok(StorageReply::Values(values))) if values.len() == op.len() => {
+                values
+            }
+            (Purpose::Fill | Purpose::BatchWrite, Ok(StorageReply::Done)) => Vec::new(),
+            (_, Ok(reply)) => {
+                let error = StorageError(format!(
+                    "storage gave a malformed answer to a {} of {} addresses: {}",
+                    op.kind(),
+                    op.len(),
+                    match reply {
+                        StorageReply::Values(v) => format!("{} values", v.len()),
+                        StorageReply::Done => "done".into(),
+                    }
+                ));
+                return self.failed(now, purpose, op, error);
+            }
+        };
+        self.retry.succeeded();
+        match purpose {
+            Purpose::Fill => {
+                self.fill_outstanding -= 1;
+                self.pump_fill(Some(now));
+            }
+            Purpose::BatchRead => self.finish_read(reply),
+            Purpose::BatchWrite => {
+                self.flight = None;
+                self.stats.batches += 1;
+            }
+        }
+        self.maybe_start_batch(now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        for (purpose, op) in self.retry.due(now) {
+            self.send(purpose, op);
+        }
+        self.maybe_start_batch(now);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        if let Some(at) = self.retry.at() {
+            return Some(at);
+        }
+        if self.flight.is_none() {
+            self.next_batch_at
+        } else {
+            None
+        }
+    }
+
+    fn poll_storage(&mut self) -> Option<StorageRequest> {
+        self.transmit.pop_front()
+    }
+
+    fn poll_reply(&mut self) -> Option<(OpId, Reply)> {
+        self.replies.pop_front()
+    }
+
+    fn accepts(&self) -> bool {
+        self.queued < self.max_pending
+    }
+
+    fn stats(&self) -> SchemeStats {
+        SchemeStats {
+            queued: self.queued as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    fn describe(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("budgets", self.budgets.to_string()),
+            ("reuse_distance_sets", self.budgets.sets().to_string()),
+            ("batch_size", self.budgets.batch_size().to_string()),
+            ("batch_interval_ms", format!("{}", self.interval.as_secs_f64() * 1e3)),
+            ("elements", self.pos.len().to_string()),
+            ("element_bytes", self.codec.element_len().to_string()),
+            (
+                "cache_size",
+                self.cache.as_ref().map_or(0, |c| c.cap().get()).to_string(),
+            ),
+            ("max_pending", self.max_pending.to_string()),
+            ("storage_filled", self.filled().to_string()),
+            ("next_batch_id", self.batch.to_string()),
+        ]
+    }
+}

@@ -1,0 +1,186 @@
+//! The schemes a Cloak proxy can run, each a sans-io [`cloak_core::Scheme`].
+//!
+//! | name        | what the server learns                                   |
+//! |-------------|----------------------------------------------------------|
+//! | `cloak`     | nothing beyond the public budgets (paper's Theorem 1)    |
+//! | `encrypted` | which label every op touches (contents hidden)           |
+//! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
+//!
+//! [`build`] turns a name and options into a running scheme; adding a scheme is one module and
+//! one arm there.
+
+pub mod cloak;
+mod encrypted;
+mod plaintext;
+mod retry;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use cloak_core::{ElementCodec, RecordLayout, Scheme};
+use cloak_crypto::{KeyError, MasterKey, Prf, Sealer};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+
+pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
+pub use encrypted::Encrypted;
+pub use plaintext::Unsafe;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SchemeName {
+    Cloak,
+    Encrypted,
+    Unsafe,
+}
+
+impl SchemeName {
+    pub const ALL: [SchemeName; 3] = [SchemeName::Cloak, SchemeName::Encrypted, SchemeName::Unsafe];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchemeName::Cloak => "cloak",
+            SchemeName::Encrypted => "encrypted",
+            SchemeName::Unsafe => "unsafe",
+        }
+    }
+}
+
+impl fmt::Display for SchemeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SchemeName {
+    type Err = BuildError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|n| n.as_str() == s)
+            .ok_or_else(|| BuildError::UnknownScheme(s.to_string()))
+    }
+}
+
+/// What every scheme needs to know about the store.
+#[derive(Clone, Debug)]
+pub struct StoreSpec {
+    /// Keys the store must hold.
+    pub capacity: u64,
+    pub layout: RecordLayout,
+    /// Seed for the scheme's CSPRNG; `None` seeds it from the operating system. Fixed seeds are
+    /// for reproducible tests and simulations, never for deployments.
+    pub seed: Option<u64>,
+}
+
+/// Cloak's parameters (paper §6–7; defaults are the paper's).
+#[derive(Clone, Debug)]
+pub struct CloakOptions {
+    pub first_budget: u32,
+    pub zipf_exponent: f64,
+    /// Explicit budgets `b_1, b_2, …`; overrides `first_budget` and `zipf_exponent`.
+    pub budgets: Option<Vec<u32>>,
+    pub batch_interval: Duration,
+    pub cache_size: usize,
+    pub max_pending: Option<usize>,
+}
+
+impl Default for CloakOptions {
+    fn default() -> Self {
+        Self {
+            first_budget: 433,
+            zipf_exponent: 1.0,
+            budgets: None,
+            batch_interval: Duration::from_millis(20),
+            cache_size: 1000,
+            max_pending: None,
+        }
+    }
+}
+
+/// Parameters of every scheme, each used only by its scheme.
+#[derive(Clone, Debug, Default)]
+pub struct SchemeOptions {
+    pub cloak: CloakOptions,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("unknown scheme {0:?}; choose one of: cloak, encrypted, unsafe")]
+    UnknownScheme(String),
+    #[error("capacity must be between 1 and {max}, got {got}")]
+    Capacity { got: u64, max: u64 },
+    #[error(transparent)]
+    Budgets(#[from] BudgetError),
+    #[error(
+        "the budgets give {given} elements but the store needs {needed}; add budgets or raise them"
+    )]
+    BudgetsTooSmall { given: u64, needed: u64 },
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+/// Largest store any scheme supports (slots are 32-bit inside the schemes).
+pub const MAX_CAPACITY: u64 = u32::MAX as u64 - 1;
+
+/// Builds the named scheme for `store`, with its keys derived from `master`.
+pub fn build(
+    name: SchemeName,
+    store: &StoreSpec,
+    options: &SchemeOptions,
+    master: &MasterKey,
+) -> Result<Box<dyn Scheme>, BuildError> {
+    if store.capacity == 0 || store.capacity > MAX_CAPACITY {
+        return Err(BuildError::Capacity {
+            got: store.capacity,
+            max: MAX_CAPACITY,
+        });
+    }
+    let rng = match store.seed {
+        Some(seed) => ChaCha20Rng::seed_from_u64(seed),
+        None => ChaCha20Rng::from_os_rng(),
+    };
+    let codec = || -> Result<ElementCodec, BuildError> {
+        Ok(ElementCodec::new(store.layout, Sealer::new(master)?))
+    };
+    Ok(match name {
+        SchemeName::Cloak => {
+            let o = &options.cloak;
+            let budgets = match &o.budgets {
+                Some(list) => Budgets::explicit(list.clone())?,
+                None => Budgets::zipf(store.capacity, o.first_budget, o.zipf_exponent)?,
+            };
+            if budgets.capacity() < store.capacity {
+                return Err(BuildError::BudgetsTooSmall {
+                    given: budgets.capacity(),
+                    needed: store.capacity,
+                });
+            }
+            if budgets.capacity() > MAX_CAPACITY {
+                return Err(BuildError::Capacity {
+                    got: budgets.capacity(),
+                    max: MAX_CAPACITY,
+                });
+            }
+            if o.batch_interval.is_zero() {
+                return Err(BuildError::Invalid("the batch interval must be positive".into()));
+            }
+            let config = CloakConfig {
+                budgets,
+                batch_interval: o.batch_interval,
+                cache_size: o.cache_size,
+                max_pending: o.max_pending,
+            };
+            Box::new(Cloak::new(config, codec()?, rng))
+        }
+        SchemeName::Encrypted => Box::new(Encrypted::new(
+            store.capacity,
+            Prf::new(master, "encrypted"),
+            codec()?,
+        )),
+        SchemeName::Unsafe => Box::new(Unsafe::new(store.capacity, store.layout)),
+    })
+}
