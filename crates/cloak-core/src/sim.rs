@@ -23,14 +23,14 @@ pub struct Simulator {
     storage_down: bool,
     in_flight: VecDeque<(Instant, RequestId, Result<StorageReply, StorageError>)>,
     trace: Option<Trace>,
-    outcomes: HashMap<u64, Outcome>,
+    outcomes: HashMap<u64, (Duration, Outcome)>,
     next_token: u64,
 }
 
 impl Simulator {
     pub fn new(engine: Engine) -> Self {
         let start = Instant::now();
-        Self {
+        let mut sim = Self {
             engine,
             store: MemoryStore::new(),
             start,
@@ -41,7 +41,10 @@ impl Simulator {
             trace: None,
             outcomes: HashMap::new(),
             next_token: 0,
-        }
+        };
+        // A scheme may have requests before any event (Cloak fills storage at start).
+        sim.pump();
+        sim
     }
 
     /// Virtual time each storage round trip takes.
@@ -53,6 +56,11 @@ impl Simulator {
     /// Starts recording what the server sees.
     pub fn record(&mut self) {
         self.trace = Some(Trace::new());
+    }
+
+    /// What the server saw since recording began (or the last [`Simulator::take_trace`]).
+    pub fn observed(&self) -> &[Observed] {
+        self.trace.as_deref().unwrap_or_default()
     }
 
     /// What the server saw since [`Simulator::record`], leaving recording on.
@@ -93,7 +101,28 @@ impl Simulator {
 
     /// Takes a command's outcome if it has one.
     pub fn outcome(&mut self, token: u64) -> Option<Outcome> {
-        self.outcomes.remove(&token)
+        self.outcomes.remove(&token).map(|(_, outcome)| outcome)
+    }
+
+    /// No storage request is unanswered.
+    pub fn storage_idle(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+
+    pub fn has_outcome(&self, token: u64) -> bool {
+        self.outcomes.contains_key(&token)
+    }
+
+    pub fn has_outcomes(&self) -> bool {
+        !self.outcomes.is_empty()
+    }
+
+    /// Takes every outcome so far: `(token, virtual time it completed, outcome)`.
+    pub fn drain_outcomes(&mut self) -> Vec<(u64, Duration, Outcome)> {
+        self.outcomes
+            .drain()
+            .map(|(token, (at, outcome))| (token, at, outcome))
+            .collect()
     }
 
     /// Submits a command and runs until it completes (at most an hour of virtual time).
@@ -160,7 +189,7 @@ impl Simulator {
                 .push_back((self.now + self.storage_delay, request.id, result));
         }
         while let Some((token, outcome)) = self.engine.poll_outcome() {
-            self.outcomes.insert(token, outcome);
+            self.outcomes.insert(token, (self.now - self.start, outcome));
         }
     }
 }

@@ -1,0 +1,361 @@
+//! Cloak-specific behaviour: the server's view (paper §5), the client-op rules of Algorithm 2,
+//! integrity, outages and backpressure. All in-process with a virtual clock.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cloak_core::{
+    AccessKind, Addr, Command, CommandError, Engine, KeyDirectory, Limits, Observed, Outcome,
+    RecordLayout, SchemeError, SetCondition, Simulator,
+};
+use cloak_crypto::{KeyHasher, MasterKey};
+use cloak_schemes::{Budgets, CloakOptions, SchemeName, SchemeOptions, StoreSpec, build};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const DELTA: Duration = Duration::from_millis(5);
+const RTT: Duration = Duration::from_millis(1);
+const CAPACITY: u64 = 300;
+
+fn options(cache_size: usize, max_pending: Option<usize>) -> CloakOptions {
+    CloakOptions {
+        first_budget: 12,
+        zipf_exponent: 1.0,
+        budgets: None,
+        batch_interval: DELTA,
+        cache_size,
+        max_pending,
+    }
+}
+
+fn simulator(cloak: CloakOptions, seed: u64) -> Simulator {
+    let master = MasterKey::from_bytes([2; 32]);
+    let store = StoreSpec {
+        capacity: CAPACITY,
+        layout: RecordLayout { max_key: 16, max_value: 32 },
+        seed: Some(seed),
+    };
+    let options = SchemeOptions { cloak };
+    let scheme = build(SchemeName::Cloak, &store, &options, &master).unwrap();
+    let directory = KeyDirectory::new(KeyHasher::new(&master), CAPACITY as usize);
+    let limits = Limits { max_key: 16, max_value: 32, max_keys_per_command: 64 };
+    let mut sim = Simulator::new(Engine::new(scheme, directory, limits)).with_storage_delay(RTT);
+    sim.record();
+    // Let the initial fill finish so tests start on the batch schedule.
+    sim.run_for(Duration::from_millis(50));
+    sim
+}
+
+fn set(key: &str, value: &str) -> Command {
+    Command::Set {
+        key: Bytes::from(key.to_string()),
+        value: Bytes::from(value.to_string()),
+        condition: SetCondition::Always,
+    }
+}
+
+fn get(key: &str) -> Command {
+    Command::Get(Bytes::from(key.to_string()))
+}
+
+fn value(v: &str) -> Option<Outcome> {
+    Some(Outcome::Value(Some(Bytes::from(v.to_string()))))
+}
+
+fn budgets() -> Budgets {
+    Budgets::zipf(CAPACITY, 12, 1.0).unwrap()
+}
+
+/// The batches in a trace: each read and the write that follows it.
+fn batches(trace: &[Observed]) -> Vec<(&Observed, &Observed)> {
+    let batch_size = budgets().batch_size();
+    let ops: Vec<&Observed> = trace
+        .iter()
+        .filter(|o| o.addrs.len() == batch_size)
+        .collect();
+    ops.chunks_exact(2).map(|pair| (pair[0], pair[1])).collect()
+}
+
+/// Drives a workload: `clients` clients, each keeping `depth` commands in flight, commands drawn
+/// by `next`, for `duration` of virtual time.
+fn drive(
+    sim: &mut Simulator,
+    clients: u64,
+    depth: usize,
+    duration: Duration,
+    mut next: impl FnMut(&mut ChaCha8Rng) -> Command,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(99);
+    let end = sim.elapsed() + duration;
+    let mut owner: HashMap<u64, u64> = HashMap::new();
+    let mut in_flight = vec![0usize; clients as usize];
+    while sim.elapsed() < end {
+        for c in 0..clients {
+            while in_flight[c as usize] < depth {
+                let token = sim.submit(c, next(&mut rng));
+                owner.insert(token, c);
+                in_flight[c as usize] += 1;
+            }
+        }
+        sim.run_for(Duration::from_micros(500));
+        for (token, _, outcome) in sim.drain_outcomes() {
+            assert!(!matches!(outcome, Outcome::Error(_)), "{outcome:?}");
+            in_flight[owner.remove(&token).unwrap() as usize] -= 1;
+        }
+    }
+}
+
+/// What the server can compute from its view: for each batch, how many addresses it took from
+/// each reuse distance (`None`: an address not seen since observation began).
+fn per_distance_counts(trace: &[Observed]) -> Vec<HashMap<Option<usize>, usize>> {
+    let mut last_batch: HashMap<Addr, usize> = HashMap::new();
+    let mut counts = Vec::new();
+    for (k, (read, write)) in batches(trace).into_iter().enumerate() {
+        let mut c = HashMap::new();
+        for addr in &read.addrs {
+            let distance = last_batch.get(addr).map(|&b| k - b);
+            *c.entry(distance).or_default() += 1;
+        }
+        for addr in &write.addrs {
+            last_batch.insert(*addr, k);
+        }
+        counts.push(c);
+    }
+    counts
+}
+
+#[test]
+fn server_view_is_the_same_for_one_hot_key_and_uniform_keys() {
+    let b = budgets();
+    let t = b.sets();
+    let run = 3 * t as u32 * DELTA;
+
+    let mut hot = simulator(options(8, None), 1);
+    drive(&mut hot, 4, 4, run, |rng| {
+        if rng.random_bool(0.5) { set("hot", "v") } else { get("hot") }
+    });
+    let mut uniform = simulator(options(8, None), 2);
+    drive(&mut uniform, 4, 4, run, |rng| {
+        let key = format!("k{}", rng.random_range(0..CAPACITY));
+        if rng.random_bool(0.5) { set(&key, "v") } else { get(&key) }
+    });
+
+    let views = [hot.take_trace(), uniform.take_trace()];
+    let shapes: Vec<Vec<(Duration, AccessKind, usize)>> = views
+        .iter()
+        .map(|v| v.iter().map(|o| (o.at, o.kind, o.addrs.len())).collect())
+        .collect();
+    assert!(shapes[0].len() > 4 * t, "the run covers several generations of sets");
+    assert_eq!(shapes[0], shapes[1], "batch schedule and sizes differ between workloads");
+
+    for view in &views {
+        let batches = batches(view);
+        for (k, (read, write)) in batches.iter().enumerate() {
+            assert_eq!(read.kind, AccessKind::Read);
+            assert_eq!(write.kind, AccessKind::Write);
+            assert!(read.addrs.is_sorted(), "batch {k}: request order must not depend on the workload");
+            assert_eq!(read.addrs, write.addrs, "batch {k}: written-back addresses differ from the read ones");
+            assert!(write.value_lens.windows(2).all(|w| w[0] == w[1]), "elements differ in size");
+            if k > 0 {
+                assert_eq!(read.at - batches[k - 1].0.at, DELTA, "batch {k} is off the fixed schedule");
+            }
+        }
+        for (k, counts) in per_distance_counts(view).into_iter().enumerate() {
+            // Distances the server can see, and the addresses it has not seen yet.
+            let mut expected: HashMap<Option<usize>, usize> = HashMap::new();
+            for d in 1..=t {
+                let key = if d <= k { Some(d) } else { None };
+                *expected.entry(key).or_default() += b.budget(d) as usize;
+            }
+            assert_eq!(counts, expected, "batch {k}: per-set counts differ from the budgets");
+        }
+    }
+}
+
+#[test]
+fn batches_are_sent_when_idle() {
+    let mut sim = simulator(options(8, None), 3);
+    sim.take_trace();
+    sim.run_for(Duration::from_secs(1));
+    let reads = sim.observed().iter().filter(|o| o.kind == AccessKind::Read).count();
+    assert_eq!(reads, (Duration::from_secs(1).as_micros() / DELTA.as_micros()) as usize);
+}
+
+#[test]
+fn reads_of_one_slot_share_one_server_read() {
+    let mut sim = simulator(options(0, None), 4);
+    assert_eq!(sim.execute(1, set("x", "1")), Some(Outcome::Ok));
+    sim.run_for(10 * DELTA);
+    let before = sim.engine().scheme_stats();
+    let tokens: Vec<u64> = (2..6).map(|c| sim.submit(c, get("x"))).collect();
+    assert!(sim.run_until(10 * DELTA, |s| tokens.iter().all(|&t| s.has_outcome(t))));
+    for t in tokens {
+        assert_eq!(sim.outcome(t), value("1"));
+    }
+    let after = sim.engine().scheme_stats();
+    assert_eq!(after.real_accesses - before.real_accesses, 1);
+}
+
+#[test]
+fn a_pending_write_answers_reads_at_once() {
+    let mut sim = simulator(options(0, None), 5);
+    assert_eq!(sim.execute(1, set("x", "old")), Some(Outcome::Ok));
+    sim.run_for(20 * DELTA);
+    // A read waits for the batch; a write from another client answers it immediately.
+    let read = sim.submit(1, get("x"));
+    assert!(!sim.has_outcome(read));
+    let write = sim.submit(2, set("x", "new"));
+    assert_eq!(sim.outcome(write), Some(Outcome::Ok));
+    assert_eq!(sim.outcome(read), value("new"));
+    // While the write is pending, reads are answered without waiting for the batch.
+    let again = sim.submit(3, get("x"));
+    assert_eq!(sim.outcome(again), value("new"));
+    // A second write replaces the first.
+    assert_eq!(sim.execute(2, set("x", "newer")), Some(Outcome::Ok));
+    sim.run_for(20 * DELTA);
+    assert_eq!(sim.execute(4, get("x")), value("newer"));
+}
+
+#[test]
+fn a_write_during_a_batch_read_is_not_overwritten_by_the_read() {
+    // A cache large enough that a stale entry would survive to be read.
+    let mut sim = simulator(options(16, None), 6);
+    assert_eq!(sim.execute(1, set("x", "old")), Some(Outcome::Ok));
+    // Push "x" out of the cache with other keys.
+    for i in 0..40 {
+        sim.submit(1, set(&format!("f{i}"), "v"));
+    }
+    sim.run_for(200 * DELTA);
+    let seen = sim.observed().len();
+    let read = sim.submit(2, get("x"));
+    // Run until the batch carrying the read is at the server, then write.
+    let read_sent = |s: &Simulator| s.observed()[seen..].iter().any(|o| o.kind == AccessKind::Read);
+    assert!(sim.run_until(2 * DELTA, read_sent));
+    assert!(!sim.has_outcome(read), "the read is in flight");
+    assert_eq!(sim.execute(3, set("x", "new")), Some(Outcome::Ok));
+    assert_eq!(sim.outcome(read), value("new"));
+    sim.run_for(20 * DELTA);
+    assert_eq!(sim.execute(4, get("x")), value("new"));
+}
+
+#[test]
+fn backpressure_bounds_pending_ops_and_everything_completes() {
+    let mut sim = simulator(options(0, Some(5)), 7);
+    for i in 0..100 {
+        assert_eq!(sim.execute(1, set(&format!("k{i}"), &i.to_string())), Some(Outcome::Ok));
+    }
+    sim.run_for(100 * DELTA);
+    let mut tokens = Vec::new();
+    let mut refused = 0;
+    for i in 0..100 {
+        if !sim.engine().accepts() {
+            refused += 1;
+            sim.run_until(100 * DELTA, |s| s.engine().accepts());
+        }
+        assert!(sim.engine().stats().keys == 100);
+        tokens.push((i, sim.submit(2 + i, get(&format!("k{i}")))));
+    }
+    assert!(refused > 0, "the pending bound never applied");
+    for (i, token) in tokens {
+        assert!(sim.run_until(1000 * DELTA, |s| s.has_outcome(token)));
+        assert_eq!(sim.outcome(token), value(&i.to_string()));
+    }
+}
+
+/// Plays a malicious server between batches (a batch in flight would overwrite the damage).
+fn corrupt_every_element(sim: &mut Simulator, mut damage: impl FnMut(&mut Vec<u8>)) {
+    assert!(sim.run_until(DELTA, Simulator::storage_idle));
+    let addrs: Vec<Addr> = sim.store_mut().addresses().collect();
+    for addr in addrs {
+        let element = sim.store_mut().get_mut(addr).unwrap();
+        let mut bytes = element.to_vec();
+        damage(&mut bytes);
+        *element = Bytes::from(bytes);
+    }
+}
+
+fn expect_integrity_error(outcome: Option<Outcome>) {
+    assert!(
+        matches!(outcome, Some(Outcome::Error(CommandError::Scheme(SchemeError::Integrity(_))))),
+        "expected an integrity error, got {outcome:?}"
+    );
+}
+
+#[test]
+fn tampered_elements_are_reported_never_returned() {
+    let mut sim = simulator(options(0, None), 8);
+    assert_eq!(sim.execute(1, set("x", "secret")), Some(Outcome::Ok));
+    sim.run_for(100 * DELTA);
+    corrupt_every_element(&mut sim, |b| {
+        let last = b.len() - 1;
+        b[last] ^= 1;
+    });
+    expect_integrity_error(sim.execute(2, get("x")));
+    assert!(sim.engine().scheme_stats().integrity_failures > 0);
+    // The proxy keeps serving: new writes work and are readable.
+    assert_eq!(sim.execute(2, set("x", "rewritten")), Some(Outcome::Ok));
+    sim.run_for(100 * DELTA);
+    assert_eq!(sim.execute(3, get("x")), value("rewritten"));
+    assert_eq!(sim.execute(3, set("y", "fine")), Some(Outcome::Ok));
+    sim.run_for(100 * DELTA);
+    assert_eq!(sim.execute(3, get("y")), value("fine"));
+}
+
+#[test]
+fn replayed_and_swapped_elements_are_detected() {
+    let mut sim = simulator(options(0, None), 9);
+    for i in 0..50 {
+        assert_eq!(sim.execute(1, set(&format!("k{i}"), "v1")), Some(Outcome::Ok));
+    }
+    sim.run_for(100 * DELTA);
+    // Replay: the server puts back an old snapshot of every element.
+    let addrs: Vec<Addr> = sim.store_mut().addresses().collect();
+    let snapshot: Vec<(Addr, Bytes)> =
+        addrs.iter().map(|&a| (a, sim.store_mut().get_mut(a).unwrap().clone())).collect();
+    sim.run_for(100 * DELTA);
+    assert!(sim.run_until(DELTA, Simulator::storage_idle));
+    for (addr, old) in &snapshot {
+        *sim.store_mut().get_mut(*addr).unwrap() = old.clone();
+    }
+    let failures: usize = (0..50)
+        .filter(|i| matches!(sim.execute(2, get(&format!("k{i}"))), Some(Outcome::Error(_))))
+        .count();
+    assert!(failures > 0, "a replayed snapshot went unnoticed");
+
+    // Swap: the server exchanges elements between addresses.
+    let mut sim = simulator(options(0, None), 10);
+    assert_eq!(sim.execute(1, set("x", "v")), Some(Outcome::Ok));
+    sim.run_for(100 * DELTA);
+    assert!(sim.run_until(DELTA, Simulator::storage_idle));
+    let mut addrs: Vec<Addr> = sim.store_mut().addresses().collect();
+    addrs.sort();
+    let elements: Vec<Bytes> = addrs.iter().map(|&a| sim.store_mut().get_mut(a).unwrap().clone()).collect();
+    for (i, &addr) in addrs.iter().enumerate() {
+        *sim.store_mut().get_mut(addr).unwrap() = elements[(i + 1) % elements.len()].clone();
+    }
+    expect_integrity_error(sim.execute(2, get("x")));
+}
+
+#[test]
+fn storage_outage_fails_reads_clearly_and_keeps_acknowledged_writes() {
+    let mut sim = simulator(options(0, None), 11);
+    assert_eq!(sim.execute(1, set("before", "1")), Some(Outcome::Ok));
+    sim.run_for(100 * DELTA);
+    sim.set_storage_down(true);
+    sim.run_for(10 * DELTA);
+    let outcome = sim.execute(2, get("before"));
+    assert!(
+        matches!(outcome, Some(Outcome::Error(CommandError::Scheme(SchemeError::StorageUnavailable(_))))),
+        "{outcome:?}"
+    );
+    // Writes are acknowledged during the outage and survive it.
+    assert_eq!(sim.execute(2, set("during", "2")), Some(Outcome::Ok));
+    sim.run_for(Duration::from_secs(3));
+    sim.set_storage_down(false);
+    sim.run_for(Duration::from_secs(3));
+    assert_eq!(sim.execute(3, get("before")), value("1"));
+    assert_eq!(sim.execute(3, get("during")), value("2"));
+    let reads_after = sim.observed().iter().rev().take(10).filter(|o| o.kind == AccessKind::Read).count();
+    assert!(reads_after > 0, "batches resumed");
+}

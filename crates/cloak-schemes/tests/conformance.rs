@@ -1,0 +1,79 @@
+//! The shared conformance suite, instantiated for every scheme in-process.
+
+use std::time::Duration;
+
+use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, Simulator};
+use cloak_crypto::{KeyHasher, MasterKey};
+use cloak_schemes::{SchemeName, SchemeOptions, StoreSpec, build};
+use cloak_testkit::suite;
+
+const MAX_KEY: usize = 24;
+const MAX_VALUE: usize = 64;
+
+/// A small store: capacity 300, Cloak with budgets from b_1 = 12 and a tiny cache, so reads
+/// really go through batches and storage.
+fn simulator(name: SchemeName, capacity: u64, seed: u64) -> Simulator {
+    let master = MasterKey::from_bytes([7; 32]);
+    let store = StoreSpec {
+        capacity,
+        layout: RecordLayout {
+            max_key: MAX_KEY,
+            max_value: MAX_VALUE,
+        },
+        seed: Some(seed),
+    };
+    let mut options = SchemeOptions::default();
+    options.cloak.first_budget = 12;
+    options.cloak.cache_size = 4;
+    options.cloak.batch_interval = Duration::from_millis(5);
+    let scheme = build(name, &store, &options, &master).expect("valid scheme");
+    let directory = KeyDirectory::new(KeyHasher::new(&master), capacity as usize);
+    let limits = Limits {
+        max_key: MAX_KEY,
+        max_value: MAX_VALUE,
+        max_keys_per_command: 64,
+    };
+    Simulator::new(Engine::new(scheme, directory, limits)).with_storage_delay(Duration::from_micros(300))
+}
+
+macro_rules! conformance {
+    ($module:ident, $name:expr) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn random_concurrent_workload_matches_the_model() {
+                for seed in 0..3 {
+                    let mut sim = simulator($name, 300, seed);
+                    suite::model_workload(&mut sim, 8, 20, 150, 3, MAX_VALUE, Duration::from_secs(2), seed);
+                }
+            }
+
+            #[test]
+            fn pipelined_commands_keep_their_order() {
+                suite::pipelined_order(&mut simulator($name, 50, 1));
+            }
+
+            #[test]
+            fn shared_keys_are_linearizable() {
+                for seed in 0..5 {
+                    suite::shared_registers(&mut simulator($name, 50, seed), 10, 8, 200, seed);
+                }
+            }
+
+            #[test]
+            fn limits_and_full_store() {
+                suite::limits(&mut simulator($name, 20, 1), MAX_KEY, MAX_VALUE, 20);
+            }
+        }
+    };
+}
+
+conformance!(cloak, SchemeName::Cloak);
+conformance!(encrypted, SchemeName::Encrypted);
+conformance!(plaintext, SchemeName::Unsafe);
+
+#[test]
+fn every_scheme_is_covered() {
+    assert_eq!(SchemeName::ALL.len(), 3, "add the new scheme to the conformance! list above");
+}

@@ -1,0 +1,12 @@
+//! The conformance suite every scheme passes, whatever drives it.
+//!
+//! - [`workload`]: random command streams where each client owns its keys, so the expected
+//!   outcome of every command is known the moment it is sent (a plain `HashMap` model), even
+//!   with many clients and pipelining.
+//! - [`linearizability`]: a checker for histories of one shared key written with unique values.
+//! - [`suite`]: the suite itself against the in-process simulator; the proxy's tests run the same
+//!   workloads over real sockets.
+
+pub mod linearizability;
+pub mod suite;
+pub mod workload;

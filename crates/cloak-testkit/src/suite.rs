@@ -1,0 +1,217 @@
+//! The conformance suite against the in-process simulator. Each check panics with a precise
+//! message on the first wrong outcome.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cloak_core::{Command, CommandError, Outcome, SetCondition, Simulator};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::linearizability::{self, Event, Kind};
+use crate::workload::ClientModel;
+
+/// Generous bound on virtual time for any single wait.
+const PATIENCE: Duration = Duration::from_secs(600);
+
+fn wait_for_outcomes(sim: &mut Simulator) {
+    assert!(
+        sim.run_until(PATIENCE, Simulator::has_outcomes),
+        "no command completed within {PATIENCE:?} of virtual time"
+    );
+}
+
+/// `clients` clients, each sending `commands` random commands on its own `keys` keys with up to
+/// `depth` in flight, every outcome checked against the model; then every key is read back by a
+/// fresh client after `settle` of idle time, and `DBSIZE` is checked.
+pub fn model_workload(
+    sim: &mut Simulator,
+    clients: u64,
+    keys: usize,
+    commands: usize,
+    depth: usize,
+    max_value: usize,
+    settle: Duration,
+    seed: u64,
+) {
+    let mut models: Vec<ClientModel> = (0..clients)
+        .map(|c| ClientModel::new(c, keys, max_value, seed))
+        .collect();
+    let mut sent = vec![0usize; clients as usize];
+    let mut in_flight = vec![0usize; clients as usize];
+    let mut expected: HashMap<u64, (u64, Command, Outcome)> = HashMap::new();
+    loop {
+        for c in 0..clients as usize {
+            while sent[c] < commands && in_flight[c] < depth {
+                let (command, outcome) = models[c].next();
+                let token = sim.submit(c as u64, command.clone());
+                expected.insert(token, (c as u64, command, outcome));
+                sent[c] += 1;
+                in_flight[c] += 1;
+            }
+        }
+        if expected.is_empty() {
+            break;
+        }
+        wait_for_outcomes(sim);
+        for (token, _, outcome) in sim.drain_outcomes() {
+            let (client, command, want) = expected.remove(&token).expect("known token");
+            assert_eq!(
+                outcome, want,
+                "client {client}: {command:?} gave {outcome:?}, the model says {want:?}"
+            );
+            in_flight[client as usize] -= 1;
+        }
+    }
+
+    sim.run_for(settle);
+    let reader = clients + 1;
+    for model in &models {
+        for i in 0..keys {
+            let key = model.key(i);
+            let got = sim.execute(reader, Command::Get(key.clone()));
+            assert_eq!(got, Some(Outcome::Value(model.value(&key))), "key {key:?} after settling");
+        }
+    }
+    let total: usize = models.iter().map(ClientModel::len).sum();
+    assert_eq!(
+        sim.execute(reader, Command::DbSize),
+        Some(Outcome::Integer(total as i64))
+    );
+}
+
+/// Pipelined commands of one client on one key take effect in the order sent.
+pub fn pipelined_order(sim: &mut Simulator) {
+    let key = Bytes::from_static(b"pipelined");
+    let set = |v: &'static str| Command::Set {
+        key: key.clone(),
+        value: Bytes::from_static(v.as_bytes()),
+        condition: SetCondition::Always,
+    };
+    let script = vec![
+        (Command::Get(key.clone()), Outcome::Value(None)),
+        (set("1"), Outcome::Ok),
+        (Command::Get(key.clone()), Outcome::Value(Some("1".into()))),
+        (set("2"), Outcome::Ok),
+        (set("3"), Outcome::Ok),
+        (Command::Get(key.clone()), Outcome::Value(Some("3".into()))),
+        (Command::Del(vec![key.clone()]), Outcome::Integer(1)),
+        (Command::Get(key.clone()), Outcome::Value(None)),
+        (Command::Exists(vec![key.clone()]), Outcome::Integer(0)),
+        (set("4"), Outcome::Ok),
+        (Command::MGet(vec![key.clone(), key.clone()]), Outcome::Values(vec![Some("4".into()); 2])),
+    ];
+    let tokens: Vec<u64> = script.iter().map(|(c, _)| sim.submit(7, c.clone())).collect();
+    for (token, (command, want)) in tokens.into_iter().zip(script) {
+        assert!(
+            sim.run_until(PATIENCE, |s| s.has_outcome(token)),
+            "{command:?} never completed"
+        );
+        assert_eq!(sim.outcome(token), Some(want), "{command:?}");
+    }
+}
+
+/// Many clients write distinct values to a few shared keys and read them concurrently,
+/// starting at staggered instants so operations overlap in every way; the history of every key
+/// must be linearizable. Use more keys than the scheme caches so reads also reach storage.
+pub fn shared_registers(sim: &mut Simulator, keys: usize, clients: u64, ops_per_client: usize, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut histories: Vec<Vec<Event>> = vec![Vec::new(); keys];
+    // token → (client, key, invocation time, value written if a write)
+    let mut pending: HashMap<u64, (usize, usize, u64, Option<Vec<u8>>)> = HashMap::new();
+    let mut remaining = vec![ops_per_client; clients as usize];
+    let mut busy = vec![false; clients as usize];
+    let mut written = 0u64;
+    while !pending.is_empty() || remaining.iter().any(|&r| r > 0) {
+        for c in 0..clients as usize {
+            if busy[c] || remaining[c] == 0 || rng.random_bool(0.3) {
+                continue;
+            }
+            let k = rng.random_range(0..keys);
+            let key = Bytes::from(format!("register{k}"));
+            let invoked = sim.elapsed().as_nanos() as u64;
+            let (command, write) = if rng.random_bool(0.4) {
+                written += 1;
+                let value = format!("v{written}").into_bytes();
+                let command = Command::Set {
+                    key,
+                    value: Bytes::from(value.clone()),
+                    condition: SetCondition::Always,
+                };
+                (command, Some(value))
+            } else {
+                (Command::Get(key), None)
+            };
+            let token = sim.submit(c as u64, command);
+            pending.insert(token, (c, k, invoked, write));
+            busy[c] = true;
+            remaining[c] -= 1;
+        }
+        sim.run_for(Duration::from_micros(rng.random_range(100..5_000)));
+        for (token, at, outcome) in sim.drain_outcomes() {
+            let (client, k, invoked, write) = pending.remove(&token).expect("known token");
+            busy[client] = false;
+            let kind = match (write, outcome) {
+                (Some(value), Outcome::Ok) => Kind::Write(value),
+                (None, Outcome::Value(v)) => Kind::Read(v.map(|b| b.to_vec())),
+                (w, o) => panic!("unexpected outcome {o:?} (write: {w:?})"),
+            };
+            histories[k].push(Event {
+                invoked,
+                returned: at.as_nanos() as u64,
+                kind,
+            });
+        }
+    }
+    for (k, history) in histories.iter().enumerate() {
+        if let Err(violation) = linearizability::check(history) {
+            panic!("register{k}: history of {} ops is not linearizable: {violation}", history.len());
+        }
+    }
+}
+
+/// Oversized keys and values and too-long commands are refused without effect; a full store
+/// refuses new keys but still updates and deletes.
+pub fn limits(sim: &mut Simulator, max_key: usize, max_value: usize, capacity: usize) {
+    let long_key = Bytes::from(vec![b'k'; max_key + 1]);
+    let big_value = Bytes::from(vec![b'v'; max_value + 1]);
+    let set = |key: Bytes, value: Bytes| Command::Set {
+        key,
+        value,
+        condition: SetCondition::Always,
+    };
+    assert_eq!(
+        sim.execute(1, set(long_key.clone(), "v".into())),
+        Some(Outcome::Error(CommandError::KeyTooLong { len: max_key + 1, max: max_key }))
+    );
+    assert_eq!(
+        sim.execute(1, set("k".into(), big_value.clone())),
+        Some(Outcome::Error(CommandError::ValueTooLarge { len: max_value + 1, max: max_value }))
+    );
+    assert!(matches!(
+        sim.execute(1, Command::MSet(vec![("ok".into(), "v".into()), ("bad".into(), big_value)])),
+        Some(Outcome::Error(CommandError::ValueTooLarge { .. }))
+    ));
+    assert_eq!(sim.execute(1, Command::Exists(vec!["ok".into()])), Some(Outcome::Integer(0)));
+
+    for i in 0..capacity {
+        assert_eq!(sim.execute(1, set(format!("f{i}").into(), "v".into())), Some(Outcome::Ok));
+    }
+    let full = Some(Outcome::Error(CommandError::StoreFull { capacity }));
+    assert_eq!(sim.execute(1, set("one-more".into(), "v".into())), full);
+    assert_eq!(
+        sim.execute(1, Command::MSet(vec![("f0".into(), "w".into()), ("new".into(), "w".into())])),
+        full,
+        "MSET with a new key is refused as a whole"
+    );
+    assert_eq!(sim.execute(1, Command::Get("f0".into())), Some(Outcome::Value(Some("v".into()))));
+    assert_eq!(sim.execute(1, set("f0".into(), "updated".into())), Some(Outcome::Ok));
+    assert_eq!(sim.execute(1, Command::Del(vec!["f1".into()])), Some(Outcome::Integer(1)));
+    assert_eq!(sim.execute(1, set("one-more".into(), "v".into())), Some(Outcome::Ok));
+    assert_eq!(
+        sim.execute(1, Command::Get("one-more".into())),
+        Some(Outcome::Value(Some("v".into())))
+    );
+    assert_eq!(sim.execute(1, Command::DbSize), Some(Outcome::Integer(capacity as i64)));
+}

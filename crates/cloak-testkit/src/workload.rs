@@ -1,0 +1,127 @@
+//! Random per-client workloads checked against a `HashMap` model.
+//!
+//! Each client touches only keys of its own, so whatever the interleaving with other clients,
+//! the outcome of each of its commands follows from its own earlier commands, which take effect
+//! in the order it sent them. [`ClientModel::next`] draws a command and the outcome it must have.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use cloak_core::{Command, Outcome, SetCondition};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub struct ClientModel {
+    client: u64,
+    keys: usize,
+    max_value: usize,
+    model: HashMap<Bytes, Bytes>,
+    rng: ChaCha8Rng,
+    counter: u64,
+}
+
+impl ClientModel {
+    /// A client with `keys` keys of its own and values of up to `max_value` bytes.
+    pub fn new(client: u64, keys: usize, max_value: usize, seed: u64) -> Self {
+        Self {
+            client,
+            keys,
+            max_value,
+            model: HashMap::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ client.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            counter: 0,
+        }
+    }
+
+    pub fn key(&self, i: usize) -> Bytes {
+        Bytes::from(format!("c{}:k{}", self.client, i))
+    }
+
+    /// Keys this client currently holds.
+    pub fn len(&self) -> usize {
+        self.model.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.model.is_empty()
+    }
+
+    fn random_key(&mut self) -> Bytes {
+        let i = self.rng.random_range(0..self.keys);
+        self.key(i)
+    }
+
+    fn random_value(&mut self) -> Bytes {
+        self.counter += 1;
+        let len = self.rng.random_range(0..=self.max_value);
+        let tag = format!("{}:{}:", self.client, self.counter);
+        let mut v: Vec<u8> = tag.into_bytes();
+        v.resize(len.max(v.len()).min(self.max_value), b'x');
+        v.truncate(self.max_value);
+        Bytes::from(v)
+    }
+
+    /// The value the model holds for `key`.
+    pub fn value(&self, key: &Bytes) -> Option<Bytes> {
+        self.model.get(key).cloned()
+    }
+
+    /// The next command and the outcome the store must give it.
+    pub fn next(&mut self) -> (Command, Outcome) {
+        match self.rng.random_range(0..100) {
+            0..35 => {
+                let key = self.random_key();
+                let expected = Outcome::Value(self.value(&key));
+                (Command::Get(key), expected)
+            }
+            35..65 => {
+                let (key, value) = (self.random_key(), self.random_value());
+                let condition = match self.rng.random_range(0..10) {
+                    0 => SetCondition::IfAbsent,
+                    1 => SetCondition::IfPresent,
+                    _ => SetCondition::Always,
+                };
+                let exists = self.model.contains_key(&key);
+                let applies = match condition {
+                    SetCondition::Always => true,
+                    SetCondition::IfAbsent => !exists,
+                    SetCondition::IfPresent => exists,
+                };
+                let expected = if applies {
+                    self.model.insert(key.clone(), value.clone());
+                    Outcome::Ok
+                } else {
+                    Outcome::Value(None)
+                };
+                (Command::Set { key, value, condition }, expected)
+            }
+            65..75 => {
+                let n = self.rng.random_range(1..=4);
+                let keys: Vec<Bytes> = (0..n).map(|_| self.random_key()).collect();
+                let expected = Outcome::Values(keys.iter().map(|k| self.value(k)).collect());
+                (Command::MGet(keys), expected)
+            }
+            75..83 => {
+                let n = self.rng.random_range(1..=4);
+                let pairs: Vec<(Bytes, Bytes)> =
+                    (0..n).map(|_| (self.random_key(), self.random_value())).collect();
+                for (k, v) in &pairs {
+                    self.model.insert(k.clone(), v.clone());
+                }
+                (Command::MSet(pairs), Outcome::Ok)
+            }
+            83..93 => {
+                let n = self.rng.random_range(1..=3);
+                let keys: Vec<Bytes> = (0..n).map(|_| self.random_key()).collect();
+                let removed = keys.iter().filter(|k| self.model.remove(*k).is_some()).count();
+                (Command::Del(keys), Outcome::Integer(removed as i64))
+            }
+            _ => {
+                let n = self.rng.random_range(1..=3);
+                let keys: Vec<Bytes> = (0..n).map(|_| self.random_key()).collect();
+                let count = keys.iter().filter(|k| self.model.contains_key(*k)).count();
+                (Command::Exists(keys), Outcome::Integer(count as i64))
+            }
+        }
+    }
+}
