@@ -1,0 +1,43 @@
+//! Where the elements live: the untrusted side of Cloak.
+//!
+//! One small trait, [`Storage`], executes a scheme's [`StorageOp`]s. Backends:
+//! - [`MemoryStorage`]: in this process's memory;
+//! - [`TcpStorage`]: a client for `cloak server` over the [`wire`] protocol;
+//! - [`Observing`]: wraps any backend and records exactly what the server sees (the adversary's
+//!   view), for tests and the auditor.
+//!
+//! [`server`] serves any backend over TCP: that is `cloak server`.
+
+mod memory;
+mod observing;
+pub mod server;
+mod tcp;
+pub mod wire;
+
+use async_trait::async_trait;
+pub use cloak_core::{StorageError, StorageOp, StorageReply};
+
+pub use memory::MemoryStorage;
+pub use observing::{Observing, TraceHandle};
+pub use tcp::TcpStorage;
+
+/// A storage backend. Requests in flight together may be applied in any order; a request issued
+/// after another completed sees its effects.
+#[async_trait]
+pub trait Storage: Send + Sync + 'static {
+    async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError>;
+
+    /// Where the elements are, for logs and `INFO` (never secret).
+    fn describe(&self) -> String;
+}
+
+#[async_trait]
+impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
+    async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
+        (**self).call(op).await
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}

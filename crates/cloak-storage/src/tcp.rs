@@ -1,0 +1,202 @@
+//! A client for `cloak server`: a few pipelined connections, reconnected on demand.
+//!
+//! Each connection has a writer task (requests out, coalesced when several are ready) and a
+//! reader task (answers in, matched to requests in order). A broken connection fails every
+//! request waiting on it, and the next request opens a new one; schemes decide whether to retry.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::wire;
+use crate::{Storage, StorageError, StorageOp, StorageReply};
+
+type Answer = Result<StorageReply, StorageError>;
+
+struct Job {
+    id: u64,
+    frame: Bytes,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// Requests written and not yet answered, in order; `None` once the connection is dead.
+type Waiting = Arc<Mutex<Option<VecDeque<(u64, oneshot::Sender<Answer>)>>>>;
+
+struct Connection {
+    jobs: mpsc::UnboundedSender<Job>,
+    waiting: Waiting,
+}
+
+impl Connection {
+    fn alive(&self) -> bool {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).is_some() && !self.jobs.is_closed()
+    }
+}
+
+pub struct TcpStorage {
+    addr: String,
+    connections: Vec<tokio::sync::Mutex<Option<Connection>>>,
+    next: AtomicUsize,
+    next_id: AtomicUsize,
+    timeout: Duration,
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl TcpStorage {
+    /// Connects to a storage server at `addr` (`host:port`), checking it is reachable now.
+    pub async fn connect(addr: &str, connections: usize) -> Result<Self, StorageError> {
+        let storage = Self {
+            addr: addr.to_string(),
+            connections: (0..connections.max(1))
+                .map(|_| tokio::sync::Mutex::new(None))
+                .collect(),
+            next: AtomicUsize::new(0),
+            next_id: AtomicUsize::new(0),
+            timeout: Duration::from_secs(30),
+        };
+        let first = storage.open().await?;
+        *storage.connections[0].lock().await = Some(first);
+        Ok(storage)
+    }
+
+    /// How long a request may wait for its answer before it fails.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn open(&self) -> Result<Connection, StorageError> {
+        let unreachable = |e: &dyn std::fmt::Display| {
+            StorageError(format!("cannot connect to storage server {}: {e}", self.addr))
+        };
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| unreachable(&"timed out"))?
+            .map_err(|e| unreachable(&e))?;
+        stream.set_nodelay(true).map_err(|e| unreachable(&e))?;
+        let (reader, writer) = stream.into_split();
+        let waiting: Waiting = Arc::new(Mutex::new(Some(VecDeque::new())));
+        let (jobs, queue) = mpsc::unbounded_channel();
+        tokio::spawn(write_loop(writer, queue, waiting.clone(), self.addr.clone()));
+        tokio::spawn(read_loop(reader, waiting.clone(), self.addr.clone()));
+        Ok(Connection { jobs, waiting })
+    }
+}
+
+#[async_trait]
+impl Storage for TcpStorage {
+    async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+        let mut frame = BytesMut::new();
+        wire::encode_request(id, &op, &mut frame);
+        let (answer, answered) = oneshot::channel();
+        let job = Job {
+            id,
+            frame: frame.freeze(),
+            answer,
+        };
+        {
+            let index = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+            let mut slot = self.connections[index].lock().await;
+            if !slot.as_ref().is_some_and(Connection::alive) {
+                *slot = Some(self.open().await?);
+            }
+            let connection = slot.as_ref().expect("opened above");
+            connection
+                .jobs
+                .send(job)
+                .map_err(|_| StorageError(format!("connection to {} closed", self.addr)))?;
+        }
+        match tokio::time::timeout(self.timeout, answered).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(StorageError(format!("connection to {} lost", self.addr))),
+            Err(_) => Err(StorageError(format!(
+                "storage server {} did not answer within {:?}",
+                self.addr, self.timeout
+            ))),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("tcp://{}", self.addr)
+    }
+}
+
+fn fail_all(waiting: &Waiting, reason: &str) {
+    let queue = waiting.lock().unwrap_or_else(|e| e.into_inner()).take();
+    for (_, answer) in queue.into_iter().flatten() {
+        let _ = answer.send(Err(StorageError(reason.to_string())));
+    }
+}
+
+async fn write_loop(
+    mut writer: OwnedWriteHalf,
+    mut jobs: mpsc::UnboundedReceiver<Job>,
+    waiting: Waiting,
+    addr: String,
+) {
+    let mut batch = Vec::new();
+    while jobs.recv_many(&mut batch, 256).await > 0 {
+        let mut out = BytesMut::new();
+        {
+            let mut queue = waiting.lock().unwrap_or_else(|e| e.into_inner());
+            for job in batch.drain(..) {
+                match queue.as_mut() {
+                    Some(queue) => {
+                        queue.push_back((job.id, job.answer));
+                        out.extend_from_slice(&job.frame);
+                    }
+                    None => {
+                        let _ = job.answer.send(Err(StorageError(format!(
+                            "connection to {addr} is broken"
+                        ))));
+                    }
+                }
+            }
+        }
+        if let Err(error) = writer.write_all(&out).await {
+            fail_all(&waiting, &format!("writing to storage server {addr} failed: {error}"));
+            return;
+        }
+    }
+}
+
+async fn read_loop(mut reader: OwnedReadHalf, waiting: Waiting, addr: String) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let reason = loop {
+        let frame = match wire::read_frame(&mut reader, &mut buf).await {
+            Ok(frame) => frame,
+            Err(error) => break format!("storage server {addr}: {error}"),
+        };
+        let (id, answer) = match wire::decode_response(frame) {
+            Ok(response) => response,
+            Err(error) => break format!("storage server {addr} sent a bad answer: {error}"),
+        };
+        let next = waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .and_then(VecDeque::pop_front);
+        match next {
+            Some((expected, sender)) if expected == id => {
+                let _ = sender.send(answer);
+            }
+            Some((_, sender)) => {
+                let _ = sender.send(Err(StorageError("answers out of order".into())));
+                break format!("storage server {addr} answered out of order");
+            }
+            None => break format!("storage server {addr} answered a request never sent"),
+        }
+    };
+    tracing::debug!(%reason, "storage connection closed");
+    fail_all(&waiting, &reason);
+}

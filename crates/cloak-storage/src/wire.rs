@@ -1,0 +1,283 @@
+//! The storage wire protocol between the proxy and `cloak server`.
+//!
+//! Every message is a frame: `length (u32 LE) ‖ payload`. Little-endian throughout.
+//!
+//! ```text
+//! request  = id (u64) ‖ tag (u8) ‖ body
+//!   tag 1 READ    body = n (u32) ‖ n × address (u128)
+//!   tag 2 WRITE   body = n (u32) ‖ n × (address (u128) ‖ len (u32) ‖ bytes)
+//!   tag 3 DELETE  body = n (u32) ‖ n × address (u128)
+//! response = id (u64) ‖ tag (u8) ‖ body
+//!   tag 1 VALUES  body = n (u32) ‖ n × (0 | 1 ‖ len (u32) ‖ bytes)
+//!   tag 2 DONE    body = empty
+//!   tag 3 ERROR   body = UTF-8 message
+//! ```
+//!
+//! A server answers the requests of one connection in order.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::{StorageError, StorageOp, StorageReply};
+
+/// Largest frame either side accepts (a batch of 4,000 elements of 32 KiB is 128 MiB).
+pub const MAX_FRAME: usize = 512 << 20;
+
+const READ: u8 = 1;
+const WRITE: u8 = 2;
+const DELETE: u8 = 3;
+const VALUES: u8 = 1;
+const DONE: u8 = 2;
+const ERROR: u8 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("connection closed")]
+    Closed,
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    TooLarge(usize),
+    #[error("malformed frame: {0}")]
+    Malformed(&'static str),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads one frame's payload; `Err(Closed)` on a clean end of stream between frames.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+) -> Result<Bytes, WireError> {
+    loop {
+        if buf.len() >= 4 {
+            let len = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+            if len > MAX_FRAME {
+                return Err(WireError::TooLarge(len));
+            }
+            if buf.len() >= 4 + len {
+                buf.advance(4);
+                return Ok(buf.split_to(len).freeze());
+            }
+            buf.reserve(4 + len - buf.len());
+        }
+        if reader.read_buf(buf).await? == 0 {
+            return Err(if buf.is_empty() {
+                WireError::Closed
+            } else {
+                WireError::Malformed("stream ended inside a frame")
+            });
+        }
+    }
+}
+
+/// Starts a frame in `out`; [`finish_frame`] fills in its length.
+fn start_frame(out: &mut BytesMut) -> usize {
+    let at = out.len();
+    out.put_u32_le(0);
+    at
+}
+
+fn finish_frame(out: &mut BytesMut, at: usize) {
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+pub fn encode_request(id: u64, op: &StorageOp, out: &mut BytesMut) {
+    let at = start_frame(out);
+    out.put_u64_le(id);
+    match op {
+        StorageOp::Read(addrs) | StorageOp::Delete(addrs) => {
+            out.put_u8(if matches!(op, StorageOp::Read(_)) { READ } else { DELETE });
+            out.put_u32_le(addrs.len() as u32);
+            out.reserve(16 * addrs.len());
+            for a in addrs {
+                out.put_u128_le(*a);
+            }
+        }
+        StorageOp::Write(writes) => {
+            out.put_u8(WRITE);
+            out.put_u32_le(writes.len() as u32);
+            out.reserve(writes.iter().map(|(_, v)| 20 + v.len()).sum());
+            for (a, v) in writes {
+                out.put_u128_le(*a);
+                out.put_u32_le(v.len() as u32);
+                out.put_slice(v);
+            }
+        }
+    }
+    finish_frame(out, at);
+}
+
+pub fn encode_response(id: u64, result: &Result<StorageReply, StorageError>, out: &mut BytesMut) {
+    let at = start_frame(out);
+    out.put_u64_le(id);
+    match result {
+        Ok(StorageReply::Values(values)) => {
+            out.put_u8(VALUES);
+            out.put_u32_le(values.len() as u32);
+            out.reserve(values.iter().map(|v| 5 + v.as_ref().map_or(0, |v| v.len())).sum());
+            for v in values {
+                match v {
+                    Some(v) => {
+                        out.put_u8(1);
+                        out.put_u32_le(v.len() as u32);
+                        out.put_slice(v);
+                    }
+                    None => out.put_u8(0),
+                }
+            }
+        }
+        Ok(StorageReply::Done) => out.put_u8(DONE),
+        Err(StorageError(message)) => {
+            out.put_u8(ERROR);
+            out.put_slice(message.as_bytes());
+        }
+    }
+    finish_frame(out, at);
+}
+
+fn need(frame: &Bytes, n: usize) -> Result<(), WireError> {
+    if frame.remaining() < n {
+        Err(WireError::Malformed("truncated"))
+    } else {
+        Ok(())
+    }
+}
+
+fn header(frame: &mut Bytes) -> Result<(u64, u8), WireError> {
+    need(frame, 9)?;
+    Ok((frame.get_u64_le(), frame.get_u8()))
+}
+
+/// A count of entries of at least `min_size` bytes each, checked against what the frame holds
+/// so a lying count cannot make us allocate.
+fn count(frame: &mut Bytes, min_size: usize) -> Result<usize, WireError> {
+    need(frame, 4)?;
+    let n = frame.get_u32_le() as usize;
+    if n.saturating_mul(min_size) > frame.remaining() {
+        return Err(WireError::Malformed("entry count exceeds the frame"));
+    }
+    Ok(n)
+}
+
+fn bytes(frame: &mut Bytes) -> Result<Bytes, WireError> {
+    need(frame, 4)?;
+    let len = frame.get_u32_le() as usize;
+    need(frame, len)?;
+    Ok(frame.split_to(len))
+}
+
+fn addresses(frame: &mut Bytes) -> Result<Vec<u128>, WireError> {
+    let n = count(frame, 16)?;
+    Ok((0..n).map(|_| frame.get_u128_le()).collect())
+}
+
+fn done(frame: &Bytes) -> Result<(), WireError> {
+    if frame.has_remaining() {
+        Err(WireError::Malformed("trailing bytes"))
+    } else {
+        Ok(())
+    }
+}
+
+pub fn decode_request(mut frame: Bytes) -> Result<(u64, StorageOp), WireError> {
+    let (id, tag) = header(&mut frame)?;
+    let op = match tag {
+        READ => StorageOp::Read(addresses(&mut frame)?),
+        DELETE => StorageOp::Delete(addresses(&mut frame)?),
+        WRITE => {
+            let n = count(&mut frame, 20)?;
+            let mut writes = Vec::with_capacity(n);
+            for _ in 0..n {
+                need(&frame, 16)?;
+                let addr = frame.get_u128_le();
+                writes.push((addr, bytes(&mut frame)?));
+            }
+            StorageOp::Write(writes)
+        }
+        _ => return Err(WireError::Malformed("unknown request tag")),
+    };
+    done(&frame)?;
+    Ok((id, op))
+}
+
+pub fn decode_response(
+    mut frame: Bytes,
+) -> Result<(u64, Result<StorageReply, StorageError>), WireError> {
+    let (id, tag) = header(&mut frame)?;
+    let result = match tag {
+        VALUES => {
+            let n = count(&mut frame, 1)?;
+            let mut values = Vec::with_capacity(n);
+            for _ in 0..n {
+                need(&frame, 1)?;
+                values.push(match frame.get_u8() {
+                    0 => None,
+                    1 => Some(bytes(&mut frame)?),
+                    _ => return Err(WireError::Malformed("bad presence flag")),
+                });
+            }
+            Ok(StorageReply::Values(values))
+        }
+        DONE => Ok(StorageReply::Done),
+        ERROR => {
+            let message = String::from_utf8_lossy(&frame).into_owned();
+            frame.advance(frame.remaining());
+            Err(StorageError(message))
+        }
+        _ => return Err(WireError::Malformed("unknown response tag")),
+    };
+    done(&frame)?;
+    Ok((id, result))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn round_trip_request(op: StorageOp) {
+        let mut out = BytesMut::new();
+        encode_request(7, &op, &mut out);
+        let mut reader = &out[..];
+        let frame = read_frame(&mut reader, &mut BytesMut::new()).await.unwrap();
+        assert_eq!(decode_request(frame).unwrap(), (7, op));
+    }
+
+    #[tokio::test]
+    async fn requests_and_responses_round_trip() {
+        round_trip_request(StorageOp::Read(vec![1, u128::MAX])).await;
+        round_trip_request(StorageOp::Delete(vec![])).await;
+        round_trip_request(StorageOp::Write(vec![(3, Bytes::from_static(b"abc")), (4, Bytes::new())])).await;
+        for result in [
+            Ok(StorageReply::Values(vec![Some(Bytes::from_static(b"x")), None])),
+            Ok(StorageReply::Done),
+            Err(StorageError("disk full".into())),
+        ] {
+            let mut out = BytesMut::new();
+            encode_response(9, &result, &mut out);
+            let frame = read_frame(&mut &out[..], &mut BytesMut::new()).await.unwrap();
+            assert_eq!(decode_response(frame).unwrap(), (9, result));
+        }
+    }
+
+    #[tokio::test]
+    async fn malformed_frames_are_rejected() {
+        let mut huge = BytesMut::new();
+        huge.put_u32_le(u32::MAX);
+        assert!(matches!(
+            read_frame(&mut &huge[..], &mut BytesMut::new()).await,
+            Err(WireError::TooLarge(_))
+        ));
+        assert!(matches!(
+            read_frame(&mut &[1u8, 0, 0, 0][..], &mut BytesMut::new()).await,
+            Err(WireError::Malformed(_))
+        ));
+        // A count promising more entries than the frame holds.
+        let mut lying = BytesMut::new();
+        lying.put_u64_le(1);
+        lying.put_u8(READ);
+        lying.put_u32_le(1_000_000);
+        assert!(decode_request(lying.freeze()).is_err());
+        assert!(decode_request(Bytes::from_static(&[0; 9])).is_err());
+        assert!(decode_response(Bytes::from_static(b"short")).is_err());
+    }
+}

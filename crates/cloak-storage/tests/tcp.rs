@@ -1,0 +1,125 @@
+//! The TCP server and client together, including bad input and a server that goes away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cloak_storage::{MemoryStorage, Observing, Storage, StorageOp, StorageReply, TcpStorage, server};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+async fn start_server(listener: TcpListener) -> oneshot::Sender<()> {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    tokio::spawn(server::serve(listener, storage, async {
+        let _ = stopped.await;
+    }));
+    stop
+}
+
+#[tokio::test]
+async fn reads_writes_and_deletes_over_tcp() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let _stop = start_server(listener).await;
+    let client = Arc::new(TcpStorage::connect(&addr, 3).await.unwrap());
+
+    let write = StorageOp::Write(vec![(1, Bytes::from_static(b"one")), (2, Bytes::from_static(b"two"))]);
+    assert_eq!(client.call(write).await.unwrap(), StorageReply::Done);
+    assert_eq!(
+        client.call(StorageOp::Read(vec![2, 1, 3])).await.unwrap(),
+        StorageReply::Values(vec![Some("two".into()), Some("one".into()), None])
+    );
+    assert_eq!(client.call(StorageOp::Delete(vec![1])).await.unwrap(), StorageReply::Done);
+    assert_eq!(
+        client.call(StorageOp::Read(vec![1])).await.unwrap(),
+        StorageReply::Values(vec![None])
+    );
+
+    // Many concurrent requests over the pooled, pipelined connections.
+    let tasks: Vec<_> = (0..200u128)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let value = Bytes::from(vec![i as u8; 1000]);
+                client.call(StorageOp::Write(vec![(100 + i, value.clone())])).await.unwrap();
+                let read = client.call(StorageOp::Read(vec![100 + i])).await.unwrap();
+                assert_eq!(read, StorageReply::Values(vec![Some(value)]));
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_client_does_not_disturb_others() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let _stop = start_server(listener).await;
+    let client = TcpStorage::connect(&addr, 1).await.unwrap();
+
+    let mut rogue = TcpStream::connect(&addr).await.unwrap();
+    rogue.write_all(&[9, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 99]).await.unwrap();
+    let mut answer = Vec::new();
+    rogue.read_to_end(&mut answer).await.unwrap();
+    assert!(String::from_utf8_lossy(&answer).contains("protocol error"));
+
+    let mut huge = TcpStream::connect(&addr).await.unwrap();
+    huge.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = huge.read_to_end(&mut answer).await;
+
+    assert_eq!(
+        client.call(StorageOp::Read(vec![1])).await.unwrap(),
+        StorageReply::Values(vec![None])
+    );
+}
+
+#[tokio::test]
+async fn requests_fail_clearly_while_the_server_is_down_and_work_after_it_returns() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = start_server(listener).await;
+    let client = TcpStorage::connect(&addr.to_string(), 1)
+        .await
+        .unwrap()
+        .with_timeout(Duration::from_secs(2));
+    client.call(StorageOp::Read(vec![1])).await.unwrap();
+
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let error = client.call(StorageOp::Read(vec![1])).await.unwrap_err();
+    assert!(
+        error.0.contains("storage server") || error.0.contains("connection"),
+        "unclear error: {error}"
+    );
+    let error = client.call(StorageOp::Read(vec![1])).await.unwrap_err();
+    assert!(error.0.contains("cannot connect to storage server"), "{error}");
+
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let _stop = start_server(listener).await;
+    let mut recovered = false;
+    for _ in 0..50 {
+        if client.call(StorageOp::Read(vec![1])).await.is_ok() {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(recovered, "the client reconnects when the server is back");
+}
+
+#[tokio::test]
+async fn observing_records_what_the_server_sees() {
+    let (storage, trace) = Observing::new(MemoryStorage::new());
+    storage.call(StorageOp::Write(vec![(5, Bytes::from_static(b"abc"))])).await.unwrap();
+    storage.call(StorageOp::Read(vec![5, 6])).await.unwrap();
+    let seen = trace.take();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].addrs, vec![5]);
+    assert_eq!(seen[0].value_lens, vec![3]);
+    assert_eq!(seen[1].addrs, vec![5, 6]);
+}
