@@ -292,9 +292,11 @@ impl Cloak {
         }
         self.stats.cache_misses += 1;
         if self.corrupt.contains(&slot) {
-            let error = SchemeError::Integrity(format!(
-                "slot {slot} was lost to a corrupted element and has not been written since"
-            ));
+            let error = SchemeError::Integrity(
+                "the element holding this key failed authentication earlier; the value is lost \
+                 until the key is written again"
+                    .into(),
+            );
             self.replies.push_back((id, Reply::Failed(error)));
             return;
         }
@@ -445,7 +447,8 @@ impl Cloak {
             );
             let content = match (waiting, opened) {
                 (Some(Waiting::Write(record)), _) => record,
-                (waiting, Ok(record)) => {
+                // A slot lost earlier holds an empty placeholder: it must not pass for data.
+                (waiting, Ok(record)) if !self.corrupt.contains(&slot) => {
                     if let Some(Waiting::Read(waiters)) = waiting {
                         for waiter in waiters {
                             self.replies
@@ -457,9 +460,11 @@ impl Cloak {
                     }
                     record
                 }
-                (waiting, Err(error)) => {
-                    self.stats.integrity_failures += 1;
-                    tracing::error!(address = addr, %error, "storage returned a bad element");
+                (waiting, opened) => {
+                    if let Err(error) = &opened {
+                        self.stats.integrity_failures += 1;
+                        tracing::error!(address = addr, %error, "storage returned a bad element");
+                    }
                     // The cache, when it has the slot, holds its newest value: nothing is lost.
                     let known = self.cache.as_mut().and_then(|c| c.peek(&slot).cloned());
                     if let Some(Waiting::Read(waiters)) = waiting {
@@ -467,16 +472,24 @@ impl Cloak {
                             let reply = match &known {
                                 Some(record) => Reply::Value(record.clone()),
                                 None => Reply::Failed(SchemeError::Integrity(format!(
-                                    "element at storage address {addr}: {error}"
+                                    "the element holding this key failed authentication \
+                                     (storage address {addr}); the value is lost until the key \
+                                     is written again"
                                 ))),
                             };
                             self.replies.push_back((waiter, reply));
                         }
                     }
-                    known.unwrap_or_else(|| {
-                        self.corrupt.insert(slot);
-                        Record::empty()
-                    })
+                    match known {
+                        Some(record) => {
+                            self.corrupt.remove(&slot);
+                            record
+                        }
+                        None => {
+                            self.corrupt.insert(slot);
+                            Record::empty()
+                        }
+                    }
                 }
             };
             if let Some(p) = self.pending.get(&slot)

@@ -1,0 +1,284 @@
+//! The core task: the one place the engine lives, driven with real time and real storage.
+//!
+//! Connections send it commands over a bounded channel; it submits them to the [`Engine`],
+//! sends the scheme's storage requests to the backend (each on its own task, so several can be in
+//! flight), feeds answers and timer expiries back, and returns each command's outcome. While the
+//! scheme refuses new ops (backpressure) the core stops reading commands, the channel fills, and
+//! connections stop reading from their sockets.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cloak_core::{
+    ClientId, Command, Engine, EngineStats, Outcome, RequestId, SchemeStats, StorageError,
+    StorageOp, StorageReply,
+};
+use cloak_storage::Storage;
+use hdrhistogram::Histogram;
+use tokio::sync::{mpsc, oneshot};
+
+/// Commands taken from the channel in one go, so work that arrives together is sent to storage
+/// together.
+const INTAKE: usize = 256;
+
+struct Submission {
+    client: ClientId,
+    command: Command,
+    reply: oneshot::Sender<Outcome>,
+    at: Instant,
+}
+
+enum Control {
+    Snapshot(oneshot::Sender<Snapshot>),
+}
+
+/// The proxy's state for `INFO` and benchmarks.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub scheme: &'static str,
+    pub engine: EngineStats,
+    pub stats: SchemeStats,
+    pub params: Vec<(&'static str, String)>,
+    pub latency: Latency,
+    pub storage: String,
+    pub io: StorageIo,
+    pub uptime: Duration,
+}
+
+/// Command latency in microseconds, from arrival at the core to outcome.
+#[derive(Clone, Debug, Default)]
+pub struct Latency {
+    pub count: u64,
+    pub p50: u64,
+    pub p95: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
+/// Traffic between the proxy and storage.
+#[derive(Clone, Debug, Default)]
+pub struct StorageIo {
+    pub requests: u64,
+    pub failures: u64,
+    /// Addresses and values sent.
+    pub bytes_sent: u64,
+    /// Values received.
+    pub bytes_received: u64,
+}
+
+/// How connections reach the core.
+#[derive(Clone)]
+pub struct CoreHandle {
+    commands: mpsc::Sender<Submission>,
+    control: mpsc::UnboundedSender<Control>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the proxy is shutting down")]
+pub struct CoreStopped;
+
+impl CoreHandle {
+    /// Queues a command (waiting while the core applies backpressure); the receiver yields its
+    /// outcome.
+    pub async fn submit(
+        &self,
+        client: ClientId,
+        command: Command,
+    ) -> Result<oneshot::Receiver<Outcome>, CoreStopped> {
+        let (reply, outcome) = oneshot::channel();
+        let submission = Submission {
+            client,
+            command,
+            reply,
+            at: Instant::now(),
+        };
+        self.commands.send(submission).await.map_err(|_| CoreStopped)?;
+        Ok(outcome)
+    }
+
+    pub async fn snapshot(&self) -> Result<Snapshot, CoreStopped> {
+        self.stats().snapshot().await
+    }
+
+    /// A handle that can only read statistics (it does not keep the core from draining).
+    pub fn stats(&self) -> StatsHandle {
+        StatsHandle(self.control.clone())
+    }
+}
+
+/// Reads the core's statistics; unlike [`CoreHandle`], holding it does not delay shutdown.
+#[derive(Clone)]
+pub struct StatsHandle(mpsc::UnboundedSender<Control>);
+
+impl StatsHandle {
+    pub async fn snapshot(&self) -> Result<Snapshot, CoreStopped> {
+        let (tx, rx) = oneshot::channel();
+        self.0.send(Control::Snapshot(tx)).map_err(|_| CoreStopped)?;
+        rx.await.map_err(|_| CoreStopped)
+    }
+}
+
+/// Starts the core. It runs until every [`CoreHandle`] is dropped and then drains: it takes no
+/// more commands but keeps batching until every acknowledged write has reached storage.
+pub fn spawn(engine: Engine, storage: Arc<dyn Storage>) -> (CoreHandle, tokio::task::JoinHandle<()>) {
+    let (commands_tx, commands) = mpsc::channel(4 * INTAKE);
+    let (control_tx, control) = mpsc::unbounded_channel();
+    let core = Core {
+        engine,
+        storage,
+        waiting: HashMap::new(),
+        next_token: 0,
+        in_flight: 0,
+        latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
+        io: StorageIo::default(),
+        started: Instant::now(),
+    };
+    let task = tokio::spawn(core.run(commands, control));
+    (
+        CoreHandle {
+            commands: commands_tx,
+            control: control_tx,
+        },
+        task,
+    )
+}
+
+struct Core {
+    engine: Engine,
+    storage: Arc<dyn Storage>,
+    waiting: HashMap<u64, (oneshot::Sender<Outcome>, Instant)>,
+    next_token: u64,
+    in_flight: usize,
+    latency: Histogram<u64>,
+    io: StorageIo,
+    started: Instant,
+}
+
+type Done = (RequestId, Result<StorageReply, StorageError>, u64);
+
+impl Core {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Submission>,
+        mut control: mpsc::UnboundedReceiver<Control>,
+    ) {
+        let (done_tx, mut done) = mpsc::unbounded_channel::<Done>();
+        let mut open = true;
+        loop {
+            self.flush(&done_tx);
+            if !open && self.drained() {
+                tracing::info!("all acknowledged writes are in storage");
+                return;
+            }
+            let deadline = self.engine.poll_timeout();
+            let sleep = tokio::time::sleep_until(
+                deadline.map_or_else(far_future, tokio::time::Instant::from_std),
+            );
+            tokio::select! {
+                biased;
+                Some((id, result, received)) = done.recv() => {
+                    self.in_flight -= 1;
+                    self.io.bytes_received += received;
+                    if result.is_err() {
+                        self.io.failures += 1;
+                    }
+                    self.engine.handle_storage(Instant::now(), id, result);
+                }
+                Some(Control::Snapshot(reply)) = control.recv() => {
+                    let _ = reply.send(self.snapshot());
+                }
+                () = sleep, if deadline.is_some() => {
+                    self.engine.handle_timeout(Instant::now());
+                }
+                submission = commands.recv(), if open && self.engine.accepts() => match submission {
+                    Some(first) => {
+                        self.submit(first);
+                        while self.engine.accepts() && let Ok(next) = commands.try_recv() {
+                            self.submit(next);
+                        }
+                    }
+                    None => {
+                        tracing::info!(queued = self.engine.scheme_stats().queued, "front end closed; draining");
+                        open = false;
+                    }
+                },
+            }
+        }
+    }
+
+    fn submit(&mut self, submission: Submission) {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.waiting.insert(token, (submission.reply, submission.at));
+        self.engine
+            .submit(Instant::now(), submission.client, token, submission.command);
+    }
+
+    /// Sends pending storage requests and delivers finished outcomes.
+    fn flush(&mut self, done: &mpsc::UnboundedSender<Done>) {
+        while let Some(request) = self.engine.poll_storage() {
+            self.io.requests += 1;
+            self.io.bytes_sent += sent_bytes(&request.op);
+            self.in_flight += 1;
+            let storage = self.storage.clone();
+            let done = done.clone();
+            tokio::spawn(async move {
+                let result = storage.call(request.op).await;
+                let received = match &result {
+                    Ok(StorageReply::Values(values)) => {
+                        values.iter().flatten().map(|v| v.len() as u64).sum()
+                    }
+                    _ => 0,
+                };
+                let _ = done.send((request.id, result, received));
+            });
+        }
+        while let Some((token, outcome)) = self.engine.poll_outcome() {
+            if let Some((reply, at)) = self.waiting.remove(&token) {
+                let micros = at.elapsed().as_micros().max(1) as u64;
+                self.latency.saturating_record(micros);
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+
+    /// Nothing left that a shutdown would lose.
+    fn drained(&self) -> bool {
+        self.waiting.is_empty() && self.in_flight == 0 && self.engine.scheme_stats().queued == 0
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let h = &self.latency;
+        Snapshot {
+            scheme: self.engine.scheme().name(),
+            engine: self.engine.stats(),
+            stats: self.engine.scheme_stats(),
+            params: self.engine.scheme().describe(),
+            latency: Latency {
+                count: h.len(),
+                p50: h.value_at_quantile(0.50),
+                p95: h.value_at_quantile(0.95),
+                p99: h.value_at_quantile(0.99),
+                p999: h.value_at_quantile(0.999),
+                max: h.max(),
+            },
+            storage: self.storage.describe(),
+            io: self.io.clone(),
+            uptime: self.started.elapsed(),
+        }
+    }
+}
+
+fn sent_bytes(op: &StorageOp) -> u64 {
+    let addresses = 16 * op.len() as u64;
+    match op {
+        StorageOp::Write(writes) => addresses + writes.iter().map(|(_, v)| v.len() as u64).sum::<u64>(),
+        _ => addresses,
+    }
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
+}

@@ -1,0 +1,274 @@
+//! RESP, the Redis protocol, as far as a server needs it: decoding requests, encoding replies.
+//!
+//! Requests are arrays of bulk strings (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`) or, typed by hand,
+//! inline lines (`GET k\r\n`). The decoder is incremental (it never rescans bytes it has parsed)
+//! and enforces Redis's limits, with Redis's error messages, so hostile input costs bounded memory
+//! and gets a clear `Protocol error` before the connection closes.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+/// Most arguments in one request (Redis: 1024 * 1024).
+pub const MAX_ARGS: usize = 1024 * 1024;
+/// Longest single argument: 64 MiB. Larger values than `--value-size` still arrive whole, so the
+/// client gets the precise "value is N bytes" error rather than a closed connection.
+pub const MAX_BULK: usize = 64 << 20;
+/// Longest inline request or length line.
+pub const MAX_INLINE: usize = 64 * 1024;
+/// Most bytes of arguments in one request.
+pub const MAX_REQUEST: usize = 256 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Protocol error: {0}")]
+pub struct ProtocolError(pub String);
+
+fn error<T>(message: impl Into<String>) -> Result<T, ProtocolError> {
+    Err(ProtocolError(message.into()))
+}
+
+/// Where the decoder is inside the current request.
+#[derive(Debug, Default)]
+enum State {
+    #[default]
+    Start,
+    /// Inside a multibulk request, with this many arguments still to come.
+    Args(usize),
+    /// Inside a bulk string of this length.
+    Bulk { remaining_args: usize, len: usize },
+}
+
+#[derive(Debug, Default)]
+pub struct RequestDecoder {
+    state: State,
+    args: Vec<Bytes>,
+    bytes: usize,
+}
+
+/// Takes a `\r\n`-terminated line from the front of `buf` (without the terminator).
+fn line(buf: &mut BytesMut) -> Result<Option<Bytes>, ProtocolError> {
+    match buf.iter().position(|&b| b == b'\n') {
+        Some(end) => {
+            let mut line = buf.split_to(end + 1).freeze();
+            line.truncate(end);
+            if line.last() == Some(&b'\r') {
+                line.truncate(end - 1);
+            }
+            Ok(Some(line))
+        }
+        None if buf.len() > MAX_INLINE => error("too big inline request"),
+        None => Ok(None),
+    }
+}
+
+fn number(digits: &[u8]) -> Option<i64> {
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+impl RequestDecoder {
+    /// The next complete request's arguments, `None` if more bytes are needed.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        loop {
+            match self.state {
+                State::Start => {
+                    let Some(&first) = buf.first() else {
+                        return Ok(None);
+                    };
+                    if first != b'*' {
+                        match self.inline(buf)? {
+                            Some(args) if args.is_empty() => continue,
+                            other => return Ok(other),
+                        }
+                    }
+                    let Some(header) = line(buf)? else {
+                        return Ok(None);
+                    };
+                    let count = match number(&header[1..]) {
+                        Some(n) if n <= MAX_ARGS as i64 => n,
+                        _ => return error("invalid multibulk length"),
+                    };
+                    if count <= 0 {
+                        continue; // `*0` and `*-1` are empty requests, ignored like Redis does.
+                    }
+                    self.args = Vec::with_capacity((count as usize).min(1024));
+                    self.bytes = 0;
+                    self.state = State::Args(count as usize);
+                }
+                State::Args(0) => {
+                    self.state = State::Start;
+                    return Ok(Some(std::mem::take(&mut self.args)));
+                }
+                State::Args(remaining_args) => {
+                    let Some(header) = line(buf)? else {
+                        return Ok(None);
+                    };
+                    if header.first() != Some(&b'$') {
+                        let got = header.first().map_or("end of line".to_string(), |b| {
+                            format!("'{}'", *b as char)
+                        });
+                        return error(format!("expected '$', got {got}"));
+                    }
+                    let len = match number(&header[1..]) {
+                        Some(n) if (0..=MAX_BULK as i64).contains(&n) => n as usize,
+                        _ => return error("invalid bulk length"),
+                    };
+                    self.bytes += len;
+                    if self.bytes > MAX_REQUEST {
+                        return error(format!("request larger than {MAX_REQUEST} bytes"));
+                    }
+                    self.state = State::Bulk { remaining_args, len };
+                }
+                State::Bulk { remaining_args, len } => {
+                    if buf.len() < len + 2 {
+                        buf.reserve(len + 2 - buf.len());
+                        return Ok(None);
+                    }
+                    if &buf[len..len + 2] != b"\r\n" {
+                        return error("bulk string is not terminated by CRLF");
+                    }
+                    self.args.push(buf.split_to(len).freeze());
+                    buf.advance(2);
+                    self.state = State::Args(remaining_args - 1);
+                }
+            }
+        }
+    }
+
+    /// An inline request: one line, arguments separated by spaces.
+    fn inline(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        let Some(line) = line(buf)? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            line.split(|b| b.is_ascii_whitespace())
+                .filter(|a| !a.is_empty())
+                .map(|a| line.slice_ref(a))
+                .collect(),
+        ))
+    }
+}
+
+/// A reply to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Status(&'static str),
+    Error(String),
+    Integer(i64),
+    Bulk(Option<Bytes>),
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    pub fn ok() -> Self {
+        Reply::Status("OK")
+    }
+
+    /// An error with Redis's generic `ERR` prefix.
+    pub fn err(message: impl std::fmt::Display) -> Self {
+        Reply::Error(format!("ERR {message}"))
+    }
+
+    pub fn encode(&self, out: &mut BytesMut) {
+        match self {
+            Reply::Status(s) => {
+                out.put_u8(b'+');
+                out.put_slice(s.as_bytes());
+            }
+            Reply::Error(e) => {
+                out.put_u8(b'-');
+                // A line break would end the error line early and desynchronise the client.
+                out.extend(e.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+            }
+            Reply::Integer(n) => {
+                out.put_u8(b':');
+                out.put_slice(n.to_string().as_bytes());
+            }
+            Reply::Bulk(None) => out.put_slice(b"$-1"),
+            Reply::Bulk(Some(b)) => {
+                out.put_u8(b'$');
+                out.put_slice(b.len().to_string().as_bytes());
+                out.put_slice(b"\r\n");
+                out.put_slice(b);
+            }
+            Reply::Array(items) => {
+                out.put_u8(b'*');
+                out.put_slice(items.len().to_string().as_bytes());
+                out.put_slice(b"\r\n");
+                for item in items {
+                    item.encode(out);
+                }
+                return;
+            }
+        }
+        out.put_slice(b"\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(input: &[u8]) -> Result<Vec<Vec<Bytes>>, ProtocolError> {
+        let mut decoder = RequestDecoder::default();
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        while let Some(args) = decoder.decode(&mut buf)? {
+            out.push(args);
+        }
+        Ok(out)
+    }
+
+    fn args(list: &[&str]) -> Vec<Bytes> {
+        list.iter().map(|s| Bytes::from(s.to_string())).collect()
+    }
+
+    #[test]
+    fn multibulk_and_inline_requests() {
+        let got = decode_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n  SET  a b\n\r\n*0\r\n*1\r\n$0\r\n\r\n").unwrap();
+        assert_eq!(got, vec![args(&["GET", "k"]), args(&["PING"]), args(&["SET", "a", "b"]), args(&[""])]);
+    }
+
+    #[test]
+    fn requests_split_at_every_byte_decode_the_same() {
+        let input = b"*3\r\n$3\r\nSET\r\n$5\r\nhello\r\n$11\r\nwith\r\nCRLF!\r\nECHO hi\r\n";
+        let whole = decode_all(input).unwrap();
+        let mut decoder = RequestDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for &b in input.iter() {
+            buf.put_u8(b);
+            while let Some(a) = decoder.decode(&mut buf).unwrap() {
+                got.push(a);
+            }
+        }
+        assert_eq!(got, whole);
+        assert_eq!(whole[0][2], Bytes::from_static(b"with\r\nCRLF!"));
+    }
+
+    #[test]
+    fn malformed_requests_get_redis_errors() {
+        let err = |input: &[u8]| decode_all(input).unwrap_err().0;
+        assert_eq!(err(b"*x\r\n"), "invalid multibulk length");
+        assert_eq!(err(b"*99999999999\r\n"), "invalid multibulk length");
+        assert_eq!(err(b"*1\r\n+OK\r\n"), "expected '$', got '+'");
+        assert_eq!(err(b"*1\r\n$-5\r\n"), "invalid bulk length");
+        assert_eq!(err(b"*1\r\n$999999999999\r\n"), "invalid bulk length");
+        assert_eq!(err(b"*1\r\n$1\r\nabc\r\n"), "bulk string is not terminated by CRLF");
+        assert_eq!(err(&vec![b'a'; MAX_INLINE + 1]), "too big inline request");
+        // A declared length alone does not allocate: the decoder waits for the bytes.
+        assert!(decode_all(b"*1\r\n$67108864\r\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn replies_encode_like_redis() {
+        let mut out = BytesMut::new();
+        Reply::Array(vec![
+            Reply::ok(),
+            Reply::err("bad\r\nthing"),
+            Reply::Integer(-3),
+            Reply::Bulk(None),
+            Reply::Bulk(Some(Bytes::from_static(b"v"))),
+            Reply::Array(vec![]),
+        ])
+        .encode(&mut out);
+        assert_eq!(&out[..], b"*6\r\n+OK\r\n-ERR bad  thing\r\n:-3\r\n$-1\r\n$1\r\nv\r\n*0\r\n");
+    }
+}

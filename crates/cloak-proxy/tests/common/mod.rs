@@ -1,0 +1,275 @@
+//! A proxy and a storage server on loopback ports, as tests need them.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use cloak_core::{Command, Engine, KeyDirectory, Limits, Outcome, RecordLayout, SetCondition};
+use cloak_crypto::{KeyHasher, MasterKey};
+use cloak_proxy::{ProxyOptions, StatsHandle};
+use cloak_schemes::{SchemeName, SchemeOptions, StoreSpec};
+use cloak_storage::{
+    MemoryStorage, Observing, Storage, StorageError, StorageOp, StorageReply, TcpStorage,
+    TraceHandle, server,
+};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub const MAX_KEY: usize = 24;
+pub const MAX_VALUE: usize = 64;
+
+/// A storage server that, while `on`, flips a byte of every element it returns.
+pub struct Tampering {
+    inner: MemoryStorage,
+    pub on: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Storage for Tampering {
+    async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
+        let reply = self.inner.call(op).await?;
+        if !self.on.load(Ordering::Relaxed) {
+            return Ok(reply);
+        }
+        Ok(match reply {
+            StorageReply::Values(values) => StorageReply::Values(
+                values
+                    .into_iter()
+                    .map(|v| {
+                        v.map(|v| {
+                            let mut bytes = v.to_vec();
+                            let middle = bytes.len() / 2;
+                            bytes[middle] ^= 0x40;
+                            Bytes::from(bytes)
+                        })
+                    })
+                    .collect(),
+            ),
+            other => other,
+        })
+    }
+
+    fn describe(&self) -> String {
+        "tampering memory".into()
+    }
+}
+
+pub struct TestProxy {
+    pub addr: SocketAddr,
+    /// The storage server, which tests can turn malicious.
+    pub server: Arc<Tampering>,
+    pub trace: TraceHandle,
+    pub stats: StatsHandle,
+    stop_proxy: Option<oneshot::Sender<()>>,
+    stop_storage: Option<oneshot::Sender<()>>,
+    proxy: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+pub struct Setup {
+    pub scheme: SchemeName,
+    pub capacity: u64,
+    pub options: SchemeOptions,
+    pub password: Option<String>,
+}
+
+impl Setup {
+    pub fn new(scheme: SchemeName, capacity: u64) -> Self {
+        let mut options = SchemeOptions::default();
+        options.cloak.first_budget = 12;
+        options.cloak.cache_size = 4;
+        options.cloak.batch_interval = Duration::from_millis(2);
+        Self {
+            scheme,
+            capacity,
+            options,
+            password: None,
+        }
+    }
+
+    pub async fn start(self) -> TestProxy {
+        let master = MasterKey::generate().unwrap();
+        let elements = Arc::new(Tampering {
+            inner: MemoryStorage::new(),
+            on: AtomicBool::new(false),
+        });
+        let storage_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let storage_addr = storage_listener.local_addr().unwrap().to_string();
+        let (stop_storage, storage_stopped) = oneshot::channel::<()>();
+        tokio::spawn(server::serve(
+            storage_listener,
+            elements.clone() as Arc<dyn Storage>,
+            async {
+                let _ = storage_stopped.await;
+            },
+        ));
+        let client = TcpStorage::connect(&storage_addr, 2)
+            .await
+            .unwrap()
+            .with_timeout(Duration::from_secs(2));
+        let (observed, trace) = Observing::new(client);
+
+        let spec = StoreSpec {
+            capacity: self.capacity,
+            layout: RecordLayout {
+                max_key: MAX_KEY,
+                max_value: MAX_VALUE,
+            },
+            seed: None,
+        };
+        let scheme = cloak_schemes::build(self.scheme, &spec, &self.options, &master).unwrap();
+        let directory = KeyDirectory::new(KeyHasher::new(&master), self.capacity as usize);
+        let limits = Limits {
+            max_key: MAX_KEY,
+            max_value: MAX_VALUE,
+            max_keys_per_command: 64,
+        };
+        let engine = Engine::new(scheme, directory, limits);
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (stop_proxy, proxy_stopped) = oneshot::channel::<()>();
+        let (ready_tx, ready) = oneshot::channel();
+        let options = ProxyOptions {
+            password: self.password,
+            drain_timeout: Some(Duration::from_secs(5)),
+        };
+        let proxy = tokio::spawn(cloak_proxy::run(
+            listener,
+            engine,
+            Arc::new(observed),
+            options,
+            move |p| {
+                let _ = ready_tx.send(p);
+            },
+            async {
+                let _ = proxy_stopped.await;
+            },
+        ));
+        let ready = ready.await.unwrap();
+        TestProxy {
+            addr: ready.local_addr,
+            server: elements,
+            trace,
+            stats: ready.stats,
+            stop_proxy: Some(stop_proxy),
+            stop_storage: Some(stop_storage),
+            proxy: Some(proxy),
+        }
+    }
+}
+
+impl TestProxy {
+    pub fn url(&self) -> String {
+        format!("redis://{}/", self.addr)
+    }
+
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// Stops the storage server (its elements are kept for a restart).
+    pub fn stop_storage(&mut self) {
+        if let Some(stop) = self.stop_storage.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Stops the proxy and waits until it has drained.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop_proxy.take() {
+            let _ = stop.send(());
+        }
+        if let Some(proxy) = self.proxy.take() {
+            proxy.await.unwrap().unwrap();
+        }
+    }
+}
+
+/// The RESP form of an engine command.
+pub fn to_redis(command: &Command) -> redis::Cmd {
+    let mut cmd;
+    match command {
+        Command::Get(k) => {
+            cmd = redis::cmd("GET");
+            cmd.arg(&k[..]);
+        }
+        Command::Set { key, value, condition } => {
+            cmd = redis::cmd("SET");
+            cmd.arg(&key[..]).arg(&value[..]);
+            match condition {
+                SetCondition::Always => {}
+                SetCondition::IfAbsent => {
+                    cmd.arg("NX");
+                }
+                SetCondition::IfPresent => {
+                    cmd.arg("XX");
+                }
+            }
+        }
+        Command::MGet(keys) => {
+            cmd = redis::cmd("MGET");
+            for k in keys {
+                cmd.arg(&k[..]);
+            }
+        }
+        Command::MSet(pairs) => {
+            cmd = redis::cmd("MSET");
+            for (k, v) in pairs {
+                cmd.arg(&k[..]).arg(&v[..]);
+            }
+        }
+        Command::Del(keys) => {
+            cmd = redis::cmd("DEL");
+            for k in keys {
+                cmd.arg(&k[..]);
+            }
+        }
+        Command::Exists(keys) => {
+            cmd = redis::cmd("EXISTS");
+            for k in keys {
+                cmd.arg(&k[..]);
+            }
+        }
+        Command::DbSize => cmd = redis::cmd("DBSIZE"),
+    }
+    cmd
+}
+
+/// The engine outcome a RESP reply stands for (errors as their text).
+pub fn from_redis(value: redis::Value) -> Result<Outcome, String> {
+    use redis::Value;
+    Ok(match value {
+        Value::Nil => Outcome::Value(None),
+        Value::BulkString(b) => Outcome::Value(Some(Bytes::from(b))),
+        Value::Okay => Outcome::Ok,
+        Value::SimpleString(s) if s == "OK" => Outcome::Ok,
+        Value::Int(n) => Outcome::Integer(n),
+        Value::Array(items) => Outcome::Values(
+            items
+                .into_iter()
+                .map(|v| match v {
+                    Value::Nil => Ok(None),
+                    Value::BulkString(b) => Ok(Some(Bytes::from(b))),
+                    other => Err(format!("unexpected array item {other:?}")),
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::ServerError(e) => return Err(format!("{e:?}")),
+        other => return Err(format!("unexpected reply {other:?}")),
+    })
+}
+
+/// Sends a command and returns the reply as an outcome.
+pub async fn run(con: &mut redis::aio::MultiplexedConnection, command: &Command) -> Result<Outcome, String> {
+    match to_redis(command).query_async::<redis::Value>(con).await {
+        Ok(value) => from_redis(value),
+        Err(error) => Err(error.to_string()),
+    }
+}

@@ -1,0 +1,78 @@
+//! `cloak up`: storage server and proxy in one process, for trying Cloak out.
+//!
+//! The storage server runs on a loopback port with elements in memory, and the proxy talks to it
+//! over TCP exactly as it would to a remote `cloak server`.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use cloak_crypto::MasterKey;
+use cloak_proxy::ProxyOptions;
+use cloak_storage::{MemoryStorage, TcpStorage, server};
+use tokio::net::TcpListener;
+
+use crate::cli::UpArgs;
+use crate::config::ConfigFile;
+use crate::store::load_key;
+
+pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
+    let store = config.merge(&args.store, &["store"])?.resolve()?;
+    let args = config.merge(&args, &["up"])?;
+    let (master, key_note) = match load_key(args.key_file.as_deref())? {
+        Some(key) => (key, "from your key file".to_string()),
+        None => (
+            MasterKey::generate()?,
+            "ephemeral (made now; the data is unreadable once cloak up stops)".to_string(),
+        ),
+    };
+
+    let storage_listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot open a loopback port for the storage server")?;
+    let storage_addr = storage_listener.local_addr()?;
+    let (stop_storage, storage_stopped) = tokio::sync::oneshot::channel::<()>();
+    let storage_task = tokio::spawn(server::serve(
+        storage_listener,
+        Arc::new(MemoryStorage::new()),
+        async {
+            let _ = storage_stopped.await;
+        },
+    ));
+    let storage = Arc::new(TcpStorage::connect(&storage_addr.to_string(), 4).await?);
+
+    let engine = store.engine(&master)?;
+    let summary = store.summary(&engine);
+    let bind = args.bind.as_deref().unwrap_or("127.0.0.1");
+    let port = args.port.unwrap_or(6380);
+    let listener = TcpListener::bind((bind, port))
+        .await
+        .with_context(|| format!("cannot listen on {bind}:{port} (is another server using it? try --port)"))?;
+    let auth = if args.password.is_some() { " -a PASSWORD" } else { "" };
+    let options = ProxyOptions {
+        password: args.password,
+        drain_timeout: None,
+    };
+    cloak_proxy::run(
+        listener,
+        engine,
+        storage,
+        options,
+        |proxy| {
+            let port = proxy.local_addr.port();
+            println!("Cloak is up: {summary}.");
+            println!("  clients:  redis-cli -p {port}{auth}   (listening on {})", proxy.local_addr);
+            println!("  storage:  cloak server on {storage_addr}, elements in memory");
+            println!("  key:      {key_note}");
+            println!("Try:");
+            println!("  redis-cli -p {port}{auth} SET greeting hello");
+            println!("  redis-cli -p {port}{auth} GET greeting");
+            println!("  redis-cli -p {port}{auth} INFO scheme");
+            println!("Stop with Ctrl-C.");
+        },
+        super::shutdown_signal(),
+    )
+    .await?;
+    let _ = stop_storage.send(());
+    let _ = storage_task.await;
+    Ok(())
+}

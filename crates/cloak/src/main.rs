@@ -1,0 +1,44 @@
+//! The `cloak` binary: parses the command line and runs a subcommand.
+
+mod backend;
+mod cli;
+mod commands;
+mod config;
+mod store;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use cli::{Cli, Command};
+use config::ConfigFile;
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = ConfigFile::load(cli.config.as_deref())?;
+    if let Command::Keygen(args) = cli.command {
+        return commands::keygen::run(args);
+    }
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Up(args) => commands::up::run(args, &config).await,
+            Command::Server(args) => commands::server::run(args, &config).await,
+            Command::Proxy(args) => commands::proxy::run(args, &config).await,
+            Command::Keygen(_) => unreachable!("handled above"),
+        }
+    })
+}
