@@ -48,7 +48,9 @@ pub enum CommandError {
     KeyTooLong { len: usize, max: usize },
     #[error("value is {len} bytes, the limit is {max} (set --value-size to store larger values)")]
     ValueTooLarge { len: usize, max: usize },
-    #[error("store is full: all {capacity} keys are in use (delete keys or create a store with a larger --capacity)")]
+    #[error(
+        "store is full: all {capacity} keys are in use (delete keys or create a store with a larger --capacity)"
+    )]
     StoreFull { capacity: usize },
     #[error("a command may name at most {max} keys, this one names {count}")]
     TooManyKeys { count: usize, max: usize },

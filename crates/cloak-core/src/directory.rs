@@ -62,7 +62,9 @@ impl KeyDirectory {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Slot> {
-        self.slots.get(&self.hasher.hash(key)).map(|&s| Slot::from(s))
+        self.slots
+            .get(&self.hasher.hash(key))
+            .map(|&s| Slot::from(s))
     }
 
     /// The key's slot, allocating a free one for a new key: `Some((slot, is_new))`, or `None`
@@ -80,9 +82,7 @@ impl KeyDirectory {
     /// Forgets a key. Its slot is not reusable until [`KeyDirectory::release`]: the caller first
     /// makes sure storage no longer holds the old record.
     pub fn remove(&mut self, key: &[u8]) -> Option<Slot> {
-        self.slots
-            .remove(&self.hasher.hash(key))
-            .map(|s| Slot::from(s))
+        self.slots.remove(&self.hasher.hash(key)).map(Slot::from)
     }
 
     pub fn release(&mut self, slot: Slot) {

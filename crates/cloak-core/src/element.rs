@@ -171,7 +171,10 @@ mod tests {
             max_key: 16,
             max_value: 32,
         };
-        ElementCodec::new(layout, Sealer::new(&MasterKey::from_bytes([1; 32])).unwrap())
+        ElementCodec::new(
+            layout,
+            Sealer::new(&MasterKey::from_bytes([1; 32])).unwrap(),
+        )
     }
 
     #[test]

@@ -343,17 +343,37 @@ impl Engine {
         version
     }
 
-    fn read(&mut self, now: Instant, client: ClientId, command: u64, slot: Slot, key: Bytes, index: usize) {
-        self.start_op(now, client, command, slot, Some((key, index)), |slot| Op::Read(slot));
+    fn read(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        command: u64,
+        slot: Slot,
+        key: Bytes,
+        index: usize,
+    ) {
+        self.start_op(now, client, command, slot, Some((key, index)), |slot| {
+            Op::Read(slot)
+        });
     }
 
-    fn write(&mut self, now: Instant, client: ClientId, command: u64, slot: Slot, key: Bytes, value: Bytes) {
+    fn write(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        command: u64,
+        slot: Slot,
+        key: Bytes,
+        value: Bytes,
+    ) {
         let record = Record {
             version: self.version(),
             key,
             value,
         };
-        self.start_op(now, client, command, slot, None, |slot| Op::Write(slot, record));
+        self.start_op(now, client, command, slot, None, |slot| {
+            Op::Write(slot, record)
+        });
     }
 
     /// Sends an op to the scheme, or holds it in its lane behind an earlier one.
@@ -433,7 +453,11 @@ impl Engine {
                 waiting.error.get_or_insert(CommandError::Scheme(error));
             }
             (reply, read) => {
-                tracing::error!(?reply, is_read = read.is_some(), "scheme gave the wrong kind of reply");
+                tracing::error!(
+                    ?reply,
+                    is_read = read.is_some(),
+                    "scheme gave the wrong kind of reply"
+                );
             }
         }
         waiting.remaining -= 1;

@@ -21,7 +21,7 @@ pub use directory::KeyDirectory;
 pub use element::{ElementCodec, ElementError, Record, RecordLayout, Slot};
 pub use engine::{ClientId, Engine, EngineStats, Limits};
 pub use memory::MemoryStore;
-pub use sim::Simulator;
 pub use scheme::{Op, OpId, Reply, Scheme, SchemeError, SchemeStats};
+pub use sim::Simulator;
 pub use storage::{Addr, RequestId, StorageError, StorageOp, StorageReply, StorageRequest};
 pub use trace::{AccessKind, Observed, Trace};

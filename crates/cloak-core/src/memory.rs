@@ -19,9 +19,12 @@ impl MemoryStore {
 
     pub fn apply(&mut self, op: &StorageOp) -> StorageReply {
         match op {
-            StorageOp::Read(addrs) => {
-                StorageReply::Values(addrs.iter().map(|a| self.elements.get(a).cloned()).collect())
-            }
+            StorageOp::Read(addrs) => StorageReply::Values(
+                addrs
+                    .iter()
+                    .map(|a| self.elements.get(a).cloned())
+                    .collect(),
+            ),
             StorageOp::Write(writes) => {
                 for (addr, value) in writes {
                     self.bytes += value.len();

@@ -56,7 +56,9 @@ pub enum Reply {
 pub enum SchemeError {
     #[error("storage unavailable: {0}")]
     StorageUnavailable(#[from] StorageError),
-    #[error("integrity violation: storage returned a corrupted, swapped or replayed element for this key ({0})")]
+    #[error(
+        "integrity violation: storage returned a corrupted, swapped or replayed element for this key ({0})"
+    )]
     Integrity(String),
     #[error("{0}")]
     Overloaded(String),
@@ -75,6 +77,9 @@ pub struct SchemeStats {
     pub cache_misses: u64,
     /// Client ops waiting for storage right now.
     pub queued: u64,
+    /// Writes acknowledged to clients that storage does not hold yet; a proxy may stop only
+    /// when this is zero.
+    pub unwritten: u64,
     pub integrity_failures: u64,
     pub storage_failures: u64,
 }

@@ -189,7 +189,8 @@ impl Simulator {
                 .push_back((self.now + self.storage_delay, request.id, result));
         }
         while let Some((token, outcome)) = self.engine.poll_outcome() {
-            self.outcomes.insert(token, (self.now - self.start, outcome));
+            self.outcomes
+                .insert(token, (self.now - self.start, outcome));
         }
     }
 }

@@ -37,7 +37,9 @@ impl MasterKey {
     /// A fresh key from the operating system's CSPRNG.
     pub fn generate() -> Result<Self, KeyError> {
         let mut bytes = [0u8; KEY_LEN];
-        SystemRandom::new().fill(&mut bytes).map_err(|_| KeyError::Random)?;
+        SystemRandom::new()
+            .fill(&mut bytes)
+            .map_err(|_| KeyError::Random)?;
         Ok(Self(bytes))
     }
 

@@ -200,7 +200,10 @@ mod tests {
             assert!(s.open(AT, &bad).is_err(), "flipped byte {i} accepted");
         }
         let elsewhere = Binding { address: 43, ..AT };
-        let older = Binding { generation: 6, ..AT };
+        let older = Binding {
+            generation: 6,
+            ..AT
+        };
         assert_eq!(s.open(elsewhere, &sealed), Err(CryptoError::Tampered));
         assert_eq!(s.open(older, &sealed), Err(CryptoError::Tampered));
         assert_eq!(s.open(AT, &sealed[..10]), Err(CryptoError::Truncated(10)));
@@ -210,7 +213,10 @@ mod tests {
     fn another_run_with_the_same_key_can_open() {
         let master = MasterKey::from_bytes([5; 32]);
         let sealed = Sealer::new(&master).unwrap().seal(AT, b"kept");
-        assert_eq!(Sealer::new(&master).unwrap().open(AT, &sealed).unwrap(), b"kept");
+        assert_eq!(
+            Sealer::new(&master).unwrap().open(AT, &sealed).unwrap(),
+            b"kept"
+        );
         let other = Sealer::new(&MasterKey::from_bytes([6; 32])).unwrap();
         assert!(other.open(AT, &sealed).is_err());
     }

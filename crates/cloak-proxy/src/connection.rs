@@ -15,10 +15,10 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::FrontEnd;
 use crate::cmd::{self, CommandQuery, Request};
 use crate::info;
 use crate::resp::{Reply, RequestDecoder};
-use crate::FrontEnd;
 
 /// Most requests of one client in flight at once; a client pipelining deeper waits.
 const PIPELINE: usize = 1024;

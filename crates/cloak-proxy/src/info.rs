@@ -25,8 +25,14 @@ pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
     sections.push((
         "Clients",
         vec![
-            kv("connected_clients", front.connected.load(Ordering::Relaxed).to_string()),
-            kv("total_connections_received", front.next_client.load(Ordering::Relaxed).to_string()),
+            kv(
+                "connected_clients",
+                front.connected.load(Ordering::Relaxed).to_string(),
+            ),
+            kv(
+                "total_connections_received",
+                front.next_client.load(Ordering::Relaxed).to_string(),
+            ),
             kv("commands_processed", s.engine.commands.to_string()),
         ],
     ));
@@ -39,7 +45,8 @@ pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
         ],
     ));
     let lookups = stats.cache_hits + stats.cache_misses;
-    let mut scheme: Vec<(String, String)> = s.params.iter().map(|(k, v)| kv(k, v.clone())).collect();
+    let mut scheme: Vec<(String, String)> =
+        s.params.iter().map(|(k, v)| kv(k, v.clone())).collect();
     scheme.extend([
         kv("batches_sent", stats.batches.to_string()),
         kv("real_slots", stats.real_accesses.to_string()),
@@ -49,7 +56,14 @@ pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
         kv("cache_misses", stats.cache_misses.to_string()),
         kv(
             "cache_hit_rate",
-            format!("{:.4}", if lookups == 0 { 0.0 } else { stats.cache_hits as f64 / lookups as f64 }),
+            format!(
+                "{:.4}",
+                if lookups == 0 {
+                    0.0
+                } else {
+                    stats.cache_hits as f64 / lookups as f64
+                }
+            ),
         ),
         kv("queue_depth", stats.queued.to_string()),
         kv("integrity_failures", stats.integrity_failures.to_string()),

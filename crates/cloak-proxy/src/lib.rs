@@ -103,7 +103,10 @@ pub async fn run(
     drop(front);
     let limit = options.drain_timeout.unwrap_or(Duration::from_secs(30));
     if tokio::time::timeout(limit, core_task).await.is_err() {
-        tracing::error!(?limit, "storage did not take every acknowledged write before the drain timeout");
+        tracing::error!(
+            ?limit,
+            "storage did not take every acknowledged write before the drain timeout"
+        );
     }
     Ok(())
 }

@@ -101,9 +101,9 @@ impl RequestDecoder {
                         return Ok(None);
                     };
                     if header.first() != Some(&b'$') {
-                        let got = header.first().map_or("end of line".to_string(), |b| {
-                            format!("'{}'", *b as char)
-                        });
+                        let got = header
+                            .first()
+                            .map_or("end of line".to_string(), |b| format!("'{}'", *b as char));
                         return error(format!("expected '$', got {got}"));
                     }
                     let len = match number(&header[1..]) {
@@ -114,9 +114,15 @@ impl RequestDecoder {
                     if self.bytes > MAX_REQUEST {
                         return error(format!("request larger than {MAX_REQUEST} bytes"));
                     }
-                    self.state = State::Bulk { remaining_args, len };
+                    self.state = State::Bulk {
+                        remaining_args,
+                        len,
+                    };
                 }
-                State::Bulk { remaining_args, len } => {
+                State::Bulk {
+                    remaining_args,
+                    len,
+                } => {
                     if buf.len() < len + 2 {
                         buf.reserve(len + 2 - buf.len());
                         return Ok(None);
@@ -175,7 +181,10 @@ impl Reply {
             Reply::Error(e) => {
                 out.put_u8(b'-');
                 // A line break would end the error line early and desynchronise the client.
-                out.extend(e.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+                out.extend(
+                    e.bytes()
+                        .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+                );
             }
             Reply::Integer(n) => {
                 out.put_u8(b':');
@@ -222,8 +231,19 @@ mod tests {
 
     #[test]
     fn multibulk_and_inline_requests() {
-        let got = decode_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n  SET  a b\n\r\n*0\r\n*1\r\n$0\r\n\r\n").unwrap();
-        assert_eq!(got, vec![args(&["GET", "k"]), args(&["PING"]), args(&["SET", "a", "b"]), args(&[""])]);
+        let got = decode_all(
+            b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n  SET  a b\n\r\n*0\r\n*1\r\n$0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                args(&["GET", "k"]),
+                args(&["PING"]),
+                args(&["SET", "a", "b"]),
+                args(&[""])
+            ]
+        );
     }
 
     #[test]
@@ -251,7 +271,10 @@ mod tests {
         assert_eq!(err(b"*1\r\n+OK\r\n"), "expected '$', got '+'");
         assert_eq!(err(b"*1\r\n$-5\r\n"), "invalid bulk length");
         assert_eq!(err(b"*1\r\n$999999999999\r\n"), "invalid bulk length");
-        assert_eq!(err(b"*1\r\n$1\r\nabc\r\n"), "bulk string is not terminated by CRLF");
+        assert_eq!(
+            err(b"*1\r\n$1\r\nabc\r\n"),
+            "bulk string is not terminated by CRLF"
+        );
         assert_eq!(err(&vec![b'a'; MAX_INLINE + 1]), "too big inline request");
         // A declared length alone does not allocate: the decoder waits for the bytes.
         assert!(decode_all(b"*1\r\n$67108864\r\n").unwrap().is_empty());
@@ -269,6 +292,9 @@ mod tests {
             Reply::Array(vec![]),
         ])
         .encode(&mut out);
-        assert_eq!(&out[..], b"*6\r\n+OK\r\n-ERR bad  thing\r\n:-3\r\n$-1\r\n$1\r\nv\r\n*0\r\n");
+        assert_eq!(
+            &out[..],
+            b"*6\r\n+OK\r\n-ERR bad  thing\r\n:-3\r\n$-1\r\n$1\r\nv\r\n*0\r\n"
+        );
     }
 }

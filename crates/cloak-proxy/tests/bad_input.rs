@@ -42,7 +42,10 @@ fn get(key: &str) -> Command {
 async fn still_serves(proxy: &TestProxy) {
     let mut con = proxy.connection().await;
     assert_eq!(run(&mut con, &set("alive", "yes")).await, Ok(Outcome::Ok));
-    assert_eq!(run(&mut con, &get("alive")).await, Ok(Outcome::Value(Some("yes".into()))));
+    assert_eq!(
+        run(&mut con, &get("alive")).await,
+        Ok(Outcome::Value(Some("yes".into())))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,11 +62,17 @@ async fn malformed_frames_close_only_their_connection() {
     assert_eq!(reply, "-ERR Protocol error: invalid multibulk length\r\n");
     // Replies to the well-formed requests before the bad one still arrive, in order.
     let reply = raw(&proxy, b"PING\r\n*1\r\n$4\r\nPING\r\n*1\r\n:1\r\n").await;
-    assert_eq!(reply, "+PONG\r\n+PONG\r\n-ERR Protocol error: expected '$', got ':'\r\n");
+    assert_eq!(
+        reply,
+        "+PONG\r\n+PONG\r\n-ERR Protocol error: expected '$', got ':'\r\n"
+    );
     let garbage: Vec<u8> = (0..5000u32).map(|i| (i * 7919 % 251) as u8).collect();
     let _ = raw(&proxy, &garbage).await;
 
-    assert_eq!(run(&mut bystander, &get("k")).await, Ok(Outcome::Value(Some("v".into()))));
+    assert_eq!(
+        run(&mut bystander, &get("k")).await,
+        Ok(Outcome::Value(Some("v".into())))
+    );
     still_serves(&proxy).await;
     proxy.shutdown().await;
 }
@@ -89,11 +98,20 @@ async fn oversized_values_and_keys_are_refused_without_effect() {
     assert_eq!(run(&mut con, &set("k", "small")).await, Ok(Outcome::Ok));
     let big = Bytes::from(vec![b'x'; MAX_VALUE + 1]);
     let error = run(&mut con, &set("k", big)).await.unwrap_err();
-    assert!(error.contains(&format!("value is {} bytes, the limit is {MAX_VALUE}", MAX_VALUE + 1)), "{error}");
+    assert!(
+        error.contains(&format!(
+            "value is {} bytes, the limit is {MAX_VALUE}",
+            MAX_VALUE + 1
+        )),
+        "{error}"
+    );
     let long_key = "k".repeat(100);
     let error = run(&mut con, &set(&long_key, "v")).await.unwrap_err();
     assert!(error.contains("key is 100 bytes"), "{error}");
-    assert_eq!(run(&mut con, &get("k")).await, Ok(Outcome::Value(Some("small".into()))));
+    assert_eq!(
+        run(&mut con, &get("k")).await,
+        Ok(Outcome::Value(Some("small".into())))
+    );
     proxy.shutdown().await;
 }
 
@@ -126,14 +144,29 @@ async fn a_full_store_refuses_new_keys_only() {
     let proxy = Setup::new(SchemeName::Cloak, 10).start().await;
     let mut con = proxy.connection().await;
     for i in 0..10 {
-        assert_eq!(run(&mut con, &set(&format!("k{i}"), "v")).await, Ok(Outcome::Ok));
+        assert_eq!(
+            run(&mut con, &set(&format!("k{i}"), "v")).await,
+            Ok(Outcome::Ok)
+        );
     }
     let error = run(&mut con, &set("one-too-many", "v")).await.unwrap_err();
-    assert!(error.contains("store is full: all 10 keys are in use"), "{error}");
+    assert!(
+        error.contains("store is full: all 10 keys are in use"),
+        "{error}"
+    );
     assert_eq!(run(&mut con, &set("k3", "updated")).await, Ok(Outcome::Ok));
-    assert_eq!(run(&mut con, &Command::Del(vec!["k0".into()])).await, Ok(Outcome::Integer(1)));
-    assert_eq!(run(&mut con, &set("one-too-many", "v")).await, Ok(Outcome::Ok));
-    assert_eq!(run(&mut con, &get("k3")).await, Ok(Outcome::Value(Some("updated".into()))));
+    assert_eq!(
+        run(&mut con, &Command::Del(vec!["k0".into()])).await,
+        Ok(Outcome::Integer(1))
+    );
+    assert_eq!(
+        run(&mut con, &set("one-too-many", "v")).await,
+        Ok(Outcome::Ok)
+    );
+    assert_eq!(
+        run(&mut con, &get("k3")).await,
+        Ok(Outcome::Value(Some("updated".into())))
+    );
     proxy.shutdown().await;
 }
 
@@ -144,7 +177,10 @@ async fn a_flipped_ciphertext_byte_is_reported_never_returned() {
     setup.options.cloak.batch_interval = Duration::from_millis(20);
     let proxy = setup.start().await;
     let mut con = proxy.connection().await;
-    assert_eq!(run(&mut con, &set("secret", "value")).await, Ok(Outcome::Ok));
+    assert_eq!(
+        run(&mut con, &set("secret", "value")).await,
+        Ok(Outcome::Ok)
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // The server turns malicious: every element it returns has a flipped byte.
@@ -161,9 +197,15 @@ async fn a_flipped_ciphertext_byte_is_reported_never_returned() {
 
     // Everyone else is still served, and rewriting the key heals it.
     still_serves(&proxy).await;
-    assert_eq!(run(&mut con, &set("secret", "again")).await, Ok(Outcome::Ok));
+    assert_eq!(
+        run(&mut con, &set("secret", "again")).await,
+        Ok(Outcome::Ok)
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(run(&mut con, &get("secret")).await, Ok(Outcome::Value(Some("again".into()))));
+    assert_eq!(
+        run(&mut con, &get("secret")).await,
+        Ok(Outcome::Value(Some("again".into())))
+    );
     proxy.shutdown().await;
 }
 
@@ -181,7 +223,10 @@ async fn a_dead_backend_gives_clear_errors_and_the_proxy_stays_up() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let error = run(&mut con, &get("k")).await.unwrap_err();
         assert!(error.contains("storage unavailable"), "{scheme}: {error}");
-        assert_eq!(run(&mut con, &Command::DbSize).await, Ok(Outcome::Integer(1)));
+        assert_eq!(
+            run(&mut con, &Command::DbSize).await,
+            Ok(Outcome::Integer(1))
+        );
         let pong: String = redis::cmd("PING").query_async(&mut con).await.unwrap();
         assert_eq!(pong, "PONG");
         // Don't wait for a drain that cannot finish: the backend is gone.

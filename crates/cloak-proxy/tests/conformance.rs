@@ -28,8 +28,9 @@ async fn model_workload(scheme: SchemeName, commands: usize, depth: usize, seed:
             let mut sent = 0;
             while sent < commands {
                 // Up to `depth` commands pipelined on this connection, sent in order.
-                let window: Vec<(Command, Outcome)> =
-                    (0..depth.min(commands - sent)).map(|_| model.next()).collect();
+                let window: Vec<(Command, Outcome)> = (0..depth.min(commands - sent))
+                    .map(|_| model.next_command())
+                    .collect();
                 sent += window.len();
                 let replies = join_all(window.iter().map(|(command, _)| {
                     let mut con = con.clone();
@@ -55,11 +56,18 @@ async fn model_workload(scheme: SchemeName, commands: usize, depth: usize, seed:
         for i in 0..KEYS {
             let key = model.key(i);
             let got = run(&mut con, &Command::Get(key.clone())).await;
-            assert_eq!(got, Ok(Outcome::Value(model.value(&key))), "{key:?} after settling");
+            assert_eq!(
+                got,
+                Ok(Outcome::Value(model.value(&key))),
+                "{key:?} after settling"
+            );
         }
     }
     let total: usize = models.iter().map(ClientModel::len).sum();
-    assert_eq!(run(&mut con, &Command::DbSize).await, Ok(Outcome::Integer(total as i64)));
+    assert_eq!(
+        run(&mut con, &Command::DbSize).await,
+        Ok(Outcome::Integer(total as i64))
+    );
     proxy.shutdown().await;
 }
 
@@ -95,7 +103,14 @@ async fn shared_registers(scheme: SchemeName, seed: u64) {
                     (None, Outcome::Value(v)) => Kind::Read(v.map(|b| b.to_vec())),
                     (w, o) => panic!("unexpected {o:?} for {w:?}"),
                 };
-                events.push((k, Event { invoked, returned, kind }));
+                events.push((
+                    k,
+                    Event {
+                        invoked,
+                        returned,
+                        kind,
+                    },
+                ));
             }
             events
         }));

@@ -13,8 +13,8 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use cloak_core::{
-    Addr, ElementCodec, Op, OpId, Record, Reply, RequestId, Scheme, SchemeError, SchemeStats,
-    Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, Op, OpId, Record, Reply, RequestId, Scheme, SchemeError, SchemeStats, Slot,
+    StorageError, StorageOp, StorageReply, StorageRequest,
 };
 use cloak_crypto::{Binding, Prf};
 
@@ -152,7 +152,9 @@ impl Scheme for Encrypted {
                             };
                             match self.codec.open(binding, value.as_ref(), Some(slot)) {
                                 Ok((_, record)) => Reply::Value(record),
-                                Err(error) => Reply::Failed(SchemeError::Integrity(error.to_string())),
+                                Err(error) => {
+                                    Reply::Failed(SchemeError::Integrity(error.to_string()))
+                                }
                             }
                         }
                     };
@@ -174,11 +176,16 @@ impl Scheme for Encrypted {
             other => {
                 let error = match other {
                     Err(error) => error,
-                    Ok(_) => StorageError("storage answered with the wrong number of values".into()),
+                    Ok(_) => {
+                        StorageError("storage answered with the wrong number of values".into())
+                    }
                 };
                 self.stats.storage_failures += 1;
                 for slot in slots {
-                    self.advance(slot, Reply::Failed(SchemeError::StorageUnavailable(error.clone())));
+                    self.advance(
+                        slot,
+                        Reply::Failed(SchemeError::StorageUnavailable(error.clone())),
+                    );
                 }
             }
         }
@@ -236,7 +243,10 @@ impl Scheme for Encrypted {
 
     fn describe(&self) -> Vec<(&'static str, String)> {
         vec![
-            ("oblivious", "no (deterministic labels leak the access pattern)".into()),
+            (
+                "oblivious",
+                "no (deterministic labels leak the access pattern)".into(),
+            ),
             ("element_bytes", self.codec.element_len().to_string()),
         ]
     }

@@ -166,7 +166,9 @@ pub fn build(
                 });
             }
             if o.batch_interval.is_zero() {
-                return Err(BuildError::Invalid("the batch interval must be positive".into()));
+                return Err(BuildError::Invalid(
+                    "the batch interval must be positive".into(),
+                ));
             }
             let config = CloakConfig {
                 budgets,

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementError, Op, OpId, RecordLayout, Reply, RequestId, Scheme, SchemeError,
-    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementError, Op, OpId, RecordLayout, Reply, RequestId, Scheme, SchemeError, SchemeStats,
+    Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 
 pub struct Unsafe {
@@ -117,7 +117,8 @@ impl Scheme for Unsafe {
 
     fn poll_storage(&mut self) -> Option<StorageRequest> {
         if !self.reads.is_empty() {
-            let (ops, slots): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reads).into_iter().unzip();
+            let (ops, slots): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.reads).into_iter().unzip();
             let addrs = slots.into_iter().map(Addr::from).collect();
             return Some(self.request(ops, StorageOp::Read(addrs)));
         }

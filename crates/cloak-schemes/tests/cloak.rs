@@ -33,13 +33,20 @@ fn simulator(cloak: CloakOptions, seed: u64) -> Simulator {
     let master = MasterKey::from_bytes([2; 32]);
     let store = StoreSpec {
         capacity: CAPACITY,
-        layout: RecordLayout { max_key: 16, max_value: 32 },
+        layout: RecordLayout {
+            max_key: 16,
+            max_value: 32,
+        },
         seed: Some(seed),
     };
     let options = SchemeOptions { cloak };
     let scheme = build(SchemeName::Cloak, &store, &options, &master).unwrap();
     let directory = KeyDirectory::new(KeyHasher::new(&master), CAPACITY as usize);
-    let limits = Limits { max_key: 16, max_value: 32, max_keys_per_command: 64 };
+    let limits = Limits {
+        max_key: 16,
+        max_value: 32,
+        max_keys_per_command: 64,
+    };
     let mut sim = Simulator::new(Engine::new(scheme, directory, limits)).with_storage_delay(RTT);
     sim.record();
     // Let the initial fill finish so tests start on the batch schedule.
@@ -133,12 +140,20 @@ fn server_view_is_the_same_for_one_hot_key_and_uniform_keys() {
 
     let mut hot = simulator(options(8, None), 1);
     drive(&mut hot, 4, 4, run, |rng| {
-        if rng.random_bool(0.5) { set("hot", "v") } else { get("hot") }
+        if rng.random_bool(0.5) {
+            set("hot", "v")
+        } else {
+            get("hot")
+        }
     });
     let mut uniform = simulator(options(8, None), 2);
     drive(&mut uniform, 4, 4, run, |rng| {
         let key = format!("k{}", rng.random_range(0..CAPACITY));
-        if rng.random_bool(0.5) { set(&key, "v") } else { get(&key) }
+        if rng.random_bool(0.5) {
+            set(&key, "v")
+        } else {
+            get(&key)
+        }
     });
 
     let views = [hot.take_trace(), uniform.take_trace()];
@@ -146,19 +161,38 @@ fn server_view_is_the_same_for_one_hot_key_and_uniform_keys() {
         .iter()
         .map(|v| v.iter().map(|o| (o.at, o.kind, o.addrs.len())).collect())
         .collect();
-    assert!(shapes[0].len() > 4 * t, "the run covers several generations of sets");
-    assert_eq!(shapes[0], shapes[1], "batch schedule and sizes differ between workloads");
+    assert!(
+        shapes[0].len() > 4 * t,
+        "the run covers several generations of sets"
+    );
+    assert_eq!(
+        shapes[0], shapes[1],
+        "batch schedule and sizes differ between workloads"
+    );
 
     for view in &views {
         let batches = batches(view);
         for (k, (read, write)) in batches.iter().enumerate() {
             assert_eq!(read.kind, AccessKind::Read);
             assert_eq!(write.kind, AccessKind::Write);
-            assert!(read.addrs.is_sorted(), "batch {k}: request order must not depend on the workload");
-            assert_eq!(read.addrs, write.addrs, "batch {k}: written-back addresses differ from the read ones");
-            assert!(write.value_lens.windows(2).all(|w| w[0] == w[1]), "elements differ in size");
+            assert!(
+                read.addrs.is_sorted(),
+                "batch {k}: request order must not depend on the workload"
+            );
+            assert_eq!(
+                read.addrs, write.addrs,
+                "batch {k}: written-back addresses differ from the read ones"
+            );
+            assert!(
+                write.value_lens.windows(2).all(|w| w[0] == w[1]),
+                "elements differ in size"
+            );
             if k > 0 {
-                assert_eq!(read.at - batches[k - 1].0.at, DELTA, "batch {k} is off the fixed schedule");
+                assert_eq!(
+                    read.at - batches[k - 1].0.at,
+                    DELTA,
+                    "batch {k} is off the fixed schedule"
+                );
             }
         }
         for (k, counts) in per_distance_counts(view).into_iter().enumerate() {
@@ -168,7 +202,10 @@ fn server_view_is_the_same_for_one_hot_key_and_uniform_keys() {
                 let key = if d <= k { Some(d) } else { None };
                 *expected.entry(key).or_default() += b.budget(d) as usize;
             }
-            assert_eq!(counts, expected, "batch {k}: per-set counts differ from the budgets");
+            assert_eq!(
+                counts, expected,
+                "batch {k}: per-set counts differ from the budgets"
+            );
         }
     }
 }
@@ -178,8 +215,15 @@ fn batches_are_sent_when_idle() {
     let mut sim = simulator(options(8, None), 3);
     sim.take_trace();
     sim.run_for(Duration::from_secs(1));
-    let reads = sim.observed().iter().filter(|o| o.kind == AccessKind::Read).count();
-    assert_eq!(reads, (Duration::from_secs(1).as_micros() / DELTA.as_micros()) as usize);
+    let reads = sim
+        .observed()
+        .iter()
+        .filter(|o| o.kind == AccessKind::Read)
+        .count();
+    assert_eq!(
+        reads,
+        (Duration::from_secs(1).as_micros() / DELTA.as_micros()) as usize
+    );
 }
 
 #[test]
@@ -230,7 +274,11 @@ fn a_write_during_a_batch_read_is_not_overwritten_by_the_read() {
     let seen = sim.observed().len();
     let read = sim.submit(2, get("x"));
     // Run until the batch carrying the read is at the server, then write.
-    let read_sent = |s: &Simulator| s.observed()[seen..].iter().any(|o| o.kind == AccessKind::Read);
+    let read_sent = |s: &Simulator| {
+        s.observed()[seen..]
+            .iter()
+            .any(|o| o.kind == AccessKind::Read)
+    };
     assert!(sim.run_until(2 * DELTA, read_sent));
     assert!(!sim.has_outcome(read), "the read is in flight");
     assert_eq!(sim.execute(3, set("x", "new")), Some(Outcome::Ok));
@@ -243,7 +291,10 @@ fn a_write_during_a_batch_read_is_not_overwritten_by_the_read() {
 fn backpressure_bounds_pending_ops_and_everything_completes() {
     let mut sim = simulator(options(0, Some(5)), 7);
     for i in 0..100 {
-        assert_eq!(sim.execute(1, set(&format!("k{i}"), &i.to_string())), Some(Outcome::Ok));
+        assert_eq!(
+            sim.execute(1, set(&format!("k{i}"), &i.to_string())),
+            Some(Outcome::Ok)
+        );
     }
     sim.run_for(100 * DELTA);
     let mut tokens = Vec::new();
@@ -277,7 +328,12 @@ fn corrupt_every_element(sim: &mut Simulator, mut damage: impl FnMut(&mut Vec<u8
 
 fn expect_integrity_error(outcome: Option<Outcome>) {
     assert!(
-        matches!(outcome, Some(Outcome::Error(CommandError::Scheme(SchemeError::Integrity(_))))),
+        matches!(
+            outcome,
+            Some(Outcome::Error(CommandError::Scheme(
+                SchemeError::Integrity(_)
+            )))
+        ),
         "expected an integrity error, got {outcome:?}"
     );
 }
@@ -306,20 +362,30 @@ fn tampered_elements_are_reported_never_returned() {
 fn replayed_and_swapped_elements_are_detected() {
     let mut sim = simulator(options(0, None), 9);
     for i in 0..50 {
-        assert_eq!(sim.execute(1, set(&format!("k{i}"), "v1")), Some(Outcome::Ok));
+        assert_eq!(
+            sim.execute(1, set(&format!("k{i}"), "v1")),
+            Some(Outcome::Ok)
+        );
     }
     sim.run_for(100 * DELTA);
     // Replay: the server puts back an old snapshot of every element.
     let addrs: Vec<Addr> = sim.store_mut().addresses().collect();
-    let snapshot: Vec<(Addr, Bytes)> =
-        addrs.iter().map(|&a| (a, sim.store_mut().get_mut(a).unwrap().clone())).collect();
+    let snapshot: Vec<(Addr, Bytes)> = addrs
+        .iter()
+        .map(|&a| (a, sim.store_mut().get_mut(a).unwrap().clone()))
+        .collect();
     sim.run_for(100 * DELTA);
     assert!(sim.run_until(DELTA, Simulator::storage_idle));
     for (addr, old) in &snapshot {
         *sim.store_mut().get_mut(*addr).unwrap() = old.clone();
     }
     let failures: usize = (0..50)
-        .filter(|i| matches!(sim.execute(2, get(&format!("k{i}"))), Some(Outcome::Error(_))))
+        .filter(|i| {
+            matches!(
+                sim.execute(2, get(&format!("k{i}"))),
+                Some(Outcome::Error(_))
+            )
+        })
         .count();
     assert!(failures > 0, "a replayed snapshot went unnoticed");
 
@@ -330,7 +396,10 @@ fn replayed_and_swapped_elements_are_detected() {
     assert!(sim.run_until(DELTA, Simulator::storage_idle));
     let mut addrs: Vec<Addr> = sim.store_mut().addresses().collect();
     addrs.sort();
-    let elements: Vec<Bytes> = addrs.iter().map(|&a| sim.store_mut().get_mut(a).unwrap().clone()).collect();
+    let elements: Vec<Bytes> = addrs
+        .iter()
+        .map(|&a| sim.store_mut().get_mut(a).unwrap().clone())
+        .collect();
     for (i, &addr) in addrs.iter().enumerate() {
         *sim.store_mut().get_mut(addr).unwrap() = elements[(i + 1) % elements.len()].clone();
     }
@@ -346,7 +415,12 @@ fn storage_outage_fails_reads_clearly_and_keeps_acknowledged_writes() {
     sim.run_for(10 * DELTA);
     let outcome = sim.execute(2, get("before"));
     assert!(
-        matches!(outcome, Some(Outcome::Error(CommandError::Scheme(SchemeError::StorageUnavailable(_))))),
+        matches!(
+            outcome,
+            Some(Outcome::Error(CommandError::Scheme(
+                SchemeError::StorageUnavailable(_)
+            )))
+        ),
         "{outcome:?}"
     );
     // Writes are acknowledged during the outage and survive it.
@@ -356,7 +430,13 @@ fn storage_outage_fails_reads_clearly_and_keeps_acknowledged_writes() {
     sim.run_for(Duration::from_secs(3));
     assert_eq!(sim.execute(3, get("before")), value("1"));
     assert_eq!(sim.execute(3, get("during")), value("2"));
-    let reads_after = sim.observed().iter().rev().take(10).filter(|o| o.kind == AccessKind::Read).count();
+    let reads_after = sim
+        .observed()
+        .iter()
+        .rev()
+        .take(10)
+        .filter(|o| o.kind == AccessKind::Read)
+        .count();
     assert!(reads_after > 0, "batches resumed");
 }
 
@@ -374,4 +454,26 @@ fn a_read_queued_behind_a_batch_that_found_the_slot_corrupted_fails_too() {
     expect_integrity_error(sim.execute(2, get("x")));
     sim.run_for(20 * DELTA);
     expect_integrity_error(sim.execute(3, get("x")));
+}
+
+#[test]
+fn acknowledged_writes_are_counted_until_written_back() {
+    let mut sim = simulator(options(8, None), 13);
+    assert_eq!(sim.engine().scheme_stats().unwritten, 0);
+    for i in 0..20 {
+        sim.submit(1, set(&format!("k{i}"), "v"));
+    }
+    assert_eq!(sim.engine().scheme_stats().unwritten, 20);
+    assert!(sim.run_until(
+        Duration::from_secs(10),
+        |s| s.engine().scheme_stats().unwritten == 0
+    ));
+    // Written back means readable from storage by a fresh reader once the cache forgets.
+    for i in 0..20 {
+        sim.submit(2, set(&format!("other{i}"), "x"));
+    }
+    sim.run_for(100 * DELTA);
+    for i in 0..20 {
+        assert_eq!(sim.execute(3, get(&format!("k{i}"))), value("v"));
+    }
 }

@@ -33,7 +33,8 @@ fn simulator(name: SchemeName, capacity: u64, seed: u64) -> Simulator {
         max_value: MAX_VALUE,
         max_keys_per_command: 64,
     };
-    Simulator::new(Engine::new(scheme, directory, limits)).with_storage_delay(Duration::from_micros(300))
+    Simulator::new(Engine::new(scheme, directory, limits))
+        .with_storage_delay(Duration::from_micros(300))
 }
 
 macro_rules! conformance {
@@ -45,7 +46,16 @@ macro_rules! conformance {
             fn random_concurrent_workload_matches_the_model() {
                 for seed in 0..3 {
                     let mut sim = simulator($name, 300, seed);
-                    suite::model_workload(&mut sim, 8, 20, 150, 3, MAX_VALUE, Duration::from_secs(2), seed);
+                    let run = suite::ModelRun {
+                        clients: 8,
+                        keys: 20,
+                        commands: 150,
+                        depth: 3,
+                        max_value: MAX_VALUE,
+                        settle: Duration::from_secs(2),
+                        seed,
+                    };
+                    suite::model_workload(&mut sim, run);
                 }
             }
 
@@ -75,5 +85,9 @@ conformance!(plaintext, SchemeName::Unsafe);
 
 #[test]
 fn every_scheme_is_covered() {
-    assert_eq!(SchemeName::ALL.len(), 3, "add the new scheme to the conformance! list above");
+    assert_eq!(
+        SchemeName::ALL.len(),
+        3,
+        "add the new scheme to the conformance! list above"
+    );
 }

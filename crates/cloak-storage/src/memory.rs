@@ -34,7 +34,11 @@ impl Storage for MemoryStorage {
     async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
         // A poisoned lock means a panic mid-apply elsewhere; the map itself is still consistent
         // because MemoryStore::apply never panics between its updates.
-        Ok(self.store.lock().unwrap_or_else(|e| e.into_inner()).apply(&op))
+        Ok(self
+            .store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(&op))
     }
 
     fn describe(&self) -> String {

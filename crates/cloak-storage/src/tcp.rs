@@ -37,7 +37,11 @@ struct Connection {
 
 impl Connection {
     fn alive(&self) -> bool {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).is_some() && !self.jobs.is_closed()
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+            && !self.jobs.is_closed()
     }
 }
 
@@ -76,7 +80,10 @@ impl TcpStorage {
 
     async fn open(&self) -> Result<Connection, StorageError> {
         let unreachable = |e: &dyn std::fmt::Display| {
-            StorageError(format!("cannot connect to storage server {}: {e}", self.addr))
+            StorageError(format!(
+                "cannot connect to storage server {}: {e}",
+                self.addr
+            ))
         };
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
             .await
@@ -86,7 +93,12 @@ impl TcpStorage {
         let (reader, writer) = stream.into_split();
         let waiting: Waiting = Arc::new(Mutex::new(Some(VecDeque::new())));
         let (jobs, queue) = mpsc::unbounded_channel();
-        tokio::spawn(write_loop(writer, queue, waiting.clone(), self.addr.clone()));
+        tokio::spawn(write_loop(
+            writer,
+            queue,
+            waiting.clone(),
+            self.addr.clone(),
+        ));
         tokio::spawn(read_loop(reader, waiting.clone(), self.addr.clone()));
         Ok(Connection { jobs, waiting })
     }
@@ -156,15 +168,18 @@ async fn write_loop(
                         out.extend_from_slice(&job.frame);
                     }
                     None => {
-                        let _ = job.answer.send(Err(StorageError(format!(
-                            "connection to {addr} is broken"
-                        ))));
+                        let _ = job
+                            .answer
+                            .send(Err(StorageError(format!("connection to {addr} is broken"))));
                     }
                 }
             }
         }
         if let Err(error) = writer.write_all(&out).await {
-            fail_all(&waiting, &format!("writing to storage server {addr} failed: {error}"));
+            fail_all(
+                &waiting,
+                &format!("writing to storage server {addr} failed: {error}"),
+            );
             return;
         }
     }

@@ -86,7 +86,11 @@ pub fn encode_request(id: u64, op: &StorageOp, out: &mut BytesMut) {
     out.put_u64_le(id);
     match op {
         StorageOp::Read(addrs) | StorageOp::Delete(addrs) => {
-            out.put_u8(if matches!(op, StorageOp::Read(_)) { READ } else { DELETE });
+            out.put_u8(if matches!(op, StorageOp::Read(_)) {
+                READ
+            } else {
+                DELETE
+            });
             out.put_u32_le(addrs.len() as u32);
             out.reserve(16 * addrs.len());
             for a in addrs {
@@ -114,7 +118,12 @@ pub fn encode_response(id: u64, result: &Result<StorageReply, StorageError>, out
         Ok(StorageReply::Values(values)) => {
             out.put_u8(VALUES);
             out.put_u32_le(values.len() as u32);
-            out.reserve(values.iter().map(|v| 5 + v.as_ref().map_or(0, |v| v.len())).sum());
+            out.reserve(
+                values
+                    .iter()
+                    .map(|v| 5 + v.as_ref().map_or(0, |v| v.len()))
+                    .sum(),
+            );
             for v in values {
                 match v {
                     Some(v) => {
@@ -246,15 +255,24 @@ mod tests {
     async fn requests_and_responses_round_trip() {
         round_trip_request(StorageOp::Read(vec![1, u128::MAX])).await;
         round_trip_request(StorageOp::Delete(vec![])).await;
-        round_trip_request(StorageOp::Write(vec![(3, Bytes::from_static(b"abc")), (4, Bytes::new())])).await;
+        round_trip_request(StorageOp::Write(vec![
+            (3, Bytes::from_static(b"abc")),
+            (4, Bytes::new()),
+        ]))
+        .await;
         for result in [
-            Ok(StorageReply::Values(vec![Some(Bytes::from_static(b"x")), None])),
+            Ok(StorageReply::Values(vec![
+                Some(Bytes::from_static(b"x")),
+                None,
+            ])),
             Ok(StorageReply::Done),
             Err(StorageError("disk full".into())),
         ] {
             let mut out = BytesMut::new();
             encode_response(9, &result, &mut out);
-            let frame = read_frame(&mut &out[..], &mut BytesMut::new()).await.unwrap();
+            let frame = read_frame(&mut &out[..], &mut BytesMut::new())
+                .await
+                .unwrap();
             assert_eq!(decode_response(frame).unwrap(), (9, result));
         }
     }

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cloak_storage::{MemoryStorage, Observing, Storage, StorageOp, StorageReply, TcpStorage, server};
+use cloak_storage::{
+    MemoryStorage, Observing, Storage, StorageOp, StorageReply, TcpStorage, server,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -25,13 +27,19 @@ async fn reads_writes_and_deletes_over_tcp() {
     let _stop = start_server(listener).await;
     let client = Arc::new(TcpStorage::connect(&addr, 3).await.unwrap());
 
-    let write = StorageOp::Write(vec![(1, Bytes::from_static(b"one")), (2, Bytes::from_static(b"two"))]);
+    let write = StorageOp::Write(vec![
+        (1, Bytes::from_static(b"one")),
+        (2, Bytes::from_static(b"two")),
+    ]);
     assert_eq!(client.call(write).await.unwrap(), StorageReply::Done);
     assert_eq!(
         client.call(StorageOp::Read(vec![2, 1, 3])).await.unwrap(),
         StorageReply::Values(vec![Some("two".into()), Some("one".into()), None])
     );
-    assert_eq!(client.call(StorageOp::Delete(vec![1])).await.unwrap(), StorageReply::Done);
+    assert_eq!(
+        client.call(StorageOp::Delete(vec![1])).await.unwrap(),
+        StorageReply::Done
+    );
     assert_eq!(
         client.call(StorageOp::Read(vec![1])).await.unwrap(),
         StorageReply::Values(vec![None])
@@ -43,7 +51,10 @@ async fn reads_writes_and_deletes_over_tcp() {
             let client = client.clone();
             tokio::spawn(async move {
                 let value = Bytes::from(vec![i as u8; 1000]);
-                client.call(StorageOp::Write(vec![(100 + i, value.clone())])).await.unwrap();
+                client
+                    .call(StorageOp::Write(vec![(100 + i, value.clone())]))
+                    .await
+                    .unwrap();
                 let read = client.call(StorageOp::Read(vec![100 + i])).await.unwrap();
                 assert_eq!(read, StorageReply::Values(vec![Some(value)]));
             })
@@ -62,7 +73,10 @@ async fn a_malformed_client_does_not_disturb_others() {
     let client = TcpStorage::connect(&addr, 1).await.unwrap();
 
     let mut rogue = TcpStream::connect(&addr).await.unwrap();
-    rogue.write_all(&[9, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 99]).await.unwrap();
+    rogue
+        .write_all(&[9, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 99])
+        .await
+        .unwrap();
     let mut answer = Vec::new();
     rogue.read_to_end(&mut answer).await.unwrap();
     assert!(String::from_utf8_lossy(&answer).contains("protocol error"));
@@ -97,7 +111,10 @@ async fn requests_fail_clearly_while_the_server_is_down_and_work_after_it_return
         "unclear error: {error}"
     );
     let error = client.call(StorageOp::Read(vec![1])).await.unwrap_err();
-    assert!(error.0.contains("cannot connect to storage server"), "{error}");
+    assert!(
+        error.0.contains("cannot connect to storage server"),
+        "{error}"
+    );
 
     let listener = TcpListener::bind(addr).await.unwrap();
     let _stop = start_server(listener).await;
@@ -115,7 +132,10 @@ async fn requests_fail_clearly_while_the_server_is_down_and_work_after_it_return
 #[tokio::test]
 async fn observing_records_what_the_server_sees() {
     let (storage, trace) = Observing::new(MemoryStorage::new());
-    storage.call(StorageOp::Write(vec![(5, Bytes::from_static(b"abc"))])).await.unwrap();
+    storage
+        .call(StorageOp::Write(vec![(5, Bytes::from_static(b"abc"))]))
+        .await
+        .unwrap();
     storage.call(StorageOp::Read(vec![5, 6])).await.unwrap();
     let seen = trace.take();
     assert_eq!(seen.len(), 2);

@@ -55,7 +55,10 @@ pub fn check(history: &[Event]) -> Result<(), String> {
                 max_invoked: 0,
             });
             if c.write.is_some() {
-                return Err(format!("value {:?} written twice", String::from_utf8_lossy(v)));
+                return Err(format!(
+                    "value {:?} written twice",
+                    String::from_utf8_lossy(v)
+                ));
             }
             c.write = Some((e.invoked, e.returned));
             c.min_returned = c.min_returned.min(e.returned);
@@ -69,7 +72,9 @@ pub fn check(history: &[Event]) -> Result<(), String> {
             };
             let (w_inv, _) = c.write.expect("every cluster has its write");
             if e.returned < w_inv {
-                return Err(format!("read returned before the write it saw began: {e:?}"));
+                return Err(format!(
+                    "read returned before the write it saw began: {e:?}"
+                ));
             }
             c.min_returned = c.min_returned.min(e.returned);
             c.max_invoked = c.max_invoked.max(e.invoked);
@@ -110,15 +115,31 @@ mod tests {
     use super::*;
 
     fn w(i: u64, r: u64, v: &str) -> Event {
-        Event { invoked: i, returned: r, kind: Kind::Write(v.into()) }
+        Event {
+            invoked: i,
+            returned: r,
+            kind: Kind::Write(v.into()),
+        }
     }
     fn r(i: u64, ret: u64, v: Option<&str>) -> Event {
-        Event { invoked: i, returned: ret, kind: Kind::Read(v.map(Into::into)) }
+        Event {
+            invoked: i,
+            returned: ret,
+            kind: Kind::Read(v.map(Into::into)),
+        }
     }
 
     #[test]
     fn accepts_linearizable_histories() {
-        assert!(check(&[w(1, 2, "a"), r(3, 4, Some("a")), w(5, 6, "b"), r(7, 8, Some("b"))]).is_ok());
+        assert!(
+            check(&[
+                w(1, 2, "a"),
+                r(3, 4, Some("a")),
+                w(5, 6, "b"),
+                r(7, 8, Some("b"))
+            ])
+            .is_ok()
+        );
         // Concurrent write: either value may be read.
         assert!(check(&[w(1, 5, "a"), r(2, 3, None), r(4, 6, Some("a"))]).is_ok());
         assert!(check(&[w(1, 10, "a"), w(2, 9, "b"), r(11, 12, Some("a"))]).is_ok());
@@ -134,7 +155,15 @@ mod tests {
         // Nothing after a completed write.
         assert!(check(&[w(1, 2, "a"), r(3, 4, None)]).is_err());
         // New-old inversion between two reads during one long write.
-        assert!(check(&[w(1, 2, "a"), w(3, 20, "b"), r(4, 5, Some("b")), r(6, 7, Some("a"))]).is_err());
+        assert!(
+            check(&[
+                w(1, 2, "a"),
+                w(3, 20, "b"),
+                r(4, 5, Some("b")),
+                r(6, 7, Some("a"))
+            ])
+            .is_err()
+        );
         // Unknown value.
         assert!(check(&[r(1, 2, Some("z"))]).is_err());
     }

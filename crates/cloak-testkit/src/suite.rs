@@ -22,19 +22,34 @@ fn wait_for_outcomes(sim: &mut Simulator) {
     );
 }
 
-/// `clients` clients, each sending `commands` random commands on its own `keys` keys with up to
-/// `depth` in flight, every outcome checked against the model; then every key is read back by a
-/// fresh client after `settle` of idle time, and `DBSIZE` is checked.
-pub fn model_workload(
-    sim: &mut Simulator,
-    clients: u64,
-    keys: usize,
-    commands: usize,
-    depth: usize,
-    max_value: usize,
-    settle: Duration,
-    seed: u64,
-) {
+/// The shape of a model-checked workload.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelRun {
+    pub clients: u64,
+    /// Keys each client owns.
+    pub keys: usize,
+    /// Commands each client sends.
+    pub commands: usize,
+    /// Commands each client keeps in flight.
+    pub depth: usize,
+    pub max_value: usize,
+    /// Idle time before everything is read back.
+    pub settle: Duration,
+    pub seed: u64,
+}
+
+/// Every client sends its commands on its own keys, every outcome checked against the model;
+/// then every key is read back by a fresh client after the settle time, and `DBSIZE` is checked.
+pub fn model_workload(sim: &mut Simulator, run: ModelRun) {
+    let ModelRun {
+        clients,
+        keys,
+        commands,
+        depth,
+        max_value,
+        settle,
+        seed,
+    } = run;
     let mut models: Vec<ClientModel> = (0..clients)
         .map(|c| ClientModel::new(c, keys, max_value, seed))
         .collect();
@@ -44,7 +59,7 @@ pub fn model_workload(
     loop {
         for c in 0..clients as usize {
             while sent[c] < commands && in_flight[c] < depth {
-                let (command, outcome) = models[c].next();
+                let (command, outcome) = models[c].next_command();
                 let token = sim.submit(c as u64, command.clone());
                 expected.insert(token, (c as u64, command, outcome));
                 sent[c] += 1;
@@ -71,7 +86,11 @@ pub fn model_workload(
         for i in 0..keys {
             let key = model.key(i);
             let got = sim.execute(reader, Command::Get(key.clone()));
-            assert_eq!(got, Some(Outcome::Value(model.value(&key))), "key {key:?} after settling");
+            assert_eq!(
+                got,
+                Some(Outcome::Value(model.value(&key))),
+                "key {key:?} after settling"
+            );
         }
     }
     let total: usize = models.iter().map(ClientModel::len).sum();
@@ -100,9 +119,15 @@ pub fn pipelined_order(sim: &mut Simulator) {
         (Command::Get(key.clone()), Outcome::Value(None)),
         (Command::Exists(vec![key.clone()]), Outcome::Integer(0)),
         (set("4"), Outcome::Ok),
-        (Command::MGet(vec![key.clone(), key.clone()]), Outcome::Values(vec![Some("4".into()); 2])),
+        (
+            Command::MGet(vec![key.clone(), key.clone()]),
+            Outcome::Values(vec![Some("4".into()); 2]),
+        ),
     ];
-    let tokens: Vec<u64> = script.iter().map(|(c, _)| sim.submit(7, c.clone())).collect();
+    let tokens: Vec<u64> = script
+        .iter()
+        .map(|(c, _)| sim.submit(7, c.clone()))
+        .collect();
     for (token, (command, want)) in tokens.into_iter().zip(script) {
         assert!(
             sim.run_until(PATIENCE, |s| s.has_outcome(token)),
@@ -115,11 +140,23 @@ pub fn pipelined_order(sim: &mut Simulator) {
 /// Many clients write distinct values to a few shared keys and read them concurrently,
 /// starting at staggered instants so operations overlap in every way; the history of every key
 /// must be linearizable. Use more keys than the scheme caches so reads also reach storage.
-pub fn shared_registers(sim: &mut Simulator, keys: usize, clients: u64, ops_per_client: usize, seed: u64) {
+pub fn shared_registers(
+    sim: &mut Simulator,
+    keys: usize,
+    clients: u64,
+    ops_per_client: usize,
+    seed: u64,
+) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut histories: Vec<Vec<Event>> = vec![Vec::new(); keys];
-    // token → (client, key, invocation time, value written if a write)
-    let mut pending: HashMap<u64, (usize, usize, u64, Option<Vec<u8>>)> = HashMap::new();
+    struct InFlight {
+        client: usize,
+        key: usize,
+        invoked: u64,
+        /// The value written, for a write.
+        write: Option<Vec<u8>>,
+    }
+    let mut pending: HashMap<u64, InFlight> = HashMap::new();
     let mut remaining = vec![ops_per_client; clients as usize];
     let mut busy = vec![false; clients as usize];
     let mut written = 0u64;
@@ -144,13 +181,26 @@ pub fn shared_registers(sim: &mut Simulator, keys: usize, clients: u64, ops_per_
                 (Command::Get(key), None)
             };
             let token = sim.submit(c as u64, command);
-            pending.insert(token, (c, k, invoked, write));
+            pending.insert(
+                token,
+                InFlight {
+                    client: c,
+                    key: k,
+                    invoked,
+                    write,
+                },
+            );
             busy[c] = true;
             remaining[c] -= 1;
         }
         sim.run_for(Duration::from_micros(rng.random_range(100..5_000)));
         for (token, at, outcome) in sim.drain_outcomes() {
-            let (client, k, invoked, write) = pending.remove(&token).expect("known token");
+            let InFlight {
+                client,
+                key: k,
+                invoked,
+                write,
+            } = pending.remove(&token).expect("known token");
             busy[client] = false;
             let kind = match (write, outcome) {
                 (Some(value), Outcome::Ok) => Kind::Write(value),
@@ -166,7 +216,10 @@ pub fn shared_registers(sim: &mut Simulator, keys: usize, clients: u64, ops_per_
     }
     for (k, history) in histories.iter().enumerate() {
         if let Err(violation) = linearizability::check(history) {
-            panic!("register{k}: history of {} ops is not linearizable: {violation}", history.len());
+            panic!(
+                "register{k}: history of {} ops is not linearizable: {violation}",
+                history.len()
+            );
         }
     }
 }
@@ -183,35 +236,68 @@ pub fn limits(sim: &mut Simulator, max_key: usize, max_value: usize, capacity: u
     };
     assert_eq!(
         sim.execute(1, set(long_key.clone(), "v".into())),
-        Some(Outcome::Error(CommandError::KeyTooLong { len: max_key + 1, max: max_key }))
+        Some(Outcome::Error(CommandError::KeyTooLong {
+            len: max_key + 1,
+            max: max_key
+        }))
     );
     assert_eq!(
         sim.execute(1, set("k".into(), big_value.clone())),
-        Some(Outcome::Error(CommandError::ValueTooLarge { len: max_value + 1, max: max_value }))
+        Some(Outcome::Error(CommandError::ValueTooLarge {
+            len: max_value + 1,
+            max: max_value
+        }))
     );
     assert!(matches!(
-        sim.execute(1, Command::MSet(vec![("ok".into(), "v".into()), ("bad".into(), big_value)])),
+        sim.execute(
+            1,
+            Command::MSet(vec![("ok".into(), "v".into()), ("bad".into(), big_value)])
+        ),
         Some(Outcome::Error(CommandError::ValueTooLarge { .. }))
     ));
-    assert_eq!(sim.execute(1, Command::Exists(vec!["ok".into()])), Some(Outcome::Integer(0)));
+    assert_eq!(
+        sim.execute(1, Command::Exists(vec!["ok".into()])),
+        Some(Outcome::Integer(0))
+    );
 
     for i in 0..capacity {
-        assert_eq!(sim.execute(1, set(format!("f{i}").into(), "v".into())), Some(Outcome::Ok));
+        assert_eq!(
+            sim.execute(1, set(format!("f{i}").into(), "v".into())),
+            Some(Outcome::Ok)
+        );
     }
     let full = Some(Outcome::Error(CommandError::StoreFull { capacity }));
     assert_eq!(sim.execute(1, set("one-more".into(), "v".into())), full);
     assert_eq!(
-        sim.execute(1, Command::MSet(vec![("f0".into(), "w".into()), ("new".into(), "w".into())])),
+        sim.execute(
+            1,
+            Command::MSet(vec![("f0".into(), "w".into()), ("new".into(), "w".into())])
+        ),
         full,
         "MSET with a new key is refused as a whole"
     );
-    assert_eq!(sim.execute(1, Command::Get("f0".into())), Some(Outcome::Value(Some("v".into()))));
-    assert_eq!(sim.execute(1, set("f0".into(), "updated".into())), Some(Outcome::Ok));
-    assert_eq!(sim.execute(1, Command::Del(vec!["f1".into()])), Some(Outcome::Integer(1)));
-    assert_eq!(sim.execute(1, set("one-more".into(), "v".into())), Some(Outcome::Ok));
+    assert_eq!(
+        sim.execute(1, Command::Get("f0".into())),
+        Some(Outcome::Value(Some("v".into())))
+    );
+    assert_eq!(
+        sim.execute(1, set("f0".into(), "updated".into())),
+        Some(Outcome::Ok)
+    );
+    assert_eq!(
+        sim.execute(1, Command::Del(vec!["f1".into()])),
+        Some(Outcome::Integer(1))
+    );
+    assert_eq!(
+        sim.execute(1, set("one-more".into(), "v".into())),
+        Some(Outcome::Ok)
+    );
     assert_eq!(
         sim.execute(1, Command::Get("one-more".into())),
         Some(Outcome::Value(Some("v".into())))
     );
-    assert_eq!(sim.execute(1, Command::DbSize), Some(Outcome::Integer(capacity as i64)));
+    assert_eq!(
+        sim.execute(1, Command::DbSize),
+        Some(Outcome::Integer(capacity as i64))
+    );
 }

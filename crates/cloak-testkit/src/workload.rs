@@ -2,7 +2,7 @@
 //!
 //! Each client touches only keys of its own, so whatever the interleaving with other clients,
 //! the outcome of each of its commands follows from its own earlier commands, which take effect
-//! in the order it sent them. [`ClientModel::next`] draws a command and the outcome it must have.
+//! in the order it sent them. [`ClientModel::next_command`] draws a command and the outcome it must have.
 
 use std::collections::HashMap;
 
@@ -67,7 +67,7 @@ impl ClientModel {
     }
 
     /// The next command and the outcome the store must give it.
-    pub fn next(&mut self) -> (Command, Outcome) {
+    pub fn next_command(&mut self) -> (Command, Outcome) {
         match self.rng.random_range(0..100) {
             0..35 => {
                 let key = self.random_key();
@@ -93,7 +93,14 @@ impl ClientModel {
                 } else {
                     Outcome::Value(None)
                 };
-                (Command::Set { key, value, condition }, expected)
+                (
+                    Command::Set {
+                        key,
+                        value,
+                        condition,
+                    },
+                    expected,
+                )
             }
             65..75 => {
                 let n = self.rng.random_range(1..=4);
@@ -103,8 +110,9 @@ impl ClientModel {
             }
             75..83 => {
                 let n = self.rng.random_range(1..=4);
-                let pairs: Vec<(Bytes, Bytes)> =
-                    (0..n).map(|_| (self.random_key(), self.random_value())).collect();
+                let pairs: Vec<(Bytes, Bytes)> = (0..n)
+                    .map(|_| (self.random_key(), self.random_value()))
+                    .collect();
                 for (k, v) in &pairs {
                     self.model.insert(k.clone(), v.clone());
                 }
@@ -113,7 +121,10 @@ impl ClientModel {
             83..93 => {
                 let n = self.rng.random_range(1..=3);
                 let keys: Vec<Bytes> = (0..n).map(|_| self.random_key()).collect();
-                let removed = keys.iter().filter(|k| self.model.remove(*k).is_some()).count();
+                let removed = keys
+                    .iter()
+                    .filter(|k| self.model.remove(*k).is_some())
+                    .count();
                 (Command::Del(keys), Outcome::Integer(removed as i64))
             }
             _ => {

@@ -27,7 +27,8 @@ Deploy:
 #[derive(Parser, Debug)]
 #[command(name = "cloak", version, about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Cli {
-    /// Read settings from this TOML file; flags override it. See `cloak help config`.
+    /// Read settings from this TOML file ([store], [up], [proxy], [server] tables; keys are flag
+    /// names); flags override it
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
 

@@ -61,7 +61,11 @@ impl ConfigFile {
 
     /// The settings for a subcommand: the file's `sections` (later ones win), then the flags
     /// given on the command line over them.
-    pub fn merge<T: Serialize + DeserializeOwned>(&self, flags: &T, sections: &[&str]) -> anyhow::Result<T> {
+    pub fn merge<T: Serialize + DeserializeOwned>(
+        &self,
+        flags: &T,
+        sections: &[&str],
+    ) -> anyhow::Result<T> {
         let mut merged = toml::Table::new();
         for section in sections {
             if let Some(toml::Value::Table(table)) = self.table.get(*section) {

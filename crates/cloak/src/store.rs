@@ -38,12 +38,15 @@ impl StoreArgs {
                 list.split(',')
                     .map(|b| b.trim().parse::<u32>())
                     .collect::<Result<Vec<_>, _>>()
-                    .with_context(|| format!("--budgets must be comma-separated integers, got {list:?}"))
+                    .with_context(|| {
+                        format!("--budgets must be comma-separated integers, got {list:?}")
+                    })
             })
             .transpose()?;
         let batch_interval = match &self.batch_interval {
-            Some(text) => humantime::parse_duration(text)
-                .with_context(|| format!("--batch-interval: {text:?} is not a duration like 20ms"))?,
+            Some(text) => humantime::parse_duration(text).with_context(|| {
+                format!("--batch-interval: {text:?} is not a duration like 20ms")
+            })?,
             None => defaults.batch_interval,
         };
         if batch_interval < Duration::from_micros(100) {
@@ -78,20 +81,26 @@ impl StoreArgs {
 impl Store {
     pub fn engine(&self, master: &MasterKey) -> anyhow::Result<Engine> {
         let scheme = cloak_schemes::build(self.scheme, &self.spec, &self.options, master)?;
-        let capacity = usize::try_from(self.spec.capacity).context("capacity does not fit in memory")?;
+        let capacity =
+            usize::try_from(self.spec.capacity).context("capacity does not fit in memory")?;
         let directory = KeyDirectory::new(KeyHasher::new(master), capacity);
         Ok(Engine::new(scheme, directory, self.limits))
     }
 
     /// One line for people: what is running.
     pub fn summary(&self, engine: &Engine) -> String {
-        let params: std::collections::HashMap<_, _> = engine.scheme().describe().into_iter().collect();
+        let params: std::collections::HashMap<_, _> =
+            engine.scheme().describe().into_iter().collect();
         let mut line = format!(
             "scheme {}, {} keys of up to {} bytes",
             self.scheme, self.spec.capacity, self.spec.layout.max_value
         );
-        if let (Some(batch), Some(interval)) = (params.get("batch_size"), params.get("batch_interval_ms")) {
-            line.push_str(&format!(", a batch of {batch} elements every {interval} ms"));
+        if let (Some(batch), Some(interval)) =
+            (params.get("batch_size"), params.get("batch_interval_ms"))
+        {
+            line.push_str(&format!(
+                ", a batch of {batch} elements every {interval} ms"
+            ));
         }
         line
     }

@@ -39,7 +39,10 @@ pub fn quit(args: &mut Args) -> Result<Request, Reply> {
 pub fn select(args: &mut Args) -> Result<Request, Reply> {
     args.expect(1)?;
     let index = args.next().expect("checked");
-    match std::str::from_utf8(&index).ok().and_then(|s| s.parse().ok()) {
+    match std::str::from_utf8(&index)
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
         Some(n) => Ok(Request::Select(n)),
         None => Err(Reply::err("value is not an integer or out of range")),
     }

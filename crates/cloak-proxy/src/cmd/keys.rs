@@ -16,7 +16,7 @@ pub fn set(args: &mut Args) -> Result<Request, Reply> {
     let key = args.next().expect("checked");
     let value = args.next().expect("checked");
     let mut condition = SetCondition::Always;
-    while let Some(option) = args.next() {
+    for option in args.by_ref() {
         let option = String::from_utf8_lossy(&option).to_uppercase();
         condition = match (option.as_str(), condition) {
             ("NX", SetCondition::Always) => SetCondition::IfAbsent,
@@ -43,7 +43,7 @@ pub fn mget(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn mset(args: &mut Args) -> Result<Request, Reply> {
-    if args.len() == 0 || args.len() % 2 != 0 {
+    if args.len() == 0 || !args.len().is_multiple_of(2) {
         return Err(args.arity());
     }
     let flat = args.take_all();

@@ -21,7 +21,10 @@ pub enum Request {
     Data(Command),
     Ping(Option<Bytes>),
     Echo(Bytes),
-    Auth { user: Option<Bytes>, password: Bytes },
+    Auth {
+        user: Option<Bytes>,
+        password: Bytes,
+    },
     Quit,
     Select(i64),
     Info(Option<String>),
@@ -47,32 +50,49 @@ pub struct Args {
     rest: std::vec::IntoIter<Bytes>,
 }
 
-impl Args {
-    pub fn len(&self) -> usize {
-        self.rest.len()
-    }
+impl Iterator for Args {
+    type Item = Bytes;
 
-    pub fn next(&mut self) -> Option<Bytes> {
+    fn next(&mut self) -> Option<Bytes> {
         self.rest.next()
     }
 
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.rest.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Args {}
+
+impl Args {
     pub fn take_all(&mut self) -> Vec<Bytes> {
         self.rest.by_ref().collect()
     }
 
     /// The error for a wrong number of arguments.
     pub fn arity(&self) -> Reply {
-        Reply::err(format!("wrong number of arguments for '{}' command", self.name))
+        Reply::err(format!(
+            "wrong number of arguments for '{}' command",
+            self.name
+        ))
     }
 
     /// Exactly `n` arguments remain, else the arity error.
     pub fn expect(&self, n: usize) -> Result<(), Reply> {
-        if self.len() == n { Ok(()) } else { Err(self.arity()) }
+        if self.len() == n {
+            Ok(())
+        } else {
+            Err(self.arity())
+        }
     }
 
     /// At least `n` arguments remain, else the arity error.
     pub fn at_least(&self, n: usize) -> Result<(), Reply> {
-        if self.len() >= n { Ok(()) } else { Err(self.arity()) }
+        if self.len() >= n {
+            Ok(())
+        } else {
+            Err(self.arity())
+        }
     }
 }
 
@@ -108,7 +128,10 @@ pub fn parse(mut request: Vec<Bytes>) -> Result<Request, Reply> {
 
 /// Redis's message for an unknown command.
 fn unknown(name: &[u8], args: Vec<Bytes>) -> Reply {
-    let mut message = format!("unknown command '{}', with args beginning with: ", printable(name));
+    let mut message = format!(
+        "unknown command '{}', with args beginning with: ",
+        printable(name)
+    );
     for arg in args.iter().take(8) {
         message.push_str(&format!("'{}' ", printable(arg)));
     }
@@ -118,7 +141,9 @@ fn unknown(name: &[u8], args: Vec<Bytes>) -> Reply {
 /// Up to 128 bytes of client input, safe to echo in an error line.
 fn printable(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(128)]);
-    text.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 #[cfg(test)]
@@ -132,16 +157,29 @@ mod tests {
 
     #[test]
     fn parses_key_commands() {
-        assert_eq!(req(&["get", "k"]), Ok(Request::Data(Command::Get("k".into()))));
+        assert_eq!(
+            req(&["get", "k"]),
+            Ok(Request::Data(Command::Get("k".into())))
+        );
         assert_eq!(
             req(&["SET", "k", "v", "nx"]),
-            Ok(Request::Data(Command::Set { key: "k".into(), value: "v".into(), condition: SetCondition::IfAbsent }))
+            Ok(Request::Data(Command::Set {
+                key: "k".into(),
+                value: "v".into(),
+                condition: SetCondition::IfAbsent
+            }))
         );
         assert_eq!(
             req(&["MSET", "a", "1", "b", "2"]),
-            Ok(Request::Data(Command::MSet(vec![("a".into(), "1".into()), ("b".into(), "2".into())])))
+            Ok(Request::Data(Command::MSet(vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "2".into())
+            ])))
         );
-        assert_eq!(req(&["del", "a", "b"]), Ok(Request::Data(Command::Del(vec!["a".into(), "b".into()]))));
+        assert_eq!(
+            req(&["del", "a", "b"]),
+            Ok(Request::Data(Command::Del(vec!["a".into(), "b".into()])))
+        );
         assert_eq!(req(&["dbsize"]), Ok(Request::Data(Command::DbSize)));
     }
 
@@ -151,8 +189,14 @@ mod tests {
             Err(Reply::Error(e)) => e,
             other => panic!("{other:?}"),
         };
-        assert_eq!(err(&["get"]), "ERR wrong number of arguments for 'get' command");
-        assert_eq!(err(&["mset", "a"]), "ERR wrong number of arguments for 'mset' command");
+        assert_eq!(
+            err(&["get"]),
+            "ERR wrong number of arguments for 'get' command"
+        );
+        assert_eq!(
+            err(&["mset", "a"]),
+            "ERR wrong number of arguments for 'mset' command"
+        );
         assert_eq!(err(&["set", "k", "v", "nx", "xx"]), "ERR syntax error");
         assert!(err(&["set", "k", "v", "ex", "10"]).contains("expiry"));
         assert_eq!(

@@ -200,7 +200,11 @@ pub fn to_redis(command: &Command) -> redis::Cmd {
             cmd = redis::cmd("GET");
             cmd.arg(&k[..]);
         }
-        Command::Set { key, value, condition } => {
+        Command::Set {
+            key,
+            value,
+            condition,
+        } => {
             cmd = redis::cmd("SET");
             cmd.arg(&key[..]).arg(&value[..]);
             match condition {
@@ -267,7 +271,10 @@ pub fn from_redis(value: redis::Value) -> Result<Outcome, String> {
 }
 
 /// Sends a command and returns the reply as an outcome.
-pub async fn run(con: &mut redis::aio::MultiplexedConnection, command: &Command) -> Result<Outcome, String> {
+pub async fn run(
+    con: &mut redis::aio::MultiplexedConnection,
+    command: &Command,
+) -> Result<Outcome, String> {
     match to_redis(command).query_async::<redis::Value>(con).await {
         Ok(value) => from_redis(value),
         Err(error) => Err(error.to_string()),

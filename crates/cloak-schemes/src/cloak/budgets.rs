@@ -44,7 +44,9 @@ impl Budgets {
             if j > 1 << 24 {
                 return Err(BudgetError::TooManySets(j));
             }
-            let b = (f64::from(first) / (j as f64).powf(exponent)).ceil().max(1.0) as u32;
+            let b = (f64::from(first) / (j as f64).powf(exponent))
+                .ceil()
+                .max(1.0) as u32;
             budgets.push(b);
             held += j as u64 * u64::from(b);
         }
@@ -127,11 +129,19 @@ mod tests {
     fn paper_configurations() {
         // §7.1: one million elements with b_1 = 433 give a batch of about 4,000.
         let big = Budgets::zipf(1_000_000, 433, 1.0).unwrap();
-        assert!((3_900..=4_100).contains(&big.batch_size()), "{}", big.batch_size());
+        assert!(
+            (3_900..=4_100).contains(&big.batch_size()),
+            "{}",
+            big.batch_size()
+        );
         assert!(big.capacity() >= 1_000_000 && big.capacity() < 1_000_000 + 2 * big.sets() as u64);
         // Netflix: 8,477 elements with b_1 = 100 give a batch of about 520.
         let netflix = Budgets::zipf(8_477, 100, 1.0).unwrap();
-        assert!((500..=540).contains(&netflix.batch_size()), "{}", netflix.batch_size());
+        assert!(
+            (500..=540).contains(&netflix.batch_size()),
+            "{}",
+            netflix.batch_size()
+        );
     }
 
     #[test]

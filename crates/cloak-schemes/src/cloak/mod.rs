@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, Op, OpId, Record, Reply, RequestId, Scheme, SchemeError, SchemeStats,
-    Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, Op, OpId, Record, Reply, RequestId, Scheme, SchemeError, SchemeStats, Slot,
+    StorageError, StorageOp, StorageReply, StorageRequest,
 };
 use cloak_crypto::Binding;
 use lru::LruCache;
@@ -112,6 +112,8 @@ pub struct Cloak {
     /// Slots whose element failed authentication and that no client has overwritten since.
     corrupt: HashSet<u32>,
     flight: Option<Flight>,
+    /// Client writes in the batch's write-back, acknowledged but not yet stored.
+    writing_back: u64,
 
     /// Addresses not yet written by the initial fill, and fill requests unanswered.
     fill_next: usize,
@@ -180,6 +182,7 @@ impl Cloak {
             queued: 0,
             corrupt: HashSet::new(),
             flight: None,
+            writing_back: 0,
             fill_next: 0,
             fill_outstanding: 0,
             next_batch_at: None,
@@ -388,10 +391,8 @@ impl Cloak {
         // The order of the request must not reveal which addresses were real.
         addrs.sort_unstable();
         let old_slots: Vec<u32> = addrs.iter().map(|&a| self.slot_at[a as usize]).collect();
-        let old_generations: Vec<u64> = addrs
-            .iter()
-            .map(|&a| self.written_in[a as usize])
-            .collect();
+        let old_generations: Vec<u64> =
+            addrs.iter().map(|&a| self.written_in[a as usize]).collect();
         let mut perm: Vec<u32> = (0..size as u32).collect();
         perm.shuffle(&mut self.rng);
         for (&addr, &from) in addrs.iter().zip(&perm) {
@@ -446,7 +447,10 @@ impl Cloak {
                 })
             );
             let content = match (waiting, opened) {
-                (Some(Waiting::Write(record)), _) => record,
+                (Some(Waiting::Write(record)), _) => {
+                    self.writing_back += 1;
+                    record
+                }
                 // A slot lost earlier holds an empty placeholder: it must not pass for data.
                 (waiting, Ok(record)) if !self.corrupt.contains(&slot) => {
                     if let Some(Waiting::Read(waiters)) = waiting {
@@ -607,6 +611,7 @@ impl Scheme for Cloak {
             Purpose::BatchRead => self.finish_read(reply),
             Purpose::BatchWrite => {
                 self.flight = None;
+                self.writing_back = 0;
                 self.stats.batches += 1;
             }
         }
@@ -644,8 +649,15 @@ impl Scheme for Cloak {
     }
 
     fn stats(&self) -> SchemeStats {
+        let pending_writes = self
+            .pending
+            .values()
+            .flat_map(|p| [&p.queued, &p.flight])
+            .filter(|w| matches!(w, Some(Waiting::Write(_))))
+            .count() as u64;
         SchemeStats {
             queued: self.queued as u64,
+            unwritten: pending_writes + self.writing_back,
             ..self.stats.clone()
         }
     }
@@ -655,7 +667,10 @@ impl Scheme for Cloak {
             ("budgets", self.budgets.to_string()),
             ("reuse_distance_sets", self.budgets.sets().to_string()),
             ("batch_size", self.budgets.batch_size().to_string()),
-            ("batch_interval_ms", format!("{}", self.interval.as_secs_f64() * 1e3)),
+            (
+                "batch_interval_ms",
+                format!("{}", self.interval.as_secs_f64() * 1e3),
+            ),
             ("elements", self.pos.len().to_string()),
             ("element_bytes", self.codec.element_len().to_string()),
             (

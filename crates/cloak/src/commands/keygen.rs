@@ -17,9 +17,9 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
             options.write(true).create_new(true);
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let mut file = options
-                .open(&path)
-                .with_context(|| format!("cannot create {} (it must not exist yet)", path.display()))?;
+            let mut file = options.open(&path).with_context(|| {
+                format!("cannot create {} (it must not exist yet)", path.display())
+            })?;
             file.write_all(text.as_bytes())?;
             eprintln!("wrote a new key to {}", path.display());
         }

@@ -37,7 +37,12 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         engine,
         storage,
         options,
-        |proxy| println!("cloak proxy listening on {} ({summary}; storage {url})", proxy.local_addr),
+        |proxy| {
+            println!(
+                "cloak proxy listening on {} ({summary}; storage {url})",
+                proxy.local_addr
+            )
+        },
         super::shutdown_signal(),
     )
     .await?;

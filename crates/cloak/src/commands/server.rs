@@ -19,6 +19,11 @@ pub async fn run(args: ServerArgs, config: &ConfigFile) -> anyhow::Result<()> {
         "cloak storage server listening on {} (elements in memory)",
         listener.local_addr()?
     );
-    server::serve(listener, Arc::new(MemoryStorage::new()), super::shutdown_signal()).await?;
+    server::serve(
+        listener,
+        Arc::new(MemoryStorage::new()),
+        super::shutdown_signal(),
+    )
+    .await?;
     Ok(())
 }

@@ -44,10 +44,14 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let summary = store.summary(&engine);
     let bind = args.bind.as_deref().unwrap_or("127.0.0.1");
     let port = args.port.unwrap_or(6380);
-    let listener = TcpListener::bind((bind, port))
-        .await
-        .with_context(|| format!("cannot listen on {bind}:{port} (is another server using it? try --port)"))?;
-    let auth = if args.password.is_some() { " -a PASSWORD" } else { "" };
+    let listener = TcpListener::bind((bind, port)).await.with_context(|| {
+        format!("cannot listen on {bind}:{port} (is another server using it? try --port)")
+    })?;
+    let auth = if args.password.is_some() {
+        " -a PASSWORD"
+    } else {
+        ""
+    };
     let options = ProxyOptions {
         password: args.password,
         drain_timeout: None,
@@ -60,7 +64,10 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
         |proxy| {
             let port = proxy.local_addr.port();
             println!("Cloak is up: {summary}.");
-            println!("  clients:  redis-cli -p {port}{auth}   (listening on {})", proxy.local_addr);
+            println!(
+                "  clients:  redis-cli -p {port}{auth}   (listening on {})",
+                proxy.local_addr
+            );
             println!("  storage:  cloak server on {storage_addr}, elements in memory");
             println!("  key:      {key_note}");
             println!("Try:");
