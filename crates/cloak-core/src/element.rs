@@ -118,16 +118,11 @@ impl RecordLayout {
 pub struct ElementCodec {
     pub layout: RecordLayout,
     pub sealer: Sealer,
-    scratch: Vec<u8>,
 }
 
 impl ElementCodec {
     pub fn new(layout: RecordLayout, sealer: Sealer) -> Self {
-        Self {
-            layout,
-            sealer,
-            scratch: Vec::with_capacity(layout.encoded_len()),
-        }
+        Self { layout, sealer }
     }
 
     /// Size of every element this codec produces.
@@ -136,9 +131,10 @@ impl ElementCodec {
     }
 
     pub fn seal(&mut self, binding: Binding, slot: Slot, record: &Record) -> Bytes {
-        self.scratch.clear();
-        self.layout.encode(slot, record, &mut self.scratch);
-        Bytes::from(self.sealer.seal(binding, &self.scratch))
+        let layout = self.layout;
+        Bytes::from(self.sealer.seal_with(binding, layout.encoded_len(), |out| {
+            layout.encode(slot, record, out)
+        }))
     }
 
     /// Opens an element and checks it holds `expected` (when the caller knows which slot).

@@ -1,11 +1,12 @@
 //! A storage server's state held in memory: the map every in-memory backend applies requests to.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
+use hashbrown::HashMap;
 
 use crate::storage::{Addr, StorageOp, StorageReply};
 
+/// Addresses are chosen by the trusted proxy (dense integers or PRF labels), so a fast
+/// non-keyed hash is safe here.
 #[derive(Default)]
 pub struct MemoryStore {
     elements: HashMap<Addr, Bytes>,
@@ -17,7 +18,8 @@ impl MemoryStore {
         Self::default()
     }
 
-    pub fn apply(&mut self, op: &StorageOp) -> StorageReply {
+    /// Applies a request, taking ownership of written values.
+    pub fn apply(&mut self, op: StorageOp) -> StorageReply {
         match op {
             StorageOp::Read(addrs) => StorageReply::Values(
                 addrs
@@ -28,7 +30,7 @@ impl MemoryStore {
             StorageOp::Write(writes) => {
                 for (addr, value) in writes {
                     self.bytes += value.len();
-                    if let Some(old) = self.elements.insert(*addr, value.clone()) {
+                    if let Some(old) = self.elements.insert(addr, value) {
                         self.bytes -= old.len();
                     }
                 }
@@ -36,7 +38,7 @@ impl MemoryStore {
             }
             StorageOp::Delete(addrs) => {
                 for addr in addrs {
-                    if let Some(old) = self.elements.remove(addr) {
+                    if let Some(old) = self.elements.remove(&addr) {
                         self.bytes -= old.len();
                     }
                 }

@@ -183,7 +183,7 @@ impl Simulator {
                 if let Some(trace) = &mut self.trace {
                     trace.push(Observed::of(self.now - self.start, &request.op));
                 }
-                Ok(self.store.apply(&request.op))
+                Ok(self.store.apply(request.op))
             };
             self.in_flight
                 .push_back((self.now + self.storage_delay, request.id, result));

@@ -88,6 +88,18 @@ impl Sealer {
 
     /// Encrypts `plaintext` bound to `binding`.
     pub fn seal(&mut self, binding: Binding, plaintext: &[u8]) -> Vec<u8> {
+        self.seal_with(binding, plaintext.len(), |out| {
+            out.extend_from_slice(plaintext)
+        })
+    }
+
+    /// Encrypts the `len` bytes that `write` appends, without an intermediate copy.
+    pub fn seal_with(
+        &mut self,
+        binding: Binding,
+        len: usize,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Vec<u8> {
         if self.counter == MESSAGES_PER_EPOCH {
             self.next_epoch();
         }
@@ -95,10 +107,15 @@ impl Sealer {
         nonce[..8].copy_from_slice(&self.counter.to_le_bytes());
         self.counter += 1;
 
-        let mut out = Vec::with_capacity(plaintext.len() + SEAL_OVERHEAD);
+        let mut out = Vec::with_capacity(len + SEAL_OVERHEAD);
         out.extend_from_slice(&self.epoch.to_le_bytes());
         out.extend_from_slice(&nonce);
-        out.extend_from_slice(plaintext);
+        write(&mut out);
+        assert_eq!(
+            out.len(),
+            HEADER_LEN + len,
+            "seal_with wrote the wrong length"
+        );
         let tag = self
             .key
             .seal_in_place_separate_tag(

@@ -38,7 +38,7 @@ impl Storage for MemoryStorage {
             .store
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .apply(&op))
+            .apply(op))
     }
 
     fn describe(&self) -> String {

@@ -54,6 +54,8 @@ pub struct TcpStorage {
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Frames smaller than this are coalesced into one write.
+const SMALL_FRAME: usize = 16 * 1024;
 
 impl TcpStorage {
     /// Connects to a storage server at `addr` (`host:port`), checking it is reachable now.
@@ -157,15 +159,16 @@ async fn write_loop(
     addr: String,
 ) {
     let mut batch = Vec::new();
+    let mut small = BytesMut::new();
     while jobs.recv_many(&mut batch, 256).await > 0 {
-        let mut out = BytesMut::new();
+        let mut frames = Vec::with_capacity(batch.len());
         {
             let mut queue = waiting.lock().unwrap_or_else(|e| e.into_inner());
             for job in batch.drain(..) {
                 match queue.as_mut() {
                     Some(queue) => {
                         queue.push_back((job.id, job.answer));
-                        out.extend_from_slice(&job.frame);
+                        frames.push(job.frame);
                     }
                     None => {
                         let _ = job
@@ -175,7 +178,25 @@ async fn write_loop(
                 }
             }
         }
-        if let Err(error) = writer.write_all(&out).await {
+        // Small frames that arrived together go out in one write; large ones (batches) are
+        // written as they are, without copying them again.
+        let mut result = Ok(());
+        for frame in frames {
+            if frame.len() < SMALL_FRAME {
+                small.extend_from_slice(&frame);
+                continue;
+            }
+            if !small.is_empty() {
+                result = result.and(writer.write_all(&small).await);
+                small.clear();
+            }
+            result = result.and(writer.write_all(&frame).await);
+        }
+        if !small.is_empty() {
+            result = result.and(writer.write_all(&small).await);
+            small.clear();
+        }
+        if let Err(error) = result {
             fail_all(
                 &waiting,
                 &format!("writing to storage server {addr} failed: {error}"),
