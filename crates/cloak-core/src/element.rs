@@ -15,6 +15,8 @@
 use bytes::Bytes;
 use cloak_crypto::{Binding, CryptoError, SEAL_OVERHEAD, Sealer};
 
+use crate::storage::Addr;
+
 /// A logical slot: the proxy's name for where a key lives, independent of where storage keeps it.
 pub type Slot = u64;
 
@@ -157,6 +159,20 @@ impl ElementCodec {
     }
 }
 
+impl ElementCodec {
+    /// Opens an element found at `address` without knowing its generation (recovery scans);
+    /// returns the generation that wrote it, its slot and its record.
+    pub fn open_found(
+        &self,
+        address: Addr,
+        element: &Bytes,
+    ) -> Result<(u64, Slot, Record), ElementError> {
+        let (generation, plaintext) = self.sealer.open_found(address, element)?;
+        let (slot, record) = self.layout.decode(&Bytes::from(plaintext))?;
+        Ok((generation, slot, record))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +215,6 @@ mod tests {
             })
         );
         assert_eq!(c.open(at, None, Some(3)), Err(ElementError::Missing));
+        assert_eq!(c.open_found(5, &b).unwrap(), (1, 3, Record::empty()));
     }
 }

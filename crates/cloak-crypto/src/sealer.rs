@@ -1,6 +1,6 @@
 //! Authenticated encryption of storage elements.
 //!
-//! Sealed layout: `epoch (8) ‖ nonce (12) ‖ ciphertext ‖ tag (16)`.
+//! Sealed layout: `epoch (8) ‖ nonce (12) ‖ generation (8) ‖ ciphertext ‖ tag (16)`.
 //!
 //! Nonces: AES-GCM fails badly if a (key, nonce) pair repeats, and random 96-bit nonces are only
 //! safe for about 2^32 messages per key, which a busy proxy writes in hours. So each proxy run
@@ -10,7 +10,10 @@
 //!
 //! Associated data binds each ciphertext to a [`Binding`]: the storage address it was written to
 //! and the scheme's generation counter at that address (Cloak: the batch that wrote it). A server
-//! that swaps, replays or corrupts an element makes [`Sealer::open`] fail.
+//! that swaps, replays or corrupts an element makes [`Sealer::open`] fail. The generation also
+//! travels in the clear (the server saw that write happen, so it learns nothing), so a proxy that
+//! lost its state can still open what it finds with [`Sealer::open_found`] and learn where each
+//! element stands.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -21,8 +24,9 @@ use ring::rand::{SecureRandom, SystemRandom};
 use crate::{KeyError, MasterKey};
 
 const EPOCH_LEN: usize = 8;
+const GENERATION_LEN: usize = 8;
 const TAG_LEN: usize = 16;
-const HEADER_LEN: usize = EPOCH_LEN + NONCE_LEN;
+const HEADER_LEN: usize = EPOCH_LEN + NONCE_LEN + GENERATION_LEN;
 /// Bytes a sealed element has beyond its plaintext.
 pub const SEAL_OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 /// Messages per epoch before moving to the next one.
@@ -110,6 +114,7 @@ impl Sealer {
         let mut out = Vec::with_capacity(len + SEAL_OVERHEAD);
         out.extend_from_slice(&self.epoch.to_le_bytes());
         out.extend_from_slice(&nonce);
+        out.extend_from_slice(&binding.generation.to_le_bytes());
         write(&mut out);
         assert_eq!(
             out.len(),
@@ -131,13 +136,43 @@ impl Sealer {
 
     /// Decrypts and authenticates an element sealed with `binding`.
     pub fn open(&self, binding: Binding, sealed: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        self.open_at(binding, sealed)
+    }
+
+    /// Decrypts and authenticates an element found at `address` without knowing which
+    /// generation wrote it (as after a crash); returns that generation with the plaintext.
+    /// A replayed older element passes: callers that know the generation use [`Sealer::open`].
+    pub fn open_found(&self, address: u128, sealed: &[u8]) -> Result<(u64, Vec<u8>), CryptoError> {
+        let generation = Self::generation(sealed)?;
+        let binding = Binding {
+            address,
+            generation,
+        };
+        Ok((generation, self.open_at(binding, sealed)?))
+    }
+
+    fn generation(sealed: &[u8]) -> Result<u64, CryptoError> {
         if sealed.len() < SEAL_OVERHEAD {
             return Err(CryptoError::Truncated(sealed.len()));
+        }
+        let at = EPOCH_LEN + NONCE_LEN;
+        Ok(u64::from_le_bytes(
+            sealed[at..at + GENERATION_LEN].try_into().expect("8 bytes"),
+        ))
+    }
+
+    fn open_at(&self, binding: Binding, sealed: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        // The clear generation must be the one authenticated; a mismatch fails below anyway,
+        // this only gives the clearer error first.
+        if Self::generation(sealed)? != binding.generation {
+            return Err(CryptoError::Tampered);
         }
         let (header, rest) = sealed.split_at(HEADER_LEN);
         let (ciphertext, tag) = rest.split_at(rest.len() - TAG_LEN);
         let epoch = u64::from_le_bytes(header[..EPOCH_LEN].try_into().expect("8 bytes"));
-        let nonce: [u8; NONCE_LEN] = header[EPOCH_LEN..].try_into().expect("12 bytes");
+        let nonce: [u8; NONCE_LEN] = header[EPOCH_LEN..EPOCH_LEN + NONCE_LEN]
+            .try_into()
+            .expect("12 bytes");
         let tag: [u8; TAG_LEN] = tag.try_into().expect("16 bytes");
 
         let key = self.key_for(epoch);
@@ -224,6 +259,26 @@ mod tests {
         assert_eq!(s.open(elsewhere, &sealed), Err(CryptoError::Tampered));
         assert_eq!(s.open(older, &sealed), Err(CryptoError::Tampered));
         assert_eq!(s.open(AT, &sealed[..10]), Err(CryptoError::Truncated(10)));
+    }
+
+    #[test]
+    fn found_elements_reveal_their_generation() {
+        let mut s = sealer();
+        let sealed = s.seal(AT, b"v");
+        assert_eq!(
+            s.open_found(AT.address, &sealed).unwrap(),
+            (7, b"v".to_vec())
+        );
+        assert!(
+            s.open_found(99, &sealed).is_err(),
+            "still bound to its address"
+        );
+        let mut forged = sealed.clone();
+        forged[EPOCH_LEN + NONCE_LEN] ^= 1;
+        assert!(
+            s.open_found(AT.address, &forged).is_err(),
+            "the clear generation is authenticated"
+        );
     }
 
     #[test]
