@@ -23,6 +23,10 @@ pub enum StorageOp {
     Write(Vec<(Addr, Bytes)>),
     /// Remove these addresses (absent ones are ignored).
     Delete(Vec<Addr>),
+    /// Up to `limit` stored elements with addresses above `after` (from the lowest when `None`),
+    /// in address order; fewer than `limit` means the scan is complete. Only recovery scans,
+    /// and it reads everything, so the server learns nothing from it.
+    Scan { after: Option<Addr>, limit: u32 },
 }
 
 impl StorageOp {
@@ -31,6 +35,7 @@ impl StorageOp {
             StorageOp::Read(_) => "read",
             StorageOp::Write(_) => "write",
             StorageOp::Delete(_) => "delete",
+            StorageOp::Scan { .. } => "scan",
         }
     }
 
@@ -39,6 +44,7 @@ impl StorageOp {
         match self {
             StorageOp::Read(a) | StorageOp::Delete(a) => a.len(),
             StorageOp::Write(w) => w.len(),
+            StorageOp::Scan { limit, .. } => *limit as usize,
         }
     }
 
@@ -59,6 +65,19 @@ pub enum StorageReply {
     Values(Vec<Option<Bytes>>),
     /// A write or delete was applied.
     Done,
+    /// Elements found by a [`StorageOp::Scan`], in address order.
+    Entries(Vec<(Addr, Bytes)>),
+}
+
+impl StorageReply {
+    /// A short description, for errors about unexpected answers.
+    pub fn summary(&self) -> String {
+        match self {
+            StorageReply::Values(v) => format!("{} values", v.len()),
+            StorageReply::Done => "done".into(),
+            StorageReply::Entries(e) => format!("{} scanned entries", e.len()),
+        }
+    }
 }
 
 /// Storage could not serve a request. The message is for people; schemes treat every failure

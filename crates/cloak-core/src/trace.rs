@@ -12,6 +12,7 @@ pub enum AccessKind {
     Read,
     Write,
     Delete,
+    Scan,
 }
 
 /// One request as the server saw it: when, what kind, which addresses, how many bytes.
@@ -44,6 +45,13 @@ impl Observed {
                 at,
                 kind: AccessKind::Delete,
                 addrs: addrs.clone(),
+                value_lens: Vec::new(),
+            },
+            // The cursor is all the server is told.
+            StorageOp::Scan { after, .. } => Self {
+                at,
+                kind: AccessKind::Scan,
+                addrs: after.iter().copied().collect(),
                 value_lens: Vec::new(),
             },
         }

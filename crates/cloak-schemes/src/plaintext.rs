@@ -95,7 +95,7 @@ impl Scheme for Unsafe {
                 self.replies
                     .extend(ops.into_iter().map(|op| (op, Reply::Written)));
             }
-            Ok(StorageReply::Values(_)) => {
+            Ok(_) => {
                 let error = SchemeError::Integrity(ElementError::Missing.to_string());
                 self.replies
                     .extend(ops.into_iter().map(|op| (op, Reply::Failed(error.clone()))));

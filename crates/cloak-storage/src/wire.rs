@@ -7,10 +7,12 @@
 //!   tag 1 READ    body = n (u32) ‖ n × address (u128)
 //!   tag 2 WRITE   body = n (u32) ‖ n × (address (u128) ‖ len (u32) ‖ bytes)
 //!   tag 3 DELETE  body = n (u32) ‖ n × address (u128)
+//!   tag 4 SCAN    body = has_after (u8) ‖ after (u128) ‖ limit (u32)
 //! response = id (u64) ‖ tag (u8) ‖ body
 //!   tag 1 VALUES  body = n (u32) ‖ n × (0 | 1 ‖ len (u32) ‖ bytes)
 //!   tag 2 DONE    body = empty
 //!   tag 3 ERROR   body = UTF-8 message
+//!   tag 4 ENTRIES body = n (u32) ‖ n × (address (u128) ‖ len (u32) ‖ bytes)
 //! ```
 //!
 //! A server answers the requests of one connection in order.
@@ -26,9 +28,11 @@ pub const MAX_FRAME: usize = 512 << 20;
 const READ: u8 = 1;
 const WRITE: u8 = 2;
 const DELETE: u8 = 3;
+const SCAN: u8 = 4;
 const VALUES: u8 = 1;
 const DONE: u8 = 2;
 const ERROR: u8 = 3;
+const ENTRIES: u8 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
@@ -99,16 +103,26 @@ pub fn encode_request(id: u64, op: &StorageOp, out: &mut BytesMut) {
         }
         StorageOp::Write(writes) => {
             out.put_u8(WRITE);
-            out.put_u32_le(writes.len() as u32);
-            out.reserve(writes.iter().map(|(_, v)| 20 + v.len()).sum());
-            for (a, v) in writes {
-                out.put_u128_le(*a);
-                out.put_u32_le(v.len() as u32);
-                out.put_slice(v);
-            }
+            put_entries(out, writes);
+        }
+        StorageOp::Scan { after, limit } => {
+            out.put_u8(SCAN);
+            out.put_u8(u8::from(after.is_some()));
+            out.put_u128_le(after.unwrap_or(0));
+            out.put_u32_le(*limit);
         }
     }
     finish_frame(out, at);
+}
+
+fn put_entries(out: &mut BytesMut, entries: &[(u128, Bytes)]) {
+    out.put_u32_le(entries.len() as u32);
+    out.reserve(entries.iter().map(|(_, v)| 20 + v.len()).sum());
+    for (a, v) in entries {
+        out.put_u128_le(*a);
+        out.put_u32_le(v.len() as u32);
+        out.put_slice(v);
+    }
 }
 
 pub fn encode_response(id: u64, result: &Result<StorageReply, StorageError>, out: &mut BytesMut) {
@@ -136,6 +150,10 @@ pub fn encode_response(id: u64, result: &Result<StorageReply, StorageError>, out
             }
         }
         Ok(StorageReply::Done) => out.put_u8(DONE),
+        Ok(StorageReply::Entries(entries)) => {
+            out.put_u8(ENTRIES);
+            put_entries(out, entries);
+        }
         Err(StorageError(message)) => {
             out.put_u8(ERROR);
             out.put_slice(message.as_bytes());
@@ -180,6 +198,17 @@ fn addresses(frame: &mut Bytes) -> Result<Vec<u128>, WireError> {
     Ok((0..n).map(|_| frame.get_u128_le()).collect())
 }
 
+fn entries(frame: &mut Bytes) -> Result<Vec<(u128, Bytes)>, WireError> {
+    let n = count(frame, 20)?;
+    let mut entries = Vec::with_capacity(n);
+    for _ in 0..n {
+        need(frame, 16)?;
+        let addr = frame.get_u128_le();
+        entries.push((addr, bytes(frame)?));
+    }
+    Ok(entries)
+}
+
 fn done(frame: &Bytes) -> Result<(), WireError> {
     if frame.has_remaining() {
         Err(WireError::Malformed("trailing bytes"))
@@ -193,15 +222,15 @@ pub fn decode_request(mut frame: Bytes) -> Result<(u64, StorageOp), WireError> {
     let op = match tag {
         READ => StorageOp::Read(addresses(&mut frame)?),
         DELETE => StorageOp::Delete(addresses(&mut frame)?),
-        WRITE => {
-            let n = count(&mut frame, 20)?;
-            let mut writes = Vec::with_capacity(n);
-            for _ in 0..n {
-                need(&frame, 16)?;
-                let addr = frame.get_u128_le();
-                writes.push((addr, bytes(&mut frame)?));
+        WRITE => StorageOp::Write(entries(&mut frame)?),
+        SCAN => {
+            need(&frame, 21)?;
+            let has_after = frame.get_u8() == 1;
+            let after = frame.get_u128_le();
+            StorageOp::Scan {
+                after: has_after.then_some(after),
+                limit: frame.get_u32_le(),
             }
-            StorageOp::Write(writes)
         }
         _ => return Err(WireError::Malformed("unknown request tag")),
     };
@@ -228,6 +257,7 @@ pub fn decode_response(
             Ok(StorageReply::Values(values))
         }
         DONE => Ok(StorageReply::Done),
+        ENTRIES => Ok(StorageReply::Entries(entries(&mut frame)?)),
         ERROR => {
             let message = String::from_utf8_lossy(&frame).into_owned();
             frame.advance(frame.remaining());
@@ -255,6 +285,16 @@ mod tests {
     async fn requests_and_responses_round_trip() {
         round_trip_request(StorageOp::Read(vec![1, u128::MAX])).await;
         round_trip_request(StorageOp::Delete(vec![])).await;
+        round_trip_request(StorageOp::Scan {
+            after: None,
+            limit: 10,
+        })
+        .await;
+        round_trip_request(StorageOp::Scan {
+            after: Some(7),
+            limit: 1,
+        })
+        .await;
         round_trip_request(StorageOp::Write(vec![
             (3, Bytes::from_static(b"abc")),
             (4, Bytes::new()),
@@ -266,6 +306,7 @@ mod tests {
                 None,
             ])),
             Ok(StorageReply::Done),
+            Ok(StorageReply::Entries(vec![(1, Bytes::from_static(b"e"))])),
             Err(StorageError("disk full".into())),
         ] {
             let mut out = BytesMut::new();

@@ -594,10 +594,7 @@ impl Scheme for Cloak {
                     "storage gave a malformed answer to a {} of {} addresses: {}",
                     op.kind(),
                     op.len(),
-                    match reply {
-                        StorageReply::Values(v) => format!("{} values", v.len()),
-                        StorageReply::Done => "done".into(),
-                    }
+                    reply.summary()
                 ));
                 return self.failed(now, purpose, op, error);
             }
