@@ -20,6 +20,9 @@ use crate::storage::Addr;
 /// A logical slot: the proxy's name for where a key lives, independent of where storage keeps it.
 pub type Slot = u64;
 
+/// The slot of a record that holds no block at all (padding in a bucket, a dummy object).
+pub const NO_SLOT: Slot = Slot::MAX;
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Record {
     /// Increases with every client write; the proxy uses it to order copies of a slot.
@@ -161,15 +164,27 @@ impl ElementCodec {
 
 impl ElementCodec {
     /// Opens an element found at `address` without knowing its generation (recovery scans);
-    /// returns the generation that wrote it, its slot and its record.
+    /// returns the generation that wrote it and every record it holds (an element may hold
+    /// several padded records back to back, like an ORAM bucket), skipping [`NO_SLOT`] padding.
     pub fn open_found(
         &self,
         address: Addr,
         element: &Bytes,
-    ) -> Result<(u64, Slot, Record), ElementError> {
+    ) -> Result<(u64, Vec<(Slot, Record)>), ElementError> {
         let (generation, plaintext) = self.sealer.open_found(address, element)?;
-        let (slot, record) = self.layout.decode(&Bytes::from(plaintext))?;
-        Ok((generation, slot, record))
+        let plaintext = Bytes::from(plaintext);
+        let len = self.layout.encoded_len();
+        if plaintext.is_empty() || plaintext.len() % len != 0 {
+            return Err(ElementError::Malformed("not a whole number of records"));
+        }
+        let mut records = Vec::new();
+        for start in (0..plaintext.len()).step_by(len) {
+            let (slot, record) = self.layout.decode(&plaintext.slice(start..start + len))?;
+            if slot != NO_SLOT {
+                records.push((slot, record));
+            }
+        }
+        Ok((generation, records))
     }
 }
 
@@ -215,6 +230,9 @@ mod tests {
             })
         );
         assert_eq!(c.open(at, None, Some(3)), Err(ElementError::Missing));
-        assert_eq!(c.open_found(5, &b).unwrap(), (1, 3, Record::empty()));
+        assert_eq!(
+            c.open_found(5, &b).unwrap(),
+            (1, vec![(3, Record::empty())])
+        );
     }
 }

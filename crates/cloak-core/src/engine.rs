@@ -14,7 +14,7 @@ use bytes::Bytes;
 use crate::command::{Command, CommandError, Outcome, SetCondition};
 use crate::directory::KeyDirectory;
 use crate::element::{Record, Slot};
-use crate::scheme::{Op, OpId, Reply, Scheme, SchemeStats};
+use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeStats};
 use crate::storage::{RequestId, StorageError, StorageReply, StorageRequest};
 
 /// Identifies a client (a connection) for per-client ordering.
@@ -104,6 +104,12 @@ impl Engine {
         }
     }
 
+    /// Continues version numbers from `next` (after recovery: above every recovered version).
+    pub fn with_next_version(mut self, next: u64) -> Self {
+        self.next_version = next.max(1);
+        self
+    }
+
     pub fn scheme(&self) -> &dyn Scheme {
         self.scheme.as_ref()
     }
@@ -155,6 +161,15 @@ impl Engine {
 
     pub fn poll_storage(&mut self) -> Option<StorageRequest> {
         self.scheme.poll_storage()
+    }
+
+    pub fn poll_journal(&mut self) -> Option<JournalRequest> {
+        self.scheme.poll_journal()
+    }
+
+    pub fn handle_journaled(&mut self, now: Instant, id: JournalId, result: Result<(), String>) {
+        self.scheme.handle_journaled(now, id, result);
+        self.drain_replies(now);
     }
 
     pub fn poll_outcome(&mut self) -> Option<(u64, Outcome)> {

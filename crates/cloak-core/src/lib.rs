@@ -10,7 +10,9 @@ pub mod command;
 pub mod directory;
 pub mod element;
 pub mod engine;
+pub mod journal;
 pub mod memory;
+pub mod recovery;
 pub mod scheme;
 pub mod sim;
 pub mod storage;
@@ -18,10 +20,14 @@ pub mod trace;
 
 pub use command::{Command, CommandError, Outcome, SetCondition};
 pub use directory::KeyDirectory;
-pub use element::{ElementCodec, ElementError, Record, RecordLayout, Slot};
+pub use element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slot};
 pub use engine::{ClientId, Engine, EngineStats, Limits};
+pub use journal::JournalMap;
 pub use memory::MemoryStore;
-pub use scheme::{Op, OpId, Reply, Scheme, SchemeError, SchemeStats};
+pub use recovery::{ElementFormat, Recovered, Recovery};
+pub use scheme::{
+    JournalId, JournalOp, JournalRequest, Op, OpId, Reply, Scheme, SchemeError, SchemeStats,
+};
 pub use sim::Simulator;
 pub use storage::{Addr, RequestId, StorageError, StorageOp, StorageReply, StorageRequest};
 pub use trace::{AccessKind, Observed, Trace};

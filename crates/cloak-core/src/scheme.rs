@@ -17,6 +17,14 @@
 //! Ordering contract: the driver ([`crate::Engine`]) never has two ops of one client on one slot
 //! inside the scheme at once, so a scheme may reorder ops of *different* clients on a slot (they
 //! are concurrent) but each client sees its own ops in order.
+//!
+//! Crash safety: a record the scheme holds only at the proxy (an acknowledged write not yet
+//! written back, a block in a stash or cache that storage no longer has) would die with the
+//! process. The scheme asks the driver to keep such records in the proxy's journal
+//! ([`Scheme::poll_journal`]) and waits for [`Scheme::handle_journaled`] before it relies on them,
+//! in particular before it acknowledges a write or lets a read see it; once storage holds a
+//! record again it releases the journal entry. Recovery (see `crate::recovery`) rebuilds every
+//! slot from storage plus the journal.
 
 use std::time::Instant;
 
@@ -62,6 +70,27 @@ pub enum SchemeError {
     Integrity(String),
     #[error("{0}")]
     Overloaded(String),
+    #[error("the proxy could not make this write durable, so it may or may not take effect: {0}")]
+    Durability(String),
+}
+
+/// Identifies a journal request so its completion can be matched to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JournalId(pub u64);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JournalOp {
+    /// Keep these records durably; for a slot, the highest version kept wins.
+    Keep(Vec<(Slot, Record)>),
+    /// Storage holds these slots at these versions (or newer) now: entries up to those versions
+    /// may be dropped. Nothing waits for it (drivers answer it anyway; schemes ignore that).
+    Release(Vec<(Slot, u64)>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalRequest {
+    pub id: JournalId,
+    pub op: JournalOp,
 }
 
 /// Counters every scheme keeps (zero where a counter does not apply).
@@ -123,6 +152,16 @@ pub trait Scheme: Send {
     fn poll_storage(&mut self) -> Option<StorageRequest>;
 
     fn poll_reply(&mut self) -> Option<(OpId, Reply)>;
+
+    /// Records to keep in (or release from) the proxy's journal. Schemes that never hold a
+    /// record only at the proxy keep the default.
+    fn poll_journal(&mut self) -> Option<JournalRequest> {
+        None
+    }
+
+    /// A [`JournalOp::Keep`] is durable (`Ok`) or could not be made durable (`Err`, with a
+    /// reason for the client).
+    fn handle_journaled(&mut self, _now: Instant, _id: JournalId, _result: Result<(), String>) {}
 
     /// Backpressure: while `false`, the driver stops submitting (it stops reading from clients)
     /// until some storage reply arrives.

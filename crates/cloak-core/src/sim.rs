@@ -3,14 +3,18 @@
 //! `--in-process` mode to simulate at full speed, and the auditor to record server views.
 //!
 //! Storage applies each request when the scheme sends it and answers `storage_delay` of virtual
-//! time later. Virtual time only moves when nothing is left to do at the current instant.
+//! time later; the journal makes a request durable `journal_delay` later. Virtual time only moves
+//! when nothing is left to do at the current instant. [`Simulator::crash`] stops everything at
+//! once and hands back what would survive a crash: storage and the durable journal.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::command::{Command, Outcome};
 use crate::engine::{ClientId, Engine};
+use crate::journal::JournalMap;
 use crate::memory::MemoryStore;
+use crate::scheme::{JournalId, JournalOp};
 use crate::storage::{RequestId, StorageError, StorageReply};
 use crate::trace::{Observed, Trace};
 
@@ -22,6 +26,9 @@ pub struct Simulator {
     storage_delay: Duration,
     storage_down: bool,
     in_flight: VecDeque<(Instant, RequestId, Result<StorageReply, StorageError>)>,
+    journal: JournalMap,
+    journal_delay: Duration,
+    journaling: VecDeque<(Instant, JournalId, JournalOp)>,
     trace: Option<Trace>,
     outcomes: HashMap<u64, (Duration, Outcome)>,
     next_token: u64,
@@ -29,15 +36,23 @@ pub struct Simulator {
 
 impl Simulator {
     pub fn new(engine: Engine) -> Self {
+        Self::resume(engine, MemoryStore::new(), JournalMap::default())
+    }
+
+    /// A simulator over what an earlier one left behind (see [`Simulator::crash`]).
+    pub fn resume(engine: Engine, store: MemoryStore, journal: JournalMap) -> Self {
         let start = Instant::now();
         let mut sim = Self {
             engine,
-            store: MemoryStore::new(),
+            store,
             start,
             now: start,
             storage_delay: Duration::ZERO,
             storage_down: false,
             in_flight: VecDeque::new(),
+            journal,
+            journal_delay: Duration::ZERO,
+            journaling: VecDeque::new(),
             trace: None,
             outcomes: HashMap::new(),
             next_token: 0,
@@ -51,6 +66,27 @@ impl Simulator {
     pub fn with_storage_delay(mut self, delay: Duration) -> Self {
         self.storage_delay = delay;
         self
+    }
+
+    /// Virtual time until a journal request is durable.
+    pub fn with_journal_delay(mut self, delay: Duration) -> Self {
+        self.journal_delay = delay;
+        self
+    }
+
+    /// Stops at once: storage keeps what it applied, the journal what was durable; everything
+    /// else (the scheme's memory, answers in flight) is lost.
+    pub fn crash(self) -> (MemoryStore, JournalMap) {
+        (self.store, self.journal)
+    }
+
+    pub fn journal(&self) -> &JournalMap {
+        &self.journal
+    }
+
+    /// Storage, for recovery in tests.
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
     }
 
     /// Starts recording what the server sees.
@@ -153,18 +189,23 @@ impl Simulator {
     /// Handles the next event due no later than `deadline`; `false` if there is none.
     fn step(&mut self, deadline: Instant) -> bool {
         let next_reply = self.in_flight.front().map(|(at, ..)| *at);
-        let next = match (next_reply, self.engine.poll_timeout()) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => match a.or(b) {
-                Some(t) => t,
-                None => return false,
-            },
+        let next_journal = self.journaling.front().map(|(at, ..)| *at);
+        let Some(next) = [next_reply, next_journal, self.engine.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
+            return false;
         };
         if next > deadline {
             return false;
         }
         self.now = self.now.max(next);
-        if next_reply.is_some_and(|at| at <= self.now) {
+        if next_journal.is_some_and(|at| at <= self.now) {
+            let (_, id, op) = self.journaling.pop_front().expect("peeked");
+            self.journal.apply(op);
+            self.engine.handle_journaled(self.now, id, Ok(()));
+        } else if next_reply.is_some_and(|at| at <= self.now) {
             let (_, id, result) = self.in_flight.pop_front().expect("peeked");
             self.engine.handle_storage(self.now, id, result);
         } else {
@@ -174,23 +215,43 @@ impl Simulator {
         true
     }
 
-    /// Sends what the engine wants sent and collects what it answered.
+    /// Sends what the engine wants sent and collects what it answered, until nothing moves.
     fn pump(&mut self) {
-        while let Some(request) = self.engine.poll_storage() {
-            let result = if self.storage_down {
-                Err(StorageError("simulated storage outage".into()))
-            } else {
-                if let Some(trace) = &mut self.trace {
-                    trace.push(Observed::of(self.now - self.start, &request.op));
-                }
-                Ok(self.store.apply(request.op))
-            };
-            self.in_flight
-                .push_back((self.now + self.storage_delay, request.id, result));
-        }
-        while let Some((token, outcome)) = self.engine.poll_outcome() {
-            self.outcomes
-                .insert(token, (self.now - self.start, outcome));
+        loop {
+            let mut moved = false;
+            while let Some(request) = self.engine.poll_storage() {
+                moved = true;
+                let result = if self.storage_down {
+                    Err(StorageError("simulated storage outage".into()))
+                } else {
+                    if let Some(trace) = &mut self.trace {
+                        trace.push(Observed::of(self.now - self.start, &request.op));
+                    }
+                    Ok(self.store.apply(request.op))
+                };
+                self.in_flight
+                    .push_back((self.now + self.storage_delay, request.id, result));
+            }
+            while let Some(request) = self.engine.poll_journal() {
+                moved = true;
+                self.journaling
+                    .push_back((self.now + self.journal_delay, request.id, request.op));
+            }
+            // With no delay, the journal is durable within this same instant.
+            while self.journal_delay.is_zero()
+                && let Some((_, id, op)) = self.journaling.pop_front()
+            {
+                moved = true;
+                self.journal.apply(op);
+                self.engine.handle_journaled(self.now, id, Ok(()));
+            }
+            while let Some((token, outcome)) = self.engine.poll_outcome() {
+                self.outcomes
+                    .insert(token, (self.now - self.start, outcome));
+            }
+            if !moved {
+                return;
+            }
         }
     }
 }

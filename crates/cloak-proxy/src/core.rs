@@ -2,21 +2,25 @@
 //!
 //! Connections send it commands over a bounded channel; it submits them to the [`Engine`],
 //! sends the scheme's storage requests to the backend (each on its own task, so several can be in
-//! flight), feeds answers and timer expiries back, and returns each command's outcome. While the
-//! scheme refuses new ops (backpressure) the core stops reading commands, the channel fills, and
-//! connections stop reading from their sockets.
+//! flight), commits its journal requests (one commit at a time, off the event loop, everything
+//! that queued meanwhile going into the next: group commit), feeds answers and timer expiries
+//! back, and returns each command's outcome. While the scheme refuses new ops (backpressure) the
+//! core stops reading commands, the channel fills, and connections stop reading from their
+//! sockets.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cloak_core::{
-    ClientId, Command, Engine, EngineStats, Outcome, RequestId, SchemeStats, StorageError,
-    StorageOp, StorageReply,
+    ClientId, Command, Engine, EngineStats, JournalId, JournalOp, Outcome, RequestId, SchemeStats,
+    StorageError, StorageOp, StorageReply,
 };
 use cloak_storage::Storage;
 use hdrhistogram::Histogram;
 use tokio::sync::{mpsc, oneshot};
+
+use crate::journal::Journal;
 
 /// Commands taken from the channel in one go, so work that arrives together is sent to storage
 /// together.
@@ -126,16 +130,21 @@ impl StatsHandle {
 }
 
 /// Starts the core. It runs until every [`CoreHandle`] is dropped and then drains: it takes no
-/// more commands but keeps batching until every acknowledged write has reached storage.
+/// more commands but keeps batching until every acknowledged write has reached storage. Without
+/// a journal, journal requests count as durable at once (`--durability none`).
 pub fn spawn(
     engine: Engine,
     storage: Arc<dyn Storage>,
+    journal: Option<Arc<dyn Journal>>,
 ) -> (CoreHandle, tokio::task::JoinHandle<()>) {
     let (commands_tx, commands) = mpsc::channel(4 * INTAKE);
     let (control_tx, control) = mpsc::unbounded_channel();
     let core = Core {
         engine,
         storage,
+        journal,
+        journal_queue: Vec::new(),
+        journal_busy: false,
         waiting: HashMap::new(),
         next_token: 0,
         latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
@@ -155,6 +164,10 @@ pub fn spawn(
 struct Core {
     engine: Engine,
     storage: Arc<dyn Storage>,
+    journal: Option<Arc<dyn Journal>>,
+    /// Journal requests waiting for the commit in progress to finish.
+    journal_queue: Vec<(JournalId, JournalOp)>,
+    journal_busy: bool,
     waiting: HashMap<u64, (oneshot::Sender<Outcome>, Instant)>,
     next_token: u64,
     latency: Histogram<u64>,
@@ -163,6 +176,7 @@ struct Core {
 }
 
 type Done = (RequestId, Result<StorageReply, StorageError>, u64);
+type Committed = (Vec<JournalId>, Result<(), String>);
 
 impl Core {
     async fn run(
@@ -171,9 +185,10 @@ impl Core {
         mut control: mpsc::UnboundedReceiver<Control>,
     ) {
         let (done_tx, mut done) = mpsc::unbounded_channel::<Done>();
+        let (committed_tx, mut committed) = mpsc::unbounded_channel::<Committed>();
         let mut open = true;
         loop {
-            self.flush(&done_tx);
+            self.flush(&done_tx, &committed_tx);
             if !open && self.drained() {
                 tracing::info!("all acknowledged writes are in storage");
                 return;
@@ -190,6 +205,16 @@ impl Core {
                         self.io.failures += 1;
                     }
                     self.engine.handle_storage(Instant::now(), id, result);
+                }
+                Some((ids, result)) = committed.recv() => {
+                    self.journal_busy = false;
+                    if let Err(error) = &result {
+                        tracing::error!(%error, "journal commit failed; the writes it carried are refused");
+                    }
+                    let now = Instant::now();
+                    for id in ids {
+                        self.engine.handle_journaled(now, id, result.clone());
+                    }
                 }
                 Some(Control::Snapshot(reply)) = control.recv() => {
                     let _ = reply.send(self.snapshot());
@@ -223,8 +248,24 @@ impl Core {
             .submit(Instant::now(), submission.client, token, submission.command);
     }
 
-    /// Sends pending storage requests and delivers finished outcomes.
-    fn flush(&mut self, done: &mpsc::UnboundedSender<Done>) {
+    /// Sends pending storage and journal requests and delivers finished outcomes, until the
+    /// engine has nothing more to say.
+    fn flush(
+        &mut self,
+        done: &mpsc::UnboundedSender<Done>,
+        committed: &mpsc::UnboundedSender<Committed>,
+    ) {
+        loop {
+            self.send_storage(done);
+            let journaled = self.journal(committed);
+            self.deliver();
+            if !journaled {
+                return;
+            }
+        }
+    }
+
+    fn send_storage(&mut self, done: &mpsc::UnboundedSender<Done>) {
         while let Some(request) = self.engine.poll_storage() {
             self.io.requests += 1;
             self.io.bytes_sent += sent_bytes(&request.op);
@@ -241,6 +282,39 @@ impl Core {
                 let _ = done.send((request.id, result, received));
             });
         }
+    }
+
+    /// Queues the engine's journal requests and starts a commit if none is running; `true` if
+    /// requests were answered at once (no journal), which may have produced more work.
+    fn journal(&mut self, committed: &mpsc::UnboundedSender<Committed>) -> bool {
+        let mut answered = false;
+        while let Some(request) = self.engine.poll_journal() {
+            if self.journal.is_none() {
+                self.engine
+                    .handle_journaled(Instant::now(), request.id, Ok(()));
+                answered = true;
+            } else {
+                self.journal_queue.push((request.id, request.op));
+            }
+        }
+        if let Some(journal) = &self.journal
+            && !self.journal_busy
+            && !self.journal_queue.is_empty()
+        {
+            self.journal_busy = true;
+            let (ids, ops): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.journal_queue).into_iter().unzip();
+            let journal = journal.clone();
+            let committed = committed.clone();
+            tokio::task::spawn_blocking(move || {
+                let result = journal.commit(&ops).map_err(|e| e.to_string());
+                let _ = committed.send((ids, result));
+            });
+        }
+        answered
+    }
+
+    fn deliver(&mut self) {
         while let Some((token, outcome)) = self.engine.poll_outcome() {
             if let Some((reply, at)) = self.waiting.remove(&token) {
                 let micros = at.elapsed().as_micros().max(1) as u64;

@@ -16,6 +16,7 @@ pub mod cmd;
 mod connection;
 pub mod core;
 mod info;
+pub mod journal;
 pub mod resp;
 
 use std::future::Future;
@@ -29,14 +30,17 @@ use cloak_storage::Storage;
 use tokio::net::TcpListener;
 
 pub use core::{CoreHandle, Snapshot, StatsHandle};
+pub use journal::{DiskJournal, Journal, JournalError};
 
 /// Front-end settings.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct ProxyOptions {
     /// Clients must `AUTH` with this before anything else.
     pub password: Option<String>,
     /// How long shutdown waits for acknowledged writes to reach storage.
     pub drain_timeout: Option<Duration>,
+    /// Where records only the proxy holds are kept durably; `None` keeps them in memory only.
+    pub journal: Option<Arc<dyn Journal>>,
 }
 
 /// What every connection shares.
@@ -66,7 +70,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let listen = listener.local_addr()?;
-    let (core, core_task) = core::spawn(engine, storage);
+    let (core, core_task) = core::spawn(engine, storage, options.journal);
     let front = Arc::new(FrontEnd {
         core: core.clone(),
         password: options.password,

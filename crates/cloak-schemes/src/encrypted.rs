@@ -4,24 +4,34 @@
 //! Contents are hidden; the access pattern is not: the same key always touches the same label,
 //! so the server sees exact access frequencies (the auditor's frequency attack breaks it).
 //!
-//! Each element is bound to its label and to the version of the write that produced it, and the
-//! proxy remembers the last acknowledged version of every slot, so a replayed old element is
-//! detected. That needs writes to a slot to land in order, so each slot has at most one storage
-//! access in flight; later ops on it wait their turn (reads join a read already in flight).
+//! Each element is bound to its label and to a generation made of this run's base and the
+//! version of the write that produced it, and the proxy remembers the last acknowledged version
+//! of every slot, so a replayed old element is detected. That needs writes to a slot to land in
+//! order, so each slot has at most one storage access in flight; later ops on it wait their turn
+//! (reads join a read already in flight). Records recovered after a crash are rewritten under
+//! this run's generations before any op on their slot runs.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use cloak_core::{
-    Addr, ElementCodec, Op, OpId, Record, Reply, RequestId, Scheme, SchemeError, SchemeStats, Slot,
-    StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, JournalId, JournalRequest, Op, OpId, Record, Reply, RequestId, Scheme,
+    SchemeError, SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 use cloak_crypto::{Binding, Prf};
+
+use crate::Start;
+use crate::durability::Durability;
+use crate::retry::Retry;
+
+/// Most slots in one storage request.
+const REQUEST_LIMIT: usize = 1024;
 
 /// The op a slot has at storage.
 enum Active {
     Read(Vec<OpId>),
-    Write(OpId, Record),
+    /// A write; without an op it is a recovered record being rewritten.
+    Write(Option<OpId>, Record),
 }
 
 #[derive(Default)]
@@ -33,40 +43,61 @@ struct Lane {
 pub struct Encrypted {
     prf: Prf,
     codec: ElementCodec,
-    /// Version of the last acknowledged write of each slot (0: never written).
+    generation_base: u64,
+    /// Version of the last acknowledged write of each slot in this run (0: none).
     versions: Vec<u64>,
     lanes: HashMap<Slot, Lane>,
     /// Slots whose active op is not yet sent.
     unsent: Vec<Slot>,
     outstanding: HashMap<RequestId, Vec<Slot>>,
     next_request: u64,
+    /// Recovered records whose rewrite failed, to send again.
+    retry: Retry<Slot>,
+    durability: Durability,
     replies: VecDeque<(OpId, Reply)>,
     stats: SchemeStats,
 }
 
 impl Encrypted {
-    pub fn new(slots: u64, prf: Prf, codec: ElementCodec) -> Self {
-        Self {
+    pub fn new(slots: u64, prf: Prf, codec: ElementCodec, start: Start) -> Self {
+        let mut scheme = Self {
             prf,
             codec,
+            generation_base: start.generation_base,
             versions: vec![0; slots as usize],
             lanes: HashMap::new(),
             unsent: Vec::new(),
             outstanding: HashMap::new(),
             next_request: 0,
+            retry: Retry::default(),
+            durability: Durability::default(),
             replies: VecDeque::new(),
             stats: SchemeStats::default(),
+        };
+        for (slot, record) in start.records {
+            if !record.is_empty() {
+                scheme.lanes.entry(slot).or_default().active = Some(Active::Write(None, record));
+                scheme.unsent.push(slot);
+            }
         }
+        scheme
     }
 
     fn label(&self, slot: Slot) -> Addr {
         self.prf.label(slot, 0)
     }
 
+    fn binding(&self, slot: Slot, version: u64) -> Binding {
+        Binding {
+            address: self.label(slot),
+            generation: self.generation_base + version,
+        }
+    }
+
     fn activate(&mut self, slot: Slot, id: OpId, op: Op) {
         let active = match op {
             Op::Read(_) => Active::Read(vec![id]),
-            Op::Write(_, record) => Active::Write(id, record),
+            Op::Write(_, record) => Active::Write(Some(id), record),
         };
         self.lanes.entry(slot).or_default().active = Some(active);
         self.unsent.push(slot);
@@ -79,8 +110,8 @@ impl Encrypted {
             Some(Active::Read(waiters)) => self
                 .replies
                 .extend(waiters.into_iter().map(|w| (w, reply.clone()))),
-            Some(Active::Write(id, _)) => self.replies.push_back((id, reply)),
-            None => {}
+            Some(Active::Write(Some(id), _)) => self.replies.push_back((id, reply)),
+            Some(Active::Write(None, _)) | None => {}
         }
         match lane.waiting.pop_front() {
             Some((id, op)) => self.activate(slot, id, op),
@@ -88,6 +119,46 @@ impl Encrypted {
                 self.lanes.remove(&slot);
             }
         }
+    }
+
+    fn read_reply(&mut self, slot: Slot, value: Option<bytes::Bytes>) -> Reply {
+        let version = self.versions[slot as usize];
+        // Nothing written in this run: whatever storage holds there is from an earlier run
+        // (recovered slots are rewritten before any op on them), so the slot is empty.
+        if version == 0 {
+            return Reply::Value(Record::empty());
+        }
+        match self
+            .codec
+            .open(self.binding(slot, version), value.as_ref(), Some(slot))
+        {
+            Ok((_, record)) => Reply::Value(record),
+            Err(error) => {
+                self.stats.integrity_failures += 1;
+                Reply::Failed(SchemeError::Integrity(error.to_string()))
+            }
+        }
+    }
+
+    fn written(&mut self, slot: Slot) {
+        let lane = self.lanes.get(&slot).expect("slot has a lane");
+        if let Some(Active::Write(op, record)) = &lane.active {
+            self.versions[slot as usize] = record.version;
+            if op.is_none() {
+                self.durability.release(slot, record.version);
+            }
+        }
+        self.advance(slot, Reply::Written);
+    }
+
+    fn failed(&mut self, now: Instant, slot: Slot, error: StorageError) {
+        let lane = self.lanes.get(&slot).expect("slot has a lane");
+        if let Some(Active::Write(None, _)) = lane.active {
+            // A recovered record must not be lost: send it again later.
+            self.retry.fail(now, error, slot);
+            return;
+        }
+        self.advance(slot, Reply::Failed(SchemeError::StorageUnavailable(error)));
     }
 
     fn request(&mut self, slots: Vec<Slot>, op: StorageOp) -> StorageRequest {
@@ -129,7 +200,7 @@ impl Scheme for Encrypted {
 
     fn handle_storage(
         &mut self,
-        _now: Instant,
+        now: Instant,
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
@@ -138,88 +209,66 @@ impl Scheme for Encrypted {
         };
         match result {
             Ok(StorageReply::Values(values)) if values.len() == slots.len() => {
+                self.retry.succeeded();
                 for (slot, value) in slots.into_iter().zip(values) {
-                    let version = self.versions[slot as usize];
-                    let reply = match (version, value) {
-                        (0, None) => Reply::Value(Record::empty()),
-                        (0, Some(_)) => Reply::Failed(SchemeError::Integrity(
-                            "storage holds an element for a slot never written".into(),
-                        )),
-                        (_, value) => {
-                            let binding = Binding {
-                                address: self.label(slot),
-                                generation: version,
-                            };
-                            match self.codec.open(binding, value.as_ref(), Some(slot)) {
-                                Ok((_, record)) => Reply::Value(record),
-                                Err(error) => {
-                                    Reply::Failed(SchemeError::Integrity(error.to_string()))
-                                }
-                            }
-                        }
-                    };
-                    if matches!(reply, Reply::Failed(_)) {
-                        self.stats.integrity_failures += 1;
-                    }
+                    let reply = self.read_reply(slot, value);
                     self.advance(slot, reply);
                 }
             }
             Ok(StorageReply::Done) => {
+                self.retry.succeeded();
                 for slot in slots {
-                    let lane = self.lanes.get(&slot).expect("slot has a lane");
-                    if let Some(Active::Write(_, record)) = &lane.active {
-                        self.versions[slot as usize] = record.version;
-                    }
-                    self.advance(slot, Reply::Written);
+                    self.written(slot);
                 }
             }
             other => {
                 let error = match other {
                     Err(error) => error,
-                    Ok(_) => {
-                        StorageError("storage answered with the wrong number of values".into())
-                    }
+                    Ok(reply) => StorageError(format!(
+                        "storage answered {} to a request for {} slots",
+                        reply.summary(),
+                        slots.len()
+                    )),
                 };
                 self.stats.storage_failures += 1;
                 for slot in slots {
-                    self.advance(
-                        slot,
-                        Reply::Failed(SchemeError::StorageUnavailable(error.clone())),
-                    );
+                    self.failed(now, slot, error.clone());
                 }
             }
         }
     }
 
-    fn handle_timeout(&mut self, _now: Instant) {}
+    fn handle_timeout(&mut self, now: Instant) {
+        let due = self.retry.due(now);
+        self.unsent.extend(due);
+    }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        None
+        self.retry.at()
     }
 
     fn poll_storage(&mut self) -> Option<StorageRequest> {
         if self.unsent.is_empty() {
             return None;
         }
-        let (reads, writes): (Vec<Slot>, Vec<Slot>) = std::mem::take(&mut self.unsent)
+        let take = self.unsent.len().min(REQUEST_LIMIT);
+        let batch: Vec<Slot> = self.unsent.drain(..take).collect();
+        let (reads, writes): (Vec<Slot>, Vec<Slot>) = batch
             .into_iter()
             .partition(|slot| matches!(self.lanes[slot].active, Some(Active::Read(_))));
+        // One kind per request; the other kind waits for the next poll.
         if !writes.is_empty() {
+            self.unsent.extend(reads);
             let elements = writes
                 .iter()
                 .map(|&slot| {
                     let Some(Active::Write(_, record)) = &self.lanes[&slot].active else {
                         unreachable!("partitioned as a write")
                     };
-                    let label = self.label(slot);
-                    let binding = Binding {
-                        address: label,
-                        generation: record.version,
-                    };
-                    (label, self.codec.seal(binding, slot, record))
+                    let binding = self.binding(slot, record.version);
+                    (binding.address, self.codec.seal(binding, slot, record))
                 })
                 .collect();
-            self.unsent = reads;
             return Some(self.request(writes, StorageOp::Write(elements)));
         }
         let labels = reads.iter().map(|&slot| self.label(slot)).collect();
@@ -228,6 +277,14 @@ impl Scheme for Encrypted {
 
     fn poll_reply(&mut self) -> Option<(OpId, Reply)> {
         self.replies.pop_front()
+    }
+
+    fn poll_journal(&mut self) -> Option<JournalRequest> {
+        self.durability.poll()
+    }
+
+    fn handle_journaled(&mut self, _now: Instant, id: JournalId, result: Result<(), String>) {
+        self.durability.handle(id, result, &mut self.replies);
     }
 
     fn accepts(&self) -> bool {

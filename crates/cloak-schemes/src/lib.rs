@@ -10,6 +10,7 @@
 //! one arm there.
 
 pub mod cloak;
+mod durability;
 mod encrypted;
 mod plaintext;
 mod retry;
@@ -18,7 +19,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use cloak_core::{ElementCodec, RecordLayout, Scheme};
+use cloak_core::{ElementCodec, Record, RecordLayout, Scheme, Slot};
 use cloak_crypto::{KeyError, MasterKey, Prf, Sealer};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -74,6 +75,23 @@ pub struct StoreSpec {
     pub seed: Option<u64>,
 }
 
+/// Where a new scheme instance begins: empty, or with the records recovered after a crash.
+#[derive(Clone, Debug, Default)]
+pub struct Start {
+    /// Records the store holds from the start; other slots are empty.
+    pub records: Vec<(Slot, Record)>,
+    /// Every generation this instance binds into an element is above this, so no element from
+    /// an earlier run can pass for a current one. Runs take it from their incarnation number.
+    pub generation_base: u64,
+}
+
+impl Start {
+    /// Generations are `incarnation << 40 | counter`: a trillion writes per run.
+    pub fn generation_base(incarnation: u64) -> u64 {
+        incarnation << 40
+    }
+}
+
 /// Cloak's parameters (paper §6–7; defaults are the paper's).
 #[derive(Clone, Debug)]
 pub struct CloakOptions {
@@ -126,13 +144,22 @@ pub enum BuildError {
 /// Largest store any scheme supports (slots are 32-bit inside the schemes).
 pub const MAX_CAPACITY: u64 = u32::MAX as u64 - 1;
 
-/// Builds the named scheme for `store`, with its keys derived from `master`.
+/// Builds the named scheme for `store`, with its keys derived from `master`, holding `start`'s
+/// records.
 pub fn build(
     name: SchemeName,
     store: &StoreSpec,
     options: &SchemeOptions,
     master: &MasterKey,
+    start: Start,
 ) -> Result<Box<dyn Scheme>, BuildError> {
+    if let Some((slot, _)) = start.records.iter().find(|(s, _)| *s >= store.capacity) {
+        return Err(BuildError::Invalid(format!(
+            "recovered slot {slot} is beyond the capacity {}; start with the capacity the store \
+             was created with",
+            store.capacity
+        )));
+    }
     if store.capacity == 0 || store.capacity > MAX_CAPACITY {
         return Err(BuildError::Capacity {
             got: store.capacity,
@@ -176,13 +203,14 @@ pub fn build(
                 cache_size: o.cache_size,
                 max_pending: o.max_pending,
             };
-            Box::new(Cloak::new(config, codec()?, rng))
+            Box::new(Cloak::new(config, codec()?, rng, start))
         }
         SchemeName::Encrypted => Box::new(Encrypted::new(
             store.capacity,
             Prf::new(master, "encrypted"),
             codec()?,
+            start,
         )),
-        SchemeName::Unsafe => Box::new(Unsafe::new(store.capacity, store.layout)),
+        SchemeName::Unsafe => Box::new(Unsafe::new(store.capacity, store.layout, start)),
     })
 }

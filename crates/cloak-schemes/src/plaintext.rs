@@ -2,16 +2,27 @@
 //!
 //! Each op becomes one storage access at address = slot, in the clear, sent as soon as the
 //! driver polls: ops that arrive together go out together (one read request, one write request),
-//! the way any Redis proxy pipelines. No encryption, no padding, no hiding.
+//! the way any Redis proxy pipelines. No encryption, no padding, no hiding. Records recovered
+//! after a crash are written first (retried until stored); client ops wait for that.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementError, Op, OpId, RecordLayout, Reply, RequestId, Scheme, SchemeError, SchemeStats,
-    Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementError, JournalId, JournalRequest, Op, OpId, RecordLayout, Reply, RequestId,
+    Scheme, SchemeError, SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
+
+use crate::Start;
+use crate::durability::Durability;
+use crate::retry::Retry;
+
+/// Most recovered records in one storage request.
+const REQUEST_LIMIT: usize = 1024;
+
+/// Recovered records to write, as (slot, version, encoding).
+type Recovered = Vec<(Slot, u64, Bytes)>;
 
 pub struct Unsafe {
     slots: u64,
@@ -19,32 +30,103 @@ pub struct Unsafe {
     reads: Vec<(OpId, Slot)>,
     writes: Vec<(OpId, Addr, Bytes)>,
     outstanding: HashMap<RequestId, Vec<OpId>>,
+    /// Recovered records not yet stored: waiting to be sent, and in flight.
+    recovering: Recovered,
+    restoring: HashMap<RequestId, Recovered>,
+    retry: Retry<Recovered>,
+    /// Client ops that arrived before the recovered records were stored.
+    held: Vec<(OpId, Op)>,
+    durability: Durability,
     next_request: u64,
     replies: VecDeque<(OpId, Reply)>,
     stats: SchemeStats,
 }
 
 impl Unsafe {
-    pub fn new(slots: u64, layout: RecordLayout) -> Self {
+    pub fn new(slots: u64, layout: RecordLayout, start: Start) -> Self {
+        let recovering = start
+            .records
+            .into_iter()
+            .filter(|(_, record)| !record.is_empty())
+            .map(|(slot, record)| {
+                let mut bytes = Vec::new();
+                layout.encode_compact(slot, &record, &mut bytes);
+                (slot, record.version, Bytes::from(bytes))
+            })
+            .collect();
         Self {
             slots,
             layout,
             reads: Vec::new(),
             writes: Vec::new(),
             outstanding: HashMap::new(),
+            recovering,
+            restoring: HashMap::new(),
+            retry: Retry::default(),
+            held: Vec::new(),
+            durability: Durability::default(),
             next_request: 0,
             replies: VecDeque::new(),
             stats: SchemeStats::default(),
         }
     }
 
-    fn request(&mut self, ops: Vec<OpId>, op: StorageOp) -> StorageRequest {
-        let id = RequestId(self.next_request);
+    fn restored(&self) -> bool {
+        self.recovering.is_empty() && self.restoring.is_empty() && !self.retry.is_waiting()
+    }
+
+    fn next_id(&mut self) -> RequestId {
         self.next_request += 1;
+        RequestId(self.next_request)
+    }
+
+    fn request(&mut self, ops: Vec<OpId>, op: StorageOp) -> StorageRequest {
+        let id = self.next_id();
         self.stats.batches += 1;
         self.stats.real_accesses += ops.len() as u64;
         self.outstanding.insert(id, ops);
         StorageRequest { id, op }
+    }
+
+    fn accept(&mut self, id: OpId, op: Op) {
+        match op {
+            Op::Read(slot) => self.reads.push((id, slot)),
+            Op::Write(slot, record) => {
+                let mut bytes = Vec::new();
+                self.layout.encode_compact(slot, &record, &mut bytes);
+                self.writes.push((id, Addr::from(slot), Bytes::from(bytes)));
+            }
+        }
+    }
+
+    fn restore_answered(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        result: Result<StorageReply, StorageError>,
+    ) {
+        let Some(records) = self.restoring.remove(&id) else {
+            return;
+        };
+        match result {
+            Ok(StorageReply::Done) => {
+                self.retry.succeeded();
+                for (slot, version, _) in records {
+                    self.durability.release(slot, version);
+                }
+                if self.restored() {
+                    for (id, op) in std::mem::take(&mut self.held) {
+                        self.accept(id, op);
+                    }
+                }
+            }
+            Ok(reply) => {
+                let error =
+                    StorageError(format!("storage answered {} to a write", reply.summary()));
+                self.retry.fail(now, error, records);
+            }
+            Err(error) => self.retry.fail(now, error, records),
+        }
     }
 }
 
@@ -58,22 +140,22 @@ impl Scheme for Unsafe {
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        match op {
-            Op::Read(slot) => self.reads.push((id, slot)),
-            Op::Write(slot, record) => {
-                let mut bytes = Vec::new();
-                self.layout.encode_compact(slot, &record, &mut bytes);
-                self.writes.push((id, Addr::from(slot), Bytes::from(bytes)));
-            }
+        if self.restored() {
+            self.accept(id, op);
+        } else {
+            self.held.push((id, op));
         }
     }
 
     fn handle_storage(
         &mut self,
-        _now: Instant,
+        now: Instant,
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
+        if self.restoring.contains_key(&id) {
+            return self.restore_answered(now, id, result);
+        }
         let Some(ops) = self.outstanding.remove(&id) else {
             return;
         };
@@ -109,13 +191,31 @@ impl Scheme for Unsafe {
         }
     }
 
-    fn handle_timeout(&mut self, _now: Instant) {}
+    fn handle_timeout(&mut self, now: Instant) {
+        for records in self.retry.due(now) {
+            self.recovering.extend(records);
+        }
+    }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        None
+        self.retry.at()
     }
 
     fn poll_storage(&mut self) -> Option<StorageRequest> {
+        if !self.recovering.is_empty() {
+            let take = self.recovering.len().min(REQUEST_LIMIT);
+            let records: Recovered = self.recovering.drain(..take).collect();
+            let writes = records
+                .iter()
+                .map(|(slot, _, bytes)| (Addr::from(*slot), bytes.clone()))
+                .collect();
+            let id = self.next_id();
+            self.restoring.insert(id, records);
+            return Some(StorageRequest {
+                id,
+                op: StorageOp::Write(writes),
+            });
+        }
         if !self.reads.is_empty() {
             let (ops, slots): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut self.reads).into_iter().unzip();
@@ -136,13 +236,26 @@ impl Scheme for Unsafe {
         self.replies.pop_front()
     }
 
+    fn poll_journal(&mut self) -> Option<JournalRequest> {
+        self.durability.poll()
+    }
+
+    fn handle_journaled(&mut self, _now: Instant, id: JournalId, result: Result<(), String>) {
+        self.durability.handle(id, result, &mut self.replies);
+    }
+
     fn accepts(&self) -> bool {
         true
     }
 
     fn stats(&self) -> SchemeStats {
         SchemeStats {
-            queued: self.outstanding.values().map(|v| v.len() as u64).sum(),
+            queued: self
+                .outstanding
+                .values()
+                .map(|v| v.len() as u64)
+                .sum::<u64>()
+                + self.held.len() as u64,
             ..self.stats.clone()
         }
     }

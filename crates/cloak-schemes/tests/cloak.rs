@@ -10,7 +10,7 @@ use cloak_core::{
     RecordLayout, SchemeError, SetCondition, Simulator,
 };
 use cloak_crypto::{KeyHasher, MasterKey};
-use cloak_schemes::{Budgets, CloakOptions, SchemeName, SchemeOptions, StoreSpec, build};
+use cloak_schemes::{Budgets, CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec, build};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -40,7 +40,14 @@ fn simulator(cloak: CloakOptions, seed: u64) -> Simulator {
         seed: Some(seed),
     };
     let options = SchemeOptions { cloak };
-    let scheme = build(SchemeName::Cloak, &store, &options, &master).unwrap();
+    let scheme = build(
+        SchemeName::Cloak,
+        &store,
+        &options,
+        &master,
+        Start::default(),
+    )
+    .unwrap();
     let directory = KeyDirectory::new(KeyHasher::new(&master), CAPACITY as usize);
     let limits = Limits {
         max_key: 16,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, Simulator};
 use cloak_crypto::{KeyHasher, MasterKey};
-use cloak_schemes::{SchemeName, SchemeOptions, StoreSpec, build};
+use cloak_schemes::{SchemeName, SchemeOptions, Start, StoreSpec, build};
 use cloak_testkit::suite;
 
 const MAX_KEY: usize = 24;
@@ -26,7 +26,7 @@ fn simulator(name: SchemeName, capacity: u64, seed: u64) -> Simulator {
     options.cloak.first_budget = 12;
     options.cloak.cache_size = 4;
     options.cloak.batch_interval = Duration::from_millis(5);
-    let scheme = build(name, &store, &options, &master).expect("valid scheme");
+    let scheme = build(name, &store, &options, &master, Start::default()).expect("valid scheme");
     let directory = KeyDirectory::new(KeyHasher::new(&master), capacity as usize);
     let limits = Limits {
         max_key: MAX_KEY,

@@ -80,7 +80,13 @@ impl StoreArgs {
 
 impl Store {
     pub fn engine(&self, master: &MasterKey) -> anyhow::Result<Engine> {
-        let scheme = cloak_schemes::build(self.scheme, &self.spec, &self.options, master)?;
+        let scheme = cloak_schemes::build(
+            self.scheme,
+            &self.spec,
+            &self.options,
+            master,
+            Default::default(),
+        )?;
         let capacity =
             usize::try_from(self.spec.capacity).context("capacity does not fit in memory")?;
         let directory = KeyDirectory::new(KeyHasher::new(master), capacity);

@@ -120,7 +120,14 @@ impl Setup {
             },
             seed: None,
         };
-        let scheme = cloak_schemes::build(self.scheme, &spec, &self.options, &master).unwrap();
+        let scheme = cloak_schemes::build(
+            self.scheme,
+            &spec,
+            &self.options,
+            &master,
+            Default::default(),
+        )
+        .unwrap();
         let directory = KeyDirectory::new(KeyHasher::new(&master), self.capacity as usize);
         let limits = Limits {
             max_key: MAX_KEY,
@@ -135,6 +142,7 @@ impl Setup {
         let options = ProxyOptions {
             password: self.password,
             drain_timeout: Some(Duration::from_secs(5)),
+            journal: None,
         };
         let proxy = tokio::spawn(cloak_proxy::run(
             listener,

@@ -7,10 +7,13 @@
 //! re-encrypted, the batch is permuted with a fresh CSPRNG permutation and written back to the
 //! same addresses, and it becomes the newest set.
 //!
-//! Client ops are answered as early as correctness allows (§4.1, Algorithm 2): writes at once
-//! (they are kept until written back), reads from the cache, from a pending write, or by joining
-//! a pending read. At most one op per slot waits for a batch; when too many wait, [`Scheme::accepts`]
-//! turns false until a batch completes.
+//! Client ops are answered as early as correctness allows (§4.1, Algorithm 2): writes as soon as
+//! they are in the proxy's journal (they are kept until written back), reads from the cache, from
+//! a pending write, or by joining a pending read. At most one op per slot waits for a batch; when
+//! too many wait, [`Scheme::accepts`] turns false until a batch completes.
+//!
+//! After a crash the store is rebuilt from storage and the journal (`cloak_core::recovery`) and
+//! a new instance starts from those records ([`Start`]) under a fresh random layout.
 
 mod budgets;
 mod sets;
@@ -22,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, Op, OpId, Record, Reply, RequestId, Scheme, SchemeError, SchemeStats, Slot,
-    StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, JournalId, JournalRequest, Op, OpId, Record, Reply, RequestId, Scheme,
+    SchemeError, SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 use cloak_crypto::Binding;
 use lru::LruCache;
@@ -33,6 +36,8 @@ use rand_chacha::ChaCha20Rng;
 pub use budgets::{BudgetError, Budgets};
 use sets::Sets;
 
+use crate::Start;
+use crate::durability::Durability;
 use crate::retry::Retry;
 
 /// Elements written per request while the store is first filled.
@@ -78,11 +83,14 @@ struct Flight {
     old_generations: Vec<u64>,
     /// `addrs[j]` now holds `old_slots[perm[j]]`.
     perm: Vec<u32>,
+    /// Client writes the write-back carries, as (slot, version): acknowledged, not yet stored.
+    written: Vec<(u32, u64)>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Purpose {
-    Fill,
+    /// Part of the initial fill, carrying recovered records as (slot, version).
+    Fill(Vec<(u32, u64)>),
     BatchRead,
     BatchWrite,
 }
@@ -112,9 +120,10 @@ pub struct Cloak {
     /// Slots whose element failed authentication and that no client has overwritten since.
     corrupt: HashSet<u32>,
     flight: Option<Flight>,
-    /// Client writes in the batch's write-back, acknowledged but not yet stored.
-    writing_back: u64,
+    durability: Durability,
 
+    /// Records the initial fill places (recovered after a crash), by slot.
+    initial: HashMap<u32, Record>,
     /// Addresses not yet written by the initial fill, and fill requests unanswered.
     fill_next: usize,
     fill_outstanding: usize,
@@ -129,16 +138,23 @@ pub struct Cloak {
 }
 
 impl Cloak {
-    /// A Cloak store of `config.budgets.capacity()` slots, all empty, with a random position
-    /// map and set partition. Its first requests fill storage with encrypted empty elements.
-    pub fn new(config: CloakConfig, codec: ElementCodec, mut rng: ChaCha20Rng) -> Self {
+    /// A Cloak store of `config.budgets.capacity()` slots holding `start`'s records (the rest
+    /// empty), with a random position map and set partition. Its first requests fill storage.
+    pub fn new(
+        config: CloakConfig,
+        codec: ElementCodec,
+        mut rng: ChaCha20Rng,
+        start: Start,
+    ) -> Self {
         let budgets = config.budgets;
         let n = usize::try_from(budgets.capacity())
             .ok()
             .filter(|&n| n < u32::MAX as usize)
             .expect("Cloak addresses fit in 32 bits; the CLI checks capacity");
         let t = budgets.sets();
-        let first_batch = t as u64;
+        // Generations (batch ids) start above every earlier run's, so no element of an earlier
+        // run can pass for a current one.
+        let first_batch = start.generation_base + t as u64;
 
         // Random set partition of the slots (in a random order, which is also each set's initial
         // recency order), and an independent random position map.
@@ -182,7 +198,12 @@ impl Cloak {
             queued: 0,
             corrupt: HashSet::new(),
             flight: None,
-            writing_back: 0,
+            durability: Durability::default(),
+            initial: start
+                .records
+                .into_iter()
+                .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
+                .collect(),
             fill_next: 0,
             fill_outstanding: 0,
             next_batch_at: None,
@@ -214,17 +235,24 @@ impl Cloak {
     fn pump_fill(&mut self, now: Option<Instant>) {
         while self.fill_outstanding < INIT_WINDOW && self.fill_next < self.pos.len() {
             let end = (self.fill_next + INIT_CHUNK).min(self.pos.len());
+            let mut recovered = Vec::new();
             let writes = (self.fill_next..end)
                 .map(|addr| {
                     let slot = self.slot_at[addr];
+                    let record = self.initial.remove(&slot).unwrap_or_default();
+                    if record.version > 0 {
+                        recovered.push((slot, record.version));
+                    }
                     let binding = self.binding(addr as u32, self.written_in[addr]);
-                    let element = self.codec.seal(binding, Slot::from(slot), &Record::empty());
-                    (addr as Addr, element)
+                    (
+                        addr as Addr,
+                        self.codec.seal(binding, Slot::from(slot), &record),
+                    )
                 })
                 .collect();
             self.fill_next = end;
             self.fill_outstanding += 1;
-            self.send(Purpose::Fill, StorageOp::Write(writes));
+            self.send(Purpose::Fill(recovered), StorageOp::Write(writes));
         }
         if let Some(now) = now
             && self.filled()
@@ -283,14 +311,15 @@ impl Cloak {
             flight: Some(Waiting::Write(record)),
         }) = pending.as_deref()
         {
-            let record = record.clone();
+            let reply = Reply::Value(record.clone());
             self.stats.cache_hits += 1;
-            self.replies.push_back((id, Reply::Value(record)));
+            self.answer(id, slot, reply);
             return;
         }
         if let Some(record) = self.cache.as_mut().and_then(|c| c.get(&slot)) {
+            let reply = Reply::Value(record.clone());
             self.stats.cache_hits += 1;
-            self.replies.push_back((id, Reply::Value(record.clone())));
+            self.answer(id, slot, reply);
             return;
         }
         self.stats.cache_misses += 1;
@@ -321,26 +350,34 @@ impl Cloak {
         }
     }
 
+    /// Replies about `slot`, once whatever was written to it is durable.
+    fn answer(&mut self, op: OpId, slot: u32, reply: Reply) {
+        self.durability
+            .answer(&mut self.replies, op, Slot::from(slot), reply);
+    }
+
     fn write(&mut self, id: OpId, slot: u32, record: Record) {
         if let Some(cache) = self.cache.as_mut() {
             cache.put(slot, record.clone());
         }
         self.corrupt.remove(&slot);
+        self.durability.keep(Slot::from(slot), record.clone());
         let pending = self.pending.entry(slot).or_default();
+        let mut waiters = Vec::new();
         for waiting in [&mut pending.queued, &mut pending.flight] {
-            if let Some(Waiting::Read(waiters)) = waiting {
-                for waiter in waiters.drain(..) {
-                    self.replies
-                        .push_back((waiter, Reply::Value(record.clone())));
-                }
+            if let Some(Waiting::Read(w)) = waiting {
+                waiters.append(w);
             }
         }
         match &mut pending.queued {
             // Keep the queue position; the newest write replaces whatever waited.
-            Some(waiting) => *waiting = Waiting::Write(record),
-            None => self.enqueue(slot, Waiting::Write(record)),
+            Some(waiting) => *waiting = Waiting::Write(record.clone()),
+            None => self.enqueue(slot, Waiting::Write(record.clone())),
         }
-        self.replies.push_back((id, Reply::Written));
+        for waiter in waiters {
+            self.answer(waiter, slot, Reply::Value(record.clone()));
+        }
+        self.answer(id, slot, Reply::Written);
     }
 
     fn maybe_start_batch(&mut self, now: Instant) {
@@ -422,13 +459,14 @@ impl Cloak {
             old_slots,
             old_generations,
             perm,
+            written: Vec::new(),
         });
         self.send(Purpose::BatchRead, read);
     }
 
     /// The server answered the batch read: answer clients, apply writes, re-encrypt, write back.
     fn finish_read(&mut self, values: Vec<Option<Bytes>>) {
-        let flight = self.flight.as_ref().expect("a batch is in flight");
+        let mut flight = self.flight.take().expect("a batch is in flight");
         let mut contents = Vec::with_capacity(flight.addrs.len());
         for (i, value) in values.iter().enumerate() {
             let (addr, slot) = (flight.addrs[i], flight.old_slots[i]);
@@ -448,15 +486,14 @@ impl Cloak {
             );
             let content = match (waiting, opened) {
                 (Some(Waiting::Write(record)), _) => {
-                    self.writing_back += 1;
+                    flight.written.push((slot, record.version));
                     record
                 }
                 // A slot lost earlier holds an empty placeholder: it must not pass for data.
                 (waiting, Ok(record)) if !self.corrupt.contains(&slot) => {
                     if let Some(Waiting::Read(waiters)) = waiting {
                         for waiter in waiters {
-                            self.replies
-                                .push_back((waiter, Reply::Value(record.clone())));
+                            self.answer(waiter, slot, Reply::Value(record.clone()));
                         }
                         if !newer_write_queued && let Some(cache) = self.cache.as_mut() {
                             cache.put(slot, record.clone());
@@ -481,7 +518,7 @@ impl Cloak {
                                      is written again"
                                 ))),
                             };
-                            self.replies.push_back((waiter, reply));
+                            self.answer(waiter, slot, reply);
                         }
                     }
                     match known {
@@ -505,7 +542,6 @@ impl Cloak {
             contents.push(Some(content));
         }
 
-        let flight = self.flight.as_ref().expect("a batch is in flight");
         let batch = flight.batch;
         let writes: Vec<(Addr, Bytes)> = flight
             .addrs
@@ -526,6 +562,7 @@ impl Cloak {
                 )
             })
             .collect();
+        self.flight = Some(flight);
         self.send(Purpose::BatchWrite, StorageOp::Write(writes));
     }
 
@@ -583,12 +620,12 @@ impl Scheme for Cloak {
             tracing::warn!(?id, "reply to an unknown storage request");
             return;
         };
-        let reply = match (purpose, result) {
+        let reply = match (&purpose, result) {
             (_, Err(error)) => return self.failed(now, purpose, op, error),
             (Purpose::BatchRead, Ok(StorageReply::Values(values))) if values.len() == op.len() => {
                 values
             }
-            (Purpose::Fill | Purpose::BatchWrite, Ok(StorageReply::Done)) => Vec::new(),
+            (Purpose::Fill(_) | Purpose::BatchWrite, Ok(StorageReply::Done)) => Vec::new(),
             (_, Ok(reply)) => {
                 let error = StorageError(format!(
                     "storage gave a malformed answer to a {} of {} addresses: {}",
@@ -601,14 +638,19 @@ impl Scheme for Cloak {
         };
         self.retry.succeeded();
         match purpose {
-            Purpose::Fill => {
+            Purpose::Fill(recovered) => {
+                for (slot, version) in recovered {
+                    self.durability.release(Slot::from(slot), version);
+                }
                 self.fill_outstanding -= 1;
                 self.pump_fill(Some(now));
             }
             Purpose::BatchRead => self.finish_read(reply),
             Purpose::BatchWrite => {
-                self.flight = None;
-                self.writing_back = 0;
+                let flight = self.flight.take().expect("a batch is in flight");
+                for (slot, version) in flight.written {
+                    self.durability.release(Slot::from(slot), version);
+                }
                 self.stats.batches += 1;
             }
         }
@@ -641,6 +683,14 @@ impl Scheme for Cloak {
         self.replies.pop_front()
     }
 
+    fn poll_journal(&mut self) -> Option<JournalRequest> {
+        self.durability.poll()
+    }
+
+    fn handle_journaled(&mut self, _now: Instant, id: JournalId, result: Result<(), String>) {
+        self.durability.handle(id, result, &mut self.replies);
+    }
+
     fn accepts(&self) -> bool {
         self.queued < self.max_pending
     }
@@ -652,9 +702,10 @@ impl Scheme for Cloak {
             .flat_map(|p| [&p.queued, &p.flight])
             .filter(|w| matches!(w, Some(Waiting::Write(_))))
             .count() as u64;
+        let writing_back = self.flight.as_ref().map_or(0, |f| f.written.len()) as u64;
         SchemeStats {
             queued: self.queued as u64,
-            unwritten: pending_writes + self.writing_back,
+            unwritten: pending_writes + writing_back,
             ..self.stats.clone()
         }
     }

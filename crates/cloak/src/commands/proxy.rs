@@ -31,6 +31,7 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let options = ProxyOptions {
         password: args.password,
         drain_timeout: None,
+        journal: None,
     };
     cloak_proxy::run(
         listener,

@@ -55,6 +55,7 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let options = ProxyOptions {
         password: args.password,
         drain_timeout: None,
+        journal: None,
     };
     cloak_proxy::run(
         listener,

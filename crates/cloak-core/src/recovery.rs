@@ -1,0 +1,193 @@
+//! Rebuilding a store after the proxy lost its memory: scan storage, add the journal.
+//!
+//! Every element carries the records it holds (slot, key, value, version), and the journal holds
+//! every record the proxy alone had. So whatever the scheme and whatever a crash interrupted,
+//! the newest version of each slot among storage and journal is its state: a write that got
+//! `+OK` is in one of them. [`Recovery`] scans (sans-io: it emits [`StorageOp::Scan`] requests)
+//! and [`Recovered`] holds the result, from which the proxy rebuilds the key directory and starts
+//! a new scheme instance with a fresh random layout.
+//!
+//! What the server learns: a scan of every element, then the new instance's initial fill. Both
+//! read and write everything, whatever the workload was, so recovery reveals nothing about it.
+//! What recovery trusts: each element is authenticated (a corrupted one is counted and skipped),
+//! but a server that hides its newest elements during the scan can roll slots back to older
+//! versions it still has; only records in the journal are protected from that.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::element::{ElementCodec, NO_SLOT, Record, RecordLayout, Slot};
+use crate::storage::{Addr, StorageError, StorageOp, StorageReply};
+
+/// Elements read per scan request.
+const SCAN_CHUNK: u32 = 4096;
+
+/// How a scheme's elements are encoded.
+pub enum ElementFormat {
+    Sealed(ElementCodec),
+    /// The unsafe baseline's plaintext records.
+    Plain(RecordLayout),
+}
+
+impl ElementFormat {
+    fn records(
+        &self,
+        address: Addr,
+        element: &Bytes,
+    ) -> Result<(u64, Vec<(Slot, Record)>), String> {
+        match self {
+            ElementFormat::Sealed(codec) => codec
+                .open_found(address, element)
+                .map_err(|e| e.to_string()),
+            ElementFormat::Plain(layout) => layout
+                .decode(element)
+                .map(|(slot, record)| (0, vec![(slot, record)]))
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+pub struct Recovery {
+    format: ElementFormat,
+    after: Option<Addr>,
+    done: bool,
+    newest: HashMap<Slot, Record>,
+    elements: u64,
+    unreadable: u64,
+    max_generation: u64,
+}
+
+impl Recovery {
+    pub fn new(format: ElementFormat) -> Self {
+        Self {
+            format,
+            after: None,
+            done: false,
+            newest: HashMap::new(),
+            elements: 0,
+            unreadable: 0,
+            max_generation: 0,
+        }
+    }
+
+    /// The next scan request, or `None` once storage has been read to the end.
+    pub fn next_request(&self) -> Option<StorageOp> {
+        (!self.done).then_some(StorageOp::Scan {
+            after: self.after,
+            limit: SCAN_CHUNK,
+        })
+    }
+
+    /// Takes storage's answer to the last request from [`Recovery::next_request`].
+    pub fn handle(&mut self, reply: StorageReply) -> Result<(), StorageError> {
+        let StorageReply::Entries(entries) = reply else {
+            return Err(StorageError(format!(
+                "storage answered a scan with {}",
+                reply.summary()
+            )));
+        };
+        if entries.len() < SCAN_CHUNK as usize {
+            self.done = true;
+        }
+        for (address, element) in entries {
+            if self.after.is_some_and(|after| address <= after) {
+                return Err(StorageError("storage scanned out of order".into()));
+            }
+            self.after = Some(address);
+            self.elements += 1;
+            match self.format.records(address, &element) {
+                Ok((generation, records)) => {
+                    self.max_generation = self.max_generation.max(generation);
+                    for (slot, record) in records {
+                        self.offer(slot, record);
+                    }
+                }
+                Err(error) => {
+                    self.unreadable += 1;
+                    tracing::warn!(address, %error, "skipping an element recovery cannot read");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn offer(&mut self, slot: Slot, record: Record) {
+        if slot == NO_SLOT {
+            return;
+        }
+        if self
+            .newest
+            .get(&slot)
+            .is_none_or(|held| held.version < record.version)
+        {
+            self.newest.insert(slot, record);
+        }
+    }
+
+    /// Adds the journal's records and settles every slot.
+    pub fn finish(mut self, journal: impl IntoIterator<Item = (Slot, Record)>) -> Recovered {
+        for (slot, record) in journal {
+            self.offer(slot, record);
+        }
+        // A key in two slots can only be a stale copy next to its newer home: keep the newest,
+        // and turn the other into an empty record so it never comes back.
+        let mut homes: HashMap<Bytes, (Slot, u64)> = HashMap::new();
+        let mut stale = Vec::new();
+        for (&slot, record) in &self.newest {
+            if record.is_empty() {
+                continue;
+            }
+            match homes.get(&record.key) {
+                Some(&(_, version)) if version >= record.version => stale.push(slot),
+                Some(&(other, _)) => {
+                    stale.push(other);
+                    homes.insert(record.key.clone(), (slot, record.version));
+                }
+                None => {
+                    homes.insert(record.key.clone(), (slot, record.version));
+                }
+            }
+        }
+        for slot in stale {
+            let record = self.newest.get_mut(&slot).expect("listed above");
+            *record = Record {
+                version: record.version,
+                ..Record::empty()
+            };
+        }
+        let next_version = self.newest.values().map(|r| r.version).max().unwrap_or(0) + 1;
+        let mut records: Vec<(Slot, Record)> = self.newest.into_iter().collect();
+        records.sort_unstable_by_key(|(slot, _)| *slot);
+        Recovered {
+            records,
+            next_version,
+            elements: self.elements,
+            unreadable: self.unreadable,
+            max_generation: self.max_generation,
+        }
+    }
+}
+
+/// A store's state as recovery found it.
+#[derive(Clone, Debug, Default)]
+pub struct Recovered {
+    /// The newest record of every slot found (empty records for freed slots), by slot.
+    pub records: Vec<(Slot, Record)>,
+    /// The version the engine continues from.
+    pub next_version: u64,
+    pub elements: u64,
+    /// Elements that failed to decrypt or decode; they were skipped.
+    pub unreadable: u64,
+    pub max_generation: u64,
+}
+
+impl Recovered {
+    /// Slots holding keys, with their keys.
+    pub fn keys(&self) -> impl Iterator<Item = (Slot, &[u8])> {
+        self.records
+            .iter()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(slot, r)| (*slot, &r.key[..]))
+    }
+}
