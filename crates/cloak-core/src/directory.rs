@@ -88,6 +88,23 @@ impl KeyDirectory {
     pub fn release(&mut self, slot: Slot) {
         self.free.push(slot as u32);
     }
+
+    /// A directory holding `keys` at their slots (after recovery), every other slot free.
+    pub fn restore<'a>(
+        hasher: KeyHasher,
+        capacity: usize,
+        keys: impl IntoIterator<Item = (Slot, &'a [u8])>,
+    ) -> Self {
+        let mut directory = Self::new(hasher, capacity);
+        let mut taken = vec![false; capacity];
+        for (slot, key) in keys {
+            let hash = directory.hasher.hash(key);
+            directory.slots.insert(hash, slot as u32);
+            taken[slot as usize] = true;
+        }
+        directory.free.retain(|&s| !taken[s as usize]);
+        directory
+    }
 }
 
 #[cfg(test)]

@@ -229,7 +229,19 @@ impl Engine {
                 self.write(now, client, id, slot, key, value);
             }
             Command::MSet(pairs) => {
-                // MSET is all or nothing: make sure every new key gets a slot before writing.
+                // A key named twice takes its last value, as in Redis, and is written once: no
+                // reader and no crash can see the value in between.
+                let mut last: HashMap<Bytes, usize> = HashMap::new();
+                for (i, (key, _)) in pairs.iter().enumerate() {
+                    last.insert(key.clone(), i);
+                }
+                let pairs: Vec<(Bytes, Bytes)> = pairs
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, (key, _))| last[key] == *i)
+                    .map(|(_, pair)| pair)
+                    .collect();
+                // Refused as a whole when the store cannot take every new key.
                 let mut new_keys = HashSet::new();
                 for (key, _) in &pairs {
                     if self.directory.get(key).is_none() {

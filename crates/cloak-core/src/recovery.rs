@@ -157,7 +157,12 @@ impl Recovery {
             };
         }
         let next_version = self.newest.values().map(|r| r.version).max().unwrap_or(0) + 1;
-        let mut records: Vec<(Slot, Record)> = self.newest.into_iter().collect();
+        // Empty records no client ever wrote (an initial fill's padding) say nothing.
+        let mut records: Vec<(Slot, Record)> = self
+            .newest
+            .into_iter()
+            .filter(|(_, r)| r.version > 0)
+            .collect();
         records.sort_unstable_by_key(|(slot, _)| *slot);
         Recovered {
             records,

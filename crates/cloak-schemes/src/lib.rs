@@ -153,7 +153,11 @@ pub fn build(
     master: &MasterKey,
     start: Start,
 ) -> Result<Box<dyn Scheme>, BuildError> {
-    if let Some((slot, _)) = start.records.iter().find(|(s, _)| *s >= store.capacity) {
+    if let Some((slot, _)) = start
+        .records
+        .iter()
+        .find(|(s, r)| *s >= store.capacity && !r.is_empty())
+    {
         return Err(BuildError::Invalid(format!(
             "recovered slot {slot} is beyond the capacity {}; start with the capacity the store \
              was created with",

@@ -91,3 +91,71 @@ fn every_scheme_is_covered() {
         "add the new scheme to the conformance! list above"
     );
 }
+
+/// Crash-recovery for every scheme: storage plus journal hold every acknowledged write.
+mod restart {
+    use super::*;
+    use cloak_core::{ElementCodec, ElementFormat};
+    use cloak_crypto::Sealer;
+
+    fn check(name: SchemeName, seed: u64) {
+        let master = MasterKey::from_bytes([7; 32]);
+        let layout = RecordLayout {
+            max_key: MAX_KEY,
+            max_value: MAX_VALUE,
+        };
+        let capacity = 300;
+        let store = StoreSpec {
+            capacity,
+            layout,
+            seed: Some(seed),
+        };
+        let mut options = SchemeOptions::default();
+        options.cloak.first_budget = 12;
+        options.cloak.cache_size = 4;
+        options.cloak.batch_interval = Duration::from_millis(5);
+        let build = |records, generation_base| {
+            let start = Start {
+                records,
+                generation_base,
+            };
+            cloak_schemes::build(name, &store, &options, &master, start).expect("valid scheme")
+        };
+        let format = || match name {
+            SchemeName::Unsafe => ElementFormat::Plain(layout),
+            _ => ElementFormat::Sealed(ElementCodec::new(layout, Sealer::new(&master).unwrap())),
+        };
+        let limits = Limits {
+            max_key: MAX_KEY,
+            max_value: MAX_VALUE,
+            max_keys_per_command: 64,
+        };
+        let restart = suite::Restart {
+            format: &format,
+            hasher: KeyHasher::new(&master),
+            capacity: capacity as usize,
+            limits,
+            build: &build,
+            journal_delay: Duration::from_millis(2),
+            storage_delay: Duration::from_micros(300),
+        };
+        let directory = KeyDirectory::new(KeyHasher::new(&master), capacity as usize);
+        let first = Simulator::new(Engine::new(build(Vec::new(), 0), directory, limits))
+            .with_storage_delay(restart.storage_delay)
+            .with_journal_delay(restart.journal_delay);
+        suite::crash_recovery(&restart, first, 6, 15, 4, seed);
+    }
+
+    #[test]
+    fn every_acknowledged_write_survives_crashes() {
+        let seeds: u64 = std::env::var("CLOAK_TEST_SEEDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(40);
+        for name in SchemeName::ALL {
+            for seed in 0..seeds {
+                check(name, seed);
+            }
+        }
+    }
+}

@@ -37,6 +37,21 @@ impl ClientModel {
         Bytes::from(format!("c{}:k{}", self.client, i))
     }
 
+    /// The model's whole state.
+    pub fn state(&self) -> HashMap<Bytes, Bytes> {
+        self.model.clone()
+    }
+
+    /// Replaces the model's state (after a crash: with what the store really holds).
+    pub fn set_state(&mut self, state: HashMap<Bytes, Bytes>) {
+        self.model = state;
+    }
+
+    /// How many keys this client may touch.
+    pub fn keys(&self) -> usize {
+        self.keys
+    }
+
     /// Keys this client currently holds.
     pub fn len(&self) -> usize {
         self.model.len()
