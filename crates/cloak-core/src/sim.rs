@@ -42,7 +42,7 @@ impl Simulator {
     /// A simulator over what an earlier one left behind (see [`Simulator::crash`]).
     pub fn resume(engine: Engine, store: MemoryStore, journal: JournalMap) -> Self {
         let start = Instant::now();
-        let mut sim = Self {
+        Self {
             engine,
             store,
             start,
@@ -56,10 +56,7 @@ impl Simulator {
             trace: None,
             outcomes: HashMap::new(),
             next_token: 0,
-        };
-        // A scheme may have requests before any event (Cloak fills storage at start).
-        sim.pump();
-        sim
+        }
     }
 
     /// Virtual time each storage round trip takes.
@@ -188,6 +185,9 @@ impl Simulator {
 
     /// Handles the next event due no later than `deadline`; `false` if there is none.
     fn step(&mut self, deadline: Instant) -> bool {
+        // A scheme may have requests before any event (Cloak fills storage at start); sending
+        // them here rather than at construction lets a caller start recording first.
+        self.pump();
         let next_reply = self.in_flight.front().map(|(at, ..)| *at);
         let next_journal = self.journaling.front().map(|(at, ..)| *at);
         let Some(next) = [next_reply, next_journal, self.engine.poll_timeout()]

@@ -95,6 +95,15 @@ impl MasterKey {
     }
 }
 
+/// A random number from the operating system's CSPRNG.
+pub fn random_u64() -> Result<u64, KeyError> {
+    let mut bytes = [0u8; 8];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| KeyError::Random)?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

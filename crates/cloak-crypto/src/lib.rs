@@ -15,6 +15,6 @@ mod prf;
 mod sealer;
 
 pub use hash::KeyHasher;
-pub use key::{KeyError, MasterKey};
+pub use key::{KeyError, MasterKey, random_u64};
 pub use prf::Prf;
 pub use sealer::{Binding, CryptoError, SEAL_OVERHEAD, Sealer};

@@ -18,6 +18,7 @@ pub mod core;
 mod info;
 pub mod journal;
 pub mod resp;
+pub mod state;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ use tokio::net::TcpListener;
 
 pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
+pub use state::{RecoveryReport, StateDir, StateError, recover};
 
 /// Front-end settings.
 #[derive(Clone, Default)]

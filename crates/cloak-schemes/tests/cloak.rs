@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cloak_core::{
-    AccessKind, Addr, Command, CommandError, Engine, KeyDirectory, Limits, Observed, Outcome,
-    RecordLayout, SchemeError, SetCondition, Simulator,
+    AccessKind, Addr, Command, CommandError, ElementCodec, ElementFormat, Engine, KeyDirectory,
+    Limits, Observed, Outcome, RecordLayout, SchemeError, SetCondition, Simulator,
 };
-use cloak_crypto::{KeyHasher, MasterKey};
+use cloak_crypto::{KeyHasher, MasterKey, Sealer};
 use cloak_schemes::{Budgets, CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec, build};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -178,42 +178,50 @@ fn server_view_is_the_same_for_one_hot_key_and_uniform_keys() {
     );
 
     for view in &views {
-        let batches = batches(view);
-        for (k, (read, write)) in batches.iter().enumerate() {
-            assert_eq!(read.kind, AccessKind::Read);
-            assert_eq!(write.kind, AccessKind::Write);
-            assert!(
-                read.addrs.is_sorted(),
-                "batch {k}: request order must not depend on the workload"
-            );
+        assert_budget_shape(view, &b);
+    }
+}
+
+/// Every batch in `view`: a sorted read, then a write-back of the same addresses with equal-size
+/// elements, on the fixed schedule, taking exactly `b_d` addresses at every reuse distance the
+/// server can compute (and the budgets of the rest from addresses it has not seen yet).
+fn assert_budget_shape(view: &[Observed], b: &Budgets) {
+    let t = b.sets();
+    let batches = batches(view);
+    assert!(batches.len() > t, "the view covers a generation of sets");
+    for (k, (read, write)) in batches.iter().enumerate() {
+        assert_eq!(read.kind, AccessKind::Read);
+        assert_eq!(write.kind, AccessKind::Write);
+        assert!(
+            read.addrs.is_sorted(),
+            "batch {k}: request order must not depend on the workload"
+        );
+        assert_eq!(
+            read.addrs, write.addrs,
+            "batch {k}: written-back addresses differ from the read ones"
+        );
+        assert!(
+            write.value_lens.windows(2).all(|w| w[0] == w[1]),
+            "elements differ in size"
+        );
+        if k > 0 {
             assert_eq!(
-                read.addrs, write.addrs,
-                "batch {k}: written-back addresses differ from the read ones"
-            );
-            assert!(
-                write.value_lens.windows(2).all(|w| w[0] == w[1]),
-                "elements differ in size"
-            );
-            if k > 0 {
-                assert_eq!(
-                    read.at - batches[k - 1].0.at,
-                    DELTA,
-                    "batch {k} is off the fixed schedule"
-                );
-            }
-        }
-        for (k, counts) in per_distance_counts(view).into_iter().enumerate() {
-            // Distances the server can see, and the addresses it has not seen yet.
-            let mut expected: HashMap<Option<usize>, usize> = HashMap::new();
-            for d in 1..=t {
-                let key = if d <= k { Some(d) } else { None };
-                *expected.entry(key).or_default() += b.budget(d) as usize;
-            }
-            assert_eq!(
-                counts, expected,
-                "batch {k}: per-set counts differ from the budgets"
+                read.at - batches[k - 1].0.at,
+                DELTA,
+                "batch {k} is off the fixed schedule"
             );
         }
+    }
+    for (k, counts) in per_distance_counts(view).into_iter().enumerate() {
+        let mut expected: HashMap<Option<usize>, usize> = HashMap::new();
+        for d in 1..=t {
+            let key = if d <= k { Some(d) } else { None };
+            *expected.entry(key).or_default() += b.budget(d) as usize;
+        }
+        assert_eq!(
+            counts, expected,
+            "batch {k}: per-set counts differ from the budgets"
+        );
     }
 }
 
@@ -482,5 +490,75 @@ fn acknowledged_writes_are_counted_until_written_back() {
     sim.run_for(100 * DELTA);
     for i in 0..20 {
         assert_eq!(sim.execute(3, get(&format!("k{i}"))), value("v"));
+    }
+}
+
+#[test]
+fn after_a_crash_the_server_sees_one_full_fill_then_the_budgets_again() {
+    let master = MasterKey::from_bytes([2; 32]);
+    let layout = RecordLayout {
+        max_key: 16,
+        max_value: 32,
+    };
+    let store = StoreSpec {
+        capacity: CAPACITY,
+        layout,
+        seed: Some(15),
+    };
+    let options = SchemeOptions {
+        cloak: options(8, None),
+    };
+    let build = |records, generation_base| {
+        let start = Start {
+            records,
+            generation_base,
+        };
+        build(SchemeName::Cloak, &store, &options, &master, start).unwrap()
+    };
+    let format = || ElementFormat::Sealed(ElementCodec::new(layout, Sealer::new(&master).unwrap()));
+    let restart = cloak_testkit::suite::Restart {
+        format: &format,
+        hasher: KeyHasher::new(&master),
+        capacity: CAPACITY as usize,
+        limits: Limits {
+            max_key: 16,
+            max_value: 32,
+            max_keys_per_command: 64,
+        },
+        build: &build,
+        journal_delay: Duration::from_millis(1),
+        storage_delay: RTT,
+    };
+
+    let mut sim = simulator(options.cloak.clone(), 15);
+    drive(&mut sim, 4, 4, 50 * DELTA, |rng| {
+        let key = format!("k{}", rng.random_range(0..CAPACITY));
+        if rng.random_bool(0.5) {
+            set(&key, "v")
+        } else {
+            get(&key)
+        }
+    });
+    let (mut sim, recovered) = restart.recover(sim.crash(), 1);
+    assert!(
+        recovered.records.len() > 50,
+        "the workload left data behind"
+    );
+    sim.record();
+    sim.run_for(3 * budgets().sets() as u32 * DELTA);
+    let view = sim.take_trace();
+
+    // First the new instance writes every address once, whatever the data.
+    let fill = &view[0];
+    assert_eq!(fill.kind, AccessKind::Write);
+    let n = budgets().capacity() as usize;
+    assert_eq!(fill.addrs.len(), n);
+    assert_eq!(fill.addrs, (0..n as Addr).collect::<Vec<_>>());
+    // Then batches exactly as before the crash.
+    assert_budget_shape(&view[1..], &budgets());
+    // And the data is all there.
+    for (_, record) in recovered.records.iter().filter(|(_, r)| !r.is_empty()) {
+        let key = std::str::from_utf8(&record.key).unwrap();
+        assert_eq!(sim.execute(9, get(key)), value("v"));
     }
 }

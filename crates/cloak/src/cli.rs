@@ -160,6 +160,17 @@ pub struct ProxyArgs {
     /// Connections to the storage server [default: 4]
     #[arg(long, value_name = "N")]
     pub storage_connections: Option<usize>,
+
+    /// Keep the proxy's state here: its key (made on first start unless --key-file/CLOAK_KEY
+    /// give one), its journal of acknowledged writes, its start counter. With it, SIGKILL loses
+    /// no acknowledged write
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// wal: every write is in the journal (fsynced, group-committed) before +OK; none: writes
+    /// are acknowledged from memory [default: wal with --state-dir, else none]
+    #[arg(long, value_name = "MODE")]
+    pub durability: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -4,9 +4,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout};
-use cloak_crypto::{KeyHasher, MasterKey};
-use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions, StoreSpec};
+use cloak_core::{ElementCodec, ElementFormat, Engine, KeyDirectory, Limits, RecordLayout};
+use cloak_crypto::{KeyHasher, MasterKey, Sealer};
+use cloak_proxy::{Journal, RecoveryReport};
+use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec};
+use cloak_storage::Storage;
 
 use crate::cli::StoreArgs;
 
@@ -79,18 +81,64 @@ impl StoreArgs {
 }
 
 impl Store {
-    pub fn engine(&self, master: &MasterKey) -> anyhow::Result<Engine> {
-        let scheme = cloak_schemes::build(
-            self.scheme,
-            &self.spec,
-            &self.options,
-            master,
-            Default::default(),
-        )?;
+    /// How this store's scheme encodes elements, for recovery.
+    fn format(&self, master: &MasterKey) -> anyhow::Result<ElementFormat> {
+        Ok(match self.scheme {
+            SchemeName::Unsafe => ElementFormat::Plain(self.spec.layout),
+            _ => ElementFormat::Sealed(ElementCodec::new(self.spec.layout, Sealer::new(master)?)),
+        })
+    }
+
+    /// Rebuilds the store from `storage` and `journal` and starts the engine on what was found,
+    /// in `incarnation` (a number no earlier start of this store used).
+    pub async fn start(
+        &self,
+        master: &MasterKey,
+        storage: &dyn Storage,
+        journal: Option<&dyn Journal>,
+        incarnation: u64,
+    ) -> anyhow::Result<(Engine, RecoveryReport)> {
+        let report = cloak_proxy::recover(storage, self.format(master)?, journal)
+            .await
+            .context("recovering the store from storage")?;
+        let recovered = &report.recovered;
         let capacity =
             usize::try_from(self.spec.capacity).context("capacity does not fit in memory")?;
-        let directory = KeyDirectory::new(KeyHasher::new(master), capacity);
-        Ok(Engine::new(scheme, directory, self.limits))
+        if let Some((slot, _)) = recovered
+            .keys()
+            .find(|(slot, _)| *slot as usize >= capacity)
+        {
+            bail!(
+                "storage holds a key in slot {slot}, beyond --capacity {capacity}: start with the \
+                 capacity the store was created with"
+            );
+        }
+        let start = Start {
+            records: recovered.records.clone(),
+            generation_base: Start::generation_base(incarnation),
+        };
+        let scheme = cloak_schemes::build(self.scheme, &self.spec, &self.options, master, start)?;
+        let directory = KeyDirectory::restore(KeyHasher::new(master), capacity, recovered.keys());
+        let engine =
+            Engine::new(scheme, directory, self.limits).with_next_version(recovered.next_version);
+        if recovered.elements > 0 {
+            tracing::info!(
+                elements = recovered.elements,
+                keys = engine.stats().keys,
+                journal = report.journal_records,
+                unreadable = recovered.unreadable,
+                took = ?report.took,
+                "recovered the store from storage"
+            );
+        }
+        if recovered.unreadable > 0 {
+            tracing::warn!(
+                unreadable = recovered.unreadable,
+                "some elements in storage could not be authenticated and were skipped (another \
+                 key, another store, or tampering)"
+            );
+        }
+        Ok((engine, report))
     }
 
     /// One line for people: what is running.
@@ -110,6 +158,13 @@ impl Store {
         }
         line
     }
+}
+
+/// An incarnation for a start without a state directory: random, so two such starts of one
+/// store almost surely differ (generations must never repeat; a state directory counts instead).
+pub fn random_incarnation() -> anyhow::Result<u64> {
+    // 24 bits: generations are `incarnation << 40`.
+    Ok((cloak_crypto::random_u64()? >> 40).max(1))
 }
 
 /// The key from `--key-file`, else `CLOAK_KEY`; `None` if neither is set.

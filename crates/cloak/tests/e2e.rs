@@ -1,5 +1,6 @@
 //! The built `cloak` binary, started the way the README says, spoken to over RESP.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::Path;
@@ -276,4 +277,90 @@ fn config_files_are_read_and_flags_override_them() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no encryption key"));
+}
+
+#[test]
+fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (storage_port, proxy_port) = (free_port(), free_port());
+    let storage_addr = format!("127.0.0.1:{storage_port}");
+    let _server = Running::start(&["server", "--listen", &storage_addr], "listening");
+    let proxy_args = [
+        "proxy",
+        "--storage",
+        &format!("tcp://{storage_addr}"),
+        "--listen",
+        &format!("127.0.0.1:{proxy_port}"),
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--capacity",
+        "20000",
+        "--batch-interval",
+        "5ms",
+        "--cache-size",
+        "0",
+    ];
+    let proxy = Running::start(&proxy_args, "listening");
+
+    // Writers keep overwriting their own 300 keys with increasing values and record, per key,
+    // the last value that got +OK and the one in flight when the proxy died under them.
+    type Log = (HashMap<String, String>, Option<(String, String)>);
+    let writers: Vec<std::thread::JoinHandle<Log>> = (0..4)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut acked = HashMap::new();
+                let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{proxy_port}/"))
+                    .unwrap()
+                    .get_connection()
+                else {
+                    return (acked, None);
+                };
+                for i in 0.. {
+                    let (key, value) = (format!("w{w}-{}", i % 300), format!("value-{w}-{i}"));
+                    match redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&value)
+                        .query::<()>(&mut con)
+                    {
+                        Ok(()) => {
+                            acked.insert(key, value);
+                        }
+                        Err(_) => return (acked, Some((key, value))),
+                    }
+                }
+                unreachable!("the loop ends when the proxy dies")
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    proxy.kill();
+    let logs: Vec<Log> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    let writes: usize = logs.iter().map(|(acked, _)| acked.len()).sum();
+    assert!(writes >= 4 * 300, "the writers got going");
+
+    let _proxy = Running::start(&proxy_args, "listening");
+    let mut con = connect(proxy_port);
+    let mut lost = Vec::new();
+    for (acked, in_flight) in &logs {
+        let keys: Vec<&String> = acked.keys().collect();
+        let got: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query(&mut con).unwrap();
+        for (key, got) in keys.into_iter().zip(got) {
+            let ok = got.as_ref() == acked.get(key)
+                || in_flight
+                    .as_ref()
+                    .is_some_and(|(k, v)| k == key && got.as_ref() == Some(v));
+            if !ok {
+                lost.push((key.clone(), acked[key].clone(), got));
+            }
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged writes lost after SIGKILL, e.g. (key, acknowledged, read) {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(size, 4 * 300);
 }

@@ -1,37 +1,55 @@
 //! `cloak proxy`: the trusted proxy in front of a storage server.
 
+use std::sync::Arc;
+
 use anyhow::{Context, bail};
-use cloak_proxy::ProxyOptions;
+use cloak_proxy::{DiskJournal, Journal, ProxyOptions, StateDir};
 use tokio::net::TcpListener;
 
 use crate::backend;
 use crate::cli::ProxyArgs;
 use crate::config::ConfigFile;
-use crate::store::load_key;
+use crate::store::{load_key, random_incarnation};
 
 pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let store = config.merge(&args.store, &["store"])?.resolve()?;
     let args = config.merge(&args, &["proxy"])?;
-    let Some(master) = load_key(args.key_file.as_deref())? else {
-        bail!(
-            "no encryption key: pass --key-file FILE (make one with `cloak keygen -o cloak.key`) \
-             or set CLOAK_KEY"
-        );
+    let state = args.state_dir.as_deref().map(StateDir::open).transpose()?;
+    let master = match (load_key(args.key_file.as_deref())?, &state) {
+        (Some(key), _) => key,
+        (None, Some(state)) => state.key()?,
+        (None, None) => bail!(
+            "no encryption key: pass --key-file FILE (make one with `cloak keygen -o cloak.key`), \
+             set CLOAK_KEY, or give a --state-dir to keep one in"
+        ),
+    };
+    let journal: Option<Arc<dyn Journal>> = match (args.durability.as_deref(), &state) {
+        (Some("none"), _) | (None, None) => None,
+        (Some("wal") | None, Some(state)) => Some(Arc::new(state.journal()?) as Arc<DiskJournal>),
+        (Some("wal"), None) => bail!("--durability wal needs a --state-dir for its journal"),
+        (Some(other), _) => bail!("--durability must be wal or none, not {other:?}"),
+    };
+    let incarnation = match &state {
+        Some(state) => state.incarnation,
+        None => random_incarnation()?,
     };
     let Some(url) = args.storage.as_deref() else {
         bail!("no storage: pass --storage {}", backend::SCHEMES);
     };
     let storage = backend::connect(url, args.storage_connections.unwrap_or(4)).await?;
-    let engine = store.engine(&master)?;
+    let (engine, _) = store
+        .start(&master, storage.as_ref(), journal.as_deref(), incarnation)
+        .await?;
     let summary = store.summary(&engine);
     let listen = args.listen.as_deref().unwrap_or("127.0.0.1:6380");
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    let durability = if journal.is_some() { "wal" } else { "none" };
     let options = ProxyOptions {
         password: args.password,
         drain_timeout: None,
-        journal: None,
+        journal,
     };
     cloak_proxy::run(
         listener,
@@ -40,7 +58,7 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         options,
         |proxy| {
             println!(
-                "cloak proxy listening on {} ({summary}; storage {url})",
+                "cloak proxy listening on {} ({summary}; storage {url}; durability {durability})",
                 proxy.local_addr
             )
         },

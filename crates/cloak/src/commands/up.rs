@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 
 use crate::cli::UpArgs;
 use crate::config::ConfigFile;
-use crate::store::load_key;
+use crate::store::{load_key, random_incarnation};
 
 pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let store = config.merge(&args.store, &["store"])?.resolve()?;
@@ -40,7 +40,9 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     ));
     let storage = Arc::new(TcpStorage::connect(&storage_addr.to_string(), 4).await?);
 
-    let engine = store.engine(&master)?;
+    let (engine, _) = store
+        .start(&master, storage.as_ref(), None, random_incarnation()?)
+        .await?;
     let summary = store.summary(&engine);
     let bind = args.bind.as_deref().unwrap_or("127.0.0.1");
     let port = args.port.unwrap_or(6380);

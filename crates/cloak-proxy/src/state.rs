@@ -1,0 +1,186 @@
+//! The proxy's state directory and what a start does with it.
+//!
+//! ```text
+//! DIR/key            the master key (hex), made on first start unless --key-file/CLOAK_KEY give one
+//! DIR/incarnation    how many times a proxy started here; generations are unique per start
+//! DIR/journal.redb   records only the proxy held (see `journal`)
+//! ```
+//!
+//! Every start rebuilds the store from storage and the journal ([`recover`]): nothing the proxy
+//! keeps in memory (position maps, key directory, reuse-distance sets) has to survive a crash.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cloak_core::{ElementFormat, Recovered, Recovery};
+use cloak_crypto::{KeyError, MasterKey};
+use cloak_storage::Storage;
+
+use crate::journal::{DiskJournal, Journal, JournalError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state directory {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("state directory {path} is not usable: {reason}")]
+    Unusable { path: String, reason: String },
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("recovery could not read storage: {0}")]
+    Storage(#[from] cloak_core::StorageError),
+}
+
+/// An opened state directory.
+pub struct StateDir {
+    path: PathBuf,
+    pub incarnation: u64,
+}
+
+impl StateDir {
+    /// Opens (creating it if needed) and checks the directory is writable and syncable, then
+    /// takes the next incarnation number. Fails clearly when the disk is full or read-only:
+    /// better not to start than to acknowledge writes that cannot be made durable.
+    pub fn open(path: &Path) -> Result<Self, StateError> {
+        let io = |source| StateError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        fs::create_dir_all(path).map_err(io)?;
+        if !path.is_dir() {
+            return Err(StateError::Unusable {
+                path: path.display().to_string(),
+                reason: "it is not a directory".into(),
+            });
+        }
+        let probe = path.join(".probe");
+        write_synced(&probe, &[0u8; 4096]).map_err(|e| StateError::Unusable {
+            path: path.display().to_string(),
+            reason: format!(
+                "writing and syncing a test file failed ({e}); is the disk full or read-only?"
+            ),
+        })?;
+        let _ = fs::remove_file(&probe);
+
+        let counter = path.join("incarnation");
+        let previous = match fs::read_to_string(&counter) {
+            Ok(text) => text
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| StateError::Unusable {
+                    path: path.display().to_string(),
+                    reason: format!("{} is corrupted", counter.display()),
+                })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(io(e)),
+        };
+        let incarnation = previous + 1;
+        write_synced(&counter, incarnation.to_string().as_bytes()).map_err(io)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            incarnation,
+        })
+    }
+
+    /// The key stored here, made now if there is none yet.
+    pub fn key(&self) -> Result<MasterKey, StateError> {
+        let file = self.path.join("key");
+        if file.exists() {
+            return Ok(MasterKey::load(&file)?);
+        }
+        let key = MasterKey::generate()?;
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let io = |source| StateError::Io {
+            path: file.display().to_string(),
+            source,
+        };
+        let mut f = options.open(&file).map_err(io)?;
+        f.write_all(format!("{}\n", key.to_hex()).as_bytes())
+            .map_err(io)?;
+        f.sync_all().map_err(io)?;
+        Ok(key)
+    }
+
+    pub fn journal(&self) -> Result<DiskJournal, StateError> {
+        Ok(DiskJournal::open(&self.path.join("journal.redb"))?)
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename, fsync the directory).
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// What a start found, for the log and the operator.
+pub struct RecoveryReport {
+    pub recovered: Recovered,
+    pub journal_records: usize,
+    pub took: Duration,
+}
+
+/// Rebuilds the store's records from storage (a full scan) and the journal.
+pub async fn recover(
+    storage: &dyn Storage,
+    format: ElementFormat,
+    journal: Option<&dyn Journal>,
+) -> Result<RecoveryReport, StateError> {
+    let start = Instant::now();
+    let mut recovery = Recovery::new(format);
+    while let Some(op) = recovery.next_request() {
+        let reply = storage.call(op).await?;
+        recovery.handle(reply)?;
+    }
+    let journaled = match journal {
+        Some(journal) => journal.records()?,
+        None => Vec::new(),
+    };
+    let journal_records = journaled.len();
+    Ok(RecoveryReport {
+        recovered: recovery.finish(journaled),
+        journal_records,
+        took: start.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incarnations_count_up_and_the_key_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = StateDir::open(dir.path()).unwrap();
+        let key = first.key().unwrap();
+        let second = StateDir::open(dir.path()).unwrap();
+        assert_eq!((first.incarnation, second.incarnation), (1, 2));
+        assert_eq!(second.key().unwrap().to_hex(), key.to_hex());
+    }
+
+    #[test]
+    fn an_unusable_directory_is_refused_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("not-a-dir");
+        fs::write(&file, b"x").unwrap();
+        assert!(StateDir::open(&file).is_err());
+        assert!(StateDir::open(&file.join("below-a-file")).is_err());
+    }
+}
