@@ -1,15 +1,26 @@
 //! A storage server's state held in memory: the map every in-memory backend applies requests to.
+//!
+//! Dense schemes (Cloak, the ORAMs) address storage with small integers and rewrite the same
+//! addresses over and over, so small addresses live in a vector indexed by address, and a write
+//! of an element the size of the one it replaces overwrites that buffer in place: no hashing, no
+//! allocation, no free. Pseudorandom labels live in a hash map. Written values are always copied
+//! into buffers the store owns, so it never keeps a caller's (often much larger) buffer alive.
 
 use bytes::Bytes;
 use hashbrown::HashMap;
 
 use crate::storage::{Addr, StorageOp, StorageReply};
 
+/// Addresses below this are dense and kept in a vector (at most 16M entries).
+const DENSE_LIMIT: Addr = 1 << 24;
+
 /// Addresses are chosen by the trusted proxy (dense integers or PRF labels), so a fast
-/// non-keyed hash is safe here.
+/// non-keyed hash is safe for the labels.
 #[derive(Default)]
 pub struct MemoryStore {
-    elements: HashMap<Addr, Bytes>,
+    dense: Vec<Option<Bytes>>,
+    sparse: HashMap<Addr, Bytes>,
+    elements: usize,
     bytes: usize,
 }
 
@@ -18,63 +29,123 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// Applies a request, taking ownership of written values.
+    fn get(&self, addr: Addr) -> Option<&Bytes> {
+        if addr < DENSE_LIMIT {
+            self.dense.get(addr as usize)?.as_ref()
+        } else {
+            self.sparse.get(&addr)
+        }
+    }
+
+    fn take(&mut self, addr: Addr) -> Option<Bytes> {
+        if addr < DENSE_LIMIT {
+            self.dense.get_mut(addr as usize).and_then(Option::take)
+        } else {
+            self.sparse.remove(&addr)
+        }
+    }
+
+    fn put(&mut self, addr: Addr, value: &[u8]) {
+        let new = match self.take(addr) {
+            Some(old) => {
+                self.bytes -= old.len();
+                match (old.len() == value.len()).then(|| old.try_into_mut()) {
+                    // Nobody else holds the old buffer: reuse it.
+                    Some(Ok(mut buffer)) => {
+                        buffer.copy_from_slice(value);
+                        buffer.freeze()
+                    }
+                    _ => Bytes::copy_from_slice(value),
+                }
+            }
+            None => {
+                self.elements += 1;
+                Bytes::copy_from_slice(value)
+            }
+        };
+        self.bytes += value.len();
+        if addr < DENSE_LIMIT {
+            let index = addr as usize;
+            if index >= self.dense.len() {
+                self.dense.resize(index + 1, None);
+            }
+            self.dense[index] = Some(new);
+        } else {
+            self.sparse.insert(addr, new);
+        }
+    }
+
+    fn remove(&mut self, addr: Addr) {
+        if let Some(old) = self.take(addr) {
+            self.elements -= 1;
+            self.bytes -= old.len();
+        }
+    }
+
+    /// Applies a request.
     pub fn apply(&mut self, op: StorageOp) -> StorageReply {
         match op {
-            StorageOp::Read(addrs) => StorageReply::Values(
-                addrs
-                    .iter()
-                    .map(|a| self.elements.get(a).cloned())
-                    .collect(),
-            ),
+            StorageOp::Read(addrs) => {
+                StorageReply::Values(addrs.iter().map(|a| self.get(*a).cloned()).collect())
+            }
             StorageOp::Write(writes) => {
                 for (addr, value) in writes {
-                    self.bytes += value.len();
-                    if let Some(old) = self.elements.insert(addr, value) {
-                        self.bytes -= old.len();
-                    }
+                    self.put(addr, &value);
+                }
+                StorageReply::Done
+            }
+            StorageOp::Delete(addrs) => {
+                for addr in addrs {
+                    self.remove(addr);
                 }
                 StorageReply::Done
             }
             StorageOp::Scan { after, limit } => {
-                // Hash order is unstable, so pick the lowest addresses above the cursor; O(n) per
-                // call is fine for a scan that only recovery runs.
-                let mut found: Vec<Addr> = self
-                    .elements
-                    .keys()
-                    .copied()
-                    .filter(|a| after.is_none_or(|after| *a > after))
-                    .collect();
-                let limit = (limit as usize).min(found.len());
-                if limit < found.len() {
-                    found.select_nth_unstable(limit);
-                    found.truncate(limit);
+                let limit = limit as usize;
+                let first = after.map_or(0, |a| a.saturating_add(1));
+                // Dense addresses come first and are already in order.
+                let mut found: Vec<Addr> = if first < DENSE_LIMIT {
+                    (first as usize..self.dense.len())
+                        .filter(|&i| self.dense[i].is_some())
+                        .take(limit)
+                        .map(|i| i as Addr)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                if found.len() < limit {
+                    // Hash order is unstable: pick the lowest labels above the cursor. O(n)
+                    // per call is fine for a scan that only recovery runs.
+                    let mut labels: Vec<Addr> = self
+                        .sparse
+                        .keys()
+                        .copied()
+                        .filter(|a| *a >= first)
+                        .collect();
+                    let room = (limit - found.len()).min(labels.len());
+                    if room < labels.len() {
+                        labels.select_nth_unstable(room);
+                        labels.truncate(room);
+                    }
+                    labels.sort_unstable();
+                    found.extend(labels);
                 }
-                found.sort_unstable();
                 StorageReply::Entries(
                     found
                         .into_iter()
-                        .map(|a| (a, self.elements[&a].clone()))
+                        .filter_map(|a| Some((a, self.get(a)?.clone())))
                         .collect(),
                 )
-            }
-            StorageOp::Delete(addrs) => {
-                for addr in addrs {
-                    if let Some(old) = self.elements.remove(&addr) {
-                        self.bytes -= old.len();
-                    }
-                }
-                StorageReply::Done
             }
         }
     }
 
     pub fn len(&self) -> usize {
-        self.elements.len()
+        self.elements
     }
 
     pub fn is_empty(&self) -> bool {
-        self.elements.is_empty()
+        self.elements == 0
     }
 
     /// Total bytes of all elements.
@@ -82,13 +153,21 @@ impl MemoryStore {
         self.bytes
     }
 
-    /// Direct access for tests that play a malicious server.
-    pub fn get_mut(&mut self, addr: Addr) -> Option<&mut Bytes> {
-        self.elements.get_mut(&addr)
+    /// The element at `addr`; with [`MemoryStore::replace`], for tests that play a malicious
+    /// server.
+    pub fn element(&self, addr: Addr) -> Option<Bytes> {
+        self.get(addr).cloned()
     }
 
-    pub fn addresses(&self) -> impl Iterator<Item = Addr> + '_ {
-        self.elements.keys().copied()
+    pub fn replace(&mut self, addr: Addr, bytes: &[u8]) {
+        self.put(addr, bytes);
+    }
+
+    pub fn addresses(&self) -> Vec<Addr> {
+        let dense = (0..self.dense.len())
+            .filter(|&i| self.dense[i].is_some())
+            .map(|i| i as Addr);
+        dense.chain(self.sparse.keys().copied()).collect()
     }
 }
 
@@ -99,8 +178,13 @@ mod tests {
     #[test]
     fn scans_visit_every_element_once_in_address_order() {
         let mut store = MemoryStore::new();
+        let label = DENSE_LIMIT + 5;
         let writes = (0..10u128)
             .map(|a| (a * 7 % 10, Bytes::from(vec![a as u8])))
+            .chain([
+                (label, Bytes::from_static(b"l")),
+                (label + 1, Bytes::from_static(b"m")),
+            ])
             .collect();
         store.apply(StorageOp::Write(writes));
         let mut seen = Vec::new();
@@ -116,6 +200,32 @@ mod tests {
             }
             after = entries.last().map(|(a, _)| *a);
         }
-        assert_eq!(seen, (0..10).collect::<Vec<_>>());
+        let mut want: Vec<Addr> = (0..10).collect();
+        want.extend([label, label + 1]);
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn overwrites_reuse_buffers_and_counts_stay_right() {
+        let mut store = MemoryStore::new();
+        store.apply(StorageOp::Write(vec![(3, Bytes::from_static(b"abc"))]));
+        let StorageReply::Values(held) = store.apply(StorageOp::Read(vec![3])) else {
+            panic!()
+        };
+        // A reader still holds the old value: the write must not change what it sees.
+        store.apply(StorageOp::Write(vec![(3, Bytes::from_static(b"xyz"))]));
+        assert_eq!(held[0].as_deref(), Some(&b"abc"[..]));
+        store.apply(StorageOp::Write(vec![(3, Bytes::from_static(b"longer"))]));
+        store.apply(StorageOp::Write(vec![(
+            DENSE_LIMIT,
+            Bytes::from_static(b"l"),
+        )]));
+        assert_eq!((store.len(), store.bytes()), (2, 7));
+        store.apply(StorageOp::Delete(vec![3, DENSE_LIMIT, 99]));
+        assert_eq!((store.len(), store.bytes()), (0, 0));
+        assert_eq!(
+            store.apply(StorageOp::Read(vec![3])),
+            StorageReply::Values(vec![None])
+        );
     }
 }

@@ -332,12 +332,10 @@ fn backpressure_bounds_pending_ops_and_everything_completes() {
 /// Plays a malicious server between batches (a batch in flight would overwrite the damage).
 fn corrupt_every_element(sim: &mut Simulator, mut damage: impl FnMut(&mut Vec<u8>)) {
     assert!(sim.run_until(DELTA, Simulator::storage_idle));
-    let addrs: Vec<Addr> = sim.store_mut().addresses().collect();
-    for addr in addrs {
-        let element = sim.store_mut().get_mut(addr).unwrap();
-        let mut bytes = element.to_vec();
+    for addr in sim.store_mut().addresses() {
+        let mut bytes = sim.store_mut().element(addr).unwrap().to_vec();
         damage(&mut bytes);
-        *element = Bytes::from(bytes);
+        sim.store_mut().replace(addr, &bytes);
     }
 }
 
@@ -384,15 +382,16 @@ fn replayed_and_swapped_elements_are_detected() {
     }
     sim.run_for(100 * DELTA);
     // Replay: the server puts back an old snapshot of every element.
-    let addrs: Vec<Addr> = sim.store_mut().addresses().collect();
-    let snapshot: Vec<(Addr, Bytes)> = addrs
-        .iter()
-        .map(|&a| (a, sim.store_mut().get_mut(a).unwrap().clone()))
+    let snapshot: Vec<(Addr, Bytes)> = sim
+        .store_mut()
+        .addresses()
+        .into_iter()
+        .map(|a| (a, sim.store_mut().element(a).unwrap()))
         .collect();
     sim.run_for(100 * DELTA);
     assert!(sim.run_until(DELTA, Simulator::storage_idle));
     for (addr, old) in &snapshot {
-        *sim.store_mut().get_mut(*addr).unwrap() = old.clone();
+        sim.store_mut().replace(*addr, old);
     }
     let failures: usize = (0..50)
         .filter(|i| {
@@ -409,14 +408,15 @@ fn replayed_and_swapped_elements_are_detected() {
     assert_eq!(sim.execute(1, set("x", "v")), Some(Outcome::Ok));
     sim.run_for(100 * DELTA);
     assert!(sim.run_until(DELTA, Simulator::storage_idle));
-    let mut addrs: Vec<Addr> = sim.store_mut().addresses().collect();
+    let mut addrs: Vec<Addr> = sim.store_mut().addresses();
     addrs.sort();
     let elements: Vec<Bytes> = addrs
         .iter()
-        .map(|&a| sim.store_mut().get_mut(a).unwrap().clone())
+        .map(|&a| sim.store_mut().element(a).unwrap())
         .collect();
     for (i, &addr) in addrs.iter().enumerate() {
-        *sim.store_mut().get_mut(addr).unwrap() = elements[(i + 1) % elements.len()].clone();
+        sim.store_mut()
+            .replace(addr, &elements[(i + 1) % elements.len()]);
     }
     expect_integrity_error(sim.execute(2, get("x")));
 }

@@ -22,7 +22,8 @@ pub use observing::{Observing, TraceHandle};
 pub use tcp::TcpStorage;
 
 /// A storage backend. Requests in flight together may be applied in any order; a request issued
-/// after another completed sees its effects.
+/// after another completed sees its effects. Written values may be slices of a much larger buffer
+/// (a whole request frame): a backend that keeps them copies them, so it never pins the frame.
 #[async_trait]
 pub trait Storage: Send + Sync + 'static {
     async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError>;

@@ -7,12 +7,11 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
+use bytes::BytesMut;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::wire::{self, WireError};
-use crate::{Storage, StorageError, StorageOp};
+use crate::{Storage, StorageError};
 
 /// Accepts connections until `shutdown` completes, then closes every connection.
 pub async fn serve(
@@ -54,39 +53,25 @@ async fn serve_connection(stream: TcpStream, storage: Arc<dyn Storage>) -> Resul
     stream.set_nodelay(true)?;
     let (mut reader, mut writer) = stream.into_split();
     let mut input = BytesMut::with_capacity(64 * 1024);
-    let mut output = BytesMut::with_capacity(64 * 1024);
+    let mut answers = Vec::new();
     loop {
         let frame = wire::read_frame(&mut reader, &mut input).await?;
         let (id, op) = match wire::decode_request(frame) {
             Ok(request) => request,
             Err(error) => {
                 let answer = Err(StorageError(format!("protocol error: {error}")));
-                wire::encode_response(0, &answer, &mut output);
-                writer.write_all(&output).await?;
+                answers.push(wire::encode_response(0, &answer));
+                wire::write_frames(&mut writer, &answers).await?;
                 return Err(error);
             }
         };
-        let result = storage.call(own_values(op)).await;
-        wire::encode_response(id, &result, &mut output);
+        let result = storage.call(op).await;
+        answers.push(wire::encode_response(id, &result));
         // Answer pipelined requests together: write once nothing complete is buffered.
         if !has_frame(&input) {
-            writer.write_all(&output).await?;
-            output.clear();
+            wire::write_frames(&mut writer, &answers).await?;
+            answers.clear();
         }
-    }
-}
-
-/// Copies written values out of the request frame, so a stored element does not keep the whole
-/// frame it arrived in alive.
-fn own_values(op: StorageOp) -> StorageOp {
-    match op {
-        StorageOp::Write(writes) => StorageOp::Write(
-            writes
-                .into_iter()
-                .map(|(a, v)| (a, Bytes::copy_from_slice(&v)))
-                .collect(),
-        ),
-        other => other,
     }
 }
 

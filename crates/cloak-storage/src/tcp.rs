@@ -10,20 +10,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
+use bytes::BytesMut;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::wire;
+use crate::wire::{self, Frame};
 use crate::{Storage, StorageError, StorageOp, StorageReply};
 
 type Answer = Result<StorageReply, StorageError>;
 
 struct Job {
     id: u64,
-    frame: Bytes,
+    frame: Frame,
     answer: oneshot::Sender<Answer>,
 }
 
@@ -54,8 +53,6 @@ pub struct TcpStorage {
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Frames smaller than this are coalesced into one write.
-const SMALL_FRAME: usize = 16 * 1024;
 
 impl TcpStorage {
     /// Connects to a storage server at `addr` (`host:port`), checking it is reachable now.
@@ -110,14 +107,9 @@ impl TcpStorage {
 impl Storage for TcpStorage {
     async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
-        let mut frame = BytesMut::new();
-        wire::encode_request(id, &op, &mut frame);
+        let frame = wire::encode_request(id, &op);
         let (answer, answered) = oneshot::channel();
-        let job = Job {
-            id,
-            frame: frame.freeze(),
-            answer,
-        };
+        let job = Job { id, frame, answer };
         {
             let index = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
             let mut slot = self.connections[index].lock().await;
@@ -159,7 +151,6 @@ async fn write_loop(
     addr: String,
 ) {
     let mut batch = Vec::new();
-    let mut small = BytesMut::new();
     while jobs.recv_many(&mut batch, 256).await > 0 {
         let mut frames = Vec::with_capacity(batch.len());
         {
@@ -178,25 +169,8 @@ async fn write_loop(
                 }
             }
         }
-        // Small frames that arrived together go out in one write; large ones (batches) are
-        // written as they are, without copying them again.
-        let mut result = Ok(());
-        for frame in frames {
-            if frame.len() < SMALL_FRAME {
-                small.extend_from_slice(&frame);
-                continue;
-            }
-            if !small.is_empty() {
-                result = result.and(writer.write_all(&small).await);
-                small.clear();
-            }
-            result = result.and(writer.write_all(&frame).await);
-        }
-        if !small.is_empty() {
-            result = result.and(writer.write_all(&small).await);
-            small.clear();
-        }
-        if let Err(error) = result {
+        // Requests that arrived together go out in one vectored write.
+        if let Err(error) = wire::write_frames(&mut writer, &frames).await {
             fail_all(
                 &waiting,
                 &format!("writing to storage server {addr} failed: {error}"),

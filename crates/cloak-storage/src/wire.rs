@@ -18,7 +18,9 @@
 //! A server answers the requests of one connection in order.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use std::io::IoSlice;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::{StorageError, StorageOp, StorageReply};
 
@@ -73,93 +75,172 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
 }
 
-/// Starts a frame in `out`; [`finish_frame`] fills in its length.
-fn start_frame(out: &mut BytesMut) -> usize {
-    let at = out.len();
-    out.put_u32_le(0);
-    at
+/// Values at least this long are sent from where they lie instead of being copied into the frame.
+const BY_REFERENCE: usize = 256;
+
+/// An encoded frame as a list of chunks: the small parts gathered in buffers, element values
+/// referenced where they already are. Written with vectored I/O ([`write_frames`]), so a batch's
+/// thousands of elements go to the socket without being copied into one big buffer first.
+#[derive(Clone, Debug, Default)]
+pub struct Frame {
+    chunks: Vec<Bytes>,
+    small: BytesMut,
+    len: usize,
 }
 
-fn finish_frame(out: &mut BytesMut, at: usize) {
-    let len = (out.len() - at - 4) as u32;
-    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+impl Frame {
+    fn put(&mut self, write: impl FnOnce(&mut BytesMut)) {
+        let before = self.small.len();
+        write(&mut self.small);
+        self.len += self.small.len() - before;
+    }
+
+    fn value(&mut self, value: &Bytes) {
+        self.put(|out| out.put_u32_le(value.len() as u32));
+        if value.len() < BY_REFERENCE {
+            self.put(|out| out.put_slice(value));
+        } else {
+            self.flush_small();
+            self.len += value.len();
+            self.chunks.push(value.clone());
+        }
+    }
+
+    fn flush_small(&mut self) {
+        if !self.small.is_empty() {
+            self.chunks.push(self.small.split().freeze());
+        }
+    }
+
+    /// The chunks, led by the length prefix.
+    fn finish(mut self) -> Self {
+        self.flush_small();
+        let prefix = Bytes::copy_from_slice(&(self.len as u32).to_le_bytes());
+        self.chunks.insert(0, prefix);
+        self.len += 4;
+        self
+    }
+
+    /// Total bytes on the wire.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The frame as one buffer (tests, and anything that wants it contiguous).
+    pub fn to_bytes(&self) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.len);
+        for chunk in &self.chunks {
+            out.put_slice(chunk);
+        }
+        out.freeze()
+    }
 }
 
-pub fn encode_request(id: u64, op: &StorageOp, out: &mut BytesMut) {
-    let at = start_frame(out);
-    out.put_u64_le(id);
+/// Writes frames back to back with vectored writes.
+pub async fn write_frames<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    frames: &[Frame],
+) -> std::io::Result<()> {
+    let chunks: Vec<&Bytes> = frames.iter().flat_map(|f| &f.chunks).collect();
+    let (mut next, mut offset) = (0, 0);
+    while next < chunks.len() {
+        // The kernel takes at most 1024 slices per call.
+        let slices: Vec<IoSlice> = chunks[next..]
+            .iter()
+            .take(1024)
+            .enumerate()
+            .map(|(i, c)| IoSlice::new(if i == 0 { &c[offset..] } else { &c[..] }))
+            .collect();
+        let mut written = writer.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let rest = chunks[next].len() - offset;
+            if written >= rest {
+                written -= rest;
+                next += 1;
+                offset = 0;
+            } else {
+                offset += written;
+                written = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn encode_request(id: u64, op: &StorageOp) -> Frame {
+    let mut f = Frame::default();
+    f.put(|out| out.put_u64_le(id));
     match op {
-        StorageOp::Read(addrs) | StorageOp::Delete(addrs) => {
+        StorageOp::Read(addrs) | StorageOp::Delete(addrs) => f.put(|out| {
             out.put_u8(if matches!(op, StorageOp::Read(_)) {
                 READ
             } else {
                 DELETE
             });
             out.put_u32_le(addrs.len() as u32);
-            out.reserve(16 * addrs.len());
             for a in addrs {
                 out.put_u128_le(*a);
             }
-        }
+        }),
         StorageOp::Write(writes) => {
-            out.put_u8(WRITE);
-            put_entries(out, writes);
+            f.put(|out| out.put_u8(WRITE));
+            put_entries(&mut f, writes);
         }
-        StorageOp::Scan { after, limit } => {
+        StorageOp::Scan { after, limit } => f.put(|out| {
             out.put_u8(SCAN);
             out.put_u8(u8::from(after.is_some()));
             out.put_u128_le(after.unwrap_or(0));
             out.put_u32_le(*limit);
-        }
+        }),
     }
-    finish_frame(out, at);
+    f.finish()
 }
 
-fn put_entries(out: &mut BytesMut, entries: &[(u128, Bytes)]) {
-    out.put_u32_le(entries.len() as u32);
-    out.reserve(entries.iter().map(|(_, v)| 20 + v.len()).sum());
+fn put_entries(f: &mut Frame, entries: &[(u128, Bytes)]) {
+    f.put(|out| out.put_u32_le(entries.len() as u32));
     for (a, v) in entries {
-        out.put_u128_le(*a);
-        out.put_u32_le(v.len() as u32);
-        out.put_slice(v);
+        f.put(|out| out.put_u128_le(*a));
+        f.value(v);
     }
 }
 
-pub fn encode_response(id: u64, result: &Result<StorageReply, StorageError>, out: &mut BytesMut) {
-    let at = start_frame(out);
-    out.put_u64_le(id);
+pub fn encode_response(id: u64, result: &Result<StorageReply, StorageError>) -> Frame {
+    let mut f = Frame::default();
+    f.put(|out| out.put_u64_le(id));
     match result {
         Ok(StorageReply::Values(values)) => {
-            out.put_u8(VALUES);
-            out.put_u32_le(values.len() as u32);
-            out.reserve(
-                values
-                    .iter()
-                    .map(|v| 5 + v.as_ref().map_or(0, |v| v.len()))
-                    .sum(),
-            );
+            f.put(|out| {
+                out.put_u8(VALUES);
+                out.put_u32_le(values.len() as u32);
+            });
             for v in values {
                 match v {
                     Some(v) => {
-                        out.put_u8(1);
-                        out.put_u32_le(v.len() as u32);
-                        out.put_slice(v);
+                        f.put(|out| out.put_u8(1));
+                        f.value(v);
                     }
-                    None => out.put_u8(0),
+                    None => f.put(|out| out.put_u8(0)),
                 }
             }
         }
-        Ok(StorageReply::Done) => out.put_u8(DONE),
+        Ok(StorageReply::Done) => f.put(|out| out.put_u8(DONE)),
         Ok(StorageReply::Entries(entries)) => {
-            out.put_u8(ENTRIES);
-            put_entries(out, entries);
+            f.put(|out| out.put_u8(ENTRIES));
+            put_entries(&mut f, entries);
         }
-        Err(StorageError(message)) => {
+        Err(StorageError(message)) => f.put(|out| {
             out.put_u8(ERROR);
             out.put_slice(message.as_bytes());
-        }
+        }),
     }
-    finish_frame(out, at);
+    f.finish()
 }
 
 fn need(frame: &Bytes, n: usize) -> Result<(), WireError> {
@@ -274,8 +355,7 @@ mod tests {
     use super::*;
 
     async fn round_trip_request(op: StorageOp) {
-        let mut out = BytesMut::new();
-        encode_request(7, &op, &mut out);
+        let out = encode_request(7, &op).to_bytes();
         let mut reader = &out[..];
         let frame = read_frame(&mut reader, &mut BytesMut::new()).await.unwrap();
         assert_eq!(decode_request(frame).unwrap(), (7, op));
@@ -309,13 +389,32 @@ mod tests {
             Ok(StorageReply::Entries(vec![(1, Bytes::from_static(b"e"))])),
             Err(StorageError("disk full".into())),
         ] {
-            let mut out = BytesMut::new();
-            encode_response(9, &result, &mut out);
+            let out = encode_response(9, &result).to_bytes();
             let frame = read_frame(&mut &out[..], &mut BytesMut::new())
                 .await
                 .unwrap();
             assert_eq!(decode_response(frame).unwrap(), (9, result));
         }
+    }
+
+    #[tokio::test]
+    async fn vectored_writes_survive_partial_writes() {
+        let big = Bytes::from(vec![7u8; 5000]);
+        let frames: Vec<Frame> = (0..3)
+            .map(|i| {
+                encode_request(
+                    i,
+                    &StorageOp::Write(vec![(1, big.clone()), (2, Bytes::from_static(b"s"))]),
+                )
+            })
+            .collect();
+        let expected: Vec<u8> = frames.iter().flat_map(|f| f.to_bytes().to_vec()).collect();
+        let (mut a, mut b) = tokio::io::duplex(64);
+        let writer = tokio::spawn(async move { write_frames(&mut a, &frames).await });
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        writer.await.unwrap().unwrap();
+        assert_eq!(got, expected);
     }
 
     #[tokio::test]
