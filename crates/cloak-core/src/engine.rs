@@ -6,10 +6,12 @@
 //! same time (the later waits in a *lane*), so pipelined commands of a connection take effect in
 //! the order they were sent, while different clients stay concurrent.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
+// Keys here are the engine's own ids and slots, never chosen by clients: a fast hash is safe.
+use hashbrown::{HashMap, HashSet};
 
 use crate::command::{Command, CommandError, Outcome, SetCondition};
 use crate::directory::KeyDirectory;

@@ -8,7 +8,9 @@
 //! request is not yet durable waits for it, so no client ever sees a write a crash could undo.
 //! Keeps made in the same step share one journal request, so one fsync covers them all.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
 
 use cloak_core::{JournalId, JournalOp, JournalRequest, OpId, Record, Reply, SchemeError, Slot};
 

@@ -11,7 +11,9 @@
 //! (reads join a read already in flight). Records recovered after a crash are rewritten under
 //! this run's generations before any op on their slot runs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
 use std::time::Instant;
 
 use cloak_core::{

@@ -5,7 +5,9 @@
 //! the way any Redis proxy pipelines. No encryption, no padding, no hiding. Records recovered
 //! after a crash are written first (retried until stored); client ops wait for that.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
 use std::time::Instant;
 
 use bytes::Bytes;

@@ -19,7 +19,7 @@ mod budgets;
 mod sets;
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,7 @@ use cloak_core::{
     SchemeError, SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 use cloak_crypto::Binding;
+use hashbrown::{HashMap, HashSet};
 use lru::LruCache;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
