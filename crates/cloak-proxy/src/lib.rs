@@ -17,6 +17,7 @@ mod connection;
 pub mod core;
 mod info;
 pub mod journal;
+pub mod metrics;
 pub mod resp;
 pub mod state;
 

@@ -122,6 +122,10 @@ pub struct UpArgs {
     /// Encryption key file; without one, an ephemeral key is made (and the data dies with it)
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 /// TOML: `[server]`.
@@ -171,6 +175,10 @@ pub struct ProxyArgs {
     /// are acknowledged from memory [default: wal with --state-dir, else none]
     #[arg(long, value_name = "MODE")]
     pub durability: Option<String>,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 #[derive(Args, Debug)]

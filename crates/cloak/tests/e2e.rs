@@ -129,7 +129,8 @@ fn redis_tool(name: &str, args: &[&str]) -> Option<String> {
 
 #[test]
 fn cloak_up_serves_redis_clients() {
-    let port = free_port();
+    let (port, metrics) = (free_port(), free_port());
+    let metrics_addr = format!("127.0.0.1:{metrics}");
     let up = Running::start(
         &[
             "up",
@@ -139,6 +140,8 @@ fn cloak_up_serves_redis_clients() {
             "20000",
             "--batch-interval",
             "5ms",
+            "--metrics",
+            &metrics_addr,
         ],
         "Stop with Ctrl-C",
     );
@@ -149,6 +152,14 @@ fn cloak_up_serves_redis_clients() {
     let info: String = redis::cmd("INFO").query(&mut con).unwrap();
     assert!(info.contains("scheme:cloak"), "{info}");
     assert!(info.contains("capacity:20000"), "{info}");
+
+    let mut http = std::net::TcpStream::connect(&metrics_addr).unwrap();
+    std::io::Write::write_all(&mut http, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut page = String::new();
+    std::io::Read::read_to_string(&mut http, &mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+    assert!(page.contains("cloak_keys{scheme=\"cloak\"} 1"), "{page}");
+    assert!(page.contains("cloak_latency_microseconds{scheme=\"cloak\",quantile=\"0.99\"}"));
 
     let p = port.to_string();
     if let Some(out) = redis_tool("redis-cli", &["-p", &p, "SET", "greeting", "hello"]) {

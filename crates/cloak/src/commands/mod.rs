@@ -5,6 +5,35 @@ pub mod proxy;
 pub mod server;
 pub mod up;
 
+/// Binds the metrics listener if `--metrics` asks for one.
+pub async fn metrics_listener(
+    addr: Option<&str>,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    use anyhow::Context;
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    Ok(Some(listener))
+}
+
+/// Starts serving `/metrics` for a running proxy.
+pub fn serve_metrics(listener: Option<tokio::net::TcpListener>, proxy: &cloak_proxy::Proxy) {
+    if let Some(listener) = listener {
+        if let Ok(addr) = listener.local_addr() {
+            println!("  metrics:  http://{addr}/metrics");
+        }
+        let stats = proxy.stats.clone();
+        tokio::spawn(cloak_proxy::metrics::serve(
+            listener,
+            stats,
+            std::future::pending(),
+        ));
+    }
+}
+
 /// Resolves when the process is asked to stop (Ctrl-C or SIGTERM).
 pub async fn shutdown_signal() {
     let ctrl_c = async {

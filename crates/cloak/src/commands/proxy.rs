@@ -46,6 +46,7 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let durability = if journal.is_some() { "wal" } else { "none" };
+    let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
     let options = ProxyOptions {
         password: args.password,
         drain_timeout: None,
@@ -60,7 +61,8 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
             println!(
                 "cloak proxy listening on {} ({summary}; storage {url}; durability {durability})",
                 proxy.local_addr
-            )
+            );
+            super::serve_metrics(metrics, &proxy);
         },
         super::shutdown_signal(),
     )

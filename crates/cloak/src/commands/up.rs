@@ -49,6 +49,7 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let listener = TcpListener::bind((bind, port)).await.with_context(|| {
         format!("cannot listen on {bind}:{port} (is another server using it? try --port)")
     })?;
+    let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
     let auth = if args.password.is_some() {
         " -a PASSWORD"
     } else {
@@ -73,6 +74,7 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
             );
             println!("  storage:  cloak server on {storage_addr}, elements in memory");
             println!("  key:      {key_note}");
+            super::serve_metrics(metrics, &proxy);
             println!("Try:");
             println!("  redis-cli -p {port}{auth} SET greeting hello");
             println!("  redis-cli -p {port}{auth} GET greeting");
