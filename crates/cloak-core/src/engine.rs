@@ -166,7 +166,7 @@ impl Engine {
     }
 
     pub fn poll_journal(&mut self) -> Option<JournalRequest> {
-        self.scheme.poll_journal()
+        self.scheme.outbox().poll_journal()
     }
 
     pub fn handle_journaled(&mut self, now: Instant, id: JournalId, result: Result<(), String>) {
@@ -438,7 +438,7 @@ impl Engine {
     }
 
     fn drain_replies(&mut self, now: Instant) {
-        while let Some((id, reply)) = self.scheme.poll_reply() {
+        while let Some((id, reply)) = self.scheme.outbox().poll_reply() {
             self.complete_op(now, id, reply);
         }
     }

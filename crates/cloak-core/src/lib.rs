@@ -12,6 +12,7 @@ pub mod element;
 pub mod engine;
 pub mod journal;
 pub mod memory;
+pub mod outbox;
 pub mod recovery;
 pub mod scheme;
 pub mod sim;
@@ -24,6 +25,7 @@ pub use element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slo
 pub use engine::{ClientId, Engine, EngineStats, Limits};
 pub use journal::JournalMap;
 pub use memory::MemoryStore;
+pub use outbox::Outbox;
 pub use recovery::{ElementFormat, Recovered, Recovery};
 pub use scheme::{
     JournalId, JournalOp, JournalRequest, Op, OpId, Reply, Scheme, SchemeError, SchemeStats,

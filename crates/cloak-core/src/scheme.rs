@@ -9,7 +9,8 @@
 //! ```
 //!
 //! The driver calls `submit`/`handle_*` when something happens, then drains `poll_storage` and
-//! `poll_reply` until both return `None`, then sleeps until the next event or `poll_timeout`.
+//! the scheme's [`Outbox`] (replies and journal requests) until both are empty, then sleeps
+//! until the next event or `poll_timeout`.
 //! Every submitted op gets exactly one reply. A scheme never blocks, never reads a clock (time
 //! arrives as `now`), and draws every security-relevant choice from its own seeded CSPRNG, so a
 //! simulation with the same seed and inputs is reproducible.
@@ -21,7 +22,7 @@
 //! Crash safety: a record the scheme holds only at the proxy (an acknowledged write not yet
 //! written back, a block in a stash or cache that storage no longer has) would die with the
 //! process. The scheme asks the driver to keep such records in the proxy's journal
-//! ([`Scheme::poll_journal`]) and waits for [`Scheme::handle_journaled`] before it relies on them,
+//! (through its [`Outbox`]) and waits for [`Scheme::handle_journaled`] before it relies on them,
 //! in particular before it acknowledges a write or lets a read see it; once storage holds a
 //! record again it releases the journal entry. Recovery (see `crate::recovery`) rebuilds every
 //! slot from storage plus the journal.
@@ -29,6 +30,7 @@
 use std::time::Instant;
 
 use crate::element::{Record, Slot};
+use crate::outbox::Outbox;
 use crate::storage::{RequestId, StorageError, StorageReply, StorageRequest};
 
 /// Identifies a client operation so its reply can be matched to it.
@@ -151,17 +153,15 @@ pub trait Scheme: Send {
 
     fn poll_storage(&mut self) -> Option<StorageRequest>;
 
-    fn poll_reply(&mut self) -> Option<(OpId, Reply)>;
+    /// Where the scheme's replies and journal requests wait for the driver.
+    fn outbox(&mut self) -> &mut Outbox;
 
-    /// Records to keep in (or release from) the proxy's journal. Schemes that never hold a
-    /// record only at the proxy keep the default.
-    fn poll_journal(&mut self) -> Option<JournalRequest> {
-        None
+    /// A journal request is durable (`Ok`) or could not be made durable (`Err`, with a reason for
+    /// the client). Schemes that must act once a record is safe (say, before removing it from
+    /// storage) extend this; the default releases the replies that waited.
+    fn handle_journaled(&mut self, _now: Instant, id: JournalId, result: Result<(), String>) {
+        self.outbox().handle_journaled(id, result);
     }
-
-    /// A [`JournalOp::Keep`] is durable (`Ok`) or could not be made durable (`Err`, with a
-    /// reason for the client).
-    fn handle_journaled(&mut self, _now: Instant, _id: JournalId, _result: Result<(), String>) {}
 
     /// Backpressure: while `false`, the driver stops submitting (it stops reading from clients)
     /// until some storage reply arrives.

@@ -17,13 +17,12 @@ use hashbrown::HashMap;
 use std::time::Instant;
 
 use cloak_core::{
-    Addr, ElementCodec, JournalId, JournalRequest, Op, OpId, Record, Reply, RequestId, Scheme,
-    SchemeError, SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError,
+    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 use cloak_crypto::{Binding, Prf};
 
 use crate::Start;
-use crate::durability::Durability;
 use crate::retry::Retry;
 
 /// Most slots in one storage request.
@@ -55,8 +54,7 @@ pub struct Encrypted {
     next_request: u64,
     /// Recovered records whose rewrite failed, to send again.
     retry: Retry<Slot>,
-    durability: Durability,
-    replies: VecDeque<(OpId, Reply)>,
+    out: Outbox,
     stats: SchemeStats,
 }
 
@@ -72,8 +70,7 @@ impl Encrypted {
             outstanding: HashMap::new(),
             next_request: 0,
             retry: Retry::default(),
-            durability: Durability::default(),
-            replies: VecDeque::new(),
+            out: Outbox::default(),
             stats: SchemeStats::default(),
         };
         for (slot, record) in start.records {
@@ -109,10 +106,8 @@ impl Encrypted {
     fn advance(&mut self, slot: Slot, reply: Reply) {
         let lane = self.lanes.get_mut(&slot).expect("slot has a lane");
         match lane.active.take() {
-            Some(Active::Read(waiters)) => self
-                .replies
-                .extend(waiters.into_iter().map(|w| (w, reply.clone()))),
-            Some(Active::Write(Some(id), _)) => self.replies.push_back((id, reply)),
+            Some(Active::Read(waiters)) => self.out.reply_all(waiters, reply),
+            Some(Active::Write(Some(id), _)) => self.out.reply(id, reply),
             Some(Active::Write(None, _)) | None => {}
         }
         match lane.waiting.pop_front() {
@@ -147,7 +142,7 @@ impl Encrypted {
         if let Some(Active::Write(op, record)) = &lane.active {
             self.versions[slot as usize] = record.version;
             if op.is_none() {
-                self.durability.release(slot, record.version);
+                self.out.release(slot, record.version);
             }
         }
         self.advance(slot, Reply::Written);
@@ -186,7 +181,7 @@ impl Scheme for Encrypted {
         let slot = op.slot();
         if slot >= self.slots() {
             let error = SchemeError::Overloaded(format!("slot {slot} does not exist"));
-            self.replies.push_back((id, Reply::Failed(error)));
+            self.out.reply(id, Reply::Failed(error));
             return;
         }
         match self.lanes.get_mut(&slot) {
@@ -277,16 +272,8 @@ impl Scheme for Encrypted {
         Some(self.request(reads, StorageOp::Read(labels)))
     }
 
-    fn poll_reply(&mut self) -> Option<(OpId, Reply)> {
-        self.replies.pop_front()
-    }
-
-    fn poll_journal(&mut self) -> Option<JournalRequest> {
-        self.durability.poll()
-    }
-
-    fn handle_journaled(&mut self, _now: Instant, id: JournalId, result: Result<(), String>) {
-        self.durability.handle(id, result, &mut self.replies);
+    fn outbox(&mut self) -> &mut Outbox {
+        &mut self.out
     }
 
     fn accepts(&self) -> bool {

@@ -10,7 +10,6 @@
 //! one arm there.
 
 pub mod cloak;
-mod durability;
 mod encrypted;
 mod plaintext;
 mod retry;

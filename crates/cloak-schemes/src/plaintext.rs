@@ -5,19 +5,16 @@
 //! the way any Redis proxy pipelines. No encryption, no padding, no hiding. Records recovered
 //! after a crash are written first (retried until stored); client ops wait for that.
 
-use std::collections::VecDeque;
-
 use hashbrown::HashMap;
 use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementError, JournalId, JournalRequest, Op, OpId, RecordLayout, Reply, RequestId,
-    Scheme, SchemeError, SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementError, Op, OpId, Outbox, RecordLayout, Reply, RequestId, Scheme, SchemeError,
+    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 
 use crate::Start;
-use crate::durability::Durability;
 use crate::retry::Retry;
 
 /// Most recovered records in one storage request.
@@ -38,9 +35,8 @@ pub struct Unsafe {
     retry: Retry<Recovered>,
     /// Client ops that arrived before the recovered records were stored.
     held: Vec<(OpId, Op)>,
-    durability: Durability,
     next_request: u64,
-    replies: VecDeque<(OpId, Reply)>,
+    out: Outbox,
     stats: SchemeStats,
 }
 
@@ -66,9 +62,8 @@ impl Unsafe {
             restoring: HashMap::new(),
             retry: Retry::default(),
             held: Vec::new(),
-            durability: Durability::default(),
             next_request: 0,
-            replies: VecDeque::new(),
+            out: Outbox::default(),
             stats: SchemeStats::default(),
         }
     }
@@ -114,7 +109,7 @@ impl Unsafe {
             Ok(StorageReply::Done) => {
                 self.retry.succeeded();
                 for (slot, version, _) in records {
-                    self.durability.release(slot, version);
+                    self.out.release(slot, version);
                 }
                 if self.restored() {
                     for (id, op) in std::mem::take(&mut self.held) {
@@ -172,23 +167,18 @@ impl Scheme for Unsafe {
                             Reply::Failed(SchemeError::Integrity(error.to_string()))
                         }
                     };
-                    self.replies.push_back((op, reply));
+                    self.out.reply(op, reply);
                 }
             }
-            Ok(StorageReply::Done) => {
-                self.replies
-                    .extend(ops.into_iter().map(|op| (op, Reply::Written)));
-            }
+            Ok(StorageReply::Done) => self.out.reply_all(ops, Reply::Written),
             Ok(_) => {
                 let error = SchemeError::Integrity(ElementError::Missing.to_string());
-                self.replies
-                    .extend(ops.into_iter().map(|op| (op, Reply::Failed(error.clone()))));
+                self.out.reply_all(ops, Reply::Failed(error));
             }
             Err(error) => {
                 self.stats.storage_failures += 1;
                 let error = SchemeError::StorageUnavailable(error);
-                self.replies
-                    .extend(ops.into_iter().map(|op| (op, Reply::Failed(error.clone()))));
+                self.out.reply_all(ops, Reply::Failed(error));
             }
         }
     }
@@ -234,16 +224,8 @@ impl Scheme for Unsafe {
         None
     }
 
-    fn poll_reply(&mut self) -> Option<(OpId, Reply)> {
-        self.replies.pop_front()
-    }
-
-    fn poll_journal(&mut self) -> Option<JournalRequest> {
-        self.durability.poll()
-    }
-
-    fn handle_journaled(&mut self, _now: Instant, id: JournalId, result: Result<(), String>) {
-        self.durability.handle(id, result, &mut self.replies);
+    fn outbox(&mut self) -> &mut Outbox {
+        &mut self.out
     }
 
     fn accepts(&self) -> bool {

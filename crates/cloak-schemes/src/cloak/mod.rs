@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, JournalId, JournalRequest, Op, OpId, Record, Reply, RequestId, Scheme,
-    SchemeError, SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError,
+    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 use cloak_crypto::Binding;
 use hashbrown::{HashMap, HashSet};
@@ -38,7 +38,6 @@ pub use budgets::{BudgetError, Budgets};
 use sets::Sets;
 
 use crate::Start;
-use crate::durability::Durability;
 use crate::retry::Retry;
 
 /// Elements written per request while the store is first filled.
@@ -121,7 +120,6 @@ pub struct Cloak {
     /// Slots whose element failed authentication and that no client has overwritten since.
     corrupt: HashSet<u32>,
     flight: Option<Flight>,
-    durability: Durability,
 
     /// Records the initial fill places (recovered after a crash), by slot.
     initial: HashMap<u32, Record>,
@@ -134,7 +132,7 @@ pub struct Cloak {
     outstanding: HashMap<RequestId, (Purpose, StorageOp)>,
     next_request: u64,
     transmit: VecDeque<StorageRequest>,
-    replies: VecDeque<(OpId, Reply)>,
+    out: Outbox,
     stats: SchemeStats,
 }
 
@@ -199,7 +197,6 @@ impl Cloak {
             queued: 0,
             corrupt: HashSet::new(),
             flight: None,
-            durability: Durability::default(),
             initial: start
                 .records
                 .into_iter()
@@ -212,7 +209,7 @@ impl Cloak {
             outstanding: HashMap::new(),
             next_request: 0,
             transmit: VecDeque::new(),
-            replies: VecDeque::new(),
+            out: Outbox::default(),
             stats: SchemeStats::default(),
         }
         .with_fill_started()
@@ -330,12 +327,12 @@ impl Cloak {
                  until the key is written again"
                     .into(),
             );
-            self.replies.push_back((id, Reply::Failed(error)));
+            self.out.reply(id, Reply::Failed(error));
             return;
         }
         if let Some(error) = self.retry.failing() {
-            self.replies
-                .push_back((id, Reply::Failed(SchemeError::StorageUnavailable(error))));
+            self.out
+                .reply(id, Reply::Failed(SchemeError::StorageUnavailable(error)));
             return;
         }
         match self.pending.get_mut(&slot) {
@@ -353,8 +350,7 @@ impl Cloak {
 
     /// Replies about `slot`, once whatever was written to it is durable.
     fn answer(&mut self, op: OpId, slot: u32, reply: Reply) {
-        self.durability
-            .answer(&mut self.replies, op, Slot::from(slot), reply);
+        self.out.answer(op, Slot::from(slot), reply);
     }
 
     fn write(&mut self, id: OpId, slot: u32, record: Record) {
@@ -362,7 +358,7 @@ impl Cloak {
             cache.put(slot, record.clone());
         }
         self.corrupt.remove(&slot);
-        self.durability.keep(Slot::from(slot), record.clone());
+        self.out.keep(Slot::from(slot), record.clone());
         let pending = self.pending.entry(slot).or_default();
         let mut waiters = Vec::new();
         for waiting in [&mut pending.queued, &mut pending.flight] {
@@ -577,7 +573,7 @@ impl Cloak {
                 if let Some(Waiting::Read(waiters)) = &mut pending.flight {
                     for waiter in waiters.drain(..) {
                         let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-                        self.replies.push_back((waiter, reply));
+                        self.out.reply(waiter, reply);
                     }
                 }
             }
@@ -601,7 +597,7 @@ impl Scheme for Cloak {
             .filter(|&s| (s as usize) < self.pos.len())
         else {
             let error = SchemeError::Overloaded(format!("slot {} does not exist", op.slot()));
-            self.replies.push_back((id, Reply::Failed(error)));
+            self.out.reply(id, Reply::Failed(error));
             return;
         };
         self.touch(slot);
@@ -641,7 +637,7 @@ impl Scheme for Cloak {
         match purpose {
             Purpose::Fill(recovered) => {
                 for (slot, version) in recovered {
-                    self.durability.release(Slot::from(slot), version);
+                    self.out.release(Slot::from(slot), version);
                 }
                 self.fill_outstanding -= 1;
                 self.pump_fill(Some(now));
@@ -650,7 +646,7 @@ impl Scheme for Cloak {
             Purpose::BatchWrite => {
                 let flight = self.flight.take().expect("a batch is in flight");
                 for (slot, version) in flight.written {
-                    self.durability.release(Slot::from(slot), version);
+                    self.out.release(Slot::from(slot), version);
                 }
                 self.stats.batches += 1;
             }
@@ -680,16 +676,8 @@ impl Scheme for Cloak {
         self.transmit.pop_front()
     }
 
-    fn poll_reply(&mut self) -> Option<(OpId, Reply)> {
-        self.replies.pop_front()
-    }
-
-    fn poll_journal(&mut self) -> Option<JournalRequest> {
-        self.durability.poll()
-    }
-
-    fn handle_journaled(&mut self, _now: Instant, id: JournalId, result: Result<(), String>) {
-        self.durability.handle(id, result, &mut self.replies);
+    fn outbox(&mut self) -> &mut Outbox {
+        &mut self.out
     }
 
     fn accepts(&self) -> bool {
