@@ -1,9 +1,10 @@
 //! The key directory: which logical slot holds which client key.
 //!
-//! Keys are stored as a 128-bit keyed hash (see `cloak_crypto::KeyHasher`), 20 bytes per key plus
-//! the table's overhead, whatever the key length. The full key lives in the element, and the
-//! engine compares it on every read, so even a hash collision could not return another key's
-//! value.
+//! Keys are stored as 96 bits of a keyed hash (see `cloak_crypto::KeyHasher`): 16 bytes per key
+//! with the slot, plus the table's overhead, whatever the key length. Clients cannot aim for a
+//! collision without the hash key, and two of a billion keys collide by chance with probability
+//! about 2^-37. The full key lives in the element and the engine compares it on every read, so
+//! even then a read would answer nothing rather than another key's value.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -29,10 +30,17 @@ impl Hasher for PassThrough {
     }
 }
 
+type Hash = [u8; 12];
+
+fn hash(hasher: &KeyHasher, key: &[u8]) -> Hash {
+    let full = hasher.hash(key);
+    full[..12].try_into().expect("12 of 16 bytes")
+}
+
 pub struct KeyDirectory {
     hasher: KeyHasher,
-    slots: HashMap<[u8; 16], u32, BuildHasherDefault<PassThrough>>,
-    /// Slots not holding a key; popped from the end.
+    slots: HashMap<Hash, u32, BuildHasherDefault<PassThrough>>,
+    /// Slots not holding a key; popped from the end, and shrunk as the store fills.
     free: Vec<u32>,
     capacity: usize,
 }
@@ -43,7 +51,9 @@ impl KeyDirectory {
         assert!(capacity <= u32::MAX as usize, "capacity fits in 32 bits");
         Self {
             hasher,
-            slots: HashMap::default(),
+            // Sized for a full store now, so it never resizes under load (and never leaves the
+            // old table's memory behind in the allocator).
+            slots: HashMap::with_capacity_and_hasher(capacity, Default::default()),
             free: (0..capacity as u32).rev().collect(),
             capacity,
         }
@@ -63,18 +73,22 @@ impl KeyDirectory {
 
     pub fn get(&self, key: &[u8]) -> Option<Slot> {
         self.slots
-            .get(&self.hasher.hash(key))
+            .get(&hash(&self.hasher, key))
             .map(|&s| Slot::from(s))
     }
 
     /// The key's slot, allocating a free one for a new key: `Some((slot, is_new))`, or `None`
     /// when the key is new and no slot is free.
     pub fn get_or_insert(&mut self, key: &[u8]) -> Option<(Slot, bool)> {
-        let hash = self.hasher.hash(key);
+        let hash = hash(&self.hasher, key);
         if let Some(&slot) = self.slots.get(&hash) {
             return Some((Slot::from(slot), false));
         }
         let slot = self.free.pop()?;
+        // A full store needs no free list: give its memory back as it fills.
+        if self.free.capacity() > 1024 && self.free.len() < self.free.capacity() / 4 {
+            self.free.shrink_to(self.free.len() * 2);
+        }
         self.slots.insert(hash, slot);
         Some((Slot::from(slot), true))
     }
@@ -82,7 +96,7 @@ impl KeyDirectory {
     /// Forgets a key. Its slot is not reusable until [`KeyDirectory::release`]: the caller first
     /// makes sure storage no longer holds the old record.
     pub fn remove(&mut self, key: &[u8]) -> Option<Slot> {
-        self.slots.remove(&self.hasher.hash(key)).map(Slot::from)
+        self.slots.remove(&hash(&self.hasher, key)).map(Slot::from)
     }
 
     pub fn release(&mut self, slot: Slot) {
@@ -98,7 +112,7 @@ impl KeyDirectory {
         let mut directory = Self::new(hasher, capacity);
         let mut taken = vec![false; capacity];
         for (slot, key) in keys {
-            let hash = directory.hasher.hash(key);
+            let hash = hash(&directory.hasher, key);
             directory.slots.insert(hash, slot as u32);
             taken[slot as usize] = true;
         }

@@ -30,6 +30,10 @@ fn options(cache_size: usize, max_pending: Option<usize>) -> CloakOptions {
 }
 
 fn simulator(cloak: CloakOptions, seed: u64) -> Simulator {
+    simulator_from(cloak, seed, Start::default())
+}
+
+fn simulator_from(cloak: CloakOptions, seed: u64, start: Start) -> Simulator {
     let master = MasterKey::from_bytes([2; 32]);
     let store = StoreSpec {
         capacity: CAPACITY,
@@ -40,14 +44,7 @@ fn simulator(cloak: CloakOptions, seed: u64) -> Simulator {
         seed: Some(seed),
     };
     let options = SchemeOptions { cloak };
-    let scheme = build(
-        SchemeName::Cloak,
-        &store,
-        &options,
-        &master,
-        Start::default(),
-    )
-    .unwrap();
+    let scheme = build(SchemeName::Cloak, &store, &options, &master, start).unwrap();
     let directory = KeyDirectory::new(KeyHasher::new(&master), CAPACITY as usize);
     let limits = Limits {
         max_key: 16,
@@ -561,4 +558,27 @@ fn after_a_crash_the_server_sees_one_full_fill_then_the_budgets_again() {
         let key = std::str::from_utf8(&record.key).unwrap();
         assert_eq!(sim.execute(9, get(key)), value("v"));
     }
+}
+
+#[test]
+fn batch_ids_past_32_bits_keep_sets_and_bindings_right() {
+    // Batch ids are stored as their low 32 bits; start just below the wrap and cross it.
+    let start = Start {
+        records: Vec::new(),
+        generation_base: (1 << 32) - 40,
+    };
+    let mut sim = simulator_from(options(0, None), 16, start);
+    sim.take_trace();
+    for i in 0..60 {
+        assert_eq!(
+            sim.execute(1, set(&format!("k{i}"), &i.to_string())),
+            Some(Outcome::Ok)
+        );
+    }
+    sim.run_for(4 * budgets().sets() as u32 * DELTA);
+    for i in 0..60 {
+        assert_eq!(sim.execute(2, get(&format!("k{i}"))), value(&i.to_string()));
+    }
+    assert_eq!(sim.engine().scheme_stats().integrity_failures, 0);
+    assert_budget_shape(&sim.take_trace(), &budgets());
 }

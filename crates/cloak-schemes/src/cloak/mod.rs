@@ -18,7 +18,6 @@
 mod budgets;
 mod sets;
 
-use std::cmp::Reverse;
 use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
@@ -106,10 +105,13 @@ pub struct Cloak {
     pos: Vec<u32>,
     slot_at: Vec<u32>,
     /// The batch that last wrote each address: its set, and the generation its element is bound to.
-    written_in: Vec<u64>,
-    /// Logical clock of each slot's last client op (0: never), for dummy selection.
-    touched: Vec<u64>,
-    clock: u64,
+    /// Kept as the low 32 bits: every live set is younger than `T + 1` batches, so the full id
+    /// follows from the current one (see [`Cloak::batch_of`]); 4 bytes an address instead of 8.
+    written_in: Vec<u32>,
+    /// Logical clock of each slot's last client op (0: never), for dummy selection. It wraps;
+    /// recency is measured as the wrapping distance from the current clock.
+    touched: Vec<u32>,
+    clock: u32,
     sets: Sets,
     /// Id of the next batch.
     batch: u64,
@@ -166,14 +168,14 @@ impl Cloak {
             slot_at[addr as usize] = slot as u32;
         }
         let mut sets = Sets::new(n, t);
-        let mut written_in = vec![0u64; n];
+        let mut written_in = vec![0u32; n];
         let mut members = slots.into_iter();
         for (d, size) in budgets.set_sizes().into_iter().enumerate() {
             let born = first_batch - (d as u64 + 1);
             let set = sets.born_in(born);
             for slot in members.by_ref().take(size as usize) {
                 let addr = pos[slot as usize];
-                written_in[addr as usize] = born;
+                written_in[addr as usize] = born as u32;
                 sets.push_back(set, addr);
             }
         }
@@ -241,7 +243,7 @@ impl Cloak {
                     if record.version > 0 {
                         recovered.push((slot, record.version));
                     }
-                    let binding = self.binding(addr as u32, self.written_in[addr]);
+                    let binding = self.binding(addr as u32, self.batch_of(addr as u32));
                     (
                         addr as Addr,
                         self.codec.seal(binding, Slot::from(slot), &record),
@@ -275,15 +277,29 @@ impl Cloak {
         self.transmit.push_back(StorageRequest { id, op });
     }
 
+    /// The batch that last wrote `addr`.
+    fn batch_of(&self, addr: u32) -> u64 {
+        let age = (self.batch as u32).wrapping_sub(self.written_in[addr as usize]);
+        self.batch - u64::from(age)
+    }
+
+    /// How long ago clients last touched `slot`, in client ops (never: longest).
+    fn staleness(&self, slot: u32) -> u32 {
+        match self.touched[slot as usize] {
+            0 => u32::MAX,
+            t => self.clock.wrapping_sub(t),
+        }
+    }
+
     fn set_of(&self, slot: u32) -> usize {
         let addr = self.pos[slot as usize];
-        self.sets.born_in(self.written_in[addr as usize])
+        self.sets.born_in(self.batch_of(addr))
     }
 
     /// Records a client op on `slot` for dummy selection: the slot becomes the most recent
     /// member of its set.
     fn touch(&mut self, slot: u32) {
-        self.clock += 1;
+        self.clock = self.clock.wrapping_add(1).max(1);
         self.touched[slot as usize] = self.clock;
         let set = self.set_of(slot);
         self.sets.move_to_front(set, self.pos[slot as usize]);
@@ -425,15 +441,14 @@ impl Cloak {
         // The order of the request must not reveal which addresses were real.
         addrs.sort_unstable();
         let old_slots: Vec<u32> = addrs.iter().map(|&a| self.slot_at[a as usize]).collect();
-        let old_generations: Vec<u64> =
-            addrs.iter().map(|&a| self.written_in[a as usize]).collect();
+        let old_generations: Vec<u64> = addrs.iter().map(|&a| self.batch_of(a)).collect();
         let mut perm: Vec<u32> = (0..size as u32).collect();
         perm.shuffle(&mut self.rng);
         for (&addr, &from) in addrs.iter().zip(&perm) {
             let slot = old_slots[from as usize];
             self.pos[slot as usize] = addr;
             self.slot_at[addr as usize] = slot;
-            self.written_in[addr as usize] = batch;
+            self.written_in[addr as usize] = batch as u32;
         }
 
         // The batch becomes the newest set, most recently touched slots first; ties in slot order.
@@ -441,7 +456,7 @@ impl Cloak {
         debug_assert_eq!(self.sets.get(newest).len(), 0, "the oldest set emptied");
         debug_assert!(self.sets.get(newest).queue.is_empty());
         let mut by_recency = old_slots.clone();
-        by_recency.sort_unstable_by_key(|&s| (Reverse(self.touched[s as usize]), s));
+        by_recency.sort_unstable_by_key(|&s| (self.staleness(s), s));
         for slot in by_recency {
             self.sets.push_back(newest, self.pos[slot as usize]);
         }
@@ -464,8 +479,14 @@ impl Cloak {
     /// The server answered the batch read: answer clients, apply writes, re-encrypt, write back.
     fn finish_read(&mut self, values: Vec<Option<Bytes>>) {
         let mut flight = self.flight.take().expect("a batch is in flight");
-        let mut contents = Vec::with_capacity(flight.addrs.len());
-        for (i, value) in values.iter().enumerate() {
+        // Where each element goes: `addrs[perm[j]]`'s element moves to `addrs[j]`. Sealing each
+        // element for its new address as soon as it is decrypted keeps no batch of plaintexts.
+        let mut moves_to = vec![0u32; flight.perm.len()];
+        for (to, &from) in flight.perm.iter().enumerate() {
+            moves_to[from as usize] = to as u32;
+        }
+        let mut writes: Vec<(Addr, Bytes)> = vec![(0, Bytes::new()); flight.addrs.len()];
+        for (i, value) in values.into_iter().enumerate() {
             let (addr, slot) = (flight.addrs[i], flight.old_slots[i]);
             let binding = self.binding(addr, flight.old_generations[i]);
             let opened = self
@@ -536,29 +557,17 @@ impl Cloak {
             {
                 self.pending.remove(&slot);
             }
-            contents.push(Some(content));
+            let to = moves_to[i] as usize;
+            let address = Addr::from(flight.addrs[to]);
+            let binding = Binding {
+                address,
+                generation: flight.batch,
+            };
+            writes[to] = (
+                address,
+                self.codec.seal(binding, Slot::from(slot), &content),
+            );
         }
-
-        let batch = flight.batch;
-        let writes: Vec<(Addr, Bytes)> = flight
-            .addrs
-            .iter()
-            .zip(&flight.perm)
-            .map(|(&addr, &from)| {
-                let slot = flight.old_slots[from as usize];
-                let record = contents[from as usize]
-                    .take()
-                    .expect("perm is a permutation");
-                let binding = Binding {
-                    address: Addr::from(addr),
-                    generation: batch,
-                };
-                (
-                    Addr::from(addr),
-                    self.codec.seal(binding, Slot::from(slot), &record),
-                )
-            })
-            .collect();
         self.flight = Some(flight);
         self.send(Purpose::BatchWrite, StorageOp::Write(writes));
     }
