@@ -1,0 +1,9 @@
+//! Measuring Cloak and the schemes it is compared with, and the workloads to measure them on.
+//!
+//! - [`workload`]: request streams (temporal, YCSB, trace replay);
+//! - [`client`]: a pipelined RESP client that keeps out of the measurement's way;
+//! - [`run`]: one scheme on one workload, through real processes or in-process;
+//! - [`report`]: results as a table and as JSON; [`plot`]: as charts;
+//! - [`trace_stats`]: a trace's reuse distances and the Cloak budgets that fit it.
+
+pub mod workload;

@@ -1,0 +1,51 @@
+//! Request streams: what a benchmark or an audit sends.
+//!
+//! Keys are numbered `0..keys`; [`key_name`] turns a number into the bytes clients send. Every
+//! generator is seeded, so a run can be repeated exactly.
+//!
+//! - [`Temporal`]: the Cloak paper's synthetic workload (§7.1): draw a reuse distance from
+//!   Zipf(s) and access the key whose recency rank it is.
+//! - [`Ycsb`]: YCSB core workloads A, B, C and F, zipfian (0.99, scrambled) or uniform.
+//! - [`Trace`]: replay a file, one request per line.
+
+mod fenwick;
+mod temporal;
+mod trace;
+mod ycsb;
+
+pub use temporal::Temporal;
+pub use trace::{Trace, TraceError};
+pub use ycsb::{Distribution, Mix, Ycsb};
+
+/// One client request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub key: u64,
+    pub write: bool,
+}
+
+/// A stream of requests.
+pub trait Workload: Send {
+    /// The next request, `None` at the end of a finite stream (a trace).
+    fn next_request(&mut self) -> Result<Option<Request>, TraceError>;
+
+    /// What this is, in a few words, for reports.
+    fn describe(&self) -> String;
+}
+
+/// The key clients send for key number `key`: fixed width, like redis-benchmark's.
+pub fn key_name(key: u64) -> String {
+    format!("key:{key:012}")
+}
+
+/// Takes up to `n` requests from `workload`.
+pub fn take(workload: &mut dyn Workload, n: u64) -> Result<Vec<Request>, TraceError> {
+    let mut requests = Vec::with_capacity(n.min(1 << 24) as usize);
+    while (requests.len() as u64) < n {
+        match workload.next_request()? {
+            Some(request) => requests.push(request),
+            None => break,
+        }
+    }
+    Ok(requests)
+}
