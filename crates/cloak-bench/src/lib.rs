@@ -6,4 +6,10 @@
 //! - [`report`]: results as a table and as JSON; [`plot`]: as charts;
 //! - [`trace_stats`]: a trace's reuse distances and the Cloak budgets that fit it.
 
+pub mod client;
+pub mod plot;
+pub mod report;
+pub mod run;
+pub mod simulate;
+pub mod trace_stats;
 pub mod workload;

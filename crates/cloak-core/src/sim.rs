@@ -30,6 +30,8 @@ pub struct Simulator {
     journal_delay: Duration,
     journaling: VecDeque<(Instant, JournalId, JournalOp)>,
     trace: Option<Trace>,
+    /// Bytes moved to and from storage: addresses and values sent, values received.
+    storage_bytes: u64,
     outcomes: HashMap<u64, (Duration, Outcome)>,
     next_token: u64,
 }
@@ -54,6 +56,7 @@ impl Simulator {
             journal_delay: Duration::ZERO,
             journaling: VecDeque::new(),
             trace: None,
+            storage_bytes: 0,
             outcomes: HashMap::new(),
             next_token: 0,
         }
@@ -99,6 +102,11 @@ impl Simulator {
     /// What the server saw since [`Simulator::record`], leaving recording on.
     pub fn take_trace(&mut self) -> Trace {
         self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Bytes moved to and from storage so far.
+    pub fn storage_bytes(&self) -> u64 {
+        self.storage_bytes
     }
 
     pub fn engine(&self) -> &Engine {
@@ -227,7 +235,10 @@ impl Simulator {
                     if let Some(trace) = &mut self.trace {
                         trace.push(Observed::of(self.now - self.start, &request.op));
                     }
-                    Ok(self.store.apply(request.op))
+                    self.storage_bytes += request.op.sent_bytes();
+                    let reply = self.store.apply(request.op);
+                    self.storage_bytes += reply.received_bytes();
+                    Ok(reply)
                 };
                 self.in_flight
                     .push_back((self.now + self.storage_delay, request.id, result));

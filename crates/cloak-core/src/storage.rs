@@ -51,6 +51,17 @@ impl StorageOp {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Bytes of addresses and values this request sends (16 per address).
+    pub fn sent_bytes(&self) -> u64 {
+        let addresses = 16 * self.len() as u64;
+        match self {
+            StorageOp::Write(writes) => {
+                addresses + writes.iter().map(|(_, v)| v.len() as u64).sum::<u64>()
+            }
+            _ => addresses,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +81,15 @@ pub enum StorageReply {
 }
 
 impl StorageReply {
+    /// Bytes of values this reply brings back.
+    pub fn received_bytes(&self) -> u64 {
+        match self {
+            StorageReply::Values(values) => values.iter().flatten().map(|v| v.len() as u64).sum(),
+            StorageReply::Entries(entries) => entries.iter().map(|(_, v)| v.len() as u64).sum(),
+            StorageReply::Done => 0,
+        }
+    }
+
     /// A short description, for errors about unexpected answers.
     pub fn summary(&self) -> String {
         match self {

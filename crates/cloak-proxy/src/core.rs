@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use cloak_core::{
     ClientId, Command, Engine, EngineStats, JournalId, JournalOp, Outcome, RequestId, SchemeStats,
-    StorageError, StorageOp, StorageReply,
+    StorageError, StorageReply,
 };
 use cloak_storage::Storage;
 use hdrhistogram::Histogram;
@@ -268,17 +268,12 @@ impl Core {
     fn send_storage(&mut self, done: &mpsc::UnboundedSender<Done>) {
         while let Some(request) = self.engine.poll_storage() {
             self.io.requests += 1;
-            self.io.bytes_sent += sent_bytes(&request.op);
+            self.io.bytes_sent += request.op.sent_bytes();
             let storage = self.storage.clone();
             let done = done.clone();
             tokio::spawn(async move {
                 let result = storage.call(request.op).await;
-                let received = match &result {
-                    Ok(StorageReply::Values(values)) => {
-                        values.iter().flatten().map(|v| v.len() as u64).sum()
-                    }
-                    _ => 0,
-                };
+                let received = result.as_ref().map_or(0, StorageReply::received_bytes);
                 let _ = done.send((request.id, result, received));
             });
         }
@@ -349,16 +344,6 @@ impl Core {
             io: self.io.clone(),
             uptime: self.started.elapsed(),
         }
-    }
-}
-
-fn sent_bytes(op: &StorageOp) -> u64 {
-    let addresses = 16 * op.len() as u64;
-    match op {
-        StorageOp::Write(writes) => {
-            addresses + writes.iter().map(|(_, v)| v.len() as u64).sum::<u64>()
-        }
-        _ => addresses,
     }
 }
 

@@ -1,0 +1,220 @@
+//! What a run measured, as a table people read and as JSON programs read.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Latency {
+    pub p50: u64,
+    pub p95: u64,
+    pub p99: u64,
+    pub max: u64,
+    pub mean: f64,
+}
+
+impl Latency {
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
+        Self {
+            p50: h.value_at_quantile(0.50),
+            p95: h.value_at_quantile(0.95),
+            p99: h.value_at_quantile(0.99),
+            max: h.max(),
+            mean: h.mean(),
+        }
+    }
+}
+
+/// How a run reached the scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Client, proxy and storage server as separate processes over loopback.
+    Sockets,
+    /// The scheme driven in this process with virtual time (no sockets, no real clock).
+    InProcess,
+}
+
+/// Scheme counters over a run (deltas, not totals since start).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Counters {
+    pub real: u64,
+    pub dummy: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub storage_bytes: u64,
+}
+
+impl Counters {
+    pub fn since(self, before: Counters) -> Counters {
+        Counters {
+            real: self.real.saturating_sub(before.real),
+            dummy: self.dummy.saturating_sub(before.dummy),
+            cache_hits: self.cache_hits.saturating_sub(before.cache_hits),
+            cache_misses: self.cache_misses.saturating_sub(before.cache_misses),
+            storage_bytes: self.storage_bytes.saturating_sub(before.storage_bytes),
+        }
+    }
+}
+
+fn share(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Measurement {
+    pub scheme: String,
+    pub mode: Mode,
+    pub workload: String,
+    pub keys: u64,
+    pub ops: u64,
+    pub errors: u64,
+    /// Wall-clock seconds, or virtual seconds in process.
+    pub seconds: f64,
+    pub throughput: f64,
+    pub latency_us: Latency,
+    pub counters: Counters,
+    /// Real accesses over all storage accesses.
+    pub utilisation: Option<f64>,
+    pub dummy_fraction: Option<f64>,
+    pub storage_bytes_per_op: Option<f64>,
+    pub cache_hit_rate: Option<f64>,
+    pub proxy_rss_bytes: Option<u64>,
+    pub proxy_rss_bytes_per_key: Option<f64>,
+    /// The swept parameter and its value, in a sweep.
+    pub parameter: Option<(String, f64)>,
+}
+
+/// What was measured.
+#[derive(Clone, Debug)]
+pub struct Subject {
+    pub scheme: String,
+    pub mode: Mode,
+    pub workload: String,
+    pub keys: u64,
+}
+
+/// How the measured window went.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub ops: u64,
+    pub errors: u64,
+    pub seconds: f64,
+}
+
+impl Measurement {
+    pub fn new(
+        subject: Subject,
+        timing: Timing,
+        latency: &hdrhistogram::Histogram<u64>,
+        counters: Counters,
+        proxy_rss_bytes: Option<u64>,
+    ) -> Self {
+        let accesses = counters.real + counters.dummy;
+        let Timing {
+            ops,
+            errors,
+            seconds,
+        } = timing;
+        let keys = subject.keys;
+        Self {
+            scheme: subject.scheme,
+            mode: subject.mode,
+            workload: subject.workload,
+            keys,
+            ops,
+            errors,
+            seconds,
+            throughput: if seconds > 0.0 {
+                ops as f64 / seconds
+            } else {
+                0.0
+            },
+            latency_us: Latency::of(latency),
+            counters,
+            utilisation: share(counters.real, accesses),
+            dummy_fraction: share(counters.dummy, accesses),
+            storage_bytes_per_op: (ops > 0).then(|| counters.storage_bytes as f64 / ops as f64),
+            cache_hit_rate: share(
+                counters.cache_hits,
+                counters.cache_hits + counters.cache_misses,
+            ),
+            proxy_rss_bytes,
+            proxy_rss_bytes_per_key: proxy_rss_bytes.map(|rss| rss as f64 / keys.max(1) as f64),
+            parameter: None,
+        }
+    }
+}
+
+fn opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    value.map_or_else(|| "-".into(), f)
+}
+
+/// The results as an aligned table, with each scheme's throughput as a share of `unsafe`'s when
+/// `unsafe` ran in the same group.
+pub fn table(results: &[Measurement]) -> String {
+    let baseline = |m: &Measurement| {
+        results
+            .iter()
+            .find(|b| b.scheme == "unsafe" && b.parameter == m.parameter)
+            .map(|b| b.throughput)
+    };
+    let mut out = String::new();
+    let header = [
+        "scheme", "param", "ops/s", "×unsafe", "p50 ms", "p95 ms", "p99 ms", "max ms", "util",
+        "dummy", "B/op", "hits", "RSS/key", "errors",
+    ];
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|m| {
+            let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
+            vec![
+                m.scheme.clone(),
+                m.parameter
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |(name, v)| format!("{name}={v}")),
+                format!("{:.0}", m.throughput),
+                opt(baseline(m), |b| format!("{:.2}", m.throughput / b)),
+                ms(m.latency_us.p50),
+                ms(m.latency_us.p95),
+                ms(m.latency_us.p99),
+                ms(m.latency_us.max),
+                opt(m.utilisation, |u| format!("{:.3}", u)),
+                opt(m.dummy_fraction, |d| format!("{:.3}", d)),
+                opt(m.storage_bytes_per_op, |b| format!("{:.0}", b)),
+                opt(m.cache_hit_rate, |h| format!("{:.3}", h)),
+                opt(m.proxy_rss_bytes_per_key, |r| format!("{:.0}", r)),
+                m.errors.to_string(),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| {
+                if i < 2 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    let _ = writeln!(out, "{}", line(&header.map(String::from)));
+    for row in &rows {
+        let _ = writeln!(out, "{}", line(row));
+    }
+    out
+}

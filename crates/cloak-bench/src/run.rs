@@ -1,0 +1,378 @@
+//! One scheme on one workload through real processes: `cloak server` and `cloak proxy` as child
+//! processes of the `cloak` binary, clients over loopback.
+//!
+//! A run preloads every key (MSET in chunks), then sends the workload's requests closed-loop
+//! (`clients` connections, each keeping `pipeline` requests in flight) or open-loop at a fixed
+//! rate, where latency counts from when a request was due, not from when it could be sent (no
+//! coordinated omission). Scheme counters come from the proxy's `INFO`, as deltas over the
+//! measured window; memory is the proxy process's resident set.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::client::{ClientError, Connection, Reply};
+use crate::report::{Counters, Measurement, Mode, Subject, Timing};
+use crate::workload::{Request, key_name};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot start {what}: {reason}")]
+    Start { what: String, reason: String },
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("the proxy answered {0}")]
+    Refused(String),
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// The `cloak` binary.
+    pub cloak: PathBuf,
+    pub scheme: String,
+    pub keys: u64,
+    pub value_size: usize,
+    /// More `cloak proxy` flags (budgets, batch interval, cache size…).
+    pub proxy_args: Vec<String>,
+    pub workload: String,
+}
+
+/// How to send.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    pub clients: usize,
+    pub pipeline: usize,
+    /// Requests per second for open loop; `None` for closed loop.
+    pub rate: Option<f64>,
+}
+
+/// A child process, killed when dropped.
+struct Process {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Process {
+    /// Starts `cloak args…` and waits for the line saying where it listens.
+    async fn start(cloak: &Path, args: &[String], what: &str) -> Result<Self, RunError> {
+        let failed = |reason: String| RunError::Start {
+            what: what.to_string(),
+            reason,
+        };
+        let mut child = Command::new(cloak)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| failed(format!("{} {}: {e}", cloak.display(), args.join(" "))))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| failed("no stdout".into()))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(600), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.contains("listening on ") {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| failed("it exited or never said where it listens".into()))?;
+        let addr = line
+            .split("listening on ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| failed(format!("cannot parse {line:?}")))?;
+        // Keep draining stdout so the process never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Self { child, addr })
+    }
+
+    fn rss_bytes(&self) -> Option<u64> {
+        let pid = self.child.id()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+}
+
+/// The scheme's counters from `INFO`.
+async fn counters(addr: SocketAddr) -> Result<Counters, RunError> {
+    let mut con = Connection::connect(addr).await?;
+    let Reply::Value(Some(text)) = con.call(&[b"INFO"]).await? else {
+        return Err(RunError::Refused("INFO without a body".into()));
+    };
+    let fields: HashMap<&str, u64> = std::str::from_utf8(&text)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim_end().split_once(':')?;
+            Some((k, v.parse().ok()?))
+        })
+        .collect();
+    let get = |k: &str| fields.get(k).copied().unwrap_or(0);
+    Ok(Counters {
+        real: get("real_slots"),
+        dummy: get("dummy_slots"),
+        cache_hits: get("cache_hits"),
+        cache_misses: get("cache_misses"),
+        storage_bytes: get("storage_bytes_sent") + get("storage_bytes_received"),
+    })
+}
+
+fn bar(len: u64, message: String) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:<28} {bar:30} {pos}/{len} {per_sec} eta {eta}")
+            .expect("a valid template"),
+    );
+    bar.set_message(message);
+    bar
+}
+
+/// Writes every key once, so reads find values.
+async fn preload(
+    addr: SocketAddr,
+    keys: u64,
+    value: &[u8],
+    clients: usize,
+    bar: &ProgressBar,
+) -> Result<(), RunError> {
+    const CHUNK: u64 = 64;
+    const DEPTH: usize = 8;
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..clients.max(1) {
+        let (next, value, bar) = (next.clone(), value.to_vec(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut con = Connection::connect(addr).await?;
+            let mut in_flight = 0;
+            loop {
+                let start = next.fetch_add(CHUNK, Ordering::Relaxed);
+                let more = start < keys;
+                if more {
+                    let names: Vec<String> =
+                        (start..(start + CHUNK).min(keys)).map(key_name).collect();
+                    let mut args: Vec<&[u8]> = vec![b"MSET"];
+                    for name in &names {
+                        args.push(name.as_bytes());
+                        args.push(&value);
+                    }
+                    con.queue(&args);
+                    in_flight += 1;
+                    bar.inc((start + CHUNK).min(keys) - start);
+                }
+                if in_flight == DEPTH || (!more && in_flight > 0) {
+                    con.flush().await?;
+                    while in_flight > 0 {
+                        if let Reply::Error(e) = con.reply().await? {
+                            return Err(RunError::Refused(e));
+                        }
+                        in_flight -= 1;
+                    }
+                }
+                if !more {
+                    return Ok::<(), RunError>(());
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|e| RunError::Refused(e.to_string()))??;
+    }
+    Ok(())
+}
+
+/// Sends `requests` and returns (latency histogram in µs, errors).
+async fn drive(
+    addr: SocketAddr,
+    requests: Arc<Vec<Request>>,
+    value: &[u8],
+    load: Load,
+    bar: &ProgressBar,
+) -> Result<(Histogram<u64>, u64), RunError> {
+    let clients = load.clients.max(1);
+    let start = Instant::now() + Duration::from_millis(10);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (requests, value, bar) = (requests.clone(), value.to_vec(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut con = Connection::connect(addr).await?;
+            let mut latency =
+                Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+            let mut errors = 0u64;
+            // Each connection sends every `clients`-th request.
+            let mine: Vec<(usize, Request)> = requests
+                .iter()
+                .copied()
+                .enumerate()
+                .skip(c)
+                .step_by(clients)
+                .collect();
+            let mut sent = std::collections::VecDeque::new();
+            let mut next = 0;
+            while next < mine.len() || !sent.is_empty() {
+                while next < mine.len() && sent.len() < load.pipeline.max(1) {
+                    let (index, request) = mine[next];
+                    // Open loop: the request is due at its slot, and latency counts from then.
+                    let due = match load.rate {
+                        Some(rate) => {
+                            let due = start + Duration::from_secs_f64(index as f64 / rate);
+                            if due > Instant::now() && !sent.is_empty() {
+                                break;
+                            }
+                            tokio::time::sleep_until(due.into()).await;
+                            due
+                        }
+                        None => Instant::now(),
+                    };
+                    let name = key_name(request.key);
+                    if request.write {
+                        con.queue(&[b"SET", name.as_bytes(), &value]);
+                    } else {
+                        con.queue(&[b"GET", name.as_bytes()]);
+                    }
+                    sent.push_back(due);
+                    next += 1;
+                }
+                con.flush().await?;
+                // Wait for one reply, then take every other reply already here.
+                let mut reply = match sent.is_empty() {
+                    true => None,
+                    false => Some(con.reply().await?),
+                };
+                while let Some(r) = reply {
+                    let due: Instant = sent.pop_front().expect("a reply answers a request sent");
+                    if let Reply::Error(_) = r {
+                        errors += 1;
+                    }
+                    latency.saturating_record(due.elapsed().as_micros().max(1) as u64);
+                    bar.inc(1);
+                    reply = if sent.is_empty() {
+                        None
+                    } else {
+                        con.buffered_reply()?
+                    };
+                }
+            }
+            Ok::<_, RunError>((latency, errors))
+        }));
+    }
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+    let mut errors = 0;
+    for task in tasks {
+        let (h, e) = task.await.map_err(|e| RunError::Refused(e.to_string()))??;
+        latency.add(h).expect("same bounds");
+        errors += e;
+    }
+    Ok((latency, errors))
+}
+
+/// Runs `setup` with `load` and measures it.
+pub async fn measure(
+    setup: &Setup,
+    requests: Arc<Vec<Request>>,
+    load: Load,
+) -> Result<Measurement, RunError> {
+    let dir = tempfile::tempdir().map_err(|e| RunError::Start {
+        what: "a temporary directory".into(),
+        reason: e.to_string(),
+    })?;
+    let key_file = dir.path().join("bench.key");
+    let key = cloak_crypto::MasterKey::generate().map_err(|e| RunError::Start {
+        what: "a key".into(),
+        reason: e.to_string(),
+    })?;
+    std::fs::write(&key_file, key.to_hex()).map_err(|e| RunError::Start {
+        what: "a key file".into(),
+        reason: e.to_string(),
+    })?;
+
+    let server = Process::start(
+        &setup.cloak,
+        &["server".into(), "--listen".into(), "127.0.0.1:0".into()],
+        "cloak server",
+    )
+    .await?;
+    let mut args: Vec<String> = [
+        "proxy",
+        "--storage",
+        &format!("tcp://{}", server.addr),
+        "--listen",
+        "127.0.0.1:0",
+        "--key-file",
+        &key_file.display().to_string(),
+        "--scheme",
+        &setup.scheme,
+        "--capacity",
+        &setup.keys.to_string(),
+        "--value-size",
+        &setup.value_size.to_string(),
+        "--max-keys-per-command",
+        "1000",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(setup.proxy_args.iter().cloned());
+    let proxy = Process::start(&setup.cloak, &args, "cloak proxy").await?;
+
+    let value = vec![b'v'; setup.value_size];
+    let loading = bar(setup.keys, format!("{}: preloading keys", setup.scheme));
+    preload(
+        proxy.addr,
+        setup.keys,
+        &value,
+        load.clients.min(16),
+        &loading,
+    )
+    .await?;
+    loading.finish_and_clear();
+
+    let before = counters(proxy.addr).await?;
+    let running = bar(requests.len() as u64, format!("{}: running", setup.scheme));
+    let started = Instant::now();
+    let (latency, errors) = drive(proxy.addr, requests.clone(), &value, load, &running).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    running.finish_and_clear();
+    let after = counters(proxy.addr).await?;
+    let rss = proxy.rss_bytes();
+    drop(proxy);
+    drop(server);
+
+    let subject = Subject {
+        scheme: setup.scheme.clone(),
+        mode: Mode::Sockets,
+        workload: setup.workload.clone(),
+        keys: setup.keys,
+    };
+    let timing = Timing {
+        ops: latency.len(),
+        errors,
+        seconds,
+    };
+    Ok(Measurement::new(
+        subject,
+        timing,
+        &latency,
+        after.since(before),
+        rss,
+    ))
+}
