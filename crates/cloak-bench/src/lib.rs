@@ -2,12 +2,16 @@
 //!
 //! - [`workload`]: request streams (temporal, YCSB, trace replay);
 //! - [`client`]: a pipelined RESP client that keeps out of the measurement's way;
-//! - [`run`]: one scheme on one workload, through real processes or in-process;
+//! - [`plan`]: which workload a run sends and which parameter a sweep varies;
+//! - [`preload`]: stores that hold every key before the measured window;
+//! - [`run`]: one scheme on one workload through real processes; [`simulate`]: in process;
 //! - [`report`]: results as a table and as JSON; [`plot`]: as charts;
 //! - [`trace_stats`]: a trace's reuse distances and the Cloak budgets that fit it.
 
 pub mod client;
+pub mod plan;
 pub mod plot;
+pub mod preload;
 pub mod report;
 pub mod run;
 pub mod simulate;

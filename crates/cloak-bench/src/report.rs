@@ -1,5 +1,6 @@
 //! What a run measured, as a table people read and as JSON programs read.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use serde::Serialize;
@@ -83,6 +84,8 @@ pub struct Measurement {
     pub proxy_rss_bytes_per_key: Option<f64>,
     /// The swept parameter and its value, in a sweep.
     pub parameter: Option<(String, f64)>,
+    /// The scheme's parameters and counters as it reports them (`INFO scheme`).
+    pub scheme_info: BTreeMap<String, String>,
 }
 
 /// What was measured.
@@ -142,6 +145,7 @@ impl Measurement {
             proxy_rss_bytes,
             proxy_rss_bytes_per_key: proxy_rss_bytes.map(|rss| rss as f64 / keys.max(1) as f64),
             parameter: None,
+            scheme_info: BTreeMap::new(),
         }
     }
 }

@@ -1,28 +1,33 @@
 //! One scheme on one workload through real processes: `cloak server` and `cloak proxy` as child
 //! processes of the `cloak` binary, clients over loopback.
 //!
-//! A run preloads every key (MSET in chunks), then sends the workload's requests closed-loop
+//! A run preloads every key (see [`crate::preload`]), then sends the workload's requests closed-loop
 //! (`clients` connections, each keeping `pipeline` requests in flight) or open-loop at a fixed
 //! rate, where latency counts from when a request was due, not from when it could be sent (no
 //! coordinated omission). Scheme counters come from the proxy's `INFO`, as deltas over the
 //! measured window; memory is the proxy process's resident set.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use cloak_core::RecordLayout;
+use cloak_crypto::MasterKey;
+use cloak_schemes::SchemeName;
+use cloak_storage::TcpStorage;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::client::{ClientError, Connection, Reply};
+use crate::preload;
 use crate::report::{Counters, Measurement, Mode, Subject, Timing};
-use crate::workload::{Request, key_name};
+use crate::workload::{KEY_SIZE, Request, key_name};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -39,11 +44,13 @@ pub enum RunError {
 pub struct Setup {
     /// The `cloak` binary.
     pub cloak: PathBuf,
-    pub scheme: String,
+    pub scheme: SchemeName,
     pub keys: u64,
     pub value_size: usize,
     /// More `cloak proxy` flags (budgets, batch interval, cache size…).
     pub proxy_args: Vec<String>,
+    /// More `cloak server` flags (say, a data directory).
+    pub server_args: Vec<String>,
     pub workload: String,
 }
 
@@ -114,28 +121,31 @@ impl Process {
     }
 }
 
-/// The scheme's counters from `INFO`.
-async fn counters(addr: SocketAddr) -> Result<Counters, RunError> {
+/// Every `field:value` line of the proxy's `INFO` (of one `section`, or all).
+async fn info(addr: SocketAddr, section: &str) -> Result<BTreeMap<String, String>, RunError> {
     let mut con = Connection::connect(addr).await?;
-    let Reply::Value(Some(text)) = con.call(&[b"INFO"]).await? else {
+    let Reply::Value(Some(text)) = con.call(&[b"INFO", section.as_bytes()]).await? else {
         return Err(RunError::Refused("INFO without a body".into()));
     };
-    let fields: HashMap<&str, u64> = std::str::from_utf8(&text)
-        .unwrap_or_default()
+    Ok(String::from_utf8_lossy(&text)
         .lines()
         .filter_map(|l| {
             let (k, v) = l.trim_end().split_once(':')?;
-            Some((k, v.parse().ok()?))
+            Some((k.to_string(), v.to_string()))
         })
-        .collect();
-    let get = |k: &str| fields.get(k).copied().unwrap_or(0);
-    Ok(Counters {
+        .collect())
+}
+
+/// The scheme's counters from `INFO`.
+fn counters(info: &BTreeMap<String, String>) -> Counters {
+    let get = |k: &str| info.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Counters {
         real: get("real_slots"),
         dummy: get("dummy_slots"),
         cache_hits: get("cache_hits"),
         cache_misses: get("cache_misses"),
         storage_bytes: get("storage_bytes_sent") + get("storage_bytes_received"),
-    })
+    }
 }
 
 fn bar(len: u64, message: String) -> ProgressBar {
@@ -146,59 +156,6 @@ fn bar(len: u64, message: String) -> ProgressBar {
     );
     bar.set_message(message);
     bar
-}
-
-/// Writes every key once, so reads find values.
-async fn preload(
-    addr: SocketAddr,
-    keys: u64,
-    value: &[u8],
-    clients: usize,
-    bar: &ProgressBar,
-) -> Result<(), RunError> {
-    const CHUNK: u64 = 64;
-    const DEPTH: usize = 8;
-    let next = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..clients.max(1) {
-        let (next, value, bar) = (next.clone(), value.to_vec(), bar.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut con = Connection::connect(addr).await?;
-            let mut in_flight = 0;
-            loop {
-                let start = next.fetch_add(CHUNK, Ordering::Relaxed);
-                let more = start < keys;
-                if more {
-                    let names: Vec<String> =
-                        (start..(start + CHUNK).min(keys)).map(key_name).collect();
-                    let mut args: Vec<&[u8]> = vec![b"MSET"];
-                    for name in &names {
-                        args.push(name.as_bytes());
-                        args.push(&value);
-                    }
-                    con.queue(&args);
-                    in_flight += 1;
-                    bar.inc((start + CHUNK).min(keys) - start);
-                }
-                if in_flight == DEPTH || (!more && in_flight > 0) {
-                    con.flush().await?;
-                    while in_flight > 0 {
-                        if let Reply::Error(e) = con.reply().await? {
-                            return Err(RunError::Refused(e));
-                        }
-                        in_flight -= 1;
-                    }
-                }
-                if !more {
-                    return Ok::<(), RunError>(());
-                }
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.map_err(|e| RunError::Refused(e.to_string()))??;
-    }
-    Ok(())
 }
 
 /// Sends `requests` and returns (latency histogram in µs, errors).
@@ -292,26 +249,40 @@ pub async fn measure(
     requests: Arc<Vec<Request>>,
     load: Load,
 ) -> Result<Measurement, RunError> {
-    let dir = tempfile::tempdir().map_err(|e| RunError::Start {
-        what: "a temporary directory".into(),
-        reason: e.to_string(),
-    })?;
+    let start_error = |what: &str| {
+        let what = what.to_string();
+        move |e: &dyn std::fmt::Display| RunError::Start {
+            what,
+            reason: e.to_string(),
+        }
+    };
+    let dir = tempfile::tempdir().map_err(|e| start_error("a temporary directory")(&e))?;
     let key_file = dir.path().join("bench.key");
-    let key = cloak_crypto::MasterKey::generate().map_err(|e| RunError::Start {
-        what: "a key".into(),
-        reason: e.to_string(),
-    })?;
-    std::fs::write(&key_file, key.to_hex()).map_err(|e| RunError::Start {
-        what: "a key file".into(),
-        reason: e.to_string(),
-    })?;
+    let master = MasterKey::generate().map_err(|e| start_error("a key")(&e))?;
+    std::fs::write(&key_file, master.to_hex()).map_err(|e| start_error("a key file")(&e))?;
 
-    let server = Process::start(
-        &setup.cloak,
-        &["server".into(), "--listen".into(), "127.0.0.1:0".into()],
-        "cloak server",
-    )
-    .await?;
+    let mut server_args: Vec<String> = ["server", "--listen", "127.0.0.1:0"]
+        .map(String::from)
+        .to_vec();
+    server_args.extend(setup.server_args.iter().cloned());
+    let server = Process::start(&setup.cloak, &server_args, "cloak server").await?;
+
+    let value = Bytes::from(vec![b'v'; setup.value_size]);
+    let layout = RecordLayout {
+        max_key: KEY_SIZE,
+        max_value: setup.value_size,
+    };
+    let format = cloak_schemes::element_format(setup.scheme, layout, &master)
+        .map_err(|e| start_error("the element format")(&e))?;
+    let storage = TcpStorage::connect(&server.addr.to_string(), 4)
+        .await
+        .map_err(|e| start_error("a storage connection")(&e))?;
+    let loading = bar(setup.keys, format!("{}: preloading keys", setup.scheme));
+    preload::write(Arc::new(storage), format, setup.keys, &value, &loading)
+        .await
+        .map_err(|e| start_error("the preload")(&e))?;
+    loading.finish_and_clear();
+
     let mut args: Vec<String> = [
         "proxy",
         "--storage",
@@ -321,44 +292,38 @@ pub async fn measure(
         "--key-file",
         &key_file.display().to_string(),
         "--scheme",
-        &setup.scheme,
+        setup.scheme.as_str(),
         "--capacity",
         &setup.keys.to_string(),
+        "--key-size",
+        &KEY_SIZE.to_string(),
         "--value-size",
         &setup.value_size.to_string(),
-        "--max-keys-per-command",
-        "1000",
     ]
     .map(String::from)
     .to_vec();
     args.extend(setup.proxy_args.iter().cloned());
-    let proxy = Process::start(&setup.cloak, &args, "cloak proxy").await?;
-
-    let value = vec![b'v'; setup.value_size];
-    let loading = bar(setup.keys, format!("{}: preloading keys", setup.scheme));
-    preload(
-        proxy.addr,
-        setup.keys,
-        &value,
-        load.clients.min(16),
-        &loading,
+    let proxy = Process::start(
+        &setup.cloak,
+        &args,
+        "cloak proxy (recovering the preloaded keys)",
     )
     .await?;
-    loading.finish_and_clear();
 
-    let before = counters(proxy.addr).await?;
+    let before = counters(&info(proxy.addr, "all").await?);
     let running = bar(requests.len() as u64, format!("{}: running", setup.scheme));
     let started = Instant::now();
     let (latency, errors) = drive(proxy.addr, requests.clone(), &value, load, &running).await?;
     let seconds = started.elapsed().as_secs_f64();
     running.finish_and_clear();
-    let after = counters(proxy.addr).await?;
+    let after = info(proxy.addr, "all").await?;
+    let scheme_info = info(proxy.addr, "scheme").await?;
     let rss = proxy.rss_bytes();
     drop(proxy);
     drop(server);
 
     let subject = Subject {
-        scheme: setup.scheme.clone(),
+        scheme: setup.scheme.to_string(),
         mode: Mode::Sockets,
         workload: setup.workload.clone(),
         keys: setup.keys,
@@ -368,11 +333,13 @@ pub async fn measure(
         errors,
         seconds,
     };
-    Ok(Measurement::new(
+    let mut measurement = Measurement::new(
         subject,
         timing,
         &latency,
-        after.since(before),
+        counters(&after).since(before),
         rss,
-    ))
+    );
+    measurement.scheme_info = scheme_info;
+    Ok(measurement)
 }

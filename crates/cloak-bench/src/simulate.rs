@@ -4,21 +4,25 @@
 //! its throughput and latency are in virtual time. It shows what a scheme's protocol costs
 //! (utilisation, dummy traffic, bytes, latency in batches), not how fast this machine is.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
 use cloak_core::{
-    Command, Engine, KeyDirectory, Limits, Outcome, RecordLayout, SchemeStats, SetCondition,
-    Simulator,
+    Command, Engine, KeyDirectory, Limits, Outcome, Record, RecordLayout, SchemeStats,
+    SetCondition, Simulator, Slot,
 };
 use cloak_crypto::{KeyHasher, MasterKey};
 use cloak_schemes::{BuildError, SchemeName, SchemeOptions, Start, StoreSpec};
 use hdrhistogram::Histogram;
 
+use crate::preload;
 use crate::report::{Counters, Measurement, Mode, Subject, Timing};
 use crate::run::Load;
-use crate::workload::{Request, key_name};
+use crate::workload::{KEY_SIZE, Request, key_name};
+
+/// Virtual time a new store gets to lay out its preloaded records before measuring.
+const SETTLE: Duration = Duration::from_millis(200);
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -40,58 +44,45 @@ impl Simulation {
         let store = StoreSpec {
             capacity: self.keys,
             layout: RecordLayout {
-                max_key: 32,
+                max_key: KEY_SIZE,
                 max_value: self.value_size,
             },
             seed: Some(self.seed),
         };
-        let scheme = cloak_schemes::build(
-            self.scheme,
-            &store,
-            &self.options,
-            &master,
-            Start::default(),
-        )?;
-        let directory = KeyDirectory::new(KeyHasher::new(&master), self.keys as usize);
+        let value = Bytes::from(vec![b'v'; self.value_size]);
+        let records: Vec<(Slot, Record)> = preload::records(self.keys, &value).collect();
+        let directory = KeyDirectory::restore(
+            KeyHasher::new(&master),
+            self.keys as usize,
+            records.iter().map(|(slot, r)| (*slot, &r.key[..])),
+        );
+        let start = Start {
+            records,
+            generation_base: Start::generation_base(1),
+        };
+        let scheme = cloak_schemes::build(self.scheme, &store, &self.options, &master, start)?;
         let limits = Limits {
-            max_key: 32,
+            max_key: KEY_SIZE,
             max_value: self.value_size,
             max_keys_per_command: 1000,
         };
-        let mut sim = Simulator::new(Engine::new(scheme, directory, limits))
-            .with_storage_delay(self.storage_delay);
-        let value = Bytes::from(vec![b'v'; self.value_size]);
-        let chunks: Vec<Command> = (0..self.keys)
-            .collect::<Vec<_>>()
-            .chunks(64)
-            .map(|chunk| {
-                Command::MSet(
-                    chunk
-                        .iter()
-                        .map(|&k| (Bytes::from(key_name(k)), value.clone()))
-                        .collect(),
-                )
-            })
-            .collect();
-        // Preload with a few commands in flight, like the socket runs do.
-        let mut pending = 0;
-        for chunk in chunks {
-            sim.submit(0, chunk);
-            pending += 1;
-            while pending >= 8 {
-                sim.run_until(Duration::from_secs(3600), Simulator::has_outcomes);
-                pending -= sim.drain_outcomes().len();
-            }
-        }
-        while pending > 0 && sim.run_until(Duration::from_secs(3600), Simulator::has_outcomes) {
-            pending -= sim.drain_outcomes().len();
-        }
+        let engine = Engine::new(scheme, directory, limits).with_next_version(2);
+        let mut sim = Simulator::new(engine).with_storage_delay(self.storage_delay);
+        // Let the scheme lay out the preloaded records before anything is measured.
+        sim.run_for(SETTLE);
         Ok(sim)
     }
 
     /// Simulates `requests` sent with `load` (clients and pipeline depth; open loop at `rate`).
     pub fn measure(&self, requests: &[Request], load: Load) -> Result<Measurement, BuildError> {
         let mut sim = self.start()?;
+        let scheme_info: BTreeMap<String, String> = sim
+            .engine()
+            .scheme()
+            .describe()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
         let value = Bytes::from(vec![b'v'; self.value_size]);
         let before = counters(&sim.engine().scheme_stats(), sim.storage_bytes());
         let started = sim.elapsed();
@@ -176,13 +167,10 @@ impl Simulation {
             errors,
             seconds: (sim.elapsed() - started).as_secs_f64(),
         };
-        Ok(Measurement::new(
-            subject,
-            timing,
-            &latency,
-            after.since(before),
-            None,
-        ))
+        let mut measurement =
+            Measurement::new(subject, timing, &latency, after.since(before), None);
+        measurement.scheme_info = scheme_info;
+        Ok(measurement)
     }
 }
 

@@ -76,19 +76,10 @@ impl TraceStats {
     pub fn recommend(&self, capacity: u64, rate: f64, interval_s: f64) -> (u32, f64) {
         let s = self.exponent.clamp(0.0, 3.0);
         let wanted = (rate * interval_s).max(1.0) as usize;
-        let batch =
-            |b1: u32| Budgets::zipf(capacity.max(1), b1, s).map_or(usize::MAX, |b| b.batch_size());
-        // The smallest b_1 whose batch holds `wanted` requests (batch size grows with b_1).
-        let (mut lo, mut hi) = (1u32, 1u32 << 20);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if batch(mid) >= wanted {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        (lo, s)
+        (
+            Budgets::first_budget_for_batch(capacity.max(1), s, wanted),
+            s,
+        )
     }
 }
 

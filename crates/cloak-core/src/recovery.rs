@@ -31,6 +31,27 @@ pub enum ElementFormat {
 }
 
 impl ElementFormat {
+    /// An element at `address` holding `record` for `slot`, as a store written by an earlier
+    /// run (generation 1) would hold it: what recovery reads back. Tools use it to hand a proxy
+    /// a ready-made store (the benchmark's preload) through the ordinary recovery path.
+    pub fn encode(&mut self, address: Addr, slot: Slot, record: &Record) -> Bytes {
+        match self {
+            ElementFormat::Sealed(codec) => codec.seal(
+                cloak_crypto::Binding {
+                    address,
+                    generation: 1,
+                },
+                slot,
+                record,
+            ),
+            ElementFormat::Plain(layout) => {
+                let mut out = Vec::new();
+                layout.encode_compact(slot, record, &mut out);
+                Bytes::from(out)
+            }
+        }
+    }
+
     fn records(
         &self,
         address: Addr,

@@ -18,7 +18,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use cloak_core::{ElementCodec, Record, RecordLayout, Scheme, Slot};
+use cloak_core::{ElementCodec, ElementFormat, Record, RecordLayout, Scheme, Slot};
 use cloak_crypto::{KeyError, MasterKey, Prf, Sealer};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -142,6 +142,19 @@ pub enum BuildError {
 
 /// Largest store any scheme supports (slots are 32-bit inside the schemes).
 pub const MAX_CAPACITY: u64 = u32::MAX as u64 - 1;
+
+/// How the named scheme encodes its elements, for recovery scans and for tools that write a
+/// store for it.
+pub fn element_format(
+    name: SchemeName,
+    layout: RecordLayout,
+    master: &MasterKey,
+) -> Result<ElementFormat, BuildError> {
+    Ok(match name {
+        SchemeName::Unsafe => ElementFormat::Plain(layout),
+        _ => ElementFormat::Sealed(ElementCodec::new(layout, Sealer::new(master)?)),
+    })
+}
 
 /// Builds the named scheme for `store`, with its keys derived from `master`, holding `start`'s
 /// records.

@@ -46,7 +46,36 @@ pub enum Command {
     Proxy(ProxyArgs),
     /// Print a new random 256-bit key (hex) for `--key-file`.
     Keygen(KeygenArgs),
+    /// Measure schemes side by side on a workload, through real processes or in process.
+    #[command(long_about = BENCH_ABOUT)]
+    Bench(BenchArgs),
 }
+
+const BENCH_ABOUT: &str = "\
+Measure schemes side by side on one workload, on this machine, in one run.
+
+Each scheme runs in turn behind its own `cloak proxy` and `cloak server` (child processes, over
+loopback); the keys are preloaded, then the workload's requests are sent and timed. Ratios against
+`unsafe` (plaintext pass-through) are printed when it is part of the run.
+
+Workloads:
+  temporal   the Cloak paper's synthetic workload: each request picks the key whose recency rank
+             is drawn from Zipf(--zipf-exponent); --write-ratio of them are writes
+  ycsb-a|b|c|f  YCSB core workloads (50/50, 95/5, read-only, read-modify-write), zipfian 0.99 or
+             --distribution uniform
+  trace      replay --trace FILE: one request per line, `KEY` reads, `KEY ANYTHING` writes
+
+Load:
+  closed loop (default): --clients connections, each keeping --pipeline requests in flight
+  open loop: --rate requests per second, on schedule; latency counts from when a request was due
+
+Examples:
+  cloak bench --scheme cloak,unsafe,encrypted --workload temporal --keys 1000000 --requests 2000000
+  cloak bench --scheme cloak,unsafe --workload ycsb-a --json out.json --plot out.png
+  cloak bench --scheme cloak --rate 50000 --requests 500000
+  cloak bench --scheme cloak,unsafe --sweep zipf-exponent=0,0.5,1,1.5,2 --plot skew.png
+  cloak bench --scheme cloak --in-process --keys 100000        (simulation, virtual time)
+  cloak bench --trace-stats trace.txt --plot reuse.png";
 
 /// What the store holds and how it is protected; shared by `up` and `proxy` (TOML: `[store]`).
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
@@ -179,6 +208,116 @@ pub struct ProxyArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Schemes to run, comma-separated, in order [default: cloak,unsafe]
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub scheme: Vec<String>,
+
+    /// temporal, ycsb-a, ycsb-b, ycsb-c, ycsb-f, or trace [default: temporal]
+    #[arg(long, value_name = "NAME")]
+    pub workload: Option<String>,
+
+    /// The file to replay with --workload trace
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+
+    /// YCSB key distribution: zipfian (0.99) or uniform [default: zipfian]
+    #[arg(long, value_name = "NAME")]
+    pub distribution: Option<String>,
+
+    /// Keys in the store [default: 100000]
+    #[arg(long, value_name = "N")]
+    pub keys: Option<u64>,
+
+    /// Requests to send [default: 300000]
+    #[arg(long, value_name = "N")]
+    pub requests: Option<u64>,
+
+    /// Temporal workload skew: Zipf exponent of recency ranks [default: 1.0]
+    #[arg(long, value_name = "S")]
+    pub zipf_exponent: Option<f64>,
+
+    /// Fraction of writes in the temporal workload [default: 0.5]
+    #[arg(long, value_name = "F")]
+    pub write_ratio: Option<f64>,
+
+    /// Value size in bytes [default: 1024]
+    #[arg(long, value_name = "BYTES")]
+    pub value_size: Option<usize>,
+
+    /// Closed loop: connections [default: 50]
+    #[arg(long, value_name = "N")]
+    pub clients: Option<usize>,
+
+    /// Requests each connection keeps in flight [default: 16]
+    #[arg(long, value_name = "N")]
+    pub pipeline: Option<usize>,
+
+    /// Open loop: requests per second (instead of closed loop)
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+
+    /// Cloak's b_1 [default: 433]
+    #[arg(long, value_name = "N")]
+    pub first_budget: Option<u32>,
+
+    /// Cloak's budget Zipf exponent (its --zipf-exponent) [default: 1.0]
+    #[arg(long, value_name = "S")]
+    pub budget_exponent: Option<f64>,
+
+    /// Cloak's batch interval [default: 20ms]
+    #[arg(long, value_name = "DURATION")]
+    pub batch_interval: Option<String>,
+
+    /// Cloak's cache size [default: 1000]
+    #[arg(long, value_name = "N")]
+    pub cache_size: Option<usize>,
+
+    /// More flags for every `cloak proxy`, e.g. --proxy-arg=--durability=none (repeat for
+    /// each). Store and scheme settings also come from the [store] table of --config
+    #[arg(long = "proxy-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub proxy_args: Vec<String>,
+
+    /// More flags for every `cloak server`, e.g. --server-arg=--data-dir=/tmp/d (repeat)
+    #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
+
+    /// Simulate in this process with virtual time instead of real processes
+    #[arg(long)]
+    pub in_process: bool,
+
+    /// In process: virtual time of one storage round trip [default: 200us]
+    #[arg(long, value_name = "DURATION")]
+    pub storage_delay: Option<String>,
+
+    /// Vary one parameter: zipf-exponent, batch-size, cache-size or value-size, e.g.
+    /// zipf-exponent=0,0.5,1,1.5,2
+    #[arg(long, value_name = "NAME=V1,V2,…")]
+    pub sweep: Option<String>,
+
+    /// Write the results as JSON here
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Draw the results (PNG or SVG, by extension)
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+
+    /// Seed for the workload generators [default: 1]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// Instead of running: the reuse-distance histogram of a trace, its Zipf fit, and budgets
+    /// that suit it
+    #[arg(long, value_name = "FILE")]
+    pub trace_stats: Option<PathBuf>,
+
+    /// With --trace-stats: the request rate to size Cloak's batches for [default: 100000]
+    #[arg(long, value_name = "R")]
+    pub expected_rate: Option<f64>,
 }
 
 #[derive(Args, Debug)]

@@ -47,6 +47,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Up(args) => commands::up::run(args, &config).await,
             Command::Server(args) => commands::server::run(args, &config).await,
             Command::Proxy(args) => commands::proxy::run(args, &config).await,
+            Command::Bench(args) => commands::bench::run(args, &config).await,
             Command::Keygen(_) => unreachable!("handled above"),
         }
     })

@@ -4,8 +4,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_core::{ElementCodec, ElementFormat, Engine, KeyDirectory, Limits, RecordLayout};
-use cloak_crypto::{KeyHasher, MasterKey, Sealer};
+use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout};
+use cloak_crypto::{KeyHasher, MasterKey};
 use cloak_proxy::{Journal, RecoveryReport};
 use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec};
 use cloak_storage::Storage;
@@ -81,14 +81,6 @@ impl StoreArgs {
 }
 
 impl Store {
-    /// How this store's scheme encodes elements, for recovery.
-    fn format(&self, master: &MasterKey) -> anyhow::Result<ElementFormat> {
-        Ok(match self.scheme {
-            SchemeName::Unsafe => ElementFormat::Plain(self.spec.layout),
-            _ => ElementFormat::Sealed(ElementCodec::new(self.spec.layout, Sealer::new(master)?)),
-        })
-    }
-
     /// Rebuilds the store from `storage` and `journal` and starts the engine on what was found,
     /// in `incarnation` (a number no earlier start of this store used).
     pub async fn start(
@@ -98,9 +90,13 @@ impl Store {
         journal: Option<&dyn Journal>,
         incarnation: u64,
     ) -> anyhow::Result<(Engine, RecoveryReport)> {
-        let report = cloak_proxy::recover(storage, self.format(master)?, journal)
-            .await
-            .context("recovering the store from storage")?;
+        let report = cloak_proxy::recover(
+            storage,
+            cloak_schemes::element_format(self.scheme, self.spec.layout, master)?,
+            journal,
+        )
+        .await
+        .context("recovering the store from storage")?;
         let recovered = &report.recovered;
         let capacity =
             usize::try_from(self.spec.capacity).context("capacity does not fit in memory")?;

@@ -33,10 +33,14 @@ pub trait Workload: Send {
     fn describe(&self) -> String;
 }
 
-/// The key clients send for key number `key`: fixed width, like redis-benchmark's.
+/// The key clients send for key number `key`: fixed width ([`KEY_SIZE`] bytes), like
+/// redis-benchmark's.
 pub fn key_name(key: u64) -> String {
     format!("key:{key:012}")
 }
+
+/// Length of every [`key_name`] (up to 10^12 keys), the key size benchmark stores are made for.
+pub const KEY_SIZE: usize = 16;
 
 /// Takes up to `n` requests from `workload`.
 pub fn take(workload: &mut dyn Workload, n: u64) -> Result<Vec<Request>, TraceError> {

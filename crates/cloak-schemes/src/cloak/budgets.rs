@@ -53,6 +53,23 @@ impl Budgets {
         Ok(Self(budgets))
     }
 
+    /// The smallest `b_1` whose Algorithm-3 budgets give a batch of at least `batch` elements
+    /// for `capacity` and `exponent` (the batch grows with `b_1`), at most 2^20.
+    pub fn first_budget_for_batch(capacity: u64, exponent: f64, batch: usize) -> u32 {
+        let size =
+            |b1: u32| Self::zipf(capacity, b1, exponent).map_or(usize::MAX, |b| b.batch_size());
+        let (mut lo, mut hi) = (1u32, 1u32 << 20);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if size(mid) >= batch {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
     /// Budgets given explicitly, `b_1` first.
     pub fn explicit(budgets: Vec<u32>) -> Result<Self, BudgetError> {
         if budgets.is_empty() {

@@ -1,0 +1,88 @@
+//! A ready-made store: every benchmark key with its value, before the measured window starts.
+//!
+//! Writing a million keys through an oblivious proxy takes as long as the scheme needs to touch
+//! every slot (for Cloak, a full cycle of its reuse-distance sets), which says nothing about the
+//! workload being measured. So the benchmark hands each scheme a store that already holds the
+//! keys, through the same path a restarted proxy takes: in process, the records go to the scheme
+//! as its [`Start`]; over sockets, sealed elements are written straight to the storage server and
+//! the proxy recovers them with its ordinary storage scan, then lays them out afresh.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cloak_core::{ElementFormat, Record, Slot, StorageError, StorageOp, StorageReply};
+use cloak_storage::Storage;
+use indicatif::ProgressBar;
+use tokio::task::JoinSet;
+
+use crate::workload::key_name;
+
+/// Elements per storage request while preloading.
+const CHUNK: u64 = 1024;
+/// Requests in flight at once.
+const DEPTH: usize = 8;
+
+/// Key number `key` lives in slot `key`, holding `value`, written by version 1.
+pub fn records(keys: u64, value: &Bytes) -> impl Iterator<Item = (Slot, Record)> + '_ {
+    (0..keys).map(move |key| {
+        (
+            key,
+            Record {
+                version: 1,
+                key: Bytes::from(key_name(key)),
+                value: value.clone(),
+            },
+        )
+    })
+}
+
+/// Writes every key to `storage` as `format` encodes it, at addresses `0..keys`.
+pub async fn write(
+    storage: Arc<dyn Storage>,
+    mut format: ElementFormat,
+    keys: u64,
+    value: &Bytes,
+    progress: &ProgressBar,
+) -> Result<(), StorageError> {
+    let mut tasks = JoinSet::new();
+    let mut records = records(keys, value);
+    let mut start = 0;
+    while start < keys {
+        let end = (start + CHUNK).min(keys);
+        let elements = records
+            .by_ref()
+            .take((end - start) as usize)
+            .map(|(slot, record)| {
+                (
+                    u128::from(slot),
+                    format.encode(u128::from(slot), slot, &record),
+                )
+            })
+            .collect();
+        let storage = storage.clone();
+        tasks.spawn(async move { storage.call(StorageOp::Write(elements)).await });
+        if tasks.len() >= DEPTH {
+            finished(tasks.join_next().await)?;
+        }
+        progress.inc(end - start);
+        start = end;
+    }
+    while let Some(done) = tasks.join_next().await {
+        finished(Some(done))?;
+    }
+    Ok(())
+}
+
+fn finished(
+    done: Option<Result<Result<StorageReply, StorageError>, tokio::task::JoinError>>,
+) -> Result<(), StorageError> {
+    match done {
+        Some(Ok(Ok(StorageReply::Done))) | None => Ok(()),
+        Some(Ok(Ok(other))) => Err(StorageError(format!(
+            "storage answered a preload write with {}",
+            other.summary()
+        ))),
+        Some(Ok(Err(error))) => Err(error),
+        Some(Err(error)) => Err(StorageError(format!("preload task failed: {error}"))),
+    }
+}

@@ -1,0 +1,271 @@
+//! `cloak bench`: schemes side by side on one workload, in one run on this machine, optionally
+//! across a sweep of one parameter; or a trace's reuse-distance statistics.
+//!
+//! Store and scheme settings are the proxy's own (`StoreArgs`), from the bench's Cloak flags and
+//! the `[store]` table of `--config`, so every scheme's options reach both the in-process
+//! simulation and the real proxies (which get them as a config file).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use cloak_bench::plan::{Parameter, Sweep, WorkloadKind, WorkloadSpec, parse_distribution};
+use cloak_bench::plot;
+use cloak_bench::report::{self, Measurement};
+use cloak_bench::run::{self, Load, Setup};
+use cloak_bench::simulate::Simulation;
+use cloak_bench::trace_stats::TraceStats;
+use cloak_bench::workload::{KEY_SIZE, Trace};
+use cloak_schemes::{Budgets, SchemeName};
+
+use crate::cli::{BenchArgs, StoreArgs};
+use crate::config::ConfigFile;
+
+pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
+    if let Some(path) = &args.trace_stats {
+        return trace_stats(&args, path);
+    }
+    let schemes = schemes(&args.scheme)?;
+    let flags = StoreArgs {
+        first_budget: args.first_budget,
+        zipf_exponent: args.budget_exponent,
+        batch_interval: args.batch_interval.clone(),
+        cache_size: args.cache_size,
+        ..StoreArgs::default()
+    };
+    let base = config.merge(&flags, &["store"])?;
+    let workload = WorkloadSpec {
+        kind: WorkloadKind::parse(
+            args.workload.as_deref().unwrap_or("temporal"),
+            args.trace.clone(),
+        )?,
+        distribution: parse_distribution(args.distribution.as_deref().unwrap_or("zipfian"))?,
+        keys: args.keys.unwrap_or(100_000),
+        requests: args.requests.unwrap_or(300_000),
+        zipf_exponent: args.zipf_exponent.unwrap_or(1.0),
+        write_ratio: args.write_ratio.unwrap_or(0.5),
+        seed: args.seed.unwrap_or(1),
+    };
+    if !(0.0..=1.0).contains(&workload.write_ratio) {
+        bail!("--write-ratio is a fraction between 0 and 1");
+    }
+    let load = Load {
+        clients: args.clients.unwrap_or(50).max(1),
+        pipeline: args.pipeline.unwrap_or(32).max(1),
+        rate: args.rate,
+    };
+    if load.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        bail!("--rate must be a positive number of requests per second");
+    }
+    let sweep: Option<Sweep> = args.sweep.as_deref().map(str::parse).transpose()?;
+    let points: Vec<Option<f64>> = match &sweep {
+        Some(sweep) => sweep.values.iter().copied().map(Some).collect(),
+        None => vec![None],
+    };
+    let storage_delay = match &args.storage_delay {
+        Some(text) => humantime::parse_duration(text)
+            .with_context(|| format!("--storage-delay: {text:?} is not a duration like 200us"))?,
+        None => Duration::from_micros(200),
+    };
+    let cloak = std::env::current_exe().context("cannot find the cloak binary to start")?;
+    let config_dir = tempfile::tempdir().context("cannot make a temporary directory")?;
+
+    let mut results: Vec<Measurement> = Vec::new();
+    for value in points {
+        let mut point = Point {
+            store: base.clone(),
+            workload: workload.clone(),
+            load,
+            value_size: args.value_size.unwrap_or(1024),
+        };
+        let parameter = sweep.as_ref().zip(value).map(|(s, v)| (s.parameter, v));
+        if let Some((parameter, value)) = parameter {
+            point.apply(parameter, value)?;
+        }
+        let (requests, keys) = point.workload.generate()?;
+        let requests = Arc::new(requests);
+        eprintln!(
+            "{}{}: {} requests over {keys} keys",
+            point.workload.describe(),
+            parameter.map_or(String::new(), |(p, v)| format!(", {p} = {v}")),
+            requests.len(),
+        );
+        for &scheme in &schemes {
+            let mut store = point.store.clone();
+            store.scheme = Some(scheme.to_string());
+            store.capacity = Some(keys);
+            store.key_size = Some(KEY_SIZE);
+            store.value_size = Some(point.value_size);
+            if parameter.is_some_and(|(p, _)| p == Parameter::BatchSize)
+                && scheme != SchemeName::Cloak
+            {
+                // A batch-size sweep varies Cloak; the others are measured once as references.
+                if results.iter().any(|m| m.scheme == scheme.as_str()) {
+                    continue;
+                }
+            }
+            let mut measurement = if args.in_process {
+                let resolved = store.resolve()?;
+                let simulation = Simulation {
+                    scheme,
+                    keys,
+                    value_size: point.value_size,
+                    options: resolved.options,
+                    storage_delay,
+                    workload: point.workload.describe(),
+                    seed: workload.seed,
+                };
+                eprintln!("  {scheme}: simulating in process");
+                simulation.measure(&requests, point.load)?
+            } else {
+                let file = config_dir.path().join(format!("{scheme}.toml"));
+                write_store_config(&file, &store)?;
+                let mut proxy_args = vec!["--config".to_string(), file.display().to_string()];
+                proxy_args.extend(args.proxy_args.iter().cloned());
+                let setup = Setup {
+                    cloak: cloak.clone(),
+                    scheme,
+                    keys,
+                    value_size: point.value_size,
+                    proxy_args,
+                    server_args: args.server_args.clone(),
+                    workload: point.workload.describe(),
+                };
+                run::measure(&setup, requests.clone(), point.load)
+                    .await
+                    .with_context(|| format!("benchmarking {scheme}"))?
+            };
+            measurement.parameter = parameter.map(|(p, v)| (p.to_string(), v));
+            eprintln!(
+                "  {scheme}: {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+                measurement.throughput,
+                measurement.latency_us.p50 as f64 / 1000.0,
+                measurement.latency_us.p99 as f64 / 1000.0,
+                measurement.errors
+            );
+            results.push(measurement);
+        }
+    }
+
+    print!("{}", report::table(&results));
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&results)?;
+        std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        match &sweep {
+            Some(sweep) => plot::sweep(&results, sweep.parameter.as_str(), path)?,
+            None => plot::schemes(&results, path)?,
+        }
+        eprintln!("drew {}", path.display());
+    }
+    Ok(())
+}
+
+/// One point of a run: the settings a sweep value applies to.
+struct Point {
+    store: StoreArgs,
+    workload: WorkloadSpec,
+    load: Load,
+    value_size: usize,
+}
+
+impl Point {
+    fn apply(&mut self, parameter: Parameter, value: f64) -> anyhow::Result<()> {
+        match parameter {
+            Parameter::ZipfExponent => self.workload.zipf_exponent = value,
+            Parameter::BatchSize => {
+                let exponent = self.store.zipf_exponent.unwrap_or(1.0);
+                let b1 =
+                    Budgets::first_budget_for_batch(self.workload.keys, exponent, value as usize);
+                self.store.first_budget = Some(b1);
+                self.store.budgets = None;
+            }
+            Parameter::CacheSize => self.store.cache_size = Some(value as usize),
+            Parameter::ValueSize => self.value_size = value as usize,
+            Parameter::Keys => self.workload.keys = value as u64,
+            Parameter::Rate => self.load.rate = Some(value),
+        }
+        if matches!(self.workload.kind, WorkloadKind::Trace(_))
+            && matches!(parameter, Parameter::ZipfExponent | Parameter::Keys)
+        {
+            bail!("--sweep {parameter} changes a generated workload, not a trace");
+        }
+        Ok(())
+    }
+}
+
+/// `--scheme` as scheme names; `all` for every scheme.
+fn schemes(list: &[String]) -> anyhow::Result<Vec<SchemeName>> {
+    if list.is_empty() {
+        return Ok(vec![SchemeName::Cloak, SchemeName::Unsafe]);
+    }
+    if list.iter().any(|s| s == "all") {
+        return Ok(SchemeName::ALL.to_vec());
+    }
+    Ok(list
+        .iter()
+        .map(|s| s.trim().parse())
+        .collect::<Result<Vec<SchemeName>, _>>()?)
+}
+
+/// The proxy's `[store]` table for one run.
+fn write_store_config(path: &Path, store: &StoreArgs) -> anyhow::Result<()> {
+    let mut file = toml::Table::new();
+    file.insert(
+        "store".into(),
+        toml::Value::Table(toml::Table::try_from(store)?),
+    );
+    std::fs::write(path, toml::to_string(&file)?)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `--trace-stats FILE`: the trace's reuse distances, their Zipf fit, and budgets that suit it.
+fn trace_stats(args: &BenchArgs, path: &Path) -> anyhow::Result<()> {
+    let stats = TraceStats::of(&mut Trace::open(path)?)?;
+    println!(
+        "{}: {} requests ({} writes) over {} keys",
+        path.display(),
+        stats.requests,
+        stats.writes,
+        stats.keys
+    );
+    println!("reuse distance   access pairs per distance");
+    for (distance, count) in &stats.histogram {
+        println!("{distance:>14}   {count}");
+    }
+    println!(
+        "Zipf fit: pairs ≈ {:.1} · d^-{:.3}",
+        stats.scale, stats.exponent
+    );
+    let rate = args.expected_rate.unwrap_or(100_000.0);
+    let interval = match &args.batch_interval {
+        Some(text) => humantime::parse_duration(text)
+            .with_context(|| format!("--batch-interval: {text:?} is not a duration"))?,
+        None => Duration::from_millis(20),
+    };
+    let capacity = args.keys.unwrap_or(stats.keys).max(stats.keys);
+    let (b1, exponent) = stats.recommend(capacity, rate, interval.as_secs_f64());
+    let budgets = Budgets::zipf(capacity.max(1), b1, exponent)?;
+    println!(
+        "For {capacity} keys at {rate:.0} requests/s with a batch every {}: \
+         --first-budget {b1} --zipf-exponent {exponent:.2} (a batch of {} in {} sets)",
+        humantime::format_duration(interval),
+        budgets.batch_size(),
+        budgets.sets()
+    );
+    if let Some(plot_path) = &args.plot {
+        let title = format!("Reuse distances of {}", path.display());
+        plot::reuse_distances(
+            &stats.histogram,
+            stats.exponent,
+            stats.scale,
+            &title,
+            plot_path,
+        )?;
+        eprintln!("drew {}", plot_path.display());
+    }
+    Ok(())
+}
