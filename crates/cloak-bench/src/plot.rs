@@ -172,7 +172,7 @@ impl Figure for Schemes<'_> {
         area.fill(&WHITE).map_err(err)?;
         let panes = area.split_evenly((1, 2));
         let names: Vec<String> = self.0.iter().map(|m| m.scheme.clone()).collect();
-        let throughput = self.0.iter().map(|m| m.throughput).collect();
+        let throughput = self.0.iter().map(|m| m.throughput.unwrap_or(0.0)).collect();
         bars(
             &panes[0],
             "Throughput",
@@ -284,7 +284,7 @@ impl Figure for Sweep<'_> {
         let panes = area.split_evenly((3, 1));
         let (results, parameter) = (self.0, self.1);
         lines(&panes[0], "Throughput", "ops/s", parameter, results, |m| {
-            Some(m.throughput)
+            m.throughput
         })?;
         lines(&panes[1], "Mean latency", "ms", parameter, results, |m| {
             Some(m.latency_us.mean / 1000.0)

@@ -72,7 +72,9 @@ pub struct Measurement {
     pub errors: u64,
     /// Wall-clock seconds, or virtual seconds in process.
     pub seconds: f64,
-    pub throughput: f64,
+    /// Operations per second; `None` when no time passed at all (in process, every request
+    /// answered at the instant it was sent, so no rate can be given).
+    pub throughput: Option<f64>,
     pub latency_us: Latency,
     pub counters: Counters,
     /// Real accesses over all storage accesses.
@@ -128,11 +130,7 @@ impl Measurement {
             ops,
             errors,
             seconds,
-            throughput: if seconds > 0.0 {
-                ops as f64 / seconds
-            } else {
-                0.0
-            },
+            throughput: (seconds > 0.0).then(|| ops as f64 / seconds),
             latency_us: Latency::of(latency),
             counters,
             utilisation: share(counters.real, accesses),
@@ -161,7 +159,7 @@ pub fn table(results: &[Measurement]) -> String {
         results
             .iter()
             .find(|b| b.scheme == "unsafe" && b.parameter == m.parameter)
-            .map(|b| b.throughput)
+            .and_then(|b| b.throughput)
     };
     let mut out = String::new();
     let header = [
@@ -177,8 +175,10 @@ pub fn table(results: &[Measurement]) -> String {
                 m.parameter
                     .as_ref()
                     .map_or_else(|| "-".into(), |(name, v)| format!("{name}={v}")),
-                format!("{:.0}", m.throughput),
-                opt(baseline(m), |b| format!("{:.2}", m.throughput / b)),
+                opt(m.throughput, |t| format!("{t:.0}")),
+                opt(m.throughput.zip(baseline(m)).map(|(t, b)| t / b), |r| {
+                    format!("{r:.2}")
+                }),
                 ms(m.latency_us.p50),
                 ms(m.latency_us.p95),
                 ms(m.latency_us.p99),

@@ -7,11 +7,12 @@
 //! coordinated omission). Scheme counters come from the proxy's `INFO`, as deltas over the
 //! measured window; memory is the proxy process's resident set.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -158,7 +159,15 @@ fn bar(len: u64, message: String) -> ProgressBar {
     bar
 }
 
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+}
+
 /// Sends `requests` and returns (latency histogram in µs, errors).
+///
+/// Connections take requests in trace order from a shared counter whenever their pipeline has
+/// room, so the proxy sees the requests in (nearly) the order of the workload: a workload's
+/// temporal locality reaches the proxy intact, reordered only within the requests in flight.
 async fn drive(
     addr: SocketAddr,
     requests: Arc<Vec<Request>>,
@@ -166,74 +175,23 @@ async fn drive(
     load: Load,
     bar: &ProgressBar,
 ) -> Result<(Histogram<u64>, u64), RunError> {
-    let clients = load.clients.max(1);
     let start = Instant::now() + Duration::from_millis(10);
+    let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
-    for c in 0..clients {
-        let (requests, value, bar) = (requests.clone(), value.to_vec(), bar.clone());
+    for _ in 0..load.clients.max(1) {
+        let sender = Sender {
+            requests: requests.clone(),
+            next: next.clone(),
+            value: value.to_vec(),
+            load,
+            start,
+        };
+        let bar = bar.clone();
         tasks.push(tokio::spawn(async move {
-            let mut con = Connection::connect(addr).await?;
-            let mut latency =
-                Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
-            let mut errors = 0u64;
-            // Each connection sends every `clients`-th request.
-            let mine: Vec<(usize, Request)> = requests
-                .iter()
-                .copied()
-                .enumerate()
-                .skip(c)
-                .step_by(clients)
-                .collect();
-            let mut sent = std::collections::VecDeque::new();
-            let mut next = 0;
-            while next < mine.len() || !sent.is_empty() {
-                while next < mine.len() && sent.len() < load.pipeline.max(1) {
-                    let (index, request) = mine[next];
-                    // Open loop: the request is due at its slot, and latency counts from then.
-                    let due = match load.rate {
-                        Some(rate) => {
-                            let due = start + Duration::from_secs_f64(index as f64 / rate);
-                            if due > Instant::now() && !sent.is_empty() {
-                                break;
-                            }
-                            tokio::time::sleep_until(due.into()).await;
-                            due
-                        }
-                        None => Instant::now(),
-                    };
-                    let name = key_name(request.key);
-                    if request.write {
-                        con.queue(&[b"SET", name.as_bytes(), &value]);
-                    } else {
-                        con.queue(&[b"GET", name.as_bytes()]);
-                    }
-                    sent.push_back(due);
-                    next += 1;
-                }
-                con.flush().await?;
-                // Wait for one reply, then take every other reply already here.
-                let mut reply = match sent.is_empty() {
-                    true => None,
-                    false => Some(con.reply().await?),
-                };
-                while let Some(r) = reply {
-                    let due: Instant = sent.pop_front().expect("a reply answers a request sent");
-                    if let Reply::Error(_) = r {
-                        errors += 1;
-                    }
-                    latency.saturating_record(due.elapsed().as_micros().max(1) as u64);
-                    bar.inc(1);
-                    reply = if sent.is_empty() {
-                        None
-                    } else {
-                        con.buffered_reply()?
-                    };
-                }
-            }
-            Ok::<_, RunError>((latency, errors))
+            sender.run(Connection::connect(addr).await?, &bar).await
         }));
     }
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+    let mut latency = histogram();
     let mut errors = 0;
     for task in tasks {
         let (h, e) = task.await.map_err(|e| RunError::Refused(e.to_string()))??;
@@ -241,6 +199,97 @@ async fn drive(
         errors += e;
     }
     Ok((latency, errors))
+}
+
+/// One connection's share of a run.
+struct Sender {
+    requests: Arc<Vec<Request>>,
+    next: Arc<AtomicUsize>,
+    value: Vec<u8>,
+    load: Load,
+    start: Instant,
+}
+
+impl Sender {
+    /// When request `index` is due: open loop, at its place in the schedule (latency counts from
+    /// then, so a slow proxy cannot hide its delays: no coordinated omission); closed loop, now.
+    fn due(&self, index: usize) -> Instant {
+        match self.load.rate {
+            Some(rate) => self.start + Duration::from_secs_f64(index as f64 / rate),
+            None => Instant::now(),
+        }
+    }
+
+    async fn run(
+        self,
+        mut con: Connection,
+        bar: &ProgressBar,
+    ) -> Result<(Histogram<u64>, u64), RunError> {
+        let mut latency = histogram();
+        let mut errors = 0u64;
+        let mut sent: VecDeque<Instant> = VecDeque::new();
+        // A request taken from the schedule that is not due yet.
+        let mut held: Option<usize> = None;
+        let mut exhausted = false;
+        loop {
+            while sent.len() < self.load.pipeline.max(1) {
+                let index = match held.take() {
+                    Some(index) => index,
+                    None if exhausted => break,
+                    None => match self.next.fetch_add(1, Ordering::Relaxed) {
+                        i if i < self.requests.len() => i,
+                        _ => {
+                            exhausted = true;
+                            break;
+                        }
+                    },
+                };
+                let due = self.due(index);
+                if due > Instant::now() {
+                    held = Some(index);
+                    break;
+                }
+                let request = self.requests[index];
+                let name = key_name(request.key);
+                if request.write {
+                    con.queue(&[b"SET", name.as_bytes(), &self.value]);
+                } else {
+                    con.queue(&[b"GET", name.as_bytes()]);
+                }
+                sent.push_back(due);
+            }
+            con.flush().await?;
+            let due = held.map(|index| self.due(index));
+            let reply = match (sent.is_empty(), due) {
+                (true, None) => return Ok((latency, errors)),
+                (true, Some(due)) => {
+                    tokio::time::sleep_until(due.into()).await;
+                    continue;
+                }
+                (false, None) => con.reply().await?,
+                // Take replies while waiting for the held request's time; reading replies is
+                // cancel-safe (bytes read stay in the connection's buffer).
+                (false, Some(due)) => tokio::select! {
+                    reply = con.reply() => reply?,
+                    () = tokio::time::sleep_until(due.into()) => continue,
+                },
+            };
+            let mut reply = Some(reply);
+            while let Some(r) = reply {
+                let due = sent.pop_front().expect("a reply answers a request sent");
+                if let Reply::Error(_) = r {
+                    errors += 1;
+                }
+                latency.saturating_record(due.elapsed().as_micros().max(1) as u64);
+                bar.inc(1);
+                reply = if sent.is_empty() {
+                    None
+                } else {
+                    con.buffered_reply()?
+                };
+            }
+        }
+    }
 }
 
 /// Runs `setup` with `load` and measures it.

@@ -4,7 +4,7 @@
 //! its throughput and latency are in virtual time. It shows what a scheme's protocol costs
 //! (utilisation, dummy traffic, bytes, latency in batches), not how fast this machine is.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -93,20 +93,24 @@ impl Simulation {
         let mut errors = 0;
         // token → (client, when it was due)
         let mut in_flight: HashMap<u64, (usize, Duration)> = HashMap::new();
-        let mut per_client = vec![0usize; clients];
+        // One entry per free pipeline place; requests go, in order, to whichever client has
+        // room (as the socket runs do).
+        let mut room: VecDeque<usize> = (0..depth).flat_map(|_| 0..clients).collect();
         let mut next = 0;
         while next < requests.len() || !in_flight.is_empty() {
             // Send what may be sent: closed loop fills every client's pipeline; open loop sends
             // every request whose time has come.
             while next < requests.len() {
-                let client = next % clients;
                 let due = match load.rate {
                     Some(rate) => started + Duration::from_secs_f64(next as f64 / rate),
                     None => sim.elapsed(),
                 };
-                if per_client[client] >= depth || due > sim.elapsed() {
+                if due > sim.elapsed() {
                     break;
                 }
+                let Some(client) = room.pop_front() else {
+                    break;
+                };
                 let request = requests[next];
                 let key = Bytes::from(key_name(request.key));
                 let command = if request.write {
@@ -120,7 +124,6 @@ impl Simulation {
                 };
                 let token = sim.submit(client as u64, command);
                 in_flight.insert(token, (client, due));
-                per_client[client] += 1;
                 next += 1;
             }
             let next_due = match load.rate {
@@ -148,7 +151,7 @@ impl Simulation {
             }
             for (token, at, outcome) in sim.drain_outcomes() {
                 let (client, due) = in_flight.remove(&token).expect("a known token");
-                per_client[client] -= 1;
+                room.push_back(client);
                 if matches!(outcome, Outcome::Error(_)) {
                     errors += 1;
                 }

@@ -138,8 +138,10 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
             };
             measurement.parameter = parameter.map(|(p, v)| (p.to_string(), v));
             eprintln!(
-                "  {scheme}: {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
-                measurement.throughput,
+                "  {scheme}: {} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+                measurement
+                    .throughput
+                    .map_or("unbounded".into(), |t| format!("{t:.0}")),
                 measurement.latency_us.p50 as f64 / 1000.0,
                 measurement.latency_us.p99 as f64 / 1000.0,
                 measurement.errors

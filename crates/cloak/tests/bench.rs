@@ -1,0 +1,211 @@
+//! `cloak bench` as a user runs it: real proxies and servers, in-process simulation, sweeps,
+//! reports, plots and trace statistics, on sizes small enough for CI. These check what the
+//! benchmark reports, never how fast anything is.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const CLOAK: &str = env!("CARGO_BIN_EXE_cloak");
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(CLOAK)
+        .arg("bench")
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("cloak runs")
+}
+
+fn results(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).expect("the JSON report was written");
+    serde_json::from_str(&text).expect("the report is JSON")
+}
+
+fn number(m: &serde_json::Value, field: &str) -> f64 {
+    m[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} in {m}"))
+}
+
+#[test]
+fn schemes_side_by_side_through_real_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let plot = dir.path().join("out.svg");
+    let out = bench(&[
+        "--scheme",
+        "cloak,unsafe,encrypted",
+        "--keys",
+        "2000",
+        "--requests",
+        "6000",
+        "--clients",
+        "4",
+        "--pipeline",
+        "8",
+        "--first-budget",
+        "40",
+        "--batch-interval",
+        "5ms",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("×unsafe"),
+        "the table compares with unsafe:\n{stdout}"
+    );
+
+    let results = results(&json);
+    let names: Vec<&str> = results
+        .iter()
+        .map(|m| m["scheme"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["cloak", "unsafe", "encrypted"]);
+    for m in &results {
+        assert_eq!(number(m, "ops"), 6000.0, "every request answered: {m}");
+        assert_eq!(number(m, "errors"), 0.0, "{m}");
+        assert!(number(m, "throughput") > 0.0);
+        assert!(number(m, "storage_bytes_per_op") > 0.0);
+        assert!(number(m, "proxy_rss_bytes") > 0.0);
+        assert_eq!(m["mode"], "sockets");
+    }
+    let cloak = &results[0];
+    let utilisation = number(cloak, "utilisation");
+    assert!(
+        utilisation > 0.0 && utilisation < 1.0,
+        "Cloak's batches mix real and dummy slots: {utilisation}"
+    );
+    assert_eq!(
+        cloak["scheme_info"]["batch_interval_ms"], "5",
+        "the proxy ran with the bench's Cloak settings: {cloak}"
+    );
+    assert_eq!(
+        number(&results[1], "utilisation"),
+        1.0,
+        "unsafe sends no dummies"
+    );
+    let svg = std::fs::read_to_string(&plot).expect("the plot was drawn");
+    assert!(svg.contains("<svg") && svg.contains("Throughput"));
+}
+
+#[test]
+fn in_process_sweeps_reproduce_the_skew_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("sweep.json");
+    let plot = dir.path().join("sweep.png");
+    // No cache: reads are answered by batches or by pending writes, so throughput shows how
+    // well the workload's recency fits the budgets (the paper's Figure 4).
+    let out = bench(&[
+        "--in-process",
+        "--scheme",
+        "cloak",
+        "--keys",
+        "5000",
+        "--requests",
+        "40000",
+        "--first-budget",
+        "50",
+        "--cache-size",
+        "0",
+        "--sweep",
+        "zipf-exponent=0,1.5",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = results(&json);
+    assert_eq!(results.len(), 2);
+    let at = |i: usize| {
+        let m = &results[i];
+        assert_eq!(m["mode"], "in-process");
+        assert_eq!(number(m, "errors"), 0.0);
+        assert_eq!(number(m, "ops"), 40000.0);
+        (
+            m["parameter"][1].as_f64().unwrap(),
+            number(m, "throughput"),
+            number(&m["latency_us"], "p95"),
+        )
+    };
+    let ((uniform, u_rate, u_p95), (skewed, s_rate, s_p95)) = (at(0), at(1));
+    assert_eq!((uniform, skewed), (0.0, 1.5));
+    // Virtual time: deterministic, not a timing test.
+    assert!(
+        s_rate > 3.0 * u_rate,
+        "recency-skewed requests are mostly answered at the proxy or fill batches: {s_rate} vs \
+         {u_rate} ops/s"
+    );
+    assert!(s_p95 < u_p95, "p95 {s_p95} µs vs {u_p95} µs");
+    let png = std::fs::read(&plot).expect("the sweep was drawn");
+    assert_eq!(&png[1..4], b"PNG");
+}
+
+#[test]
+fn trace_statistics_fit_the_skew_and_recommend_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.txt");
+    // A trace that re-reads the most recent keys far more often than old ones.
+    let mut lines = String::new();
+    let mut recent: Vec<u32> = (0..500).collect();
+    for i in 0..20_000u32 {
+        let rank = (i.wrapping_mul(2_654_435_761) % 1000) as usize;
+        let rank = (rank * rank / 2000).min(recent.len() - 1);
+        let key = recent.remove(rank);
+        recent.insert(0, key);
+        lines.push_str(&if i % 2 == 0 {
+            format!("{key}\n")
+        } else {
+            format!("{key} value\n")
+        });
+    }
+    std::fs::write(&trace, lines).unwrap();
+    let plot = dir.path().join("reuse.png");
+    let out = bench(&[
+        "--trace-stats",
+        trace.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("20000 requests (10000 writes) over 500 keys"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Zipf fit"), "{stdout}");
+    assert!(stdout.contains("--first-budget"), "{stdout}");
+    assert!(std::fs::metadata(&plot).is_ok_and(|m| m.len() > 0));
+}
+
+#[test]
+fn bad_benchmark_settings_get_clear_errors() {
+    for (args, says) in [
+        (&["--sweep", "color=1,2"][..], "--sweep takes NAME=V1,V2"),
+        (&["--workload", "trace"][..], "needs --trace FILE"),
+        (&["--workload", "ycsb-z"][..], "unknown workload"),
+        (&["--scheme", "rot13"][..], "unknown scheme"),
+        (&["--write-ratio", "2"][..], "--write-ratio"),
+    ] {
+        let out = bench(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
