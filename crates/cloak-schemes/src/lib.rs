@@ -3,6 +3,7 @@
 //! | name        | what the server learns                                   |
 //! |-------------|----------------------------------------------------------|
 //! | `cloak`     | nothing beyond the public budgets (paper's Theorem 1)    |
+//! | `pancake`   | uniform label accesses while requests follow `π̂` (§4)   |
 //! | `encrypted` | which label every op touches (contents hidden)           |
 //! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
 //!
@@ -11,6 +12,7 @@
 
 pub mod cloak;
 mod encrypted;
+pub mod pancake;
 mod plaintext;
 mod retry;
 
@@ -25,21 +27,29 @@ use rand_chacha::ChaCha20Rng;
 
 pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
 pub use encrypted::Encrypted;
+pub use pancake::{Pancake, PancakeConfig};
 pub use plaintext::Unsafe;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchemeName {
     Cloak,
+    Pancake,
     Encrypted,
     Unsafe,
 }
 
 impl SchemeName {
-    pub const ALL: [SchemeName; 3] = [SchemeName::Cloak, SchemeName::Encrypted, SchemeName::Unsafe];
+    pub const ALL: [SchemeName; 4] = [
+        SchemeName::Cloak,
+        SchemeName::Pancake,
+        SchemeName::Encrypted,
+        SchemeName::Unsafe,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             SchemeName::Cloak => "cloak",
+            SchemeName::Pancake => "pancake",
             SchemeName::Encrypted => "encrypted",
             SchemeName::Unsafe => "unsafe",
         }
@@ -116,15 +126,45 @@ impl Default for CloakOptions {
     }
 }
 
+/// Pancake's parameters (paper §4–6; defaults are the paper's: `B = 3`, `α = 1/n` so `δ = 1/2`,
+/// a KS test at 95% confidence over windows of 10 million requests).
+#[derive(Clone, Debug)]
+pub struct PancakeOptions {
+    /// `π̂` per slot at start; `None` is uniform.
+    pub estimate: Option<pancake::Estimate>,
+    pub batch_size: usize,
+    pub adapt: bool,
+    pub window: u64,
+    pub significance: f64,
+    /// Batches also go out on this fixed schedule, so queued requests drain when clients pause.
+    pub idle_batch_interval: Duration,
+    pub max_queued: usize,
+}
+
+impl Default for PancakeOptions {
+    fn default() -> Self {
+        Self {
+            estimate: None,
+            batch_size: 3,
+            adapt: true,
+            window: 10_000_000,
+            significance: 0.05,
+            idle_batch_interval: Duration::from_millis(10),
+            max_queued: 10_000,
+        }
+    }
+}
+
 /// Parameters of every scheme, each used only by its scheme.
 #[derive(Clone, Debug, Default)]
 pub struct SchemeOptions {
     pub cloak: CloakOptions,
+    pub pancake: PancakeOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("unknown scheme {0:?}; choose one of: cloak, encrypted, unsafe")]
+    #[error("unknown scheme {0:?}; choose one of: cloak, pancake, encrypted, unsafe")]
     UnknownScheme(String),
     #[error("capacity must be between 1 and {max}, got {got}")]
     Capacity { got: u64, max: u64 },
@@ -207,6 +247,57 @@ pub fn build(
                 max_pending: o.max_pending,
             };
             Box::new(Cloak::new(config, codec()?, rng, start))
+        }
+        SchemeName::Pancake => {
+            let o = &options.pancake;
+            let estimate = match &o.estimate {
+                Some(estimate) => {
+                    estimate
+                        .check_slots(store.capacity)
+                        .map_err(|e| BuildError::Invalid(format!("pancake distribution: {e}")))?;
+                    estimate.clone()
+                }
+                None => pancake::Estimate::uniform(store.capacity as usize),
+            };
+            if !(1..=1024).contains(&o.batch_size) {
+                return Err(BuildError::Invalid(format!(
+                    "the pancake batch size must be between 1 and 1024 (the paper uses 3), got {}",
+                    o.batch_size
+                )));
+            }
+            if o.window == 0 {
+                return Err(BuildError::Invalid(
+                    "the pancake detection window must hold at least one request".into(),
+                ));
+            }
+            if !(o.significance > 0.0 && o.significance < 1.0) {
+                return Err(BuildError::Invalid(format!(
+                    "the pancake KS significance must be strictly between 0 and 1 (the paper \
+                     uses 0.05), got {}",
+                    o.significance
+                )));
+            }
+            if o.idle_batch_interval.is_zero() {
+                return Err(BuildError::Invalid(
+                    "the pancake idle batch interval must be positive".into(),
+                ));
+            }
+            let config = PancakeConfig {
+                estimate,
+                batch_size: o.batch_size,
+                adapt: o.adapt,
+                window: o.window,
+                significance: o.significance,
+                idle_batch_interval: o.idle_batch_interval,
+                max_queued: o.max_queued,
+            };
+            Box::new(Pancake::new(
+                config,
+                Prf::new(master, "pancake"),
+                codec()?,
+                rng,
+                start,
+            ))
         }
         SchemeName::Encrypted => Box::new(Encrypted::new(
             store.capacity,
