@@ -16,6 +16,8 @@ use std::collections::HashMap;
 use std::io::BufRead;
 use std::sync::Arc;
 
+use cloak_core::KeyDirectory;
+
 /// `π̂` over a store's slots: probabilities summing to 1, and how many samples they were
 /// estimated from (`None`: given exactly, e.g. uniform or a weight file).
 #[derive(Clone, Debug, PartialEq)]
@@ -160,7 +162,9 @@ pub fn parse_distribution(
         }
         requests += 1;
         let next = keys.len();
-        let entry = keys.entry(key.as_bytes().to_vec()).or_insert((next, 0.0, 0));
+        let entry = keys
+            .entry(key.as_bytes().to_vec())
+            .or_insert((next, 0.0, 0));
         entry.1 += weight.unwrap_or(0.0);
         entry.2 += 1;
     }
@@ -187,6 +191,42 @@ pub fn parse_distribution(
         keys: list.into_iter().map(|(_, key, w)| (key, w)).collect(),
         samples: (!as_weights).then_some(requests),
     })
+}
+
+/// `π̂` per slot for the keys of a distribution file: designates a slot for every named key in
+/// `directory` (heaviest first) and puts its weight there; other slots get weight 0. Keys longer
+/// than `max_key` are refused; keys beyond the capacity are left out (the lightest ones), and
+/// their number is returned with the estimate.
+pub fn estimate_for_keys(
+    directory: &mut KeyDirectory,
+    weights: &KeyWeights,
+    max_key: usize,
+) -> Result<(Estimate, usize), KeyWeightsError> {
+    if let Some((key, _)) = weights.keys.iter().find(|(key, _)| key.len() > max_key) {
+        return Err(KeyWeightsError::KeyTooLong {
+            key: String::from_utf8_lossy(key).into_owned(),
+            max: max_key,
+        });
+    }
+    let mut per_slot = vec![0.0; directory.capacity()];
+    let mut left_out = 0;
+    for (key, weight) in &weights.keys {
+        match directory.designate(key) {
+            Some(slot) => per_slot[slot as usize] += weight,
+            None => left_out += 1,
+        }
+    }
+    let estimate = Estimate::from_weights(per_slot, weights.samples)
+        .map_err(|_| KeyWeightsError::NoWeightFits)?;
+    Ok((estimate, left_out))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyWeightsError {
+    #[error("the distribution names key {key:?}, longer than the key size limit of {max} bytes")]
+    KeyTooLong { key: String, max: usize },
+    #[error("no key of the distribution with a positive weight fits in the store")]
+    NoWeightFits,
 }
 
 /// The Kolmogorov–Smirnov statistic between a histogram and an estimate, keys taken in `order`:
@@ -300,11 +340,15 @@ mod tests {
 
     #[test]
     fn reads_weight_files_and_traces() {
-        let weights = parse_distribution("a 1\nb 3\n\nc 0.5\na 1\n".as_bytes(), Default::default())
-            .unwrap();
+        let weights =
+            parse_distribution("a 1\nb 3\n\nc 0.5\na 1\n".as_bytes(), Default::default()).unwrap();
         assert_eq!(
             weights.keys,
-            vec![(b"b".to_vec(), 3.0), (b"a".to_vec(), 2.0), (b"c".to_vec(), 0.5)]
+            vec![
+                (b"b".to_vec(), 3.0),
+                (b"a".to_vec(), 2.0),
+                (b"c".to_vec(), 0.5)
+            ]
         );
         assert_eq!(weights.samples, None);
 
@@ -315,14 +359,21 @@ mod tests {
         .unwrap();
         assert_eq!(
             trace.keys,
-            vec![(b"7".to_vec(), 3.0), (b"9".to_vec(), 1.0), (b"x".to_vec(), 1.0)]
+            vec![
+                (b"7".to_vec(), 3.0),
+                (b"9".to_vec(), 1.0),
+                (b"x".to_vec(), 1.0)
+            ]
         );
         assert_eq!(trace.samples, Some(5));
 
         // The same text read as a trace on request: every line is one access.
         let forced =
             parse_distribution("a 1\nb 3\n".as_bytes(), DistributionFormat::Trace).unwrap();
-        assert_eq!(forced.keys, vec![(b"a".to_vec(), 1.0), (b"b".to_vec(), 1.0)]);
+        assert_eq!(
+            forced.keys,
+            vec![(b"a".to_vec(), 1.0), (b"b".to_vec(), 1.0)]
+        );
 
         assert!(matches!(
             parse_distribution("a 1\nb x\n".as_bytes(), DistributionFormat::Weights),
@@ -335,6 +386,32 @@ mod tests {
         assert!(matches!(
             parse_distribution("a 0\n".as_bytes(), DistributionFormat::Auto),
             Err(DistributionError::AllZero)
+        ));
+    }
+
+    #[test]
+    fn named_keys_get_designated_slots() {
+        use cloak_crypto::{KeyHasher, MasterKey};
+        let mut directory = KeyDirectory::new(KeyHasher::new(&MasterKey::from_bytes([1; 32])), 3);
+        let (existing, _) = directory.get_or_insert(b"old").unwrap();
+        let weights = parse_distribution(
+            "hot 6\nold 2\nwarm 1\ncold 1\n".as_bytes(),
+            Default::default(),
+        )
+        .unwrap();
+        let (estimate, left_out) = estimate_for_keys(&mut directory, &weights, 8).unwrap();
+        assert_eq!(
+            left_out, 1,
+            "three slots, four keys: the lightest is left out"
+        );
+        let p = estimate.probabilities();
+        assert!((p[existing as usize] - 2.0 / 9.0).abs() < 1e-12);
+        let hot = directory.designate(b"hot").unwrap();
+        assert!((p[hot as usize] - 6.0 / 9.0).abs() < 1e-12);
+        assert_eq!(directory.get(b"hot"), None);
+        assert!(matches!(
+            estimate_for_keys(&mut directory, &weights, 2),
+            Err(KeyWeightsError::KeyTooLong { .. })
         ));
     }
 
@@ -362,7 +439,11 @@ mod tests {
         // Half the requests on slot 5.
         let mut changed = None;
         for i in 0..window {
-            let slot = if i % 2 == 0 { 5 } else { (i % slots as u64) as u32 };
+            let slot = if i % 2 == 0 {
+                5
+            } else {
+                (i % slots as u64) as u32
+            };
             changed = changed.or(detector.observe(slot));
         }
         let new = changed.expect("the KS test rejects");

@@ -54,7 +54,7 @@ use crate::Start;
 use crate::retry::Retry;
 pub use estimate::{
     ChangeDetector, DistributionError, DistributionFormat, Estimate, EstimateError, KeyWeights,
-    parse_distribution,
+    KeyWeightsError, estimate_for_keys, parse_distribution,
 };
 use replicas::{DUMMY, Replicas, element_slot};
 use smoothing::{Plan, Threshold};
@@ -333,7 +333,10 @@ impl Pancake {
             && self.fill_next == self.replicas.len()
             && self.fill_outstanding == 0
         {
-            tracing::info!(labels = self.replicas.len(), "storage filled, batches start");
+            tracing::info!(
+                labels = self.replicas.len(),
+                "storage filled, batches start"
+            );
             self.filled = true;
             for (slot, record) in std::mem::take(&mut self.initial) {
                 if record.version > 0 {
@@ -493,9 +496,11 @@ impl Pancake {
         let seen_record = match (&opened, lost) {
             (Ok(record), false) => Ok(record.clone()),
             (Err(reason), _) => Err(reason.clone()),
-            (Ok(_), true) => Err("the element holding this key failed authentication earlier; \
+            (Ok(_), true) => Err(
+                "the element holding this key failed authentication earlier; \
                                   the value is lost until the key is written again"
-                .to_string()),
+                    .to_string(),
+            ),
         };
         let (writer, content) = if owner == DUMMY {
             if holds != DUMMY {
@@ -694,7 +699,11 @@ impl Scheme for Pancake {
         {
             // A fixed schedule: a late tick moves the next one, it never sends two at once.
             let next = due + self.interval;
-            self.next_tick = Some(if next <= now { now + self.interval } else { next });
+            self.next_tick = Some(if next <= now {
+                now + self.interval
+            } else {
+                next
+            });
             // Not while storage fails or batches pile up: nothing would drain, and the server
             // sees the stall anyway.
             if !self.retry.is_waiting() && self.blocked.len() < self.max_queued {
@@ -735,10 +744,7 @@ impl Scheme for Pancake {
         let mut fields = vec![
             ("batch_size", self.batch_size.to_string()),
             ("labels", self.replicas.len().to_string()),
-            (
-                "replicas",
-                (self.replicas.len() - dummies).to_string(),
-            ),
+            ("replicas", (self.replicas.len() - dummies).to_string()),
             ("dummy_replicas", dummies.to_string()),
             ("alpha", format!("{:.6e}", self.phase.threshold.alpha)),
             (

@@ -134,7 +134,9 @@ mod tests {
             vec![0.25; 4],
             vec![0.97, 0.01, 0.01, 0.01],
             vec![0.0, 0.0, 0.0, 1.0],
-            (1..=100).map(|k| 1.0 / k as f64 / 5.187_377_517_639_621).collect(),
+            (1..=100)
+                .map(|k| 1.0 / k as f64 / 5.187_377_517_639_621)
+                .collect(),
         ] {
             let plan = Plan::new(&estimate);
             assert_eq!(plan.replicas() + plan.dummies, 2 * estimate.len() as u64);

@@ -139,7 +139,11 @@ mod tests {
             assert_eq!(cache.take_for(4, cell, false), Some(record(2)));
             assert_eq!(cache.written(4, 2), None);
         }
-        assert_eq!(cache.forget(4, 12), Some(2), "the last stale replica was swapped away");
+        assert_eq!(
+            cache.forget(4, 12),
+            Some(2),
+            "the last stale replica was swapped away"
+        );
         assert_eq!(cache.len(), 0);
         assert_eq!(cache.get(4), None);
     }
