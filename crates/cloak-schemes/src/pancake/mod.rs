@@ -645,7 +645,17 @@ impl Scheme for Pancake {
                 }
                 None => {
                     self.stats.cache_misses += 1;
-                    self.queue.push_back((slot, Some(id)));
+                    // Storage is down: say so now rather than after the backoff. The request
+                    // still takes its place in the queue and its batch, as every request does.
+                    let reader = match self.retry.failing() {
+                        Some(error) => {
+                            let reply = Reply::Failed(SchemeError::StorageUnavailable(error));
+                            self.out.reply(id, reply);
+                            None
+                        }
+                        None => Some(id),
+                    };
+                    self.queue.push_back((slot, reader));
                 }
             },
         }
