@@ -27,7 +27,7 @@ use rand_chacha::ChaCha20Rng;
 
 pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
 pub use encrypted::Encrypted;
-pub use pancake::{Pancake, PancakeConfig};
+pub use pancake::{Pancake, PancakeOptions};
 pub use plaintext::Unsafe;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -122,35 +122,6 @@ impl Default for CloakOptions {
             batch_interval: Duration::from_millis(20),
             cache_size: 1000,
             max_pending: None,
-        }
-    }
-}
-
-/// Pancake's parameters (paper §4–6; defaults are the paper's: `B = 3`, `α = 1/n` so `δ = 1/2`,
-/// a KS test at 95% confidence over windows of 10 million requests).
-#[derive(Clone, Debug)]
-pub struct PancakeOptions {
-    /// `π̂` per slot at start; `None` is uniform.
-    pub estimate: Option<pancake::Estimate>,
-    pub batch_size: usize,
-    pub adapt: bool,
-    pub window: u64,
-    pub significance: f64,
-    /// Batches also go out on this fixed schedule, so queued requests drain when clients pause.
-    pub idle_batch_interval: Duration,
-    pub max_queued: usize,
-}
-
-impl Default for PancakeOptions {
-    fn default() -> Self {
-        Self {
-            estimate: None,
-            batch_size: 3,
-            adapt: true,
-            window: 10_000_000,
-            significance: 0.05,
-            idle_batch_interval: Duration::from_millis(10),
-            max_queued: 10_000,
         }
     }
 }
@@ -282,17 +253,9 @@ pub fn build(
                     "the pancake idle batch interval must be positive".into(),
                 ));
             }
-            let config = PancakeConfig {
-                estimate,
-                batch_size: o.batch_size,
-                adapt: o.adapt,
-                window: o.window,
-                significance: o.significance,
-                idle_batch_interval: o.idle_batch_interval,
-                max_queued: o.max_queued,
-            };
             Box::new(Pancake::new(
-                config,
+                o,
+                estimate,
                 Prf::new(master, "pancake"),
                 codec()?,
                 rng,

@@ -285,7 +285,10 @@ fn the_chi_square_helper_matches_known_values() {
         (0.0, 5.0, 1.0),
     ] {
         let got = upper_regularized_gamma(freedom / 2.0, statistic / 2.0);
-        assert!((got - p).abs() < 2e-4, "χ²={statistic}, df={freedom}: {got}");
+        assert!(
+            (got - p).abs() < 2e-4,
+            "χ²={statistic}, df={freedom}: {got}"
+        );
     }
 }
 
@@ -440,7 +443,8 @@ fn restart(setup: &Setup, crashed: Simulator, incarnation: u64) -> Simulator {
         };
         build(SchemeName::Pancake, &spec, &options, &master(), start).unwrap()
     };
-    let format = || ElementFormat::Sealed(ElementCodec::new(layout(), Sealer::new(&master()).unwrap()));
+    let format =
+        || ElementFormat::Sealed(ElementCodec::new(layout(), Sealer::new(&master()).unwrap()));
     let restart = Restart {
         format: &format,
         hasher: KeyHasher::new(&master()),
@@ -491,7 +495,9 @@ fn expect_integrity_error(outcome: Option<Outcome>) {
     assert!(
         matches!(
             outcome,
-            Some(Outcome::Error(CommandError::Scheme(SchemeError::Integrity(_))))
+            Some(Outcome::Error(CommandError::Scheme(
+                SchemeError::Integrity(_)
+            )))
         ),
         "expected an integrity error, got {outcome:?}"
     );
@@ -558,10 +564,16 @@ fn bad_options_are_refused_clearly() {
             pancake: options,
             ..SchemeOptions::default()
         };
-        build(SchemeName::Pancake, &spec, &options, &master(), Start::default())
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default()
+        build(
+            SchemeName::Pancake,
+            &spec,
+            &options,
+            &master(),
+            Start::default(),
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
     };
     let zero_batch = try_build(PancakeOptions {
         batch_size: 0,
@@ -577,5 +589,8 @@ fn bad_options_are_refused_clearly() {
         estimate: Some(cloak_schemes::pancake::Estimate::uniform(4)),
         ..Default::default()
     });
-    assert!(short.contains("4 weights") && short.contains("10 slots"), "{short}");
+    assert!(
+        short.contains("4 weights") && short.contains("10 slots"),
+        "{short}"
+    );
 }

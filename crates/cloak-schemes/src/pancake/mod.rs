@@ -65,10 +65,12 @@ const FILL_CHUNK: usize = 1024;
 /// Fill requests in flight at once.
 const FILL_WINDOW: usize = 4;
 
+/// Pancake's parameters (paper §4–6; defaults are the paper's: `B = 3`, `α = 1/n` so `δ = 1/2`,
+/// a KS test at 95% confidence over windows of 10 million requests).
 #[derive(Clone, Debug)]
-pub struct PancakeConfig {
-    /// `π̂` at start.
-    pub estimate: Estimate,
+pub struct PancakeOptions {
+    /// `π̂` per slot at start; `None` is uniform.
+    pub estimate: Option<Estimate>,
     /// Accesses per client request (`B`).
     pub batch_size: usize,
     /// Detect drift and swap replicas (§5); without it `π̂` never changes.
@@ -77,10 +79,24 @@ pub struct PancakeConfig {
     pub window: u64,
     /// KS test significance (the paper's 95% confidence is 0.05).
     pub significance: f64,
-    /// Time between the scheduled batches that drain the queue.
+    /// Batches also go out on this fixed schedule, so queued requests drain when clients pause.
     pub idle_batch_interval: Duration,
     /// Most requests waiting for batches before clients are slowed down.
     pub max_queued: usize,
+}
+
+impl Default for PancakeOptions {
+    fn default() -> Self {
+        Self {
+            estimate: None,
+            batch_size: 3,
+            adapt: true,
+            window: 10_000_000,
+            significance: 0.05,
+            idle_batch_interval: Duration::from_millis(10),
+            max_queued: 10_000,
+        }
+    }
 }
 
 /// The distributions accesses are drawn from, for `π̂` and, during a swap, its transition.
@@ -162,31 +178,32 @@ pub struct Pancake {
 
 impl Pancake {
     /// A store of `estimate`'s slots holding `start`'s records; its first requests write every
-    /// label.
+    /// label. `options.estimate` is ignored: `estimate` is the one in force.
     pub fn new(
-        config: PancakeConfig,
+        options: &PancakeOptions,
+        estimate: Estimate,
         prf: Prf,
         codec: ElementCodec,
         mut rng: ChaCha20Rng,
         start: Start,
     ) -> Self {
-        let keys = config.estimate.probabilities().len();
-        let plan = Plan::new(config.estimate.probabilities());
+        let keys = estimate.probabilities().len();
+        let plan = Plan::new(estimate.probabilities());
         let replicas = Replicas::new(prf, &plan.counts, plan.dummies, |names| {
             names.shuffle(&mut rng)
         });
-        let detector = config.adapt.then(|| {
-            ChangeDetector::new(config.estimate.clone(), config.window, config.significance)
-        });
+        let detector = options
+            .adapt
+            .then(|| ChangeDetector::new(estimate.clone(), options.window, options.significance));
         let mut scheme = Self {
-            batch_size: config.batch_size,
-            interval: config.idle_batch_interval,
-            max_queued: config.max_queued.max(1),
+            batch_size: options.batch_size,
+            interval: options.idle_batch_interval,
+            max_queued: options.max_queued.max(1),
             keys,
             codec,
             rng,
             phase: Phase {
-                estimate: config.estimate.clone(),
+                estimate: estimate.clone(),
                 threshold: Threshold::static_for(keys),
                 real: WeightedAliasIndex::new(vec![1.0]).expect("one positive weight"),
                 fake: WeightedAliasIndex::new(vec![1.0]).expect("one positive weight"),
@@ -223,7 +240,7 @@ impl Pancake {
             adaptations: 0,
             swaps: 0,
         };
-        scheme.phase = scheme.settled_phase(config.estimate);
+        scheme.phase = scheme.settled_phase(estimate);
         scheme.pump_fill(None);
         scheme
     }
