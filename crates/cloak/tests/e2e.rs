@@ -380,7 +380,8 @@ fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
 fn pancake_starts_from_a_distribution_file() {
     let dir = tempfile::tempdir().unwrap();
     let weights = dir.path().join("weights.txt");
-    // "hot" has half the weight: ceil(0.5 · 100) = 50 replicas of 200 labels.
+    // "hot" has half the weight: ceil(0.5 · 200) = 100 replicas of 400 labels. The 100 named
+    // keys have their slots set aside; the other 100 slots take any other key.
     let mut text = String::from("hot 99\n");
     for i in 0..99 {
         text.push_str(&format!("k{i} 1\n"));
@@ -393,7 +394,7 @@ fn pancake_starts_from_a_distribution_file() {
             "--scheme",
             "pancake",
             "--capacity",
-            "100",
+            "200",
             "--pancake-distribution",
             weights.to_str().unwrap(),
             "--port",
@@ -419,7 +420,7 @@ fn pancake_starts_from_a_distribution_file() {
     let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
     assert_eq!(size, 2, "designated keys do not exist until they are set");
     let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
-    assert!(info.contains("labels:200"), "{info}");
+    assert!(info.contains("labels:400"), "{info}");
     assert!(info.contains("dummy_replicas:"), "{info}");
     up.kill();
 
