@@ -5,6 +5,12 @@
 //! collision without the hash key, and two of a billion keys collide by chance with probability
 //! about 2^-37. The full key lives in the element and the engine compares it on every read, so
 //! even then a read would answer nothing rather than another key's value.
+//!
+//! A key can also be *designated* a slot before it exists ([`KeyDirectory::designate`]): the
+//! slot is kept for that key alone (it is not in the free list, and it returns to the key, not
+//! to the free list, when the key is deleted), while `get` still says the key does not exist.
+//! Schemes only know slots; this lets the proxy tell a scheme about named keys at build time
+//! (Pancake's access distribution from a key-weight file).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -43,6 +49,9 @@ pub struct KeyDirectory {
     /// Slots not holding a key; popped from the end, and shrunk as the store fills.
     free: Vec<u32>,
     capacity: usize,
+    /// Keys given a slot in advance, and those slots.
+    designated: HashMap<Hash, u32, BuildHasherDefault<PassThrough>>,
+    designated_slots: std::collections::HashSet<u32>,
 }
 
 impl KeyDirectory {
@@ -56,6 +65,8 @@ impl KeyDirectory {
             slots: HashMap::with_capacity_and_hasher(capacity, Default::default()),
             free: (0..capacity as u32).rev().collect(),
             capacity,
+            designated: HashMap::default(),
+            designated_slots: Default::default(),
         }
     }
 
@@ -84,6 +95,10 @@ impl KeyDirectory {
         if let Some(&slot) = self.slots.get(&hash) {
             return Some((Slot::from(slot), false));
         }
+        if let Some(&slot) = self.designated.get(&hash) {
+            self.slots.insert(hash, slot);
+            return Some((Slot::from(slot), true));
+        }
         let slot = self.free.pop()?;
         // A full store needs no free list: give its memory back as it fills.
         if self.free.capacity() > 1024 && self.free.len() < self.free.capacity() / 4 {
@@ -100,7 +115,34 @@ impl KeyDirectory {
     }
 
     pub fn release(&mut self, slot: Slot) {
-        self.free.push(slot as u32);
+        // A designated slot waits for its own key.
+        if !self.designated_slots.contains(&(slot as u32)) {
+            self.free.push(slot as u32);
+        }
+    }
+
+    /// The slot `key` has or will have: its slot if it exists, else one set aside for it now
+    /// (`None` when no slot is free). The key does not exist until it is inserted.
+    pub fn designate(&mut self, key: &[u8]) -> Option<Slot> {
+        let hash = hash(&self.hasher, key);
+        if let Some(&slot) = self.slots.get(&hash).or(self.designated.get(&hash)) {
+            return Some(Slot::from(slot));
+        }
+        let slot = self.free.pop()?;
+        self.designated.insert(hash, slot);
+        self.designated_slots.insert(slot);
+        Some(Slot::from(slot))
+    }
+
+    /// Whether every one of `keys` can be inserted now (keys that exist take no slot, designated
+    /// keys take their own).
+    pub fn has_room_for<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> bool {
+        let needed = keys
+            .into_iter()
+            .map(|key| hash(&self.hasher, key))
+            .filter(|h| !self.slots.contains_key(h) && !self.designated.contains_key(h))
+            .count();
+        needed <= self.free.len()
     }
 
     /// A directory holding `keys` at their slots (after recovery), every other slot free.
@@ -139,5 +181,26 @@ mod tests {
         assert_eq!(d.get_or_insert(b"c"), Some((0, true)));
         assert_eq!(d.get(b"b"), Some(1));
         assert_eq!(d.len(), 2);
+    }
+
+    #[test]
+    fn designated_slots_wait_for_their_key() {
+        let mut d = KeyDirectory::new(KeyHasher::new(&MasterKey::from_bytes([0; 32])), 3);
+        assert_eq!(d.get_or_insert(b"a"), Some((0, true)));
+        assert_eq!(d.designate(b"a"), Some(0), "an existing key keeps its slot");
+        assert_eq!(d.designate(b"hot"), Some(1));
+        assert_eq!(d.designate(b"hot"), Some(1));
+        assert_eq!(d.get(b"hot"), None, "designated, not inserted");
+        assert_eq!(d.len(), 1);
+        assert!(d.has_room_for([&b"x"[..], &b"hot"[..]]));
+        assert!(!d.has_room_for([&b"x"[..], &b"y"[..]]));
+        assert_eq!(d.get_or_insert(b"x"), Some((2, true)), "slot 1 is not free");
+        assert_eq!(d.get_or_insert(b"y"), None);
+        assert_eq!(d.get_or_insert(b"hot"), Some((1, true)));
+        assert_eq!(d.remove(b"hot"), Some(1));
+        d.release(1);
+        assert_eq!(d.get_or_insert(b"y"), None, "slot 1 stays hot's");
+        assert_eq!(d.get_or_insert(b"hot"), Some((1, true)));
+        assert_eq!(d.designate(b"z"), None, "no slot left");
     }
 }

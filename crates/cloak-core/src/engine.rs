@@ -243,15 +243,12 @@ impl Engine {
                     .filter(|(i, (key, _))| last[key] == *i)
                     .map(|(_, pair)| pair)
                     .collect();
-                // Refused as a whole when the store cannot take every new key.
-                let mut new_keys = HashSet::new();
-                for (key, _) in &pairs {
-                    if self.directory.get(key).is_none() {
-                        new_keys.insert(key.clone());
-                    }
-                }
-                let free = self.directory.capacity() - self.directory.len();
-                if new_keys.len() > free {
+                // Refused as a whole when the store cannot take every new key (keys are distinct
+                // here; slots of deleted keys come back only once released).
+                if !self
+                    .directory
+                    .has_room_for(pairs.iter().map(|(key, _)| &key[..]))
+                {
                     return Err(Outcome::Error(CommandError::StoreFull {
                         capacity: self.directory.capacity(),
                     }));

@@ -3,6 +3,7 @@
 //! | name        | what the server learns                                   |
 //! |-------------|----------------------------------------------------------|
 //! | `cloak`     | nothing beyond the public budgets (paper's Theorem 1)    |
+//! | `pancake`   | uniform label accesses while requests follow `π̂` (§4)   |
 //! | `encrypted` | which label every op touches (contents hidden)           |
 //! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
 //!
@@ -11,6 +12,7 @@
 
 pub mod cloak;
 mod encrypted;
+pub mod pancake;
 mod plaintext;
 mod retry;
 
@@ -25,21 +27,29 @@ use rand_chacha::ChaCha20Rng;
 
 pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
 pub use encrypted::Encrypted;
+pub use pancake::{Pancake, PancakeOptions};
 pub use plaintext::Unsafe;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchemeName {
     Cloak,
+    Pancake,
     Encrypted,
     Unsafe,
 }
 
 impl SchemeName {
-    pub const ALL: [SchemeName; 3] = [SchemeName::Cloak, SchemeName::Encrypted, SchemeName::Unsafe];
+    pub const ALL: [SchemeName; 4] = [
+        SchemeName::Cloak,
+        SchemeName::Pancake,
+        SchemeName::Encrypted,
+        SchemeName::Unsafe,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             SchemeName::Cloak => "cloak",
+            SchemeName::Pancake => "pancake",
             SchemeName::Encrypted => "encrypted",
             SchemeName::Unsafe => "unsafe",
         }
@@ -120,11 +130,12 @@ impl Default for CloakOptions {
 #[derive(Clone, Debug, Default)]
 pub struct SchemeOptions {
     pub cloak: CloakOptions,
+    pub pancake: PancakeOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("unknown scheme {0:?}; choose one of: cloak, encrypted, unsafe")]
+    #[error("unknown scheme {0:?}; choose one of: cloak, pancake, encrypted, unsafe")]
     UnknownScheme(String),
     #[error("capacity must be between 1 and {max}, got {got}")]
     Capacity { got: u64, max: u64 },
@@ -220,6 +231,49 @@ pub fn build(
                 max_pending: o.max_pending,
             };
             Box::new(Cloak::new(config, codec()?, rng, start))
+        }
+        SchemeName::Pancake => {
+            let o = &options.pancake;
+            let estimate = match &o.estimate {
+                Some(estimate) => {
+                    estimate
+                        .check_slots(store.capacity)
+                        .map_err(|e| BuildError::Invalid(format!("pancake distribution: {e}")))?;
+                    estimate.clone()
+                }
+                None => pancake::Estimate::uniform(store.capacity as usize),
+            };
+            if !(1..=1024).contains(&o.batch_size) {
+                return Err(BuildError::Invalid(format!(
+                    "the pancake batch size must be between 1 and 1024 (the paper uses 3), got {}",
+                    o.batch_size
+                )));
+            }
+            if o.window == 0 {
+                return Err(BuildError::Invalid(
+                    "the pancake detection window must hold at least one request".into(),
+                ));
+            }
+            if !(o.significance > 0.0 && o.significance < 1.0) {
+                return Err(BuildError::Invalid(format!(
+                    "the pancake KS significance must be strictly between 0 and 1 (the paper \
+                     uses 0.05), got {}",
+                    o.significance
+                )));
+            }
+            if o.idle_batch_interval.is_zero() {
+                return Err(BuildError::Invalid(
+                    "the pancake idle batch interval must be positive".into(),
+                ));
+            }
+            Box::new(Pancake::new(
+                o,
+                estimate,
+                Prf::new(master, "pancake"),
+                codec()?,
+                rng,
+                start,
+            ))
         }
         SchemeName::Encrypted => Box::new(Encrypted::new(
             store.capacity,

@@ -81,8 +81,9 @@ Examples:
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct StoreArgs {
-    /// Scheme: cloak (oblivious), encrypted (hides values, leaks access pattern) or unsafe
-    /// (plaintext; the speed ceiling) [default: cloak]
+    /// Scheme: cloak (oblivious), pancake (frequency smoothing: uniform accesses while requests
+    /// follow the distribution estimate), encrypted (hides values, leaks access pattern) or
+    /// unsafe (plaintext; the speed ceiling) [default: cloak]
     #[arg(long, value_name = "NAME")]
     pub scheme: Option<String>,
 
@@ -122,6 +123,43 @@ pub struct StoreArgs {
     /// Cloak: most slots waiting for a batch before clients are slowed down [default: 2 × batch]
     #[arg(long, value_name = "N")]
     pub max_pending: Option<usize>,
+
+    /// Pancake: the access distribution estimate to start from: a key-weight file (`KEY WEIGHT`
+    /// per line) or a trace (one request per line: `KEY` reads, `KEY ANYTHING…` writes)
+    /// [default: uniform]
+    #[arg(long, value_name = "FILE")]
+    pub pancake_distribution: Option<PathBuf>,
+
+    /// Pancake: how to read --pancake-distribution: auto (weights if every line is
+    /// `KEY NUMBER`, else a trace), weights or trace [default: auto]
+    #[arg(long, value_name = "FORMAT")]
+    pub pancake_distribution_format: Option<String>,
+
+    /// Pancake: accesses per client request, B [default: 3]
+    #[arg(long, value_name = "N")]
+    pub pancake_batch_size: Option<usize>,
+
+    /// Pancake: detect when requests leave the estimate and swap replicas (§5) [default: true]
+    #[arg(long, value_name = "BOOL")]
+    pub pancake_adapt: Option<bool>,
+
+    /// Pancake: requests per drift-detection window, w [default: 10000000]
+    #[arg(long, value_name = "N")]
+    pub pancake_window: Option<u64>,
+
+    /// Pancake: significance of the Kolmogorov–Smirnov drift test [default: 0.05]
+    #[arg(long, value_name = "P")]
+    pub pancake_significance: Option<f64>,
+
+    /// Pancake: a batch also goes out on this fixed schedule, so queued requests are served when
+    /// clients pause [default: 10ms]
+    #[arg(long, value_name = "DURATION")]
+    pub pancake_idle_interval: Option<String>,
+
+    /// Pancake: most requests waiting for a batch before clients are slowed down
+    /// [default: 10000]
+    #[arg(long, value_name = "N")]
+    pub pancake_max_queued: Option<usize>,
 
     /// Most keys one MGET/MSET/DEL/EXISTS may name [default: 10000]
     #[arg(long, value_name = "N")]

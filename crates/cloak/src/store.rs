@@ -1,13 +1,14 @@
 //! From `[store]` settings to a running engine: defaults, validation, and the key.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout};
 use cloak_crypto::{KeyHasher, MasterKey};
 use cloak_proxy::{Journal, RecoveryReport};
-use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec};
+use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
+use cloak_schemes::{CloakOptions, PancakeOptions, SchemeName, SchemeOptions, Start, StoreSpec};
 use cloak_storage::Storage;
 
 use crate::cli::StoreArgs;
@@ -19,6 +20,8 @@ pub struct Store {
     pub spec: StoreSpec,
     pub options: SchemeOptions,
     pub limits: Limits,
+    /// Pancake's starting distribution, read once the key directory exists.
+    pub pancake_distribution: Option<(PathBuf, DistributionFormat)>,
 }
 
 impl StoreArgs {
@@ -54,7 +57,29 @@ impl StoreArgs {
         if batch_interval < Duration::from_micros(100) {
             bail!("--batch-interval must be at least 100µs");
         }
+        let pancake = PancakeOptions::default();
+        let idle_batch_interval = match &self.pancake_idle_interval {
+            Some(text) => humantime::parse_duration(text).with_context(|| {
+                format!("--pancake-idle-interval: {text:?} is not a duration like 10ms")
+            })?,
+            None => pancake.idle_batch_interval,
+        };
+        if idle_batch_interval < Duration::from_micros(100) {
+            bail!("--pancake-idle-interval must be at least 100µs");
+        }
+        let format: DistributionFormat = match &self.pancake_distribution_format {
+            Some(text) => text
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("--pancake-distribution-format: {e}"))?,
+            None => DistributionFormat::Auto,
+        };
+        if scheme != SchemeName::Pancake
+            && (self.pancake_distribution.is_some() || self.pancake_distribution_format.is_some())
+        {
+            bail!("--pancake-distribution is for --scheme pancake (the scheme is {scheme})");
+        }
         Ok(Store {
+            pancake_distribution: self.pancake_distribution.clone().map(|path| (path, format)),
             scheme,
             spec: StoreSpec {
                 capacity: self.capacity.unwrap_or(100_000),
@@ -69,6 +94,15 @@ impl StoreArgs {
                     batch_interval,
                     cache_size: self.cache_size.unwrap_or(defaults.cache_size),
                     max_pending: self.max_pending,
+                },
+                pancake: PancakeOptions {
+                    estimate: None,
+                    batch_size: self.pancake_batch_size.unwrap_or(pancake.batch_size),
+                    adapt: self.pancake_adapt.unwrap_or(pancake.adapt),
+                    window: self.pancake_window.unwrap_or(pancake.window),
+                    significance: self.pancake_significance.unwrap_or(pancake.significance),
+                    idle_batch_interval,
+                    max_queued: self.pancake_max_queued.unwrap_or(pancake.max_queued),
                 },
             },
             limits: Limits {
@@ -113,8 +147,14 @@ impl Store {
             records: recovered.records.clone(),
             generation_base: Start::generation_base(incarnation),
         };
-        let scheme = cloak_schemes::build(self.scheme, &self.spec, &self.options, master, start)?;
-        let directory = KeyDirectory::restore(KeyHasher::new(master), capacity, recovered.keys());
+        let mut directory =
+            KeyDirectory::restore(KeyHasher::new(master), capacity, recovered.keys());
+        let mut options = self.options.clone();
+        if let Some((path, format)) = &self.pancake_distribution {
+            options.pancake.estimate =
+                Some(self.read_distribution(path, *format, &mut directory)?);
+        }
+        let scheme = cloak_schemes::build(self.scheme, &self.spec, &options, master, start)?;
         let engine =
             Engine::new(scheme, directory, self.limits).with_next_version(recovered.next_version);
         if recovered.elements > 0 {
@@ -135,6 +175,36 @@ impl Store {
             );
         }
         Ok((engine, report))
+    }
+
+    /// Pancake's `π̂` from a distribution file: every named key is designated its slot, so the
+    /// weights can be given per slot before the keys exist.
+    fn read_distribution(
+        &self,
+        path: &Path,
+        format: DistributionFormat,
+        directory: &mut KeyDirectory,
+    ) -> anyhow::Result<cloak_schemes::pancake::Estimate> {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("--pancake-distribution: cannot open {}", path.display()))?;
+        let weights = parse_distribution(std::io::BufReader::new(file), format)
+            .with_context(|| format!("--pancake-distribution {}", path.display()))?;
+        let (estimate, left_out) = estimate_for_keys(directory, &weights, self.spec.layout.max_key)
+            .with_context(|| format!("--pancake-distribution {}", path.display()))?;
+        if left_out > 0 {
+            tracing::warn!(
+                left_out,
+                capacity = directory.capacity(),
+                "the distribution names more keys than the store holds; the lightest are left out"
+            );
+        }
+        tracing::info!(
+            keys = weights.keys.len() - left_out,
+            samples = weights.samples,
+            "pancake starts from the distribution in {}",
+            path.display()
+        );
+        Ok(estimate)
     }
 
     /// One line for people: what is running.

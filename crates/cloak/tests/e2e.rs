@@ -375,3 +375,72 @@ fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
     let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
     assert_eq!(size, 4 * 300);
 }
+
+#[test]
+fn pancake_starts_from_a_distribution_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let weights = dir.path().join("weights.txt");
+    // "hot" has half the weight: ceil(0.5 · 200) = 100 replicas of 400 labels. The 100 named
+    // keys have their slots set aside; the other 100 slots take any other key.
+    let mut text = String::from("hot 99\n");
+    for i in 0..99 {
+        text.push_str(&format!("k{i} 1\n"));
+    }
+    std::fs::write(&weights, text).unwrap();
+    let port = free_port();
+    let up = Running::start(
+        &[
+            "up",
+            "--scheme",
+            "pancake",
+            "--capacity",
+            "200",
+            "--pancake-distribution",
+            weights.to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+        ],
+        "Stop with Ctrl-C",
+    );
+    let mut con = connect(port);
+    let _: () = redis::cmd("SET")
+        .arg("hot")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("other")
+        .arg("w")
+        .query(&mut con)
+        .unwrap();
+    let got: String = redis::cmd("GET").arg("hot").query(&mut con).unwrap();
+    assert_eq!(got, "v");
+    let got: String = redis::cmd("GET").arg("other").query(&mut con).unwrap();
+    assert_eq!(got, "w");
+    let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(size, 2, "designated keys do not exist until they are set");
+    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
+    assert!(info.contains("labels:400"), "{info}");
+    assert!(info.contains("dummy_replicas:"), "{info}");
+    up.kill();
+
+    // A weight file with a bad line is refused with the line number.
+    std::fs::write(&weights, "a 1\nb many\n").unwrap();
+    let out = Command::new(CLOAK)
+        .args([
+            "up",
+            "--scheme",
+            "pancake",
+            "--port",
+            &free_port().to_string(),
+            "--pancake-distribution",
+            weights.to_str().unwrap(),
+            "--pancake-distribution-format",
+            "weights",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 2"), "{stderr}");
+}

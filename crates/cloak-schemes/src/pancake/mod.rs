@@ -1,0 +1,811 @@
+//! Pancake (paper §4–5): frequency smoothing, so that every access storage sees is a uniformly
+//! random one of `2n` labels when client requests follow the estimate `π̂`.
+//!
+//! - *Selective replication* ([`smoothing`]): key `k` has `R(k) = ceil(π̂(k)·n)` replicas, each
+//!   under its own label `PRF(k, j)`, and dummy replicas fill the store up to exactly `2n`
+//!   labels ([`replicas`]).
+//! - *Fake accesses and batching*: every client request adds its key to the query queue and
+//!   sends one batch of `B = 3` accesses; each is real with probability `δ = 1/2` (the queue's
+//!   head, or a key drawn from `π̂` when the queue is empty, at a uniformly chosen replica) or
+//!   fake, drawn from `π_f`. Every access reads its label and writes it back re-encrypted.
+//! - *UpdateCache* ([`update_cache`]): a write goes to the cache and reaches each replica on that
+//!   replica's next access, never all at once.
+//! - *Adaptation* ([`estimate`], [`adapt`]): a KS test on windows of requests detects that the
+//!   requests left `π̂`; the replicas are then swapped under a temporary threshold `α′` that keeps
+//!   every label at `1/(2n)` until every swap is done.
+//!
+//! Beyond the paper: a batch also goes out every `idle_batch_interval` on a fixed schedule. The
+//! paper serves a queued request only with the next request's batch, which leaves the last
+//! request of a quiet client waiting forever; sending only when something is queued would tell
+//! the server that the last batch held no real access (all its coins came up fake, and fakes
+//! avoid hot labels). A schedule that depends on nothing lets the queue drain and shows nothing.
+//!
+//! Storage: each label holds one element sealed with `ElementCodec`, bound to its label and to a
+//! generation that grows with every write, so corrupted, swapped or replayed elements fail to
+//! open. At most one access per label is at storage at a time (a batch that needs a label still
+//! in flight waits, in order), so every read sees the previous write-back. Crash safety: a
+//! write is journaled before it is acknowledged and released only when the UpdateCache entry
+//! leaves (every replica holds it); recovery takes the newest version among replicas and the
+//! journal, and a new instance rewrites every label from what was recovered.
+
+mod adapt;
+pub mod estimate;
+mod replicas;
+pub mod smoothing;
+mod update_cache;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cloak_core::{
+    ElementCodec, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError, SchemeStats,
+    Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+};
+use cloak_crypto::{Binding, Prf};
+use hashbrown::{HashMap, HashSet};
+use rand::Rng;
+use rand::distr::Distribution;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha20Rng;
+use rand_distr::weighted::WeightedAliasIndex;
+
+use crate::Start;
+use crate::retry::Retry;
+pub use estimate::{
+    ChangeDetector, DistributionError, DistributionFormat, Estimate, EstimateError, KeyWeights,
+    KeyWeightsError, estimate_for_keys, parse_distribution,
+};
+use replicas::{DUMMY, Replicas, element_slot};
+use smoothing::{Plan, Threshold};
+use update_cache::UpdateCache;
+
+/// Labels written per request while the store is first filled.
+const FILL_CHUNK: usize = 1024;
+/// Fill requests in flight at once.
+const FILL_WINDOW: usize = 4;
+
+/// Pancake's parameters (paper §4–6; defaults are the paper's: `B = 3`, `α = 1/n` so `δ = 1/2`,
+/// a KS test at 95% confidence over windows of 10 million requests).
+#[derive(Clone, Debug)]
+pub struct PancakeOptions {
+    /// `π̂` per slot at start; `None` is uniform.
+    pub estimate: Option<Estimate>,
+    /// Accesses per client request (`B`).
+    pub batch_size: usize,
+    /// Detect drift and swap replicas (§5); without it `π̂` never changes.
+    pub adapt: bool,
+    /// Requests per detection window (`w`).
+    pub window: u64,
+    /// KS test significance (the paper's 95% confidence is 0.05).
+    pub significance: f64,
+    /// Batches also go out on this fixed schedule, so queued requests drain when clients pause.
+    pub idle_batch_interval: Duration,
+    /// Most requests waiting for batches before clients are slowed down.
+    pub max_queued: usize,
+}
+
+impl Default for PancakeOptions {
+    fn default() -> Self {
+        Self {
+            estimate: None,
+            batch_size: 3,
+            adapt: true,
+            window: 10_000_000,
+            significance: 0.05,
+            idle_batch_interval: Duration::from_millis(10),
+            max_queued: 10_000,
+        }
+    }
+}
+
+/// The distributions accesses are drawn from, for `π̂` and, during a swap, its transition.
+struct Phase {
+    estimate: Estimate,
+    threshold: Threshold,
+    real: WeightedAliasIndex<f64>,
+    fake: WeightedAliasIndex<f64>,
+    /// While swapping: how many of their first replicas serve the reads of keys that gain some.
+    serving: HashMap<u32, u32>,
+    /// Cells handed to a new owner that do not hold its record yet.
+    pending: usize,
+    /// Replicas are being swapped (§5.1): the transition's distributions are in force.
+    swapping: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Purpose {
+    Fill,
+    Read(u64),
+    Write(u64),
+}
+
+/// One client request's (or one scheduled) batch of accesses.
+struct Batch {
+    cells: Vec<u32>,
+    /// Positions serving a client's read that waits for storage: (position, op, slot).
+    readers: Vec<(usize, OpId, u32)>,
+    /// Cached records the write-back carries: (slot, version).
+    cached: Vec<(u32, u64)>,
+}
+
+/// What one access found: whose record the label held, and that record (or why it is lost).
+struct Seen {
+    holds: u32,
+    record: Result<Record, String>,
+}
+
+pub struct Pancake {
+    batch_size: usize,
+    interval: Duration,
+    max_queued: usize,
+    keys: usize,
+    codec: ElementCodec,
+    rng: ChaCha20Rng,
+    replicas: Replicas,
+    phase: Phase,
+    detector: Option<ChangeDetector>,
+    cache: UpdateCache,
+    /// Records of keys gaining replicas, read from one of their replicas while swapping, to
+    /// write into the labels they gain (§5.1 replica caching).
+    fetched: HashMap<u32, Record>,
+    /// Cells whose element failed authentication and that hold a placeholder since.
+    corrupt: HashSet<u32>,
+    /// Requests waiting for a real access: (slot, the read waiting on storage, if any).
+    queue: VecDeque<(u32, Option<OpId>)>,
+    batches: HashMap<u64, Batch>,
+    next_batch: u64,
+    /// Batches formed but not sent, oldest first.
+    blocked: VecDeque<u64>,
+    /// Cells with an access at storage.
+    busy: HashSet<u32>,
+    /// Records the fill writes (recovered after a crash), by slot.
+    initial: HashMap<u32, Record>,
+    fill_next: usize,
+    fill_outstanding: usize,
+    filled: bool,
+    next_generation: u64,
+    next_tick: Option<Instant>,
+    retry: Retry<(Purpose, StorageOp)>,
+    outstanding: HashMap<RequestId, (Purpose, StorageOp)>,
+    next_request: u64,
+    transmit: VecDeque<StorageRequest>,
+    out: Outbox,
+    stats: SchemeStats,
+    adaptations: u64,
+    swaps: u64,
+}
+
+impl Pancake {
+    /// A store of `estimate`'s slots holding `start`'s records; its first requests write every
+    /// label. `options.estimate` is ignored: `estimate` is the one in force.
+    pub fn new(
+        options: &PancakeOptions,
+        estimate: Estimate,
+        prf: Prf,
+        codec: ElementCodec,
+        mut rng: ChaCha20Rng,
+        start: Start,
+    ) -> Self {
+        let keys = estimate.probabilities().len();
+        let plan = Plan::new(estimate.probabilities());
+        let replicas = Replicas::new(prf, &plan.counts, plan.dummies, |names| {
+            names.shuffle(&mut rng)
+        });
+        let detector = options
+            .adapt
+            .then(|| ChangeDetector::new(estimate.clone(), options.window, options.significance));
+        let mut scheme = Self {
+            batch_size: options.batch_size,
+            interval: options.idle_batch_interval,
+            max_queued: options.max_queued.max(1),
+            keys,
+            codec,
+            rng,
+            phase: Phase {
+                estimate: estimate.clone(),
+                threshold: Threshold::static_for(keys),
+                real: WeightedAliasIndex::new(vec![1.0]).expect("one positive weight"),
+                fake: WeightedAliasIndex::new(vec![1.0]).expect("one positive weight"),
+                serving: HashMap::new(),
+                pending: 0,
+                swapping: false,
+            },
+            replicas,
+            detector,
+            cache: UpdateCache::default(),
+            fetched: HashMap::new(),
+            corrupt: HashSet::new(),
+            queue: VecDeque::new(),
+            batches: HashMap::new(),
+            next_batch: 0,
+            blocked: VecDeque::new(),
+            busy: HashSet::new(),
+            initial: start
+                .records
+                .into_iter()
+                .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
+                .collect(),
+            fill_next: 0,
+            fill_outstanding: 0,
+            filled: false,
+            next_generation: start.generation_base,
+            next_tick: None,
+            retry: Retry::default(),
+            outstanding: HashMap::new(),
+            next_request: 0,
+            transmit: VecDeque::new(),
+            out: Outbox::default(),
+            stats: SchemeStats::default(),
+            adaptations: 0,
+            swaps: 0,
+        };
+        scheme.phase = scheme.settled_phase(estimate);
+        scheme.pump_fill(None);
+        scheme
+    }
+
+    /// The number of replicas of `slot` (a key's, not counting dummies), for tests and `INFO`.
+    pub fn replica_count(&self, slot: Slot) -> usize {
+        u32::try_from(slot).map_or(0, |s| self.replicas.count(s))
+    }
+
+    /// Keys whose newest record is still waiting in the UpdateCache for some replica.
+    pub fn update_cache_len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Replica swaps not yet done (0 when no adaptation is in progress).
+    pub fn pending_swaps(&self) -> usize {
+        self.phase.pending
+    }
+
+    /// Adaptations started so far.
+    pub fn adaptations(&self) -> u64 {
+        self.adaptations
+    }
+
+    /// The static phase of `estimate`: `α = 1/n`, every replica serves reads.
+    fn settled_phase(&self, estimate: Estimate) -> Phase {
+        self.phase_for(
+            estimate,
+            Threshold::static_for(self.keys),
+            HashMap::new(),
+            0,
+        )
+    }
+
+    fn phase_for(
+        &self,
+        estimate: Estimate,
+        threshold: Threshold,
+        serving: HashMap<u32, u32>,
+        pending: usize,
+    ) -> Phase {
+        let p = estimate.probabilities();
+        let fake: Vec<f64> = self
+            .replicas
+            .cells()
+            .map(|(_, cell)| {
+                if cell.owner == DUMMY || cell.pending() {
+                    return threshold.fake_weight(0.0);
+                }
+                let owner = cell.owner;
+                let serves = serving
+                    .get(&owner)
+                    .map_or(self.replicas.count(owner), |&s| s as usize);
+                threshold.fake_weight(p[owner as usize] / serves as f64)
+            })
+            .collect();
+        Phase {
+            real: WeightedAliasIndex::new(p.to_vec()).expect("π̂ sums to 1"),
+            fake: WeightedAliasIndex::new(fake).expect("π_f sums to 1"),
+            estimate,
+            threshold,
+            serving,
+            pending,
+            swapping: pending > 0,
+        }
+    }
+
+    fn send(&mut self, purpose: Purpose, op: StorageOp) {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.outstanding.insert(id, (purpose, op.clone()));
+        self.transmit.push_back(StorageRequest { id, op });
+    }
+
+    /// Seals `record` (of `owner`) for `cell` under a fresh generation.
+    fn seal(&mut self, cell: u32, owner: u32, record: &Record) -> Bytes {
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        self.replicas.cell_mut(cell).generation = generation;
+        let binding = Binding {
+            address: self.replicas.label(cell),
+            generation,
+        };
+        self.codec.seal(binding, element_slot(owner), record)
+    }
+
+    /// Keeps the fill's window of writes full; once every label is written, batches may go.
+    fn pump_fill(&mut self, now: Option<Instant>) {
+        while self.fill_outstanding < FILL_WINDOW && self.fill_next < self.replicas.len() {
+            let end = (self.fill_next + FILL_CHUNK).min(self.replicas.len());
+            let writes = (self.fill_next as u32..end as u32)
+                .map(|cell| {
+                    let owner = self.replicas.cell(cell).owner;
+                    let record = match owner {
+                        DUMMY => Record::empty(),
+                        slot => self.initial.get(&slot).cloned().unwrap_or_default(),
+                    };
+                    (self.replicas.label(cell), self.seal(cell, owner, &record))
+                })
+                .collect();
+            self.fill_next = end;
+            self.fill_outstanding += 1;
+            self.send(Purpose::Fill, StorageOp::Write(writes));
+        }
+        if let Some(now) = now
+            && !self.filled
+            && self.fill_next == self.replicas.len()
+            && self.fill_outstanding == 0
+        {
+            tracing::info!(
+                labels = self.replicas.len(),
+                "storage filled, batches start"
+            );
+            self.filled = true;
+            for (slot, record) in std::mem::take(&mut self.initial) {
+                if record.version > 0 {
+                    self.out.release(Slot::from(slot), record.version);
+                }
+            }
+            self.next_tick = Some(now + self.interval);
+            self.send_ready();
+        }
+    }
+
+    /// A replica of `slot` that serves reads, chosen uniformly.
+    fn serving_replica(&mut self, slot: u32) -> u32 {
+        let serving = self
+            .phase
+            .serving
+            .get(&slot)
+            .map_or(self.replicas.count(slot), |&s| s as usize);
+        let j = self.rng.random_range(0..serving);
+        self.replicas.replica(slot, j)
+    }
+
+    /// Draws one batch of `B` accesses (Figure 2, Batch) and queues it for sending.
+    fn form_batch(&mut self) {
+        let delta = self.phase.threshold.real_probability().clamp(0.0, 1.0);
+        let mut batch = Batch {
+            cells: Vec::with_capacity(self.batch_size),
+            readers: Vec::new(),
+            cached: Vec::new(),
+        };
+        for position in 0..self.batch_size {
+            let cell = if self.rng.random_bool(delta) {
+                let (slot, reader) = match self.queue.pop_front() {
+                    Some(request) => {
+                        self.stats.real_accesses += 1;
+                        request
+                    }
+                    None => {
+                        self.stats.dummy_accesses += 1;
+                        (self.phase.real.sample(&mut self.rng) as u32, None)
+                    }
+                };
+                if let Some(op) = reader {
+                    batch.readers.push((position, op, slot));
+                }
+                self.serving_replica(slot)
+            } else {
+                self.stats.dummy_accesses += 1;
+                self.phase.fake.sample(&mut self.rng) as u32
+            };
+            batch.cells.push(cell);
+        }
+        let id = self.next_batch;
+        self.next_batch += 1;
+        self.batches.insert(id, batch);
+        self.blocked.push_back(id);
+        self.send_ready();
+    }
+
+    /// Sends every formed batch none of whose labels is at storage or wanted by an older batch.
+    fn send_ready(&mut self) {
+        if !self.filled {
+            return;
+        }
+        let mut claimed: HashSet<u32> = HashSet::new();
+        let mut still = VecDeque::new();
+        while let Some(id) = self.blocked.pop_front() {
+            let cells = &self.batches[&id].cells;
+            if cells
+                .iter()
+                .any(|c| self.busy.contains(c) || claimed.contains(c))
+            {
+                claimed.extend(cells.iter().copied());
+                still.push_back(id);
+                continue;
+            }
+            self.busy.extend(cells.iter().copied());
+            let labels = cells.iter().map(|&c| self.replicas.label(c)).collect();
+            self.send(Purpose::Read(id), StorageOp::Read(labels));
+        }
+        self.blocked = still;
+    }
+
+    /// Storage answered a batch's reads: answer clients, decide what each label gets, write back.
+    fn finish_read(&mut self, id: u64, values: Vec<Option<Bytes>>) {
+        let Some(mut batch) = self.batches.remove(&id) else {
+            return;
+        };
+        let mut seen: HashMap<u32, (Seen, Bytes)> = HashMap::new();
+        for (position, &cell) in batch.cells.iter().enumerate() {
+            if seen.contains_key(&cell) {
+                // The same label twice in a batch: one access decides, both positions write it.
+                continue;
+            }
+            let value = values[position].as_ref();
+            let access = self.access(cell, value, &mut batch.cached);
+            seen.insert(cell, access);
+        }
+        for (position, op, slot) in std::mem::take(&mut batch.readers) {
+            let (found, _) = &seen[&batch.cells[position]];
+            let reply = match (self.cache.get(slot), found) {
+                (Some(record), _) => Reply::Value(record.clone()),
+                (None, Seen { holds, record }) if *holds == slot => match record {
+                    Ok(record) => Reply::Value(record.clone()),
+                    Err(reason) => Reply::Failed(SchemeError::Integrity(reason.clone())),
+                },
+                // The label changed hands before this read reached it: read the key again.
+                _ => {
+                    self.queue.push_front((slot, Some(op)));
+                    continue;
+                }
+            };
+            self.out.answer(op, Slot::from(slot), reply);
+        }
+        let writes = batch
+            .cells
+            .iter()
+            .map(|&c| (self.replicas.label(c), seen[&c].1.clone()))
+            .collect();
+        self.batches.insert(id, batch);
+        self.send(Purpose::Write(id), StorageOp::Write(writes));
+        if self.phase.swapping && self.phase.pending == 0 {
+            self.finish_swap();
+        }
+    }
+
+    /// One access to `cell`: opens what storage returned and seals what goes back — the
+    /// UpdateCache's newer record for a stale replica, a swapped-in key's record for a label it
+    /// gains, else the same record re-encrypted.
+    fn access(
+        &mut self,
+        cell: u32,
+        value: Option<&Bytes>,
+        cached: &mut Vec<(u32, u64)>,
+    ) -> (Seen, Bytes) {
+        let (owner, holds, generation) = {
+            let c = self.replicas.cell(cell);
+            (c.owner, c.holds, c.generation)
+        };
+        let binding = Binding {
+            address: self.replicas.label(cell),
+            generation,
+        };
+        let opened = self
+            .codec
+            .open(binding, value, Some(element_slot(holds)))
+            .map(|(_, record)| record)
+            .map_err(|error| {
+                self.stats.integrity_failures += 1;
+                tracing::error!(label = binding.address, %error, "storage returned a bad element");
+                format!(
+                    "the element holding this key failed authentication ({error}); the value is \
+                     lost until the key is written again"
+                )
+            });
+        let lost = opened.is_err() || self.corrupt.contains(&cell);
+        let seen_record = match (&opened, lost) {
+            (Ok(record), false) => Ok(record.clone()),
+            (Err(reason), _) => Err(reason.clone()),
+            (Ok(_), true) => Err(
+                "the element holding this key failed authentication earlier; \
+                                  the value is lost until the key is written again"
+                    .to_string(),
+            ),
+        };
+        let (writer, content) = if owner == DUMMY {
+            if holds != DUMMY {
+                self.swapped(cell);
+            }
+            (DUMMY, Record::empty())
+        } else if holds == owner {
+            let from_cache = self.cache.take_for(owner, cell, lost);
+            match (from_cache, opened) {
+                (Some(record), _) => {
+                    cached.push((owner, record.version));
+                    self.corrupt.remove(&cell);
+                    (owner, record)
+                }
+                (None, Ok(record)) if !lost => {
+                    if self.phase.serving.contains_key(&owner) && self.cache.get(owner).is_none() {
+                        self.fetched.insert(owner, record.clone());
+                    }
+                    (owner, record)
+                }
+                (None, _) => {
+                    self.corrupt.insert(cell);
+                    (owner, Record::empty())
+                }
+            }
+        } else {
+            // The label was handed to `owner` and still holds `holds`' record (§5.1).
+            let newest = match self.cache.take_for(owner, cell, false) {
+                Some(record) => {
+                    cached.push((owner, record.version));
+                    Some(record)
+                }
+                None => self.fetched.get(&owner).cloned(),
+            };
+            match newest {
+                Some(record) => {
+                    self.swapped(cell);
+                    (owner, record)
+                }
+                None => (holds, opened.unwrap_or_default()),
+            }
+        };
+        let sealed = self.seal(cell, writer, &content);
+        (
+            Seen {
+                holds,
+                record: seen_record,
+            },
+            sealed,
+        )
+    }
+
+    /// A handed-over label now holds its new owner's record.
+    fn swapped(&mut self, cell: u32) {
+        let c = self.replicas.cell_mut(cell);
+        c.holds = c.owner;
+        self.phase.pending -= 1;
+        self.swaps += 1;
+    }
+
+    /// Storage holds a batch's write-back.
+    fn finish_write(&mut self, id: u64) {
+        let Some(batch) = self.batches.remove(&id) else {
+            return;
+        };
+        for cell in &batch.cells {
+            self.busy.remove(cell);
+        }
+        for (slot, version) in batch.cached {
+            if let Some(version) = self.cache.written(slot, version) {
+                self.out.release(Slot::from(slot), version);
+            }
+        }
+        self.stats.batches += 1;
+        self.send_ready();
+    }
+
+    /// Counts a request for drift detection, and starts swapping when the window says so.
+    fn observe(&mut self, slot: u32) {
+        if self.phase.swapping {
+            return;
+        }
+        let Some(detector) = self.detector.as_mut() else {
+            return;
+        };
+        if let Some(estimate) = detector.observe(slot) {
+            self.adaptations += 1;
+            self.begin_swap(estimate);
+        }
+    }
+
+    /// Storage failed a request: waiting readers learn now; the request is repeated after a
+    /// backoff (repeating it shows the server nothing new).
+    fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
+        self.stats.storage_failures += 1;
+        tracing::warn!(%error, ?purpose, "storage request failed; retrying");
+        if let Purpose::Read(id) = purpose
+            && let Some(batch) = self.batches.get_mut(&id)
+        {
+            for (_, op, _) in std::mem::take(&mut batch.readers) {
+                let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+                self.out.reply(op, reply);
+            }
+        }
+        self.retry.fail(now, error, (purpose, op));
+    }
+}
+
+impl Scheme for Pancake {
+    fn name(&self) -> &'static str {
+        "pancake"
+    }
+
+    fn slots(&self) -> u64 {
+        self.keys as u64
+    }
+
+    fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
+        let Some(slot) = u32::try_from(op.slot())
+            .ok()
+            .filter(|&s| (s as usize) < self.keys)
+        else {
+            let error = SchemeError::Overloaded(format!("slot {} does not exist", op.slot()));
+            self.out.reply(id, Reply::Failed(error));
+            return;
+        };
+        match op {
+            Op::Write(_, record) => {
+                self.out.keep(Slot::from(slot), record.clone());
+                self.fetched.remove(&slot);
+                let cells = self.replicas.of(slot);
+                self.cache.write(slot, record, cells);
+                self.out.answer(id, Slot::from(slot), Reply::Written);
+                self.queue.push_back((slot, None));
+            }
+            Op::Read(_) => match self.cache.get(slot) {
+                Some(record) => {
+                    let reply = Reply::Value(record.clone());
+                    self.stats.cache_hits += 1;
+                    self.out.answer(id, Slot::from(slot), reply);
+                    self.queue.push_back((slot, None));
+                }
+                None => {
+                    self.stats.cache_misses += 1;
+                    // Storage is down: say so now rather than after the backoff. The request
+                    // still takes its place in the queue and its batch, as every request does.
+                    let reader = match self.retry.failing() {
+                        Some(error) => {
+                            let reply = Reply::Failed(SchemeError::StorageUnavailable(error));
+                            self.out.reply(id, reply);
+                            None
+                        }
+                        None => Some(id),
+                    };
+                    self.queue.push_back((slot, reader));
+                }
+            },
+        }
+        self.observe(slot);
+        self.form_batch();
+    }
+
+    fn handle_storage(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        result: Result<StorageReply, StorageError>,
+    ) {
+        let Some((purpose, op)) = self.outstanding.remove(&id) else {
+            tracing::warn!(?id, "reply to an unknown storage request");
+            return;
+        };
+        let values = match (&purpose, result) {
+            (_, Err(error)) => return self.failed(now, purpose, op, error),
+            (Purpose::Read(_), Ok(StorageReply::Values(values))) if values.len() == op.len() => {
+                values
+            }
+            (Purpose::Fill | Purpose::Write(_), Ok(StorageReply::Done)) => Vec::new(),
+            (_, Ok(reply)) => {
+                let error = StorageError(format!(
+                    "storage gave a malformed answer to a {} of {} labels: {}",
+                    op.kind(),
+                    op.len(),
+                    reply.summary()
+                ));
+                return self.failed(now, purpose, op, error);
+            }
+        };
+        self.retry.succeeded();
+        match purpose {
+            Purpose::Fill => {
+                self.fill_outstanding -= 1;
+                self.pump_fill(Some(now));
+            }
+            Purpose::Read(batch) => self.finish_read(batch, values),
+            Purpose::Write(batch) => self.finish_write(batch),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        for (purpose, op) in self.retry.due(now) {
+            self.send(purpose, op);
+        }
+        if let Some(due) = self.next_tick
+            && due <= now
+        {
+            // A fixed schedule: a late tick moves the next one, it never sends two at once.
+            let next = due + self.interval;
+            self.next_tick = Some(if next <= now {
+                now + self.interval
+            } else {
+                next
+            });
+            // Not while storage fails or batches pile up: nothing would drain, and the server
+            // sees the stall anyway.
+            if !self.retry.is_waiting() && self.blocked.len() < self.max_queued {
+                self.form_batch();
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match (self.retry.at(), self.next_tick) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn poll_storage(&mut self) -> Option<StorageRequest> {
+        self.transmit.pop_front()
+    }
+
+    fn outbox(&mut self) -> &mut Outbox {
+        &mut self.out
+    }
+
+    fn accepts(&self) -> bool {
+        self.queue.len() + self.blocked.len() < self.max_queued
+    }
+
+    fn stats(&self) -> SchemeStats {
+        SchemeStats {
+            queued: self.queue.len() as u64,
+            unwritten: self.cache.unwritten() as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    fn describe(&self) -> Vec<(&'static str, String)> {
+        let dummies = self.replicas.count(DUMMY);
+        let mut fields = vec![
+            ("batch_size", self.batch_size.to_string()),
+            ("labels", self.replicas.len().to_string()),
+            ("replicas", (self.replicas.len() - dummies).to_string()),
+            ("dummy_replicas", dummies.to_string()),
+            ("alpha", format!("{:.6e}", self.phase.threshold.alpha)),
+            (
+                "real_probability",
+                format!("{:.4}", self.phase.threshold.real_probability()),
+            ),
+            (
+                "estimate",
+                match self.phase.estimate.samples() {
+                    None => "given".to_string(),
+                    Some(samples) => format!("observed over {samples} requests"),
+                },
+            ),
+            ("update_cache", self.cache.len().to_string()),
+            ("queued", self.queue.len().to_string()),
+            ("adaptations", self.adaptations.to_string()),
+            ("pending_swaps", self.phase.pending.to_string()),
+            ("swaps_done", self.swaps.to_string()),
+            (
+                "idle_batch_interval_ms",
+                format!("{}", self.interval.as_secs_f64() * 1e3),
+            ),
+            ("element_bytes", self.codec.element_len().to_string()),
+            ("storage_filled", self.filled.to_string()),
+        ];
+        if let Some(detector) = &self.detector {
+            fields.push(("window", detector.window().to_string()));
+            fields.push(("ks_critical", format!("{:.6}", detector.critical())));
+            if let Some(d) = detector.last_statistic {
+                fields.push(("ks_last_statistic", format!("{d:.6}")));
+            }
+        } else {
+            fields.push(("adaptation", "off".to_string()));
+        }
+        fields
+    }
+}
