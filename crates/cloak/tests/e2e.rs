@@ -227,7 +227,8 @@ fn server_and_proxy_processes_and_a_dead_backend() {
     let client = redis::Client::open(format!("redis://:pw@127.0.0.1:{proxy_port}/")).unwrap();
     let mut con = client.get_connection().unwrap();
     let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut con).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Until a batch has carried the write to storage, reads are answered from it at the proxy.
+    wait_until_written(&mut con);
     let got: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
     assert_eq!(got, "v");
 
@@ -241,6 +242,33 @@ fn server_and_proxy_processes_and_a_dead_backend() {
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     assert_eq!(pong, "PONG", "the proxy stays up");
     proxy.kill();
+}
+
+/// The `INFO scheme` field `name` as a number.
+fn info_number(con: &mut redis::Connection, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("scheme").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix(&format!("{name}:")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {info}"))
+}
+
+/// Waits until no op waits for a batch and two more batches went by, so every acknowledged
+/// write is in storage (on a loaded machine, batches run late).
+fn wait_until_written(con: &mut redis::Connection) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while info_number(con, "queue_depth") > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the queue never drained"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let batches = info_number(con, "batches_sent");
+    while info_number(con, "batches_sent") < batches + 2 {
+        assert!(std::time::Instant::now() < deadline, "batches stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]
@@ -317,8 +345,10 @@ fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
     // Writers keep overwriting their own 300 keys with increasing values and record, per key,
     // the last value that got +OK and the one in flight when the proxy died under them.
     type Log = (HashMap<String, String>, Option<(String, String)>);
+    let acknowledged = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writers: Vec<std::thread::JoinHandle<Log>> = (0..4)
         .map(|w| {
+            let acknowledged = acknowledged.clone();
             std::thread::spawn(move || {
                 let mut acked = HashMap::new();
                 let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{proxy_port}/"))
@@ -336,6 +366,7 @@ fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
                     {
                         Ok(()) => {
                             acked.insert(key, value);
+                            acknowledged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                         Err(_) => return (acked, Some((key, value))),
                     }
@@ -344,7 +375,15 @@ fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Kill once every writer has overwritten its keys a few times (however loaded the machine).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while acknowledged.load(std::sync::atomic::Ordering::Relaxed) < 3 * 4 * 300 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writers never got going"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     proxy.kill();
     let logs: Vec<Log> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     let writes: usize = logs.iter().map(|(acked, _)| acked.len()).sum();
