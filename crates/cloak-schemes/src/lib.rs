@@ -3,6 +3,7 @@
 //! | name        | what the server learns                                   |
 //! |-------------|----------------------------------------------------------|
 //! | `cloak`     | nothing beyond the public budgets (paper's Theorem 1)    |
+//! | `waffle`    | α,β-uniform accesses (paper's Theorems 7.1–7.3)          |
 //! | `encrypted` | which label every op touches (contents hidden)           |
 //! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
 //!
@@ -13,6 +14,7 @@ pub mod cloak;
 mod encrypted;
 mod plaintext;
 mod retry;
+pub mod waffle;
 
 use std::fmt;
 use std::str::FromStr;
@@ -26,20 +28,28 @@ use rand_chacha::ChaCha20Rng;
 pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
 pub use encrypted::Encrypted;
 pub use plaintext::Unsafe;
+pub use waffle::{BatchTiming, Waffle, WaffleOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchemeName {
     Cloak,
+    Waffle,
     Encrypted,
     Unsafe,
 }
 
 impl SchemeName {
-    pub const ALL: [SchemeName; 3] = [SchemeName::Cloak, SchemeName::Encrypted, SchemeName::Unsafe];
+    pub const ALL: [SchemeName; 4] = [
+        SchemeName::Cloak,
+        SchemeName::Waffle,
+        SchemeName::Encrypted,
+        SchemeName::Unsafe,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             SchemeName::Cloak => "cloak",
+            SchemeName::Waffle => "waffle",
             SchemeName::Encrypted => "encrypted",
             SchemeName::Unsafe => "unsafe",
         }
@@ -120,11 +130,12 @@ impl Default for CloakOptions {
 #[derive(Clone, Debug, Default)]
 pub struct SchemeOptions {
     pub cloak: CloakOptions,
+    pub waffle: WaffleOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("unknown scheme {0:?}; choose one of: cloak, encrypted, unsafe")]
+    #[error("unknown scheme {0:?}; choose one of: cloak, waffle, encrypted, unsafe")]
     UnknownScheme(String),
     #[error("capacity must be between 1 and {max}, got {got}")]
     Capacity { got: u64, max: u64 },
@@ -136,6 +147,8 @@ pub enum BuildError {
     BudgetsTooSmall { given: u64, needed: u64 },
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Waffle(#[from] waffle::ParamError),
     #[error(transparent)]
     Key(#[from] KeyError),
 }
@@ -207,6 +220,10 @@ pub fn build(
                 max_pending: o.max_pending,
             };
             Box::new(Cloak::new(config, codec()?, rng, start))
+        }
+        SchemeName::Waffle => {
+            let params = waffle::Params::resolve(store.capacity, &options.waffle)?;
+            Box::new(Waffle::new(params, codec()?, master, rng, start))
         }
         SchemeName::Encrypted => Box::new(Encrypted::new(
             store.capacity,
