@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use cloak_core::{ElementCodec, ElementFormat, Engine, KeyDirectory, Limits, RecordLayout};
 use cloak_crypto::{KeyHasher, MasterKey, Sealer};
 use cloak_proxy::{Journal, RecoveryReport};
-use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec};
+use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec, WaffleOptions};
 use cloak_storage::Storage;
 
 use crate::cli::StoreArgs;
@@ -45,15 +45,31 @@ impl StoreArgs {
                     })
             })
             .transpose()?;
-        let batch_interval = match &self.batch_interval {
-            Some(text) => humantime::parse_duration(text).with_context(|| {
-                format!("--batch-interval: {text:?} is not a duration like 20ms")
-            })?,
-            None => defaults.batch_interval,
+        let batch_interval = interval(
+            "--batch-interval",
+            self.batch_interval.as_deref(),
+            defaults.batch_interval,
+        )?;
+        let waffle_defaults = WaffleOptions::default();
+        let waffle = WaffleOptions {
+            batch: self.waffle_batch,
+            real: self.waffle_real,
+            fake_dummy: self.waffle_fake_dummy,
+            cache: self.waffle_cache,
+            dummies: self.waffle_dummies,
+            batch_interval: interval(
+                "--waffle-interval",
+                self.waffle_interval.as_deref(),
+                waffle_defaults.batch_interval,
+            )?,
+            timing: match self.waffle_timing.as_deref() {
+                Some(text) => text
+                    .parse()
+                    .map_err(|e: String| anyhow::anyhow!("--waffle-timing: {e}"))?,
+                None => waffle_defaults.timing,
+            },
+            max_pending: self.max_pending,
         };
-        if batch_interval < Duration::from_micros(100) {
-            bail!("--batch-interval must be at least 100µs");
-        }
         Ok(Store {
             scheme,
             spec: StoreSpec {
@@ -70,6 +86,7 @@ impl StoreArgs {
                     cache_size: self.cache_size.unwrap_or(defaults.cache_size),
                     max_pending: self.max_pending,
                 },
+                waffle,
             },
             limits: Limits {
                 max_key,
@@ -158,6 +175,19 @@ impl Store {
         }
         line
     }
+}
+
+/// A batch interval from `flag`'s text (like `20ms`), or `default`.
+fn interval(flag: &str, text: Option<&str>, default: Duration) -> anyhow::Result<Duration> {
+    let interval = match text {
+        Some(text) => humantime::parse_duration(text)
+            .with_context(|| format!("{flag}: {text:?} is not a duration like 20ms"))?,
+        None => default,
+    };
+    if interval < Duration::from_micros(100) {
+        bail!("{flag} must be at least 100µs");
+    }
+    Ok(interval)
 }
 
 /// An incarnation for a start without a state directory: random, so two such starts of one

@@ -82,6 +82,7 @@ impl Setup {
         options.cloak.first_budget = 12;
         options.cloak.cache_size = 4;
         options.cloak.batch_interval = Duration::from_millis(2);
+        options.waffle.batch_interval = Duration::from_millis(2);
         Self {
             scheme,
             capacity,

@@ -244,15 +244,6 @@ impl Params {
                 fake_dummy,
             });
         }
-        if fake_dummy == 0 && dummies > 0 {
-            return Err(ParamError::DummiesNeverRead(dummies));
-        }
-        if dummies < fake_dummy {
-            return Err(ParamError::TooFewDummies {
-                dummies,
-                fake_dummy,
-            });
-        }
         if cache < least_cache {
             return Err(ParamError::CacheTooSmall {
                 cache,
@@ -266,6 +257,15 @@ impl Params {
                 cache,
                 per_batch,
                 needed: cache + per_batch,
+            });
+        }
+        if fake_dummy == 0 && dummies > 0 {
+            return Err(ParamError::DummiesNeverRead(dummies));
+        }
+        if dummies < fake_dummy {
+            return Err(ParamError::TooFewDummies {
+                dummies,
+                fake_dummy,
             });
         }
         Ok(Self {
