@@ -23,6 +23,10 @@ pub struct BatchShape {
     pub reads: usize,
     pub writes: usize,
     pub deletes: usize,
+    /// Labels of dummy objects among the reads and the writes (only with the key; the server
+    /// cannot tell them apart).
+    pub dummy_reads: usize,
+    pub dummy_writes: usize,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -65,10 +69,7 @@ pub fn observe(trace: &[Observed], key: Option<&LabelKey>) -> Observation {
     let mut read: HashSet<Addr> = HashSet::new();
     // Real objects read and not yet written back: slot → batch of the read.
     let mut taken: HashMap<u32, u64> = HashMap::new();
-    let real = |label: Addr| match key.and_then(|k| k.decode(label)) {
-        Some((Object::Real(slot), _)) => Some(slot),
-        _ => None,
-    };
+    let decode = |label: Addr| key.and_then(|k| k.decode(label)).map(|(object, _)| object);
     for observed in trace {
         match observed.kind {
             AccessKind::Read => {
@@ -94,8 +95,12 @@ pub fn observe(trace: &[Observed], key: Option<&LabelKey>) -> Observation {
                         }
                         None => seen.unknown_reads += 1,
                     }
-                    if let Some(slot) = real(label) {
-                        taken.insert(slot, batch);
+                    match decode(label) {
+                        Some(Object::Real(slot)) => {
+                            taken.insert(slot, batch);
+                        }
+                        Some(Object::Dummy(_)) => seen.batches[batch as usize].dummy_reads += 1,
+                        None => {}
                     }
                 }
             }
@@ -106,10 +111,16 @@ pub fn observe(trace: &[Observed], key: Option<&LabelKey>) -> Observation {
                         seen.rewritten_labels += 1;
                     }
                     written.insert(label, batch);
-                    if let Some(i) = real(label).and_then(|slot| taken.remove(&slot)) {
-                        let beta = batch as i64 - i as i64 - 1;
-                        seen.min_beta = Some(seen.min_beta.map_or(beta, |b| b.min(beta)));
-                        seen.beta_samples += 1;
+                    match decode(label) {
+                        Some(Object::Real(slot)) => {
+                            if let Some(i) = taken.remove(&slot) {
+                                let beta = batch as i64 - i as i64 - 1;
+                                seen.min_beta = Some(seen.min_beta.map_or(beta, |b| b.min(beta)));
+                                seen.beta_samples += 1;
+                            }
+                        }
+                        Some(Object::Dummy(_)) => seen.batches[batch as usize].dummy_writes += 1,
+                        None => {}
                     }
                 }
             }
@@ -170,7 +181,8 @@ mod tests {
             BatchShape {
                 reads: 1,
                 writes: 1,
-                deletes: 1
+                deletes: 1,
+                ..BatchShape::default()
             }
         );
         // 1: written in 0, read in 1 → 0; 2: read in 2 → 1; 4: written in 1, read in 2 → 0;

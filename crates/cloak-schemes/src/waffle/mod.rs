@@ -69,7 +69,7 @@ pub use labels::{LabelKey, Object};
 pub use params::{BatchTiming, PAPER_BATCH, ParamError, Params, WaffleOptions};
 
 use crate::Start;
-use crate::retry::Retry;
+use crate::retry::{Retry, malformed};
 use labels::Labels;
 use startup::Startup;
 use trees::{DummyTree, RealTree};
@@ -269,7 +269,7 @@ impl Scheme for Waffle {
             Err(error) => return self.failed(now, purpose, op, error),
             Ok(reply) => reply,
         };
-        let malformed = match (&purpose, reply) {
+        let unexpected = match (&purpose, reply) {
             (Purpose::Scan, StorageReply::Entries(entries)) => {
                 self.scanned(now, entries);
                 None
@@ -284,13 +284,8 @@ impl Scheme for Waffle {
             ) => None,
             (_, reply) => Some(reply),
         };
-        if let Some(reply) = malformed {
-            let error = StorageError(format!(
-                "storage gave a malformed answer to a {} of {} addresses: {}",
-                op.kind(),
-                op.len(),
-                reply.summary()
-            ));
+        if let Some(reply) = unexpected {
+            let error = malformed(&op, &reply);
             return self.failed(now, purpose, op, error);
         }
         self.retry.succeeded();
