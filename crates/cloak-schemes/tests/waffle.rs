@@ -148,7 +148,7 @@ fn run_workload(
     // Key k belongs to client k mod 8: each key's ops reach the proxy, and take effect, in the
     // order sent, so a read must see the model's value when it was sent.
     let mut expected: HashMap<u64, (usize, Outcome)> = HashMap::new();
-    let mut check = |sim: &mut Simulator, expected: &mut HashMap<u64, (usize, Outcome)>| {
+    let check = |sim: &mut Simulator, expected: &mut HashMap<u64, (usize, Outcome)>| {
         for (token, _, outcome) in sim.drain_outcomes() {
             let (k, want) = expected.remove(&token).unwrap();
             assert_eq!(outcome, want, "k{k}");
@@ -348,8 +348,7 @@ fn fixed_timing_sends_one_batch_every_interval_whatever_the_load() {
             }
             sim.run_for(Duration::from_millis(25));
         }
-        let trace = sim.observed();
-        read_times(&trace[..])
+        read_times(sim.observed())
     };
     let n = idle.len().min(busy.len());
     assert!(n > 150, "{n} batches");
