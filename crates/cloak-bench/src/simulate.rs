@@ -132,14 +132,17 @@ impl Simulation {
                 }
                 _ => None,
             };
-            let wait = next_due.map_or(Duration::from_secs(3600), |due| {
-                due.saturating_sub(sim.elapsed())
-            });
+            // Wait for an answer or until the next request is due. A request already due waits
+            // only because its client's pipeline is full: that needs an answer, not time.
+            let due_in = next_due
+                .map(|due| due.saturating_sub(sim.elapsed()))
+                .filter(|wait| !wait.is_zero());
+            let wait = due_in.unwrap_or(Duration::from_secs(3600));
             if !sim.run_until(wait, Simulator::has_outcomes) {
-                match next_due {
+                match (due_in, next_due) {
                     // Nothing happened before the next request is due: move time there.
-                    Some(due) => sim.run_for(due.saturating_sub(sim.elapsed())),
-                    None => {
+                    (Some(_), Some(due)) => sim.run_for(due.saturating_sub(sim.elapsed())),
+                    _ => {
                         tracing::error!(
                             stuck = in_flight.len(),
                             "no answer within an hour of virtual time"

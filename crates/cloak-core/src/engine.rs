@@ -161,6 +161,13 @@ impl Engine {
         self.scheme.poll_timeout()
     }
 
+    /// No more commands will come: the scheme writes what only the proxy holds (see
+    /// [`Scheme::drain`]).
+    pub fn drain(&mut self, now: Instant) {
+        self.scheme.drain(now);
+        self.drain_replies(now);
+    }
+
     pub fn poll_storage(&mut self) -> Option<StorageRequest> {
         self.scheme.poll_storage()
     }

@@ -48,8 +48,10 @@ impl Outbox {
         }
     }
 
-    /// Journals `record` as the newest state of `slot`.
-    pub fn keep(&mut self, slot: Slot, record: Record) {
+    /// Journals `record` as the newest state of `slot`; returns the request that carries it, so
+    /// a scheme that must wait for it (before deleting storage's copy, say) can recognise it in
+    /// [`crate::Scheme::handle_journaled`].
+    pub fn keep(&mut self, slot: Slot, record: Record) -> JournalId {
         let next_id = &mut self.next_id;
         let (id, records) = self.collecting.get_or_insert_with(|| {
             *next_id += 1;
@@ -57,6 +59,7 @@ impl Outbox {
         });
         records.push((slot, record));
         self.undurable.insert(slot, *id);
+        *id
     }
 
     /// Storage holds `slot` at `version` (or newer) now.

@@ -163,6 +163,12 @@ pub trait Scheme: Send {
         self.outbox().handle_journaled(id, result);
     }
 
+    /// The driver is shutting down: no more ops will be submitted. A scheme that holds records
+    /// only at the proxy by design (a cache whose storage copies were deleted, a stash) writes
+    /// them to storage now, so that [`SchemeStats::unwritten`] can reach zero and a proxy
+    /// without a journal stops without losing them. The default does nothing.
+    fn drain(&mut self, _now: Instant) {}
+
     /// Backpressure: while `false`, the driver stops submitting (it stops reading from clients)
     /// until some storage reply arrives.
     fn accepts(&self) -> bool;

@@ -4,7 +4,7 @@
 //! schemes that address storage by label (encrypted-only, Waffle, Pancake) use this.
 
 use aes::Aes256;
-use aes::cipher::{BlockCipherEncrypt, KeyInit};
+use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 
 use crate::MasterKey;
 
@@ -30,6 +30,19 @@ impl Prf {
         self.cipher.encrypt_block(&mut block);
         u128::from_le_bytes(block.into())
     }
+
+    /// The `(a, b)` whose label this is: AES is a permutation, so whoever holds the key can
+    /// tell which object and generation a label names (an auditor linking the server's view).
+    pub fn invert(&self, label: u128) -> (u64, u64) {
+        let mut block = label.to_le_bytes().into();
+        self.cipher.decrypt_block(&mut block);
+        let block: [u8; 16] = block.into();
+        let (a, b) = block.split_at(8);
+        (
+            u64::from_le_bytes(a.try_into().expect("8 bytes")),
+            u64::from_le_bytes(b.try_into().expect("8 bytes")),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -44,5 +57,7 @@ mod tests {
         assert_eq!(p.label(1, 2), p.label(1, 2));
         assert_ne!(p.label(1, 2), p.label(2, 1));
         assert_ne!(p.label(1, 2), q.label(1, 2));
+        assert_eq!(p.invert(p.label(1, 2)), (1, 2));
+        assert_eq!(q.invert(q.label(u64::MAX, 7)), (u64::MAX, 7));
     }
 }

@@ -4,6 +4,7 @@
 //! |-------------|----------------------------------------------------------|
 //! | `cloak`     | nothing beyond the public budgets (paper's Theorem 1)    |
 //! | `pancake`   | uniform label accesses while requests follow `π̂` (§4)   |
+//! | `waffle`    | α,β-uniform accesses (paper's Theorems 7.1–7.3)          |
 //! | `encrypted` | which label every op touches (contents hidden)           |
 //! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
 //!
@@ -15,6 +16,7 @@ mod encrypted;
 pub mod pancake;
 mod plaintext;
 mod retry;
+pub mod waffle;
 
 use std::fmt;
 use std::str::FromStr;
@@ -29,18 +31,21 @@ pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
 pub use encrypted::Encrypted;
 pub use pancake::{Pancake, PancakeOptions};
 pub use plaintext::Unsafe;
+pub use waffle::{BatchTiming, Waffle, WaffleOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchemeName {
     Cloak,
+    Waffle,
     Pancake,
     Encrypted,
     Unsafe,
 }
 
 impl SchemeName {
-    pub const ALL: [SchemeName; 4] = [
+    pub const ALL: [SchemeName; 5] = [
         SchemeName::Cloak,
+        SchemeName::Waffle,
         SchemeName::Pancake,
         SchemeName::Encrypted,
         SchemeName::Unsafe,
@@ -50,6 +55,7 @@ impl SchemeName {
         match self {
             SchemeName::Cloak => "cloak",
             SchemeName::Pancake => "pancake",
+            SchemeName::Waffle => "waffle",
             SchemeName::Encrypted => "encrypted",
             SchemeName::Unsafe => "unsafe",
         }
@@ -131,11 +137,12 @@ impl Default for CloakOptions {
 pub struct SchemeOptions {
     pub cloak: CloakOptions,
     pub pancake: PancakeOptions,
+    pub waffle: WaffleOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("unknown scheme {0:?}; choose one of: cloak, pancake, encrypted, unsafe")]
+    #[error("unknown scheme {0:?}; choose one of: cloak, waffle, pancake, encrypted, unsafe")]
     UnknownScheme(String),
     #[error("capacity must be between 1 and {max}, got {got}")]
     Capacity { got: u64, max: u64 },
@@ -147,6 +154,8 @@ pub enum BuildError {
     BudgetsTooSmall { given: u64, needed: u64 },
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Waffle(#[from] waffle::ParamError),
     #[error(transparent)]
     Key(#[from] KeyError),
 }
@@ -274,6 +283,10 @@ pub fn build(
                 rng,
                 start,
             ))
+        }
+        SchemeName::Waffle => {
+            let params = waffle::Params::resolve(store.capacity, &options.waffle)?;
+            Box::new(Waffle::new(params, codec()?, master, rng, start))
         }
         SchemeName::Encrypted => Box::new(Encrypted::new(
             store.capacity,

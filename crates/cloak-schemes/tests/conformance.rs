@@ -11,7 +11,7 @@ const MAX_KEY: usize = 24;
 const MAX_VALUE: usize = 64;
 
 /// A small store: capacity 300, Cloak with budgets from b_1 = 12 and a tiny cache, so reads
-/// really go through batches and storage.
+/// really go through batches and storage; Waffle on its defaults scaled to the capacity.
 fn simulator(name: SchemeName, capacity: u64, seed: u64) -> Simulator {
     let master = MasterKey::from_bytes([7; 32]);
     let store = StoreSpec {
@@ -26,6 +26,7 @@ fn simulator(name: SchemeName, capacity: u64, seed: u64) -> Simulator {
     options.cloak.first_budget = 12;
     options.cloak.cache_size = 4;
     options.cloak.batch_interval = Duration::from_millis(5);
+    options.waffle.batch_interval = Duration::from_millis(5);
     let scheme = build(name, &store, &options, &master, Start::default()).expect("valid scheme");
     let directory = KeyDirectory::new(KeyHasher::new(&master), capacity as usize);
     let limits = Limits {
@@ -80,6 +81,7 @@ macro_rules! conformance {
 }
 
 conformance!(cloak, SchemeName::Cloak);
+conformance!(waffle, SchemeName::Waffle);
 conformance!(pancake, SchemeName::Pancake);
 conformance!(encrypted, SchemeName::Encrypted);
 conformance!(plaintext, SchemeName::Unsafe);
@@ -88,7 +90,7 @@ conformance!(plaintext, SchemeName::Unsafe);
 fn every_scheme_is_covered() {
     assert_eq!(
         SchemeName::ALL.len(),
-        4,
+        5,
         "add the new scheme to the conformance! list above"
     );
 }
@@ -115,6 +117,7 @@ mod restart {
         options.cloak.first_budget = 12;
         options.cloak.cache_size = 4;
         options.cloak.batch_interval = Duration::from_millis(5);
+        options.waffle.batch_interval = Duration::from_millis(5);
         let build = |records, generation_base| {
             let start = Start {
                 records,

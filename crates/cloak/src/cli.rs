@@ -81,9 +81,10 @@ Examples:
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct StoreArgs {
-    /// Scheme: cloak (oblivious), pancake (frequency smoothing: uniform accesses while requests
-    /// follow the distribution estimate), encrypted (hides values, leaks access pattern) or
-    /// unsafe (plaintext; the speed ceiling) [default: cloak]
+    /// Scheme: cloak (oblivious), waffle (α,β-uniform, the Waffle paper), pancake (frequency
+    /// smoothing: uniform accesses while requests follow the distribution estimate), encrypted
+    /// (hides values, leaks access pattern) or unsafe (plaintext; the speed ceiling)
+    /// [default: cloak]
     #[arg(long, value_name = "NAME")]
     pub scheme: Option<String>,
 
@@ -120,9 +121,41 @@ pub struct StoreArgs {
     #[arg(long, value_name = "N")]
     pub cache_size: Option<usize>,
 
-    /// Cloak: most slots waiting for a batch before clients are slowed down [default: 2 × batch]
+    /// Cloak and Waffle: most slots waiting for a batch before clients are slowed down
+    /// [default: Cloak 2 × batch, Waffle 4 × --waffle-real]
     #[arg(long, value_name = "N")]
     pub max_pending: Option<usize>,
+
+    /// Waffle: objects read (and written) per batch, B [default: 2500, smaller for stores under
+    /// 10,000 keys]
+    #[arg(long, value_name = "N")]
+    pub waffle_batch: Option<u32>,
+
+    /// Waffle: most client requests per batch, R [default: 40% of B]
+    #[arg(long, value_name = "N")]
+    pub waffle_real: Option<u32>,
+
+    /// Waffle: fake queries to dummy objects per batch, f_D [default: 20% of B]
+    #[arg(long, value_name = "N")]
+    pub waffle_fake_dummy: Option<u32>,
+
+    /// Waffle: objects cached at the proxy, C [default: 2% of --capacity, at least B − f_D + R]
+    #[arg(long, value_name = "N")]
+    pub waffle_cache: Option<u64>,
+
+    /// Waffle: dummy objects, D [default: f_D·(N−1)/(B−R−f_D), balancing Theorem 7.1's α]
+    #[arg(long, value_name = "N")]
+    pub waffle_dummies: Option<u64>,
+
+    /// Waffle: longest time between batches (e.g. 20ms) [default: 20ms]
+    #[arg(long, value_name = "DURATION")]
+    pub waffle_interval: Option<String>,
+
+    /// Waffle: fixed (a batch every --waffle-interval, loaded or idle: timing reveals nothing)
+    /// or eager (also as soon as R requests wait: faster under load, but the batch rate then
+    /// reveals the request rate) [default: fixed]
+    #[arg(long, value_name = "MODE")]
+    pub waffle_timing: Option<String>,
 
     /// Pancake: the access distribution estimate to start from: a key-weight file (`KEY WEIGHT`
     /// per line) or a trace (one request per line: `KEY` reads, `KEY ANYTHING…` writes)

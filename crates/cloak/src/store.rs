@@ -8,7 +8,9 @@ use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout};
 use cloak_crypto::{KeyHasher, MasterKey};
 use cloak_proxy::{Journal, RecoveryReport};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
-use cloak_schemes::{CloakOptions, PancakeOptions, SchemeName, SchemeOptions, Start, StoreSpec};
+use cloak_schemes::{
+    CloakOptions, PancakeOptions, SchemeName, SchemeOptions, Start, StoreSpec, WaffleOptions,
+};
 use cloak_storage::Storage;
 
 use crate::cli::StoreArgs;
@@ -48,25 +50,37 @@ impl StoreArgs {
                     })
             })
             .transpose()?;
-        let batch_interval = match &self.batch_interval {
-            Some(text) => humantime::parse_duration(text).with_context(|| {
-                format!("--batch-interval: {text:?} is not a duration like 20ms")
-            })?,
-            None => defaults.batch_interval,
+        let batch_interval = interval(
+            "--batch-interval",
+            self.batch_interval.as_deref(),
+            defaults.batch_interval,
+        )?;
+        let waffle_defaults = WaffleOptions::default();
+        let waffle = WaffleOptions {
+            batch: self.waffle_batch,
+            real: self.waffle_real,
+            fake_dummy: self.waffle_fake_dummy,
+            cache: self.waffle_cache,
+            dummies: self.waffle_dummies,
+            batch_interval: interval(
+                "--waffle-interval",
+                self.waffle_interval.as_deref(),
+                waffle_defaults.batch_interval,
+            )?,
+            timing: match self.waffle_timing.as_deref() {
+                Some(text) => text
+                    .parse()
+                    .map_err(|e: String| anyhow::anyhow!("--waffle-timing: {e}"))?,
+                None => waffle_defaults.timing,
+            },
+            max_pending: self.max_pending,
         };
-        if batch_interval < Duration::from_micros(100) {
-            bail!("--batch-interval must be at least 100µs");
-        }
         let pancake = PancakeOptions::default();
-        let idle_batch_interval = match &self.pancake_idle_interval {
-            Some(text) => humantime::parse_duration(text).with_context(|| {
-                format!("--pancake-idle-interval: {text:?} is not a duration like 10ms")
-            })?,
-            None => pancake.idle_batch_interval,
-        };
-        if idle_batch_interval < Duration::from_micros(100) {
-            bail!("--pancake-idle-interval must be at least 100µs");
-        }
+        let idle_batch_interval = interval(
+            "--pancake-idle-interval",
+            self.pancake_idle_interval.as_deref(),
+            pancake.idle_batch_interval,
+        )?;
         let format: DistributionFormat = match &self.pancake_distribution_format {
             Some(text) => text
                 .parse()
@@ -104,6 +118,7 @@ impl StoreArgs {
                     idle_batch_interval,
                     max_queued: self.pancake_max_queued.unwrap_or(pancake.max_queued),
                 },
+                waffle,
             },
             limits: Limits {
                 max_key,
@@ -224,6 +239,19 @@ impl Store {
         }
         line
     }
+}
+
+/// A batch interval from `flag`'s text (like `20ms`), or `default`.
+fn interval(flag: &str, text: Option<&str>, default: Duration) -> anyhow::Result<Duration> {
+    let interval = match text {
+        Some(text) => humantime::parse_duration(text)
+            .with_context(|| format!("{flag}: {text:?} is not a duration like 20ms"))?,
+        None => default,
+    };
+    if interval < Duration::from_micros(100) {
+        bail!("{flag} must be at least 100µs");
+    }
+    Ok(interval)
 }
 
 /// An incarnation for a start without a state directory: random, so two such starts of one

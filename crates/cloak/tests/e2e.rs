@@ -271,6 +271,52 @@ fn wait_until_written(con: &mut redis::Connection) {
     }
 }
 
+/// Waffle on its defaults: 100,000 keys, the paper's batch, α and β in `INFO`; a clean SIGTERM
+/// writes its cache back and exits.
+#[test]
+fn cloak_up_runs_waffle_on_its_defaults() {
+    let port = free_port();
+    let up = Running::start(
+        &["up", "--scheme", "waffle", "--port", &port.to_string()],
+        "Stop with Ctrl-C",
+    );
+    let mut con = connect(port);
+    for i in 0..50 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(format!("v{i}"))
+            .query(&mut con)
+            .unwrap();
+    }
+    // Long enough for the fill and a few batches, so some keys come back from storage.
+    std::thread::sleep(Duration::from_millis(1500));
+    for i in 0..50 {
+        let got: String = redis::cmd("GET")
+            .arg(format!("k{i}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(got, format!("v{i}"));
+    }
+    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
+    for field in [
+        "batch_size:2500",
+        "real_per_batch:1000",
+        "fake_dummy_per_batch:500",
+        "cache_size:3000",
+        "dummies:50000",
+        "theoretical_alpha:100",
+        "theoretical_beta:0",
+        "storage_filled:true",
+    ] {
+        assert!(info.contains(field), "{field} missing: {info}");
+    }
+    let p = port.to_string();
+    if let Some(out) = redis_tool("redis-cli", &["-p", &p, "GET", "k7"]) {
+        assert_eq!(out.trim(), "v7");
+    }
+    assert!(up.stop().success(), "cloak up exits cleanly on SIGTERM");
+}
+
 #[test]
 fn config_files_are_read_and_flags_override_them() {
     let dir = tempfile::tempdir().unwrap();

@@ -83,6 +83,7 @@ impl Setup {
         options.cloak.cache_size = 4;
         options.cloak.batch_interval = Duration::from_millis(2);
         options.pancake.idle_batch_interval = Duration::from_millis(2);
+        options.waffle.batch_interval = Duration::from_millis(2);
         Self {
             scheme,
             capacity,

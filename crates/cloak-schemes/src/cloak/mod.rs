@@ -37,7 +37,7 @@ pub use budgets::{BudgetError, Budgets};
 use sets::Sets;
 
 use crate::Start;
-use crate::retry::Retry;
+use crate::retry::{Retry, malformed};
 
 /// Elements written per request while the store is first filled.
 const INIT_CHUNK: usize = 1024;
@@ -633,12 +633,7 @@ impl Scheme for Cloak {
             }
             (Purpose::Fill(_) | Purpose::BatchWrite, Ok(StorageReply::Done)) => Vec::new(),
             (_, Ok(reply)) => {
-                let error = StorageError(format!(
-                    "storage gave a malformed answer to a {} of {} addresses: {}",
-                    op.kind(),
-                    op.len(),
-                    reply.summary()
-                ));
+                let error = malformed(&op, &reply);
                 return self.failed(now, purpose, op, error);
             }
         };

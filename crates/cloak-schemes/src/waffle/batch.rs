@@ -1,0 +1,265 @@
+//! One batch of Algorithm 1: the read phase (lines 2–30) and the write phase (lines 31–46).
+//!
+//! Read phase, batch `t`: up to `R` slots clients touched are taken from the queue; a pending
+//! write enters the cache (an uncached slot's old copy is read and dropped), a cached slot is
+//! touched, an uncached one is read. Then `f_D` dummies and `f_R = B − r − f_D` least recently
+//! accessed real objects in storage. Every object read gets timestamp `t`. The `B` labels go out
+//! in one read request, in ascending order (labels are pseudorandom, so the order says nothing).
+//!
+//! Write phase: for every real object read, the least recently used cached object is evicted
+//! and written back under its fresh label, and the object read enters the cache (keeping the
+//! cache's newer value if a client wrote it); every dummy is written back under its fresh label.
+//! `B` writes in one request, ascending. The `B` labels read are deleted once the journal holds
+//! the records that now live only in the cache.
+//!
+//! Batches run one at a time: the next one may pick an object the last one wrote back, so it
+//! must not read before that write is done. The only exception is [`Waffle::flush`], the last
+//! write-back at shutdown.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use cloak_core::{Addr, NO_SLOT, Record, Reply, SchemeError, StorageOp};
+
+use super::labels::Object;
+use super::params::BatchTiming;
+use super::{Flight, FlightRead, Purpose, Stage, Waffle};
+
+impl Waffle {
+    /// Starts a batch if one is due (or, with eager timing, if `R` slots wait).
+    pub(super) fn maybe_start_batch(&mut self, now: Instant) {
+        if self.stage != Stage::Running || self.flight.is_some() || self.retry.is_waiting() {
+            return;
+        }
+        let Some(due) = self.next_batch_at else {
+            return;
+        };
+        let timing = self.params.timing;
+        let full = timing == BatchTiming::Eager && self.queue.len() >= self.params.real;
+        if now < due && !full {
+            return;
+        }
+        if self.draining && self.queue.is_empty() {
+            self.flush();
+            return;
+        }
+        let interval = self.params.batch_interval;
+        self.next_batch_at = Some(match timing {
+            // A fixed schedule; a batch that overran delays the next one, never crowds two.
+            BatchTiming::Fixed => (due + interval).max(now),
+            BatchTiming::Eager => now + interval,
+        });
+        self.retry_rekeeps();
+        self.start_batch();
+    }
+
+    fn start_batch(&mut self) {
+        let t = self.batch + 1;
+        self.batch = t;
+        let mut reads = Vec::with_capacity(self.params.batch);
+
+        // Client requests: up to R distinct slots, deduplicated by the queue.
+        for _ in 0..self.params.real {
+            let Some(slot) = self.queue.pop_front() else {
+                break;
+            };
+            let write = match self.pending.get_mut(&slot) {
+                Some(pending) => {
+                    pending.queued = false;
+                    pending.write.take()
+                }
+                None => None,
+            };
+            self.forget_if_idle(slot);
+            let cached = self.cache.contains(&slot);
+            match write {
+                Some(record) => {
+                    // Line 14: the written value enters the cache now; an uncached object's old
+                    // copy is still read (and dropped), so the object leaves storage as usual.
+                    self.cache.put(slot, record);
+                    if !cached {
+                        reads.push(self.take_real(slot, t));
+                    }
+                }
+                None if cached => {
+                    self.cache.promote(&slot);
+                }
+                None => reads.push(self.take_real(slot, t)),
+            }
+        }
+        let requested = reads.len();
+
+        for (d, ts) in self.dummies.pick(t, &mut self.rng) {
+            reads.push(self.read_of(Object::Dummy(d), ts));
+        }
+        let fakes = self.params.batch - requested - self.params.fake_dummy;
+        for _ in 0..fakes {
+            let (ts, slot) = self
+                .server
+                .pop_oldest()
+                .expect("storage holds N − C ≥ B − f_D real objects (checked at build)");
+            self.ts[slot as usize] = t;
+            reads.push(self.read_of(Object::Real(slot), ts));
+        }
+        debug_assert_eq!(reads.len(), self.params.batch);
+
+        reads.sort_unstable_by_key(|r| r.label);
+        self.stats.real_accesses += requested as u64;
+        self.stats.dummy_accesses += (reads.len() - requested) as u64;
+        let op = StorageOp::Read(reads.iter().map(|r| r.label).collect());
+        self.flight = Some(Flight { batch: t, reads });
+        self.send(Purpose::BatchRead, op);
+    }
+
+    /// Takes a real object out of storage's tree for batch `t`.
+    fn take_real(&mut self, slot: u32, t: u64) -> FlightRead {
+        let ts = self.ts[slot as usize];
+        let held = self.server.remove(ts, slot);
+        debug_assert!(held, "slot {slot} is neither cached nor in storage");
+        self.ts[slot as usize] = t;
+        self.read_of(Object::Real(slot), ts)
+    }
+
+    fn read_of(&self, object: Object, ts: u64) -> FlightRead {
+        FlightRead {
+            label: self.labels.label(object, ts),
+            object,
+            ts,
+        }
+    }
+
+    /// The write phase: the server answered the batch's reads.
+    pub(super) fn finish_read(&mut self, values: Vec<Option<Bytes>>) {
+        let Some(flight) = self.flight.take() else {
+            tracing::error!("a batch read answered with no batch in flight");
+            return;
+        };
+        let t = flight.batch;
+        let mut writes: Vec<(Addr, Bytes)> = Vec::with_capacity(values.len());
+        let mut written = Vec::new();
+        let mut cached_now = Vec::new();
+        for (read, value) in flight.reads.iter().zip(values) {
+            let binding = self.labels.binding(read.object, read.ts);
+            match read.object {
+                Object::Dummy(_) => {
+                    if let Err(error) = self.codec.open(binding, value.as_ref(), Some(NO_SLOT)) {
+                        self.stats.integrity_failures += 1;
+                        tracing::error!(label = read.label, %error, "storage returned a bad dummy");
+                    }
+                    let fresh = self.labels.binding(read.object, t);
+                    let element = self.codec.seal(fresh, NO_SLOT, &Record::empty());
+                    writes.push((fresh.address, element));
+                }
+                Object::Real(slot) => {
+                    let opened = self
+                        .codec
+                        .open(binding, value.as_ref(), Some(u64::from(slot)))
+                        .map(|(_, record)| record);
+                    // Line 40: make room first. The victim is never an object this batch
+                    // touched: the cache holds at least B − f_D + R (checked at build).
+                    if let Some((victim, record)) = self.cache.pop_lru() {
+                        debug_assert_ne!(victim, slot);
+                        let ts = self.ts[victim as usize];
+                        let fresh = self.labels.binding(Object::Real(victim), ts);
+                        writes.push((
+                            fresh.address,
+                            self.codec.seal(fresh, victim.into(), &record),
+                        ));
+                        self.server.insert(ts, victim);
+                        if record.version > 0 {
+                            written.push((victim, record.version));
+                        }
+                    }
+                    self.take_in(slot, opened, read.label);
+                    cached_now.push(slot);
+                }
+            }
+        }
+        writes.sort_unstable_by_key(|(address, _)| *address);
+        self.unstored += written.len();
+        self.send(Purpose::BatchWrite(written), StorageOp::Write(writes));
+        let labels = flight.reads.iter().map(|r| r.label).collect();
+        self.delete_once_kept(cached_now, labels);
+        self.flight = Some(flight);
+    }
+
+    /// A real object read from storage enters the cache (lines 33–43).
+    fn take_in(
+        &mut self,
+        slot: u32,
+        opened: Result<Record, cloak_core::ElementError>,
+        label: Addr,
+    ) {
+        if self.cache.contains(&slot) {
+            // A client wrote it this batch: the cache is newer than storage's copy.
+            if let Err(error) = opened {
+                self.stats.integrity_failures += 1;
+                tracing::error!(label, %error, "storage returned a bad element (overwritten)");
+            }
+            self.cache.promote(&slot);
+            return;
+        }
+        let record = match opened {
+            // A slot lost earlier holds an empty placeholder: it must not pass for data.
+            Ok(record) if !self.corrupt.contains(&slot) => record,
+            Ok(_) => Record::empty(),
+            Err(error) => {
+                self.stats.integrity_failures += 1;
+                tracing::error!(label, %error, "storage returned a bad element");
+                self.corrupt.insert(slot);
+                Record::empty()
+            }
+        };
+        let reply = if self.corrupt.contains(&slot) {
+            Reply::Failed(SchemeError::Integrity(format!(
+                "the element holding this key failed authentication (storage label {label:#x}); \
+                 the value is lost until the key is written again"
+            )))
+        } else {
+            Reply::Value(record.clone())
+        };
+        for reader in self.take_readers(slot) {
+            self.answer(reader, slot, reply.clone());
+        }
+        self.cache.put(slot, record);
+    }
+
+    /// The batch's write-back is in storage.
+    pub(super) fn finish_write(&mut self, written: Vec<(u32, u64)>) {
+        self.stored(written);
+        self.flight = None;
+        self.stats.batches += 1;
+    }
+
+    /// Storage holds these client records again: the journal may drop them.
+    pub(super) fn stored(&mut self, written: Vec<(u32, u64)>) {
+        self.unstored -= written.len();
+        for (slot, version) in written {
+            self.out.release(u64::from(slot), version);
+        }
+    }
+
+    /// Shutdown: every cached object goes back to storage under its fresh label, and no batch
+    /// follows.
+    fn flush(&mut self) {
+        let mut writes = Vec::with_capacity(self.cache.len());
+        let mut written = Vec::new();
+        while let Some((slot, record)) = self.cache.pop_lru() {
+            let ts = self.ts[slot as usize];
+            let fresh = self.labels.binding(Object::Real(slot), ts);
+            writes.push((fresh.address, self.codec.seal(fresh, slot.into(), &record)));
+            self.server.insert(ts, slot);
+            if record.version > 0 {
+                written.push((slot, record.version));
+            }
+        }
+        writes.sort_unstable_by_key(|(address, _)| *address);
+        tracing::info!(
+            elements = writes.len(),
+            "wrote the cache to storage; no more batches"
+        );
+        self.stage = Stage::Drained;
+        self.unstored += written.len();
+        self.send(Purpose::Flush(written), StorageOp::Write(writes));
+    }
+}

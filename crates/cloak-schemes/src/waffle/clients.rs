@@ -1,0 +1,127 @@
+//! Client ops: answered as early as linearizability allows, handed to batches through a queue of
+//! distinct slots.
+//!
+//! The newest value of a slot is, in order: a pending write, the cache, storage. A read is
+//! answered at once from the first two; otherwise it waits for the batch that reads the slot
+//! (or for a write, which answers it). A write is acknowledged once journaled and waits in the
+//! queue for a batch to put it in the cache. Every op queues its slot once, so a batch takes up
+//! to `R` distinct slots in arrival order, and with them at most `R` touches of the LRU order,
+//! which Theorem 7.2's β relies on.
+
+use std::mem;
+use std::time::Instant;
+
+use cloak_core::{Op, OpId, Record, Reply, SchemeError};
+
+use super::params::BatchTiming;
+use super::{Stage, Waffle};
+
+impl Waffle {
+    pub(super) fn submit_op(&mut self, now: Instant, id: OpId, op: Op) {
+        if self.stage == Stage::Drained {
+            let error = SchemeError::Overloaded(
+                "the proxy is shutting down and has written its cache to storage".into(),
+            );
+            self.out.reply(id, Reply::Failed(error));
+            return;
+        }
+        let Some(slot) = u32::try_from(op.slot())
+            .ok()
+            .filter(|&s| u64::from(s) < self.params.objects)
+        else {
+            let error = SchemeError::Overloaded(format!("slot {} does not exist", op.slot()));
+            self.out.reply(id, Reply::Failed(error));
+            return;
+        };
+        match op {
+            Op::Read(_) => self.read(id, slot),
+            Op::Write(_, record) => self.write(id, slot, record),
+        }
+        if self.params.timing == BatchTiming::Eager {
+            self.maybe_start_batch(now);
+        }
+    }
+
+    fn read(&mut self, id: OpId, slot: u32) {
+        let newest = self
+            .pending
+            .get(&slot)
+            .and_then(|p| p.write.clone())
+            .or_else(|| {
+                let cached = self.cache.peek(&slot)?;
+                Some(cached.clone())
+            });
+        if let Some(record) = newest {
+            self.stats.cache_hits += 1;
+            let reply = match self.corrupt.contains(&slot) {
+                true => Reply::Failed(lost(slot)),
+                false => Reply::Value(record),
+            };
+            self.answer(id, slot, reply);
+            self.enqueue(slot);
+            return;
+        }
+        self.stats.cache_misses += 1;
+        if self.corrupt.contains(&slot) {
+            self.out.reply(id, Reply::Failed(lost(slot)));
+            return;
+        }
+        if let Some(error) = self.retry.failing() {
+            let reply = Reply::Failed(SchemeError::StorageUnavailable(error));
+            self.out.reply(id, reply);
+            return;
+        }
+        self.pending.entry(slot).or_default().readers.push(id);
+        self.enqueue(slot);
+    }
+
+    fn write(&mut self, id: OpId, slot: u32, record: Record) {
+        self.corrupt.remove(&slot);
+        self.out.keep(u64::from(slot), record.clone());
+        let pending = self.pending.entry(slot).or_default();
+        let readers = mem::take(&mut pending.readers);
+        pending.write = Some(record.clone());
+        self.enqueue(slot);
+        for reader in readers {
+            self.answer(reader, slot, Reply::Value(record.clone()));
+        }
+        self.answer(id, slot, Reply::Written);
+    }
+
+    /// Puts `slot` in the queue for the next batches, once.
+    fn enqueue(&mut self, slot: u32) {
+        let pending = self.pending.entry(slot).or_default();
+        if !pending.queued {
+            pending.queued = true;
+            self.queue.push_back(slot);
+        }
+    }
+
+    /// The reads waiting for `slot`'s value from storage.
+    pub(super) fn take_readers(&mut self, slot: u32) -> Vec<OpId> {
+        let readers = match self.pending.get_mut(&slot) {
+            Some(pending) => mem::take(&mut pending.readers),
+            None => return Vec::new(),
+        };
+        self.forget_if_idle(slot);
+        readers
+    }
+
+    /// Drops `slot`'s entry once nothing waits on it.
+    pub(super) fn forget_if_idle(&mut self, slot: u32) {
+        if let Some(p) = self.pending.get(&slot)
+            && !p.queued
+            && p.readers.is_empty()
+            && p.write.is_none()
+        {
+            self.pending.remove(&slot);
+        }
+    }
+}
+
+fn lost(slot: u32) -> SchemeError {
+    SchemeError::Integrity(format!(
+        "the element holding slot {slot} failed authentication earlier; the value is lost until \
+         the key is written again"
+    ))
+}

@@ -1,0 +1,278 @@
+//! Starting a run (paper §6.1), and deleting from storage only what the journal covers.
+//!
+//! Initialisation: `C` random slots go into the cache, every other slot and every dummy is
+//! written to storage under its timestamp-0 label, in a random order. Before that, a scan lists
+//! the elements an earlier run of this store left (a restart after a crash: recovery has read
+//! them already); once the fill is complete and the journal holds the recovered records the
+//! cache took, they are deleted. The server sees a scan, a write of `N − C + D` elements and a
+//! delete of everything older, whatever the workload was.
+//!
+//! Deletes in general ([`Waffle::delete_once_kept`]): a label's element may only leave storage
+//! once the journal holds the record it carried, which from then on lives only in the cache.
+
+use std::mem;
+use std::time::Instant;
+
+use bytes::Bytes;
+use cloak_core::{Addr, ElementCodec, JournalId, NO_SLOT, Record, SchemeStats, StorageOp};
+use hashbrown::HashMap;
+use lru::LruCache;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha20Rng;
+
+use super::labels::{Labels, Object};
+use super::params::Params;
+use super::trees::{DummyTree, RealTree};
+use super::{Deletion, Purpose, Stage, Waffle};
+use crate::Start;
+use crate::retry::Retry;
+
+/// Elements per scan request.
+const SCAN_CHUNK: u32 = 4096;
+/// Elements per fill request, and fill requests in flight at once.
+const FILL_CHUNK: usize = 1024;
+const FILL_WINDOW: usize = 4;
+/// Labels per delete request.
+const DELETE_CHUNK: usize = 4096;
+
+#[derive(Default)]
+pub(super) struct Startup {
+    /// Recovered records of slots storage will hold, until the fill writes them.
+    initial: HashMap<u32, Record>,
+    /// Cached slots holding recovered records: the journal must have them before the earlier
+    /// run's elements go.
+    cached_recovered: Vec<u32>,
+    /// Elements an earlier run left (they open with this store's key).
+    stale: Vec<Addr>,
+    /// Objects the fill writes, in a random order, and how far it got.
+    order: Vec<Object>,
+    next: usize,
+    outstanding: usize,
+}
+
+impl Startup {
+    pub(super) fn begin(
+        params: Params,
+        alpha: u64,
+        beta: u64,
+        codec: ElementCodec,
+        labels: Labels,
+        mut rng: ChaCha20Rng,
+        start: Start,
+    ) -> Waffle {
+        let objects = params.objects as usize;
+        let mut initial: HashMap<u32, Record> = start
+            .records
+            .into_iter()
+            .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
+            .collect();
+
+        let mut cached: Vec<u32> = rand::seq::index::sample(&mut rng, objects, params.cache)
+            .into_iter()
+            .map(|i| i as u32)
+            .collect();
+        cached.shuffle(&mut rng);
+        let mut cache = LruCache::unbounded();
+        let mut cached_recovered = Vec::new();
+        for slot in cached {
+            let record = initial.remove(&slot).unwrap_or_default();
+            if record.version > 0 {
+                cached_recovered.push(slot);
+            }
+            cache.put(slot, record);
+        }
+
+        let mut server = RealTree::default();
+        let mut order = Vec::with_capacity(objects - params.cache + params.dummies);
+        for slot in 0..objects as u32 {
+            if !cache.contains(&slot) {
+                server.insert(0, slot);
+                order.push(Object::Real(slot));
+            }
+        }
+        order.extend((0..params.dummies as u32).map(Object::Dummy));
+        order.shuffle(&mut rng);
+        let dummies = DummyTree::new(params.dummies, params.fake_dummy, alpha, &mut rng);
+
+        let mut waffle = Waffle {
+            params,
+            alpha,
+            beta,
+            codec,
+            labels,
+            rng,
+            ts: vec![0; objects],
+            server,
+            cache,
+            dummies,
+            corrupt: Default::default(),
+            pending: HashMap::new(),
+            queue: Default::default(),
+            stage: Stage::Scanning,
+            startup: Startup {
+                initial,
+                cached_recovered,
+                stale: Vec::new(),
+                order,
+                next: 0,
+                outstanding: 0,
+            },
+            batch: 0,
+            flight: None,
+            next_batch_at: None,
+            draining: false,
+            deletions: Vec::new(),
+            rekeep: Vec::new(),
+            unstored: 0,
+            retry: Retry::default(),
+            outstanding: HashMap::new(),
+            next_request: 0,
+            transmit: Default::default(),
+            out: Default::default(),
+            stats: SchemeStats::default(),
+        };
+        waffle.send(
+            Purpose::Scan,
+            StorageOp::Scan {
+                after: None,
+                limit: SCAN_CHUNK,
+            },
+        );
+        waffle
+    }
+}
+
+impl Waffle {
+    /// A page of the scan: note this store's elements, then scan on or start the fill.
+    pub(super) fn scanned(&mut self, now: Instant, entries: Vec<(Addr, Bytes)>) {
+        let complete = entries.len() < SCAN_CHUNK as usize;
+        let last = entries.last().map(|(address, _)| *address);
+        for (address, element) in entries {
+            // Anything else in the backend is not ours to delete.
+            if self.codec.open_found(address, &element).is_ok() {
+                self.startup.stale.push(address);
+            }
+        }
+        if complete {
+            self.stage = Stage::Filling;
+            self.pump_fill(now);
+        } else {
+            let op = StorageOp::Scan {
+                after: last,
+                limit: SCAN_CHUNK,
+            };
+            self.send(Purpose::Scan, op);
+        }
+    }
+
+    /// Keeps the fill's window of write requests full; once all are answered, batches start.
+    fn pump_fill(&mut self, now: Instant) {
+        let total = self.startup.order.len();
+        while self.startup.outstanding < FILL_WINDOW && self.startup.next < total {
+            let end = (self.startup.next + FILL_CHUNK).min(total);
+            let mut recovered = Vec::new();
+            let mut writes = Vec::with_capacity(end - self.startup.next);
+            for i in self.startup.next..end {
+                let object = self.startup.order[i];
+                let (slot, record) = match object {
+                    Object::Real(slot) => (
+                        u64::from(slot),
+                        self.startup.initial.remove(&slot).unwrap_or_default(),
+                    ),
+                    Object::Dummy(_) => (NO_SLOT, Record::empty()),
+                };
+                if record.version > 0 {
+                    recovered.push((slot as u32, record.version));
+                }
+                let binding = self.labels.binding(object, 0);
+                writes.push((binding.address, self.codec.seal(binding, slot, &record)));
+            }
+            writes.sort_unstable_by_key(|(address, _)| *address);
+            self.startup.next = end;
+            self.startup.outstanding += 1;
+            self.send(Purpose::Fill(recovered), StorageOp::Write(writes));
+        }
+        if self.startup.next == total && self.startup.outstanding == 0 {
+            self.fill_done(now);
+        }
+    }
+
+    pub(super) fn filled_chunk(&mut self, now: Instant, recovered: Vec<(u32, u64)>) {
+        for (slot, version) in recovered {
+            self.out.release(u64::from(slot), version);
+        }
+        self.startup.outstanding -= 1;
+        self.pump_fill(now);
+    }
+
+    fn fill_done(&mut self, now: Instant) {
+        tracing::info!(
+            elements = self.startup.order.len(),
+            cached = self.cache.len(),
+            earlier = self.startup.stale.len(),
+            "storage filled, batches start"
+        );
+        self.startup.order = Vec::new();
+        self.stage = Stage::Running;
+        self.next_batch_at = Some(now);
+        let slots = mem::take(&mut self.startup.cached_recovered);
+        let stale = mem::take(&mut self.startup.stale);
+        self.delete_once_kept(slots, stale);
+    }
+
+    /// Deletes `labels` from storage once the journal holds the cached records of `slots`.
+    pub(super) fn delete_once_kept(&mut self, slots: Vec<u32>, labels: Vec<Addr>) {
+        let mut journal: Option<JournalId> = None;
+        for &slot in &slots {
+            if let Some(record) = self.cache.peek(&slot)
+                && record.version > 0
+            {
+                journal = Some(self.out.keep(u64::from(slot), record.clone()));
+            }
+        }
+        match journal {
+            Some(journal) => self.deletions.push(Deletion {
+                journal,
+                slots,
+                labels,
+            }),
+            None => self.send_deletes(labels),
+        }
+    }
+
+    fn send_deletes(&mut self, mut labels: Vec<Addr>) {
+        labels.sort_unstable();
+        for chunk in labels.chunks(DELETE_CHUNK) {
+            self.send(Purpose::Delete, StorageOp::Delete(chunk.to_vec()));
+        }
+    }
+
+    /// A journal request finished: deletions it covered go out, or wait to be kept again.
+    pub(super) fn journaled(&mut self, id: JournalId, result: Result<(), String>) {
+        let (done, waiting): (Vec<Deletion>, Vec<Deletion>) = mem::take(&mut self.deletions)
+            .into_iter()
+            .partition(|d| d.journal == id);
+        self.deletions = waiting;
+        for deletion in done {
+            match &result {
+                Ok(()) => self.send_deletes(deletion.labels),
+                Err(error) => {
+                    tracing::warn!(
+                        %error,
+                        records = deletion.slots.len(),
+                        "the journal could not keep cached records; their storage copies stay \
+                         until it can"
+                    );
+                    self.rekeep.push(deletion);
+                }
+            }
+        }
+    }
+
+    /// Tries again the deletions whose journal request failed.
+    pub(super) fn retry_rekeeps(&mut self) {
+        for deletion in mem::take(&mut self.rekeep) {
+            self.delete_once_kept(deletion.slots, deletion.labels);
+        }
+    }
+}
