@@ -48,8 +48,10 @@ impl Outbox {
         }
     }
 
-    /// Journals `record` as the newest state of `slot`.
-    pub fn keep(&mut self, slot: Slot, record: Record) {
+    /// Journals `record` as the newest state of `slot`; returns the journal request that will
+    /// carry it (keeps made in one step share it), for schemes that must wait until it is
+    /// durable before acting (see [`crate::Scheme::handle_journaled`]).
+    pub fn keep(&mut self, slot: Slot, record: Record) -> JournalId {
         let next_id = &mut self.next_id;
         let (id, records) = self.collecting.get_or_insert_with(|| {
             *next_id += 1;
@@ -57,6 +59,7 @@ impl Outbox {
         });
         records.push((slot, record));
         self.undurable.insert(slot, *id);
+        *id
     }
 
     /// Storage holds `slot` at `version` (or newer) now.

@@ -163,6 +163,11 @@ pub trait Scheme: Send {
         self.outbox().handle_journaled(id, result);
     }
 
+    /// The driver will submit no more ops (the proxy is shutting down) and waits until
+    /// [`SchemeStats::unwritten`] is zero. A scheme that moves records to storage only while
+    /// serving ops (an ORAM's eviction cache) writes them out now; the default does nothing.
+    fn drain(&mut self, _now: Instant) {}
+
     /// Backpressure: while `false`, the driver stops submitting (it stops reading from clients)
     /// until some storage reply arrives.
     fn accepts(&self) -> bool;

@@ -145,6 +145,12 @@ impl Simulator {
         self.outcomes.remove(&token).map(|(_, outcome)| outcome)
     }
 
+    /// Tells the engine no more commands will come, as a shutting-down proxy does.
+    pub fn drain(&mut self) {
+        self.engine.drain(self.now);
+        self.pump();
+    }
+
     /// No storage request is unanswered.
     pub fn storage_idle(&self) -> bool {
         self.in_flight.is_empty()

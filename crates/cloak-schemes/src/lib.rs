@@ -3,6 +3,7 @@
 //! | name        | what the server learns                                   |
 //! |-------------|----------------------------------------------------------|
 //! | `cloak`     | nothing beyond the public budgets (paper's Theorem 1)    |
+//! | `curious`   | when ops arrive; nothing about which keys (Theorem 6.1)  |
 //! | `encrypted` | which label every op touches (contents hidden)           |
 //! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
 //!
@@ -10,6 +11,7 @@
 //! one arm there.
 
 pub mod cloak;
+pub mod curious;
 mod encrypted;
 mod plaintext;
 mod retry;
@@ -24,22 +26,30 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
 pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
+pub use curious::{Curious, CuriousConfig};
 pub use encrypted::Encrypted;
 pub use plaintext::Unsafe;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchemeName {
     Cloak,
+    Curious,
     Encrypted,
     Unsafe,
 }
 
 impl SchemeName {
-    pub const ALL: [SchemeName; 3] = [SchemeName::Cloak, SchemeName::Encrypted, SchemeName::Unsafe];
+    pub const ALL: [SchemeName; 4] = [
+        SchemeName::Cloak,
+        SchemeName::Curious,
+        SchemeName::Encrypted,
+        SchemeName::Unsafe,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             SchemeName::Cloak => "cloak",
+            SchemeName::Curious => "curious",
             SchemeName::Encrypted => "encrypted",
             SchemeName::Unsafe => "unsafe",
         }
@@ -116,15 +126,46 @@ impl Default for CloakOptions {
     }
 }
 
+/// CURIOUS's parameters (paper §6; defaults and derived values in `curious::params`).
+#[derive(Clone, Debug)]
+pub struct CuriousOptions {
+    /// Number of subORAMs `m`; `None`: `⌈√capacity⌉`.
+    pub partitions: Option<u64>,
+    /// Children per tree node, `b` (Table 7: 3).
+    pub arity: u32,
+    /// Blocks per bucket, `z` (Table 7: 5).
+    pub bucket_size: u32,
+    /// Cached blocks evicted to the subORAM of every access, `c` (at least 2).
+    pub evictions: u32,
+    /// Most accesses scheduled at once (the paper's semaphore, 128).
+    pub max_in_flight: usize,
+    /// Most blocks in the eviction cache before ops are refused; `None`: `4m + 256`.
+    pub cache_limit: Option<usize>,
+}
+
+impl Default for CuriousOptions {
+    fn default() -> Self {
+        Self {
+            partitions: None,
+            arity: 3,
+            bucket_size: 5,
+            evictions: 2,
+            max_in_flight: 128,
+            cache_limit: None,
+        }
+    }
+}
+
 /// Parameters of every scheme, each used only by its scheme.
 #[derive(Clone, Debug, Default)]
 pub struct SchemeOptions {
     pub cloak: CloakOptions,
+    pub curious: CuriousOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("unknown scheme {0:?}; choose one of: cloak, encrypted, unsafe")]
+    #[error("unknown scheme {0:?}; choose one of: cloak, curious, encrypted, unsafe")]
     UnknownScheme(String),
     #[error("capacity must be between 1 and {max}, got {got}")]
     Capacity { got: u64, max: u64 },
@@ -207,6 +248,12 @@ pub fn build(
                 max_pending: o.max_pending,
             };
             Box::new(Cloak::new(config, codec()?, rng, start))
+        }
+        SchemeName::Curious => {
+            let config = CuriousConfig::new(store.capacity, &options.curious)
+                .map_err(BuildError::Invalid)?;
+            let layout = config.layout().map_err(BuildError::Invalid)?;
+            Box::new(Curious::new(config, layout, codec()?, rng, start))
         }
         SchemeName::Encrypted => Box::new(Encrypted::new(
             store.capacity,

@@ -80,6 +80,7 @@ macro_rules! conformance {
 }
 
 conformance!(cloak, SchemeName::Cloak);
+conformance!(curious, SchemeName::Curious);
 conformance!(encrypted, SchemeName::Encrypted);
 conformance!(plaintext, SchemeName::Unsafe);
 
@@ -87,7 +88,7 @@ conformance!(plaintext, SchemeName::Unsafe);
 fn every_scheme_is_covered() {
     assert_eq!(
         SchemeName::ALL.len(),
-        3,
+        4,
         "add the new scheme to the conformance! list above"
     );
 }
