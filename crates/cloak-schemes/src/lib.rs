@@ -141,6 +141,10 @@ pub struct CuriousOptions {
     pub max_in_flight: usize,
     /// Most blocks in the eviction cache before ops are refused; `None`: `4m + 256`.
     pub cache_limit: Option<usize>,
+    /// Accesses a block stays readable at the proxy after its subORAM is drawn; `None`: `16m`.
+    /// Not in the paper: it keeps a hot key's fetch from following its eviction (see
+    /// `curious::retention`); 0 restores the paper's behaviour.
+    pub retention: Option<u64>,
 }
 
 impl Default for CuriousOptions {
@@ -152,6 +156,7 @@ impl Default for CuriousOptions {
             evictions: 2,
             max_in_flight: 128,
             cache_limit: None,
+            retention: None,
         }
     }
 }

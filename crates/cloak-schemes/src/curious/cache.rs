@@ -15,10 +15,17 @@ use std::collections::VecDeque;
 use cloak_core::Record;
 use hashbrown::HashMap;
 
-pub struct Entry {
-    pub record: Record,
+/// Where a cached block will go, and when that was drawn (an access count; see `retention`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Assignment {
     pub sub: u32,
     pub leaf: u32,
+    pub drawn: u64,
+}
+
+pub struct Entry {
+    pub record: Record,
+    pub to: Assignment,
     saved: bool,
 }
 
@@ -57,23 +64,21 @@ impl EvictionCache {
         self.entries.get(&slot).map(|e| &e.record)
     }
 
-    /// Adds a block the cache does not hold, to be evicted to `sub` at `leaf`.
-    pub fn insert(&mut self, slot: u32, record: Record, sub: u32, leaf: u32) {
+    /// Adds a block the cache does not hold, to be evicted as `to` says.
+    pub fn insert(&mut self, slot: u32, record: Record, to: Assignment) {
         self.insert_entry(
             slot,
             Entry {
                 record,
-                sub,
-                leaf,
+                to,
                 saved: false,
             },
         );
     }
 
     /// Puts back a block that was taken for eviction but did not fit, under a new association.
-    pub fn reinsert(&mut self, slot: u32, mut entry: Entry, sub: u32, leaf: u32) {
-        entry.sub = sub;
-        entry.leaf = leaf;
+    pub fn reinsert(&mut self, slot: u32, mut entry: Entry, to: Assignment) {
+        entry.to = to;
         self.insert_entry(slot, entry);
     }
 
@@ -81,7 +86,7 @@ impl EvictionCache {
         if !entry.saved {
             self.unsaved += 1;
         }
-        self.queues[entry.sub as usize].push_back(slot);
+        self.queues[entry.to.sub as usize].push_back(slot);
         let previous = self.entries.insert(slot, entry);
         assert!(previous.is_none(), "a block is cached at most once");
         self.high_water = self.high_water.max(self.entries.len());
@@ -145,13 +150,21 @@ mod tests {
         }
     }
 
+    fn to(sub: u32) -> Assignment {
+        Assignment {
+            sub,
+            leaf: 0,
+            drawn: 0,
+        }
+    }
+
     #[test]
     fn eviction_takes_the_oldest_blocks_of_one_subtree() {
         let mut c = EvictionCache::new(2);
-        c.insert(1, record(1), 0, 0);
-        c.insert(2, record(1), 1, 0);
-        c.insert(3, record(1), 0, 0);
-        c.insert(4, record(1), 0, 0);
+        c.insert(1, record(1), to(0));
+        c.insert(2, record(1), to(1));
+        c.insert(3, record(1), to(0));
+        c.insert(4, record(1), to(0));
         let taken: Vec<u32> = c.take(0, 2).into_iter().map(|(s, _)| s).collect();
         assert_eq!(taken, vec![1, 3]);
         assert_eq!(c.len(), 2);
@@ -162,8 +175,8 @@ mod tests {
     #[test]
     fn saved_blocks_count_as_unsaved_again_when_written() {
         let mut c = EvictionCache::new(1);
-        c.insert(1, record(1), 0, 0);
-        c.insert(2, record(1), 0, 0);
+        c.insert(1, record(1), to(0));
+        c.insert(2, record(1), to(0));
         assert_eq!(c.unsaved(), 2);
         c.mark_saved(1, 1);
         c.mark_saved(2, 7); // an older drain of another version does not count
@@ -173,8 +186,12 @@ mod tests {
         c.mark_saved(1, 2);
         let (slot, entry) = c.take(0, 1).pop().unwrap();
         assert_eq!((slot, c.unsaved()), (1, 1));
-        c.reinsert(slot, entry, 0, 3);
-        assert_eq!(c.unsaved(), 1, "a saved block stays saved when it comes back");
+        c.reinsert(slot, entry, to(0));
+        assert_eq!(
+            c.unsaved(),
+            1,
+            "a saved block stays saved when it comes back"
+        );
         assert!(!c.update(9, record(1)));
     }
 }

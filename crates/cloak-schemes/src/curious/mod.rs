@@ -6,9 +6,9 @@
 //!
 //! 1. `lookupPos`: if the slot's block is in a subORAM and not already being fetched, the access
 //!    goes to that subORAM and leaf and will retrieve it. Otherwise (the block is cached, in
-//!    transit, or was never written) the access goes to a uniformly random subORAM and leaf: a
-//!    dummy access, and the op is served from what the proxy knows (§6.2's concurrency model:
-//!    a request for a block in transit waits for it to arrive).
+//!    transit, retained, or was never written) the access goes to a uniformly random subORAM and
+//!    leaf: a dummy access, and the op is served from what the proxy knows (§6.2's concurrency
+//!    model: a request for a block in transit waits for it to arrive).
 //! 2. The access takes its subORAM's lock (accesses to other subORAMs run in parallel), reads
 //!    the whole path, takes up to `c` blocks that the cache associates with that subORAM
 //!    (`evictBlocks`), places the path's blocks and those on the path as deep as each may go,
@@ -25,9 +25,14 @@
 //!
 //! - *Which subORAM* (Theorem 6.1): a block's subORAM is drawn uniformly when it enters the
 //!   cache and is revealed once, by the access that fetches it; dummy accesses draw a fresh one.
-//!   A block that was never fetched got a uniform one at its first write. So every access goes
-//!   to a uniformly random subORAM independent of all earlier accesses, whatever the op, key or
-//!   workload (all ops on one key look like ops on random keys). The leaf likewise.
+//!   Theorem 6.1 shows each access alone is uniform, but not that it is independent of the
+//!   earlier ones: Figure 3 evicts a block at the first access to its subORAM, so a key asked
+//!   for again soon after is fetched from the subORAM just accessed (a hot key makes consecutive
+//!   accesses repeat a subORAM at twice the chance rate). CURIOUS here keeps every block
+//!   readable at the proxy for a window of `W = 16m` accesses after its subORAM is drawn
+//!   (`retention`), so a fetch comes only after its subORAM has been accessed for unrelated
+//!   reasons; then every access goes to a uniformly random subORAM independent of the earlier
+//!   ones (up to a bias of about `e^−16`), whatever the op, key or workload. The leaf likewise.
 //! - *Which blocks move*: how many blocks an access evicts, and whether it retrieves one, is
 //!   hidden inside a full path of fixed-size buckets.
 //! - *When*: an access starts when its op arrives (ORAMs do not hide the application's timing)
@@ -35,6 +40,8 @@
 //!   each other depends only on their subORAMs, which are uniform and independent of the
 //!   requests. In particular two ops on one key never queue on one subORAM: the second one is
 //!   a dummy access to a random subORAM (the leak of §4.2 that ObliviStore's implementation had).
+//!   Every access holds its subORAM for the same time: its write-back waits for a journal commit
+//!   whether or not it fetched a block (see `wait_for_journal`).
 //!
 //! Answers to clients: an op is answered when its own access has read its path (plus, for a
 //! write, when it is in the journal), so a cached key is not answered sooner than any other.
@@ -76,13 +83,14 @@ mod params;
 mod placement;
 mod position;
 mod requests;
+mod retention;
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, JournalId, Op, OpId, Outbox, Record, Reply, RequestId, Scheme,
+    Addr, ElementCodec, JournalId, NO_SLOT, Op, OpId, Outbox, Record, Reply, RequestId, Scheme,
     SchemeError, SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 use cloak_crypto::Binding;
@@ -94,14 +102,15 @@ use crate::Start;
 use crate::retry::Retry;
 
 use bucket::BucketCodec;
-use cache::{Entry, EvictionCache};
+use cache::{Assignment, Entry, EvictionCache};
 use geometry::Layout;
 use locks::{AccessId, SubLocks};
 use placement::{Placed, place};
 use position::{Place, PositionMap};
 use requests::{Answer, Requests};
+use retention::Retention;
 
-pub use params::{CuriousConfig, default_cache_limit, default_partitions};
+pub use params::{CuriousConfig, default_cache_limit, default_partitions, default_retention};
 
 /// Buckets written per request while the store is first filled.
 const FILL_CHUNK: u64 = 256;
@@ -112,8 +121,8 @@ const FILL_WINDOW: usize = 4;
 struct Access {
     sub: u32,
     leaf: u32,
-    /// The client op that caused it.
-    op: OpId,
+    /// The client op that caused it (`None`: the op was refused, the access still happens).
+    op: Option<OpId>,
     /// The block it retrieves (`None`: a dummy access).
     target: Option<u32>,
     stage: Stage,
@@ -130,7 +139,9 @@ enum Stage {
         keeps: Vec<u32>,
     },
     /// The write-back is at storage; `evicted` blocks (slot, version) are in it.
-    Writing { evicted: Vec<(u32, u64)> },
+    Writing {
+        evicted: Vec<(u32, u64)>,
+    },
 }
 
 /// What a storage request is for.
@@ -176,6 +187,7 @@ pub struct Curious {
 
     positions: PositionMap,
     cache: EvictionCache,
+    retention: Retention,
     locks: SubLocks,
     requests: Requests,
     accesses: HashMap<AccessId, Access>,
@@ -232,6 +244,7 @@ impl Curious {
             rng,
             positions: PositionMap::new(slots),
             cache: EvictionCache::new(config.partitions),
+            retention: Retention::new(config.retention),
             locks: SubLocks::new(config.partitions),
             requests: Requests::default(),
             accesses: HashMap::new(),
@@ -293,7 +306,12 @@ impl Curious {
                     self.positions.set(slot, Place::Stored { sub, leaf });
                 }
                 None => {
-                    self.cache.insert(slot, record, sub, leaf);
+                    let to = Assignment {
+                        sub,
+                        leaf,
+                        drawn: 0,
+                    };
+                    self.cache.insert(slot, record, to);
                     self.positions.set(slot, Place::Cached);
                     cached.push(slot);
                 }
@@ -301,6 +319,16 @@ impl Curious {
         }
         self.fill_gate = Some(cached.clone());
         self.wait_for_journal(Gate::Fill, cached);
+    }
+
+    /// A fresh uniformly random subORAM and leaf for a block entering the cache.
+    fn assignment(&mut self) -> Assignment {
+        let (sub, leaf) = self.random_position();
+        Assignment {
+            sub,
+            leaf,
+            drawn: self.next_access,
+        }
     }
 
     fn random_position(&mut self) -> (u32, u32) {
@@ -394,6 +422,7 @@ impl Curious {
     /// Figure 3's `schedule`: the op takes effect now if the proxy knows the slot's record, and
     /// gets its access.
     fn schedule(&mut self, id: OpId, slot: u32, op: Op) {
+        self.retention.expire(self.next_access);
         let write = match op {
             Op::Write(_, record) => Some(record),
             Op::Read(_) => None,
@@ -403,28 +432,32 @@ impl Curious {
             .map(|record| self.out.keep(Slot::from(slot), record.clone()));
         self.requests.add(id, slot, write.clone().zip(journal));
         let place = self.positions.get(slot);
-        let (sub, leaf, target) = match place {
-            Place::Stored { sub, leaf } => {
+        let retained = matches!(place, Place::Stored { .. }) && self.retention.get(slot).is_some();
+        let target = match place {
+            Place::Stored { sub, leaf } if !retained => {
                 self.positions.set(slot, Place::Fetching { sub, leaf });
                 self.requests.wait_for_block(slot, id);
                 self.stats.cache_misses += 1;
-                (sub, leaf, Some(slot))
+                Some((sub, leaf, slot))
             }
             Place::Fetching { .. } => {
                 self.requests.wait_for_block(slot, id);
                 self.stats.cache_misses += 1;
-                let (sub, leaf) = self.random_position();
-                (sub, leaf, None)
+                None
             }
-            Place::Cached | Place::Absent | Place::Lost => {
+            // The proxy knows the record: the op takes effect now.
+            Place::Stored { .. } | Place::Cached | Place::Absent | Place::Lost => {
                 self.stats.cache_hits += 1;
                 let reply = match write {
                     Some(record) => {
                         if place == Place::Cached {
                             self.cache.update(slot, record);
                         } else {
-                            let (sub, leaf) = self.random_position();
-                            self.cache.insert(slot, record, sub, leaf);
+                            if retained {
+                                self.retention.overwritten(slot);
+                            }
+                            let to = self.assignment();
+                            self.cache.insert(slot, record, to);
                             self.positions.set(slot, Place::Cached);
                         }
                         Reply::Written
@@ -436,20 +469,32 @@ impl Curious {
                                 .cloned()
                                 .expect("cached slots are in the cache"),
                         ),
+                        Place::Stored { .. } => {
+                            Reply::Value(self.retention.get(slot).cloned().expect("checked above"))
+                        }
                         Place::Lost => Reply::Failed(lost()),
                         _ => Reply::Value(Record::empty()),
                     },
                 };
                 let answer = self.requests.took_effect(id, reply);
                 self.answer(answer);
-                let (sub, leaf) = self.random_position();
-                (sub, leaf, None)
+                None
             }
         };
         match target {
-            Some(_) => self.stats.real_accesses += 1,
-            None => self.stats.dummy_accesses += 1,
+            Some((sub, leaf, slot)) => {
+                self.stats.real_accesses += 1;
+                self.start_access(sub, leaf, Some(id), Some(slot));
+            }
+            None => {
+                self.stats.dummy_accesses += 1;
+                let (sub, leaf) = self.random_position();
+                self.start_access(sub, leaf, Some(id), None);
+            }
         }
+    }
+
+    fn start_access(&mut self, sub: u32, leaf: u32, op: Option<OpId>, target: Option<u32>) {
         let access = self.next_access;
         self.next_access += 1;
         self.accesses.insert(
@@ -457,13 +502,26 @@ impl Curious {
             Access {
                 sub,
                 leaf,
-                op: id,
+                op,
                 target,
                 stage: Stage::Queued,
             },
         );
         self.locks.enqueue(sub, access);
         self.start_next(sub);
+    }
+
+    /// Whether `op` would add a block to the eviction cache: it fetches one, or writes a slot
+    /// whose block is not cached.
+    fn adds_to_cache(&self, slot: u32, op: &Op) -> bool {
+        match self.positions.get(slot) {
+            Place::Stored { .. } if self.retention.get(slot).is_some() => {
+                matches!(op, Op::Write(..))
+            }
+            Place::Stored { .. } => true,
+            Place::Absent | Place::Lost => matches!(op, Op::Write(..)),
+            Place::Fetching { .. } | Place::Cached => false,
+        }
     }
 
     /// The path is read: serve the op, retrieve the target, evict, and write the path back
@@ -488,6 +546,9 @@ impl Curious {
                             tracing::error!(slot, "a bucket holds a slot beyond the store");
                             continue;
                         };
+                        if self.retention.take_ghost(slot, record.version) {
+                            continue; // stale: overwritten while retained
+                        }
                         if Some(slot) == target {
                             retrieved = Some(record);
                         } else if let Some(leaf) = self.positions.leaf_in(slot, sub) {
@@ -496,7 +557,11 @@ impl Curious {
                                 block: Moving::Read(slot, record),
                             });
                         } else {
-                            tracing::error!(slot, sub, "a bucket holds a block that belongs elsewhere; dropped");
+                            tracing::error!(
+                                slot,
+                                sub,
+                                "a bucket holds a block that belongs elsewhere; dropped"
+                            );
                         }
                     }
                 }
@@ -527,21 +592,23 @@ impl Curious {
             self.answer_all(answers);
             match current {
                 Some(record) => {
-                    let (to_sub, to_leaf) = self.random_position();
-                    self.cache.insert(slot, record, to_sub, to_leaf);
+                    let to = self.assignment();
+                    self.cache.insert(slot, record, to);
                     self.positions.set(slot, Place::Cached);
                     keeps.push(slot);
                 }
                 None => self.positions.set(slot, Place::Lost),
             }
         }
-        let answer = self.requests.path_read(op);
-        self.answer(answer);
+        if let Some(op) = op {
+            let answer = self.requests.path_read(op);
+            self.answer(answer);
+        }
 
         let guests = evicted
             .into_iter()
             .map(|(slot, entry)| Placed {
-                leaf: entry.leaf,
+                leaf: entry.to.leaf,
                 block: Moving::Evicted(slot, entry),
             })
             .collect();
@@ -553,16 +620,16 @@ impl Curious {
             guests,
         );
         for spilled in placement.overflow {
-            let (to_sub, to_leaf) = self.random_position();
+            let to = self.assignment();
             match spilled.block {
                 Moving::Evicted(slot, entry) => {
                     self.overflowed += 1;
-                    self.cache.reinsert(slot, entry, to_sub, to_leaf);
+                    self.cache.reinsert(slot, entry, to);
                 }
                 Moving::Read(slot, record) => {
                     // Cannot happen (see `placement`); if it did, the block leaves storage.
                     tracing::error!(slot, "a block read from a path did not fit back");
-                    self.cache.insert(slot, record, to_sub, to_leaf);
+                    self.cache.insert(slot, record, to);
                     self.positions.set(slot, Place::Cached);
                     keeps.push(slot);
                 }
@@ -575,7 +642,10 @@ impl Curious {
         for (&address, blocks) in path.iter().zip(&placement.buckets) {
             for block in blocks {
                 if let Moving::Evicted(slot, entry) = block {
-                    self.positions.set(*slot, Place::Stored { sub, leaf: entry.leaf });
+                    let leaf = entry.to.leaf;
+                    self.positions.set(*slot, Place::Stored { sub, leaf });
+                    self.retention
+                        .evicted(*slot, &entry.record, entry.to.drawn, self.next_access);
                     evicted.push((*slot, entry.record.version));
                 }
             }
@@ -584,26 +654,29 @@ impl Curious {
                 address,
                 generation,
             };
-            writes.push((address, self.codec.seal(binding, blocks.iter().map(Moving::record))));
+            writes.push((
+                address,
+                self.codec.seal(binding, blocks.iter().map(Moving::record)),
+            ));
         }
         self.evicting += evicted.len();
-        let write = StorageOp::Write(writes);
         let access = self.accesses.get_mut(&id).expect("reading accesses exist");
-        if keeps.is_empty() {
-            access.stage = Stage::Writing { evicted };
-            self.send(Purpose::Write(id), write);
-        } else {
-            access.stage = Stage::Journaling {
-                write,
-                evicted,
-                keeps: keeps.clone(),
-            };
-            self.wait_for_journal(Gate::Access(id), keeps);
-        }
+        access.stage = Stage::Journaling {
+            write: StorageOp::Write(writes),
+            evicted,
+            keeps: keeps.clone(),
+        };
+        self.wait_for_journal(Gate::Access(id), keeps);
     }
 
     /// Journals the cached records of `slots` (blocks about to leave storage); `gate` proceeds
     /// once they are durable.
+    ///
+    /// Every write-back waits for a journal commit, also when it removes nothing from storage:
+    /// if only accesses that fetched a block waited, the pause between a path read and its
+    /// write-back would tell the server which accesses fetched one (and so, for instance, how
+    /// often clients hit the cache). An access with nothing to keep journals a [`NO_SLOT`]
+    /// marker, which recovery ignores, and waits like the others.
     fn wait_for_journal(&mut self, gate: Gate, slots: Vec<u32>) {
         let mut journal = None;
         for slot in slots {
@@ -611,6 +684,9 @@ impl Curious {
             if let Some(record) = self.cache.record(slot).cloned() {
                 journal = Some(self.out.keep(Slot::from(slot), record));
             }
+        }
+        if journal.is_none() && matches!(gate, Gate::Access(_)) {
+            journal = Some(self.out.keep(NO_SLOT, Record::empty()));
         }
         match journal {
             Some(id) => self.gates.entry(id).or_default().push(gate),
@@ -715,7 +791,10 @@ impl Curious {
             );
             writes.push((address, sealed));
         }
-        tracing::info!(blocks = blocks.len(), "writing the eviction cache to the drain area");
+        tracing::info!(
+            blocks = blocks.len(),
+            "writing the eviction cache to the drain area"
+        );
         self.drain_in_flight = true;
         self.send(Purpose::Drain(saved), StorageOp::Write(writes));
     }
@@ -733,7 +812,7 @@ impl Curious {
             && let Some(access) = self.accesses.get(&id)
         {
             let failure = SchemeError::StorageUnavailable(error.clone());
-            let mut readers = vec![access.op];
+            let mut readers: Vec<OpId> = access.op.into_iter().collect();
             if let Some(slot) = access.target {
                 readers.extend(self.requests.waiting_reads(slot));
             }
@@ -777,11 +856,13 @@ impl Scheme for Curious {
             self.out.reply(id, reply);
             return;
         }
-        if self.cache.len() >= self.config.cache_limit {
+        if self.cache.len() >= self.config.cache_limit && self.adds_to_cache(slot, &op) {
+            // Refused, but the access still happens (as a dummy): the server sees one access per
+            // op as always, and the evictions it makes are what drains the cache.
             self.refused += 1;
             tracing::error!(
                 limit = self.config.cache_limit,
-                "eviction cache full; refusing ops"
+                "eviction cache full; refusing ops that would add to it"
             );
             let error = SchemeError::Overloaded(format!(
                 "the CURIOUS eviction cache holds {} blocks, its limit; raise \
@@ -789,6 +870,9 @@ impl Scheme for Curious {
                 self.cache.len()
             ));
             self.out.reply(id, Reply::Failed(error));
+            self.stats.dummy_accesses += 1;
+            let (sub, leaf) = self.random_position();
+            self.start_access(sub, leaf, None, None);
             return;
         }
         self.schedule(id, slot, op);
@@ -917,16 +1001,22 @@ impl Scheme for Curious {
             ("max_in_flight", self.config.max_in_flight.to_string()),
             ("elements", self.layout.elements().to_string()),
             ("element_bytes", element.to_string()),
-            ("buckets_per_access", format!("{path} read + {path} written")),
             (
-                "bytes_per_access",
-                (2 * path * (element + 16)).to_string(),
+                "buckets_per_access",
+                format!("{path} read + {path} written"),
             ),
+            ("bytes_per_access", (2 * path * (element + 16)).to_string()),
             ("eviction_cache_blocks", self.cache.len().to_string()),
-            ("eviction_cache_high_water", self.cache.high_water().to_string()),
+            (
+                "eviction_cache_high_water",
+                self.cache.high_water().to_string(),
+            ),
             ("eviction_cache_limit", self.config.cache_limit.to_string()),
             ("eviction_cache_refusals", self.refused.to_string()),
             ("overflowed_blocks", self.overflowed.to_string()),
+            ("retention_accesses", self.retention.window().to_string()),
+            ("retained_blocks", self.retention.len().to_string()),
+            ("ghost_blocks", self.retention.ghosts().to_string()),
             ("accesses_in_flight", self.accesses.len().to_string()),
             ("drain_area_buckets", self.layout.drain_buckets.to_string()),
             ("storage_filled", self.filled.to_string()),

@@ -14,6 +14,8 @@
 //!   subORAM (1.9 measured for 100,000 keys; three give 1.35).
 //! - At most 128 accesses in flight, the paper's semaphore.
 //! - Cache limit `4m + 256` blocks, about twice the typical occupancy plus room for small stores.
+//! - Retention `16m` accesses (not in the paper; see `retention`): blocks stay readable at the
+//!   proxy that long after their subORAM is drawn, about `16m` blocks at most.
 
 use crate::CuriousOptions;
 
@@ -29,6 +31,8 @@ pub struct CuriousConfig {
     pub evictions: usize,
     pub max_in_flight: usize,
     pub cache_limit: usize,
+    /// Accesses a block stays readable at the proxy after its subORAM is drawn (`retention`).
+    pub retention: u64,
 }
 
 /// The default number of subORAMs for `capacity` keys.
@@ -42,6 +46,12 @@ pub fn default_partitions(capacity: u64) -> u64 {
         m += 1;
     }
     m.max(1)
+}
+
+/// The default retention window: `16m` accesses, after which a block's subORAM has been accessed
+/// (and the block evicted) for unrelated reasons except with probability about `e^−16`.
+pub fn default_retention(partitions: u32) -> u64 {
+    16 * u64::from(partitions)
 }
 
 /// The default eviction-cache limit for `partitions` subORAMs.
@@ -91,7 +101,9 @@ impl CuriousConfig {
                 o.evictions
             ));
         }
+        let retention = o.retention.unwrap_or_else(|| default_retention(partitions));
         Ok(Self {
+            retention,
             capacity,
             partitions,
             arity: o.arity,
@@ -125,7 +137,14 @@ mod tests {
 
     #[test]
     fn partitions_default_to_the_square_root_of_the_capacity() {
-        for (n, m) in [(1, 1), (2, 2), (4, 2), (5, 3), (100_000, 317), (1_000_000, 1000)] {
+        for (n, m) in [
+            (1, 1),
+            (2, 2),
+            (4, 2),
+            (5, 3),
+            (100_000, 317),
+            (1_000_000, 1000),
+        ] {
             assert_eq!(default_partitions(n), m, "capacity {n}");
         }
         let config = CuriousConfig::new(100_000, &CuriousOptions::default()).unwrap();
@@ -140,8 +159,20 @@ mod tests {
         let bad = |o: CuriousOptions| CuriousConfig::new(1000, &o).unwrap_err();
         let d = CuriousOptions::default;
         assert!(bad(CuriousOptions { arity: 1, ..d() }).contains("arity"));
-        assert!(bad(CuriousOptions { bucket_size: 0, ..d() }).contains("bucket-size"));
-        assert!(bad(CuriousOptions { evictions: 1, ..d() }).contains("without bound"));
+        assert!(
+            bad(CuriousOptions {
+                bucket_size: 0,
+                ..d()
+            })
+            .contains("bucket-size")
+        );
+        assert!(
+            bad(CuriousOptions {
+                evictions: 1,
+                ..d()
+            })
+            .contains("without bound")
+        );
         assert!(
             bad(CuriousOptions {
                 partitions: Some(1001),

@@ -231,7 +231,10 @@ mod tests {
             answers,
             vec![Answer::WhenDurable(OpId(3), 5, Reply::Value(record(9)))]
         );
-        assert_eq!(r.journaled(j, &Ok(())), vec![Answer::Now(OpId(2), Reply::Written)]);
+        assert_eq!(
+            r.journaled(j, &Ok(())),
+            vec![Answer::Now(OpId(2), Reply::Written)]
+        );
         // The fetching op is answered when its own access has read the path.
         assert_eq!(
             r.path_read(OpId(1)),
@@ -257,7 +260,10 @@ mod tests {
         assert!(answers.is_empty());
         assert!(matches!(
             r.journaled(JournalId(3), &Err("disk full".into()))[..],
-            [Answer::Now(OpId(2), Reply::Failed(SchemeError::Durability(_)))]
+            [Answer::Now(
+                OpId(2),
+                Reply::Failed(SchemeError::Durability(_))
+            )]
         ));
     }
 }
