@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use cloak_core::{ElementCodec, ElementFormat, Engine, KeyDirectory, Limits, RecordLayout};
 use cloak_crypto::{KeyHasher, MasterKey, Sealer};
 use cloak_proxy::{Journal, RecoveryReport};
-use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec};
+use cloak_schemes::{CloakOptions, CuriousOptions, SchemeName, SchemeOptions, Start, StoreSpec};
 use cloak_storage::Storage;
 
 use crate::cli::StoreArgs;
@@ -33,6 +33,7 @@ impl StoreArgs {
             bail!("--key-size must be between 1 and 65535 ({max_key} given)");
         }
         let defaults = CloakOptions::default();
+        let curious = CuriousOptions::default();
         let budgets = self
             .budgets
             .as_deref()
@@ -69,6 +70,15 @@ impl StoreArgs {
                     batch_interval,
                     cache_size: self.cache_size.unwrap_or(defaults.cache_size),
                     max_pending: self.max_pending,
+                },
+                curious: CuriousOptions {
+                    partitions: self.curious_partitions,
+                    arity: self.curious_arity.unwrap_or(curious.arity),
+                    bucket_size: self.curious_bucket_size.unwrap_or(curious.bucket_size),
+                    evictions: self.curious_evictions.unwrap_or(curious.evictions),
+                    max_in_flight: self.curious_max_in_flight.unwrap_or(curious.max_in_flight),
+                    cache_limit: self.curious_cache_limit,
+                    retention: self.curious_retention,
                 },
             },
             limits: Limits {
@@ -154,6 +164,15 @@ impl Store {
         {
             line.push_str(&format!(
                 ", a batch of {batch} elements every {interval} ms"
+            ));
+        }
+        if let (Some(m), Some(depth), Some(path)) = (
+            params.get("partitions"),
+            params.get("tree_depth"),
+            params.get("buckets_per_access"),
+        ) {
+            line.push_str(&format!(
+                ", {m} subORAMs of depth {depth}, {path} buckets per request"
             ));
         }
         line
