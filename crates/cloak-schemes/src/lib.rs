@@ -13,6 +13,8 @@
 pub mod cloak;
 pub mod curious;
 mod encrypted;
+mod fill;
+mod outgoing;
 mod plaintext;
 mod retry;
 

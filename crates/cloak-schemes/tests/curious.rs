@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cloak_core::{
-    AccessKind, Addr, Command, CommandError, ElementCodec, ElementFormat, Engine, JournalMap,
-    KeyDirectory, Limits, Observed, Outcome, Record, RecordLayout, Recovered, Recovery,
-    SchemeError, SetCondition, Simulator, Slot,
+    AccessKind, Addr, Command, ElementCodec, ElementFormat, Engine, JournalMap, KeyDirectory,
+    Limits, Observed, Outcome, Record, RecordLayout, Recovered, Recovery, SchemeError, Simulator,
+    Slot,
 };
 use cloak_crypto::{KeyHasher, MasterKey, Sealer};
 use cloak_schemes::{CuriousOptions, SchemeName, SchemeOptions, Start, StoreSpec, build};
+use cloak_testkit::commands::{get, scheme_error, set, value};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -132,31 +133,6 @@ fn params(sim: &Simulator) -> Params {
         refusals: n("eviction_cache_refusals"),
         filled: d["storage_filled"] == "true",
     }
-}
-
-fn set(key: &str, value: &str) -> Command {
-    Command::Set {
-        key: Bytes::from(key.to_string()),
-        value: Bytes::from(value.to_string()),
-        condition: SetCondition::Always,
-    }
-}
-
-fn get(key: &str) -> Command {
-    Command::Get(Bytes::from(key.to_string()))
-}
-
-fn value(v: &str) -> Option<Outcome> {
-    Some(Outcome::Value(Some(Bytes::from(v.to_string()))))
-}
-
-fn is_integrity_error(outcome: &Option<Outcome>) -> bool {
-    matches!(
-        outcome,
-        Some(Outcome::Error(CommandError::Scheme(
-            SchemeError::Integrity(_)
-        )))
-    )
 }
 
 /// `clients` clients keep `depth` commands each in flight until `commands` were sent; every
@@ -529,7 +505,7 @@ fn read_back(sim: &mut Simulator, expected: impl Fn(usize) -> String) -> usize {
     let mut failures = 0;
     for i in 0..40 {
         let got = sim.execute(9, get(&format!("k{i}")));
-        if is_integrity_error(&got) {
+        if matches!(scheme_error(&got), Some(SchemeError::Integrity(_))) {
             failures += 1;
         } else {
             assert_eq!(got, value(&expected(i)), "k{i}: wrong data");
@@ -633,13 +609,14 @@ fn a_full_eviction_cache_refuses_what_would_grow_it_and_drains_by_itself() {
         tokens.iter().all(|&t| s.has_outcome(t))
     }));
     for token in tokens {
-        match sim.outcome(token) {
-            Some(Outcome::Ok) => {}
-            Some(Outcome::Error(CommandError::Scheme(SchemeError::Overloaded(message)))) => {
+        let outcome = sim.outcome(token);
+        match scheme_error(&outcome) {
+            None if outcome == Some(Outcome::Ok) => {}
+            Some(SchemeError::Overloaded(message)) => {
                 assert!(message.contains("eviction cache"), "{message}");
                 refused += 1;
             }
-            other => panic!("{other:?}"),
+            _ => panic!("{outcome:?}"),
         }
     }
     assert!(sim.run_until(Duration::from_secs(1), Simulator::storage_idle));
@@ -652,11 +629,10 @@ fn a_full_eviction_cache_refuses_what_would_grow_it_and_drains_by_itself() {
     // The refused ops' evictions keep the cache moving: retrying a moment later succeeds.
     let retrying = |sim: &mut Simulator, command: Command| {
         for _ in 0..100 {
-            match sim.execute(1, command.clone()) {
-                Some(Outcome::Error(CommandError::Scheme(SchemeError::Overloaded(_)))) => {
-                    sim.run_for(3 * RTT)
-                }
-                outcome => return outcome,
+            let outcome = sim.execute(1, command.clone());
+            match scheme_error(&outcome) {
+                Some(SchemeError::Overloaded(_)) => sim.run_for(3 * RTT),
+                _ => return outcome,
             }
         }
         panic!("the cache never drained");
@@ -778,10 +754,8 @@ fn storage_outage_fails_reads_clearly_and_keeps_acknowledged_writes() {
     let outcome = sim.execute(2, get("before"));
     assert!(
         matches!(
-            outcome,
-            Some(Outcome::Error(CommandError::Scheme(
-                SchemeError::StorageUnavailable(_)
-            )))
+            scheme_error(&outcome),
+            Some(SchemeError::StorageUnavailable(_))
         ),
         "{outcome:?}"
     );

@@ -141,14 +141,7 @@ impl EvictionCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn record(version: u64) -> Record {
-        Record {
-            version,
-            key: "k".into(),
-            value: "v".into(),
-        }
-    }
+    use crate::curious::fixtures::record;
 
     fn to(sub: u32) -> Assignment {
         Assignment {

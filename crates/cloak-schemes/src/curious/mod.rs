@@ -85,7 +85,6 @@ mod position;
 mod requests;
 mod retention;
 
-use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -99,6 +98,8 @@ use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
 use crate::Start;
+use crate::fill::Fill;
+use crate::outgoing::Outgoing;
 use crate::retry::Retry;
 
 use bucket::BucketCodec;
@@ -201,8 +202,7 @@ pub struct Curious {
     staged: HashMap<u64, Vec<(u32, Record)>>,
     /// The initial fill waits for the journal to hold recovered blocks that went to the cache.
     fill_gate: Option<Vec<u32>>,
-    fill_next: u64,
-    fill_outstanding: usize,
+    fill: Fill,
     filled: bool,
 
     draining: bool,
@@ -212,9 +212,7 @@ pub struct Curious {
     gates: HashMap<JournalId, Vec<Gate>>,
     journal_retry: Retry<Gate>,
     retry: Retry<(Purpose, StorageOp)>,
-    outstanding: HashMap<RequestId, (Purpose, StorageOp)>,
-    next_request: u64,
-    transmit: VecDeque<StorageRequest>,
+    storage: Outgoing<Purpose>,
     out: Outbox,
 
     stats: SchemeStats,
@@ -253,17 +251,14 @@ impl Curious {
             next_generation: fill_generation + 1,
             staged: HashMap::new(),
             fill_gate: None,
-            fill_next: 0,
-            fill_outstanding: 0,
+            fill: Fill::new(layout.elements(), FILL_CHUNK, FILL_WINDOW),
             filled: false,
             draining: false,
             drain_in_flight: false,
             gates: HashMap::new(),
             journal_retry: Retry::default(),
             retry: Retry::default(),
-            outstanding: HashMap::new(),
-            next_request: 0,
-            transmit: VecDeque::new(),
+            storage: Outgoing::default(),
             out: Outbox::default(),
             stats: SchemeStats::default(),
             evicting: 0,
@@ -345,24 +340,15 @@ impl Curious {
         generation
     }
 
-    fn send(&mut self, purpose: Purpose, op: StorageOp) {
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.outstanding.insert(id, (purpose, op.clone()));
-        self.transmit.push_back(StorageRequest { id, op });
-    }
-
     /// Keeps the fill's window of write requests full; once all are answered, accesses start.
     fn pump_fill(&mut self, now: Option<Instant>) {
         if self.fill_gate.is_some() {
             return;
         }
-        let elements = self.layout.elements();
-        while self.fill_outstanding < FILL_WINDOW && self.fill_next < elements {
-            let end = (self.fill_next + FILL_CHUNK).min(elements);
+        while let Some(chunk) = self.fill.next_chunk() {
             let mut recovered = Vec::new();
-            let mut writes = Vec::with_capacity((end - self.fill_next) as usize);
-            for address in self.fill_next..end {
+            let mut writes = Vec::with_capacity((chunk.end - chunk.start) as usize);
+            for address in chunk {
                 let blocks = self.staged.remove(&address).unwrap_or_default();
                 recovered.extend(blocks.iter().map(|(slot, r)| (*slot, r.version)));
                 let binding = Binding {
@@ -375,13 +361,12 @@ impl Curious {
                 );
                 writes.push((binding.address, sealed));
             }
-            self.fill_next = end;
-            self.fill_outstanding += 1;
-            self.send(Purpose::Fill(recovered), StorageOp::Write(writes));
+            self.storage
+                .send(Purpose::Fill(recovered), StorageOp::Write(writes));
         }
-        if now.is_some() && !self.filled && self.fill_next == elements && self.fill_outstanding == 0
-        {
-            tracing::info!(buckets = elements, "storage filled, accesses start");
+        if now.is_some() && !self.filled && self.fill.is_done() {
+            let buckets = self.layout.elements();
+            tracing::info!(buckets, "storage filled, accesses start");
             self.filled = true;
             for sub in self.locks.waiting_subs() {
                 self.start_next(sub);
@@ -399,7 +384,7 @@ impl Curious {
             let access = self.accesses.get_mut(&id).expect("queued accesses exist");
             access.stage = Stage::Reading;
             let path = self.layout.path(access.sub, access.leaf);
-            self.send(Purpose::Read(id), StorageOp::Read(path));
+            self.storage.send(Purpose::Read(id), StorageOp::Read(path));
         }
     }
 
@@ -708,7 +693,7 @@ impl Curious {
                     std::mem::replace(&mut access.stage, Stage::Queued)
                 {
                     access.stage = Stage::Writing { evicted };
-                    self.send(Purpose::Write(id), write);
+                    self.storage.send(Purpose::Write(id), write);
                 }
             }
         }
@@ -796,7 +781,8 @@ impl Curious {
             "writing the eviction cache to the drain area"
         );
         self.drain_in_flight = true;
-        self.send(Purpose::Drain(saved), StorageOp::Write(writes));
+        self.storage
+            .send(Purpose::Drain(saved), StorageOp::Write(writes));
     }
 
     fn unwritten(&self) -> usize {
@@ -822,6 +808,21 @@ impl Curious {
             }
         }
         self.retry.fail(now, error, (purpose, op));
+    }
+}
+
+/// What the unit tests of this module's parts share.
+#[cfg(test)]
+mod fixtures {
+    use cloak_core::Record;
+
+    /// A record of key `k` at `version`, its value naming the version.
+    pub fn record(version: u64) -> Record {
+        Record {
+            version,
+            key: "k".into(),
+            value: format!("v{version}").into(),
+        }
     }
 }
 
@@ -884,35 +885,18 @@ impl Scheme for Curious {
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
-        let Some((purpose, op)) = self.outstanding.remove(&id) else {
+        let Some((purpose, op, values)) = self.storage.answer(id, result) else {
             tracing::warn!(?id, "reply to an unknown storage request");
             return;
         };
-        let values = match (&purpose, result) {
-            (_, Err(error)) => return self.failed(now, purpose, op, error),
-            (Purpose::Read(_), Ok(StorageReply::Values(values))) if values.len() == op.len() => {
-                values
-            }
-            (Purpose::Fill(_) | Purpose::Write(_) | Purpose::Drain(_), Ok(StorageReply::Done)) => {
-                Vec::new()
-            }
-            (_, Ok(reply)) => {
-                let error = StorageError(format!(
-                    "storage gave a malformed answer to a {} of {} buckets: {}",
-                    op.kind(),
-                    op.len(),
-                    reply.summary()
-                ));
-                return self.failed(now, purpose, op, error);
-            }
+        let values = match values {
+            Ok(values) => values,
+            Err(error) => return self.failed(now, purpose, op, error),
         };
         self.retry.succeeded();
         match purpose {
             Purpose::Fill(recovered) => {
-                for (slot, version) in recovered {
-                    self.out.release(Slot::from(slot), version);
-                }
-                self.fill_outstanding -= 1;
+                self.fill.written(recovered, &mut self.out);
                 self.pump_fill(Some(now));
             }
             Purpose::Read(access) => self.finish_read(access, values),
@@ -930,7 +914,7 @@ impl Scheme for Curious {
 
     fn handle_timeout(&mut self, now: Instant) {
         for (purpose, op) in self.retry.due(now) {
-            self.send(purpose, op);
+            self.storage.send(purpose, op);
         }
         for gate in self.journal_retry.due(now) {
             let slots = self.gated_slots(gate);
@@ -947,7 +931,7 @@ impl Scheme for Curious {
     }
 
     fn poll_storage(&mut self) -> Option<StorageRequest> {
-        self.transmit.pop_front()
+        self.storage.poll()
     }
 
     fn outbox(&mut self) -> &mut Outbox {

@@ -199,14 +199,7 @@ impl Requests {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn record(version: u64) -> Record {
-        Record {
-            version,
-            key: "k".into(),
-            value: format!("v{version}").into(),
-        }
-    }
+    use crate::curious::fixtures::record;
 
     #[test]
     fn ops_on_a_block_in_transit_take_effect_in_arrival_order() {

@@ -102,14 +102,7 @@ impl Retention {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn record(version: u64) -> Record {
-        Record {
-            version,
-            key: "k".into(),
-            value: "v".into(),
-        }
-    }
+    use crate::curious::fixtures::record;
 
     #[test]
     fn copies_last_from_the_draw_not_from_the_eviction() {
