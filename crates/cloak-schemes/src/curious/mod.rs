@@ -41,7 +41,7 @@
 //!   requests. In particular two ops on one key never queue on one subORAM: the second one is
 //!   a dummy access to a random subORAM (the leak of §4.2 that ObliviStore's implementation had).
 //!   Every access holds its subORAM for the same time: its write-back waits for a journal commit
-//!   whether or not it fetched a block (see `wait_for_journal`).
+//!   whether or not it fetched a block (see `gates`).
 //!
 //! Answers to clients: an op is answered when its own access has read its path (plus, for a
 //! write, when it is in the journal), so a cached key is not answered sooner than any other.
@@ -77,7 +77,9 @@
 
 mod bucket;
 mod cache;
+mod gates;
 mod geometry;
+mod lifecycle;
 mod locks;
 mod params;
 mod placement;
@@ -89,8 +91,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, JournalId, NO_SLOT, Op, OpId, Outbox, Record, Reply, RequestId, Scheme,
-    SchemeError, SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    ElementCodec, JournalId, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError,
+    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 use cloak_crypto::Binding;
 use hashbrown::HashMap;
@@ -271,51 +273,6 @@ impl Curious {
         scheme
     }
 
-    /// Places recovered records in the trees the fill will write, each under a fresh random
-    /// subORAM and leaf; the few that fit nowhere go to the cache, and the fill waits until the
-    /// journal holds them (the fill overwrites where the previous run kept them).
-    fn stage_recovered(&mut self, records: Vec<(Slot, Record)>) {
-        let z = self.config.bucket_size;
-        let mut cached = Vec::new();
-        for (slot, record) in records {
-            let Some(slot) = u32::try_from(slot)
-                .ok()
-                .filter(|&s| (s as usize) < self.positions.len())
-            else {
-                continue;
-            };
-            if record.version == 0 {
-                continue;
-            }
-            let (sub, leaf) = self.random_position();
-            let tree = &self.layout.tree;
-            let free = (0..=tree.depth()).rev().find_map(|level| {
-                let address = u64::try_from(self.layout.address(sub, tree.bucket(leaf, level)))
-                    .expect("addresses are below the element count");
-                let held = self.staged.get(&address).map_or(0, Vec::len);
-                (held < z).then_some(address)
-            });
-            match free {
-                Some(address) => {
-                    self.staged.entry(address).or_default().push((slot, record));
-                    self.positions.set(slot, Place::Stored { sub, leaf });
-                }
-                None => {
-                    let to = Assignment {
-                        sub,
-                        leaf,
-                        drawn: 0,
-                    };
-                    self.cache.insert(slot, record, to);
-                    self.positions.set(slot, Place::Cached);
-                    cached.push(slot);
-                }
-            }
-        }
-        self.fill_gate = Some(cached.clone());
-        self.wait_for_journal(Gate::Fill, cached);
-    }
-
     /// A fresh uniformly random subORAM and leaf for a block entering the cache.
     fn assignment(&mut self) -> Assignment {
         let (sub, leaf) = self.random_position();
@@ -338,41 +295,6 @@ impl Curious {
         let generation = self.next_generation;
         self.next_generation += 1;
         generation
-    }
-
-    /// Keeps the fill's window of write requests full; once all are answered, accesses start.
-    fn pump_fill(&mut self, now: Option<Instant>) {
-        if self.fill_gate.is_some() {
-            return;
-        }
-        while let Some(chunk) = self.fill.next_chunk() {
-            let mut recovered = Vec::new();
-            let mut writes = Vec::with_capacity((chunk.end - chunk.start) as usize);
-            for address in chunk {
-                let blocks = self.staged.remove(&address).unwrap_or_default();
-                recovered.extend(blocks.iter().map(|(slot, r)| (*slot, r.version)));
-                let binding = Binding {
-                    address: Addr::from(address),
-                    generation: self.generations[address as usize],
-                };
-                let sealed = self.codec.seal(
-                    binding,
-                    blocks.iter().map(|(slot, r)| (Slot::from(*slot), r)),
-                );
-                writes.push((binding.address, sealed));
-            }
-            self.storage
-                .send(Purpose::Fill(recovered), StorageOp::Write(writes));
-        }
-        if now.is_some() && !self.filled && self.fill.is_done() {
-            let buckets = self.layout.elements();
-            tracing::info!(buckets, "storage filled, accesses start");
-            self.filled = true;
-            for sub in self.locks.waiting_subs() {
-                self.start_next(sub);
-            }
-            self.maybe_drain();
-        }
     }
 
     /// Starts the next access waiting for `sub`, if the subORAM is free.
@@ -654,69 +576,6 @@ impl Curious {
         self.wait_for_journal(Gate::Access(id), keeps);
     }
 
-    /// Journals the cached records of `slots` (blocks about to leave storage); `gate` proceeds
-    /// once they are durable.
-    ///
-    /// Every write-back waits for a journal commit, also when it removes nothing from storage:
-    /// if only accesses that fetched a block waited, the pause between a path read and its
-    /// write-back would tell the server which accesses fetched one (and so, for instance, how
-    /// often clients hit the cache). An access with nothing to keep journals a [`NO_SLOT`]
-    /// marker, which recovery ignores, and waits like the others.
-    fn wait_for_journal(&mut self, gate: Gate, slots: Vec<u32>) {
-        let mut journal = None;
-        for slot in slots {
-            // A block evicted again since (only after a journal failure) is in storage.
-            if let Some(record) = self.cache.record(slot).cloned() {
-                journal = Some(self.out.keep(Slot::from(slot), record));
-            }
-        }
-        if journal.is_none() && matches!(gate, Gate::Access(_)) {
-            journal = Some(self.out.keep(NO_SLOT, Record::empty()));
-        }
-        match journal {
-            Some(id) => self.gates.entry(id).or_default().push(gate),
-            None => self.pass_gate(gate),
-        }
-    }
-
-    fn pass_gate(&mut self, gate: Gate) {
-        match gate {
-            Gate::Fill => {
-                self.fill_gate = None;
-                self.pump_fill(None);
-            }
-            Gate::Access(id) => {
-                let Some(access) = self.accesses.get_mut(&id) else {
-                    return;
-                };
-                if let Stage::Journaling { write, evicted, .. } =
-                    std::mem::replace(&mut access.stage, Stage::Queued)
-                {
-                    access.stage = Stage::Writing { evicted };
-                    self.storage.send(Purpose::Write(id), write);
-                }
-            }
-        }
-    }
-
-    /// The journal could not keep what `gate` waits for: keep it again after a backoff (the
-    /// blocks must not leave storage before it holds them).
-    fn journal_failed(&mut self, now: Instant, gate: Gate, reason: &str) {
-        tracing::error!(%reason, ?gate, "journal failed; storage keeps the blocks until it works");
-        self.journal_retry
-            .fail(now, StorageError(reason.to_string()), gate);
-    }
-
-    fn gated_slots(&self, gate: Gate) -> Vec<u32> {
-        match gate {
-            Gate::Fill => self.fill_gate.clone().unwrap_or_default(),
-            Gate::Access(id) => match self.accesses.get(&id).map(|a| &a.stage) {
-                Some(Stage::Journaling { keeps, .. }) => keeps.clone(),
-                _ => Vec::new(),
-            },
-        }
-    }
-
     fn finish_write(&mut self, id: AccessId) {
         let Some(access) = self.accesses.remove(&id) else {
             return;
@@ -731,58 +590,6 @@ impl Curious {
         self.locks.release(access.sub);
         self.start_next(access.sub);
         self.maybe_drain();
-    }
-
-    /// While draining, once no access is in flight, writes the whole cache to the drain area.
-    fn maybe_drain(&mut self) {
-        if !self.draining
-            || !self.filled
-            || self.drain_in_flight
-            || !self.accesses.is_empty()
-            || self.retry.is_waiting()
-            || self.unwritten() == 0
-        {
-            return;
-        }
-        let z = self.config.bucket_size;
-        let room = self.layout.drain_buckets as usize * z;
-        if self.cache.len() > room {
-            tracing::error!(
-                cached = self.cache.len(),
-                room,
-                "the eviction cache is larger than the drain area; the rest stays in the journal"
-            );
-        }
-        let blocks: Vec<(u32, Record)> = self
-            .cache
-            .iter()
-            .take(room)
-            .map(|(slot, entry)| (slot, entry.record.clone()))
-            .collect();
-        let saved = blocks.iter().map(|(s, r)| (*s, r.version)).collect();
-        let generation = self.generation();
-        let mut chunks = blocks.chunks(z);
-        let mut writes = Vec::new();
-        for address in self.layout.drain_area() {
-            self.generations[address as usize] = generation;
-            let binding = Binding {
-                address,
-                generation,
-            };
-            let bucket = chunks.next().unwrap_or_default();
-            let sealed = self.codec.seal(
-                binding,
-                bucket.iter().map(|(slot, r)| (Slot::from(*slot), r)),
-            );
-            writes.push((address, sealed));
-        }
-        tracing::info!(
-            blocks = blocks.len(),
-            "writing the eviction cache to the drain area"
-        );
-        self.drain_in_flight = true;
-        self.storage
-            .send(Purpose::Drain(saved), StorageOp::Write(writes));
     }
 
     fn unwritten(&self) -> usize {
