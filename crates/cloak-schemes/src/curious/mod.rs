@@ -11,8 +11,8 @@
 //!    model: a request for a block in transit waits for it to arrive).
 //! 2. The access takes its subORAM's lock (accesses to other subORAMs run in parallel), reads
 //!    the whole path, takes up to `c` blocks that the cache associates with that subORAM
-//!    (`evictBlocks`), places the path's blocks and those on the path as deep as each may go,
-//!    and writes the whole path back. The retrieved block enters the cache under a fresh uniformly
+//!    (`evictBlocks`), places the path's own blocks and the evicted ones on the path, each as
+//!    deep as its leaf allows, and writes the whole path back. The retrieved block enters the cache under a fresh uniformly
 //!    random subORAM and leaf (`addToCache`); evicted blocks that do not fit stay cached under a
 //!    fresh random association. There is no stash.
 //! 3. The op is answered once it took effect and its own access has read its path.
@@ -43,11 +43,17 @@
 //!   Every access holds its subORAM for the same time: its write-back waits for a journal commit
 //!   whether or not it fetched a block (see `gates`).
 //!
+//! Not covered: commands the engine answers from its key directory without the scheme (a GET
+//! of a key the store does not hold, EXISTS, DBSIZE, a SET NX of an existing key) make no
+//! access, so the server sees fewer accesses than such requests. Cloak's fixed schedule hides
+//! that; a per-request scheme would need the engine to send a dummy op for each.
+//!
 //! Answers to clients: an op is answered when its own access has read its path (plus, for a
 //! write, when it is in the journal), so a cached key is not answered sooner than any other.
-//! The one exception is an op on a block in transit, which also waits for that block; the paper
-//! accepts this (§6.2), since it changes only when the application hears back, not what storage
-//! sees.
+//! Two exceptions change only when the application hears back, not what storage sees for given
+//! request times (the paper's model, §6.2): an op on a block in transit also waits for that
+//! block, and with a disk journal writes wait for it while reads do not (as in Cloak). A client
+//! that waits for each answer before its next request turns them into request timing.
 //!
 //! # Integrity
 //!
