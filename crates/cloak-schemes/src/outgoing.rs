@@ -7,6 +7,16 @@ use bytes::Bytes;
 use cloak_core::{RequestId, StorageError, StorageOp, StorageReply, StorageRequest};
 use hashbrown::HashMap;
 
+/// A storage request matched with its answer.
+pub struct Answered<P> {
+    pub purpose: P,
+    /// The request, to repeat it if it failed.
+    pub op: StorageOp,
+    /// The values a read brought back (empty for writes), or why the request failed, a
+    /// malformed answer included.
+    pub values: Result<Vec<Option<Bytes>>, StorageError>,
+}
+
 pub struct Outgoing<P> {
     next: u64,
     /// Each unanswered request's purpose and op (kept to repeat it after a failure).
@@ -38,14 +48,13 @@ impl<P> Outgoing<P> {
         self.transmit.pop_front()
     }
 
-    /// Matches storage's answer to its request: the purpose, the op, and the values a read
-    /// brought back (empty for writes), or why the request failed, a malformed answer included.
-    /// `None` for an id this scheme never sent (or already saw answered).
+    /// Matches storage's answer to its request; `None` for an id this scheme never sent (or
+    /// already saw answered).
     pub fn answer(
         &mut self,
         id: RequestId,
         result: Result<StorageReply, StorageError>,
-    ) -> Option<(P, StorageOp, Result<Vec<Option<Bytes>>, StorageError>)> {
+    ) -> Option<Answered<P>> {
         let (purpose, op) = self.outstanding.remove(&id)?;
         let values = match (&op, result) {
             (_, Err(error)) => Err(error),
@@ -62,7 +71,11 @@ impl<P> Outgoing<P> {
                 reply.summary()
             ))),
         };
-        Some((purpose, op, values))
+        Some(Answered {
+            purpose,
+            op,
+            values,
+        })
     }
 }
 
@@ -81,18 +94,18 @@ mod tests {
         let (read, write) = (out.poll().unwrap(), out.poll().unwrap());
         assert!(out.poll().is_none());
         let values = vec![None, Some(Bytes::from_static(b"v"))];
-        let (purpose, _, got) = out
+        let answered = out
             .answer(read.id, Ok(StorageReply::Values(values.clone())))
             .unwrap();
-        assert_eq!((purpose, got), ("read", Ok(values)));
+        assert_eq!((answered.purpose, answered.values), ("read", Ok(values)));
         assert!(
             out.answer(read.id, Ok(StorageReply::Done)).is_none(),
             "answered once"
         );
-        let (_, op, got) = out
+        let answered = out
             .answer(write.id, Ok(StorageReply::Values(Vec::new())))
             .unwrap();
-        assert!(got.unwrap_err().0.contains("malformed"));
-        assert_eq!(op, write.op, "kept to repeat");
+        assert!(answered.values.unwrap_err().0.contains("malformed"));
+        assert_eq!(answered.op, write.op, "kept to repeat");
     }
 }

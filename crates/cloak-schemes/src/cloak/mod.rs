@@ -611,11 +611,12 @@ impl Scheme for Cloak {
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
-        let Some((purpose, op, reply)) = self.storage.answer(id, result) else {
+        let Some(answered) = self.storage.answer(id, result) else {
             tracing::warn!(?id, "reply to an unknown storage request");
             return;
         };
-        let reply = match reply {
+        let (purpose, op) = (answered.purpose, answered.op);
+        let reply = match answered.values {
             Ok(values) => values,
             Err(error) => return self.failed(now, purpose, op, error),
         };

@@ -624,21 +624,6 @@ impl Curious {
     }
 }
 
-/// What the unit tests of this module's parts share.
-#[cfg(test)]
-mod fixtures {
-    use cloak_core::Record;
-
-    /// A record of key `k` at `version`, its value naming the version.
-    pub fn record(version: u64) -> Record {
-        Record {
-            version,
-            key: "k".into(),
-            value: format!("v{version}").into(),
-        }
-    }
-}
-
 fn lost() -> SchemeError {
     SchemeError::Integrity(
         "the block holding this key failed authentication earlier; the value is lost until the \
@@ -698,11 +683,12 @@ impl Scheme for Curious {
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
-        let Some((purpose, op, values)) = self.storage.answer(id, result) else {
+        let Some(answered) = self.storage.answer(id, result) else {
             tracing::warn!(?id, "reply to an unknown storage request");
             return;
         };
-        let values = match values {
+        let (purpose, op) = (answered.purpose, answered.op);
+        let values = match answered.values {
             Ok(values) => values,
             Err(error) => return self.failed(now, purpose, op, error),
         };
@@ -818,5 +804,20 @@ impl Scheme for Curious {
             ("drain_area_buckets", self.layout.drain_buckets.to_string()),
             ("storage_filled", self.filled.to_string()),
         ]
+    }
+}
+
+/// What the unit tests of this module's parts share.
+#[cfg(test)]
+mod fixtures {
+    use cloak_core::Record;
+
+    /// A record of key `k` at `version`, its value naming the version.
+    pub fn record(version: u64) -> Record {
+        Record {
+            version,
+            key: "k".into(),
+            value: format!("v{version}").into(),
+        }
     }
 }
