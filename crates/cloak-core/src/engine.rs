@@ -157,15 +157,14 @@ impl Engine {
         self.drain_replies(now);
     }
 
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.scheme.poll_timeout()
-    }
-
-    /// No more commands will come: the scheme writes what only the proxy holds (see
-    /// [`Scheme::drain`]).
+    /// No more commands will come: the scheme writes out what it holds (see [`Scheme::drain`]).
     pub fn drain(&mut self, now: Instant) {
         self.scheme.drain(now);
         self.drain_replies(now);
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.scheme.poll_timeout()
     }
 
     pub fn poll_storage(&mut self) -> Option<StorageRequest> {
@@ -453,10 +452,25 @@ impl Engine {
             return;
         };
 
-        // Let the next op of this client on this slot into the scheme.
+        // Let the next op of this client on this slot into the scheme. A write gets its version
+        // now: versions must follow the order writes reach the scheme (the order they take
+        // effect), since the journal and recovery keep the newest version; another client's
+        // write may have reached the scheme while this one waited.
         let lane_key = (route.client, route.slot);
         match self.lanes.get_mut(&lane_key).and_then(VecDeque::pop_front) {
-            Some((next, op)) => self.scheme.submit(now, next, op),
+            Some((next, op)) => {
+                let op = match op {
+                    Op::Write(slot, record) => Op::Write(
+                        slot,
+                        Record {
+                            version: self.version(),
+                            ..record
+                        },
+                    ),
+                    read => read,
+                };
+                self.scheme.submit(now, next, op)
+            }
             None => {
                 self.lanes.remove(&lane_key);
             }

@@ -48,9 +48,9 @@ impl Outbox {
         }
     }
 
-    /// Journals `record` as the newest state of `slot`; returns the request that carries it, so
-    /// a scheme that must wait for it (before deleting storage's copy, say) can recognise it in
-    /// [`crate::Scheme::handle_journaled`].
+    /// Journals `record` as the newest state of `slot`; returns the journal request that will
+    /// carry it (keeps made in one step share it), for schemes that must wait until it is
+    /// durable before acting (see [`crate::Scheme::handle_journaled`]).
     pub fn keep(&mut self, slot: Slot, record: Record) -> JournalId {
         let next_id = &mut self.next_id;
         let (id, records) = self.collecting.get_or_insert_with(|| {

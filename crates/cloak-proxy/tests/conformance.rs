@@ -150,5 +150,6 @@ macro_rules! over_tcp {
 over_tcp!(cloak, SchemeName::Cloak);
 over_tcp!(waffle, SchemeName::Waffle);
 over_tcp!(pancake, SchemeName::Pancake);
+over_tcp!(curious, SchemeName::Curious);
 over_tcp!(encrypted, SchemeName::Encrypted);
 over_tcp!(plaintext, SchemeName::Unsafe);

@@ -5,6 +5,7 @@
 //! | `cloak`     | nothing beyond the public budgets (paper's Theorem 1)    |
 //! | `pancake`   | uniform label accesses while requests follow `π̂` (§4)   |
 //! | `waffle`    | α,β-uniform accesses (paper's Theorems 7.1–7.3)          |
+//! | `curious`   | when ops arrive; nothing about which keys (Theorem 6.1)  |
 //! | `encrypted` | which label every op touches (contents hidden)           |
 //! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
 //!
@@ -12,7 +13,10 @@
 //! one arm there.
 
 pub mod cloak;
+pub mod curious;
 mod encrypted;
+mod fill;
+mod outgoing;
 pub mod pancake;
 mod plaintext;
 mod retry;
@@ -28,6 +32,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
 pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
+pub use curious::{Curious, CuriousConfig};
 pub use encrypted::Encrypted;
 pub use pancake::{Pancake, PancakeOptions};
 pub use plaintext::Unsafe;
@@ -38,15 +43,17 @@ pub enum SchemeName {
     Cloak,
     Waffle,
     Pancake,
+    Curious,
     Encrypted,
     Unsafe,
 }
 
 impl SchemeName {
-    pub const ALL: [SchemeName; 5] = [
+    pub const ALL: [SchemeName; 6] = [
         SchemeName::Cloak,
         SchemeName::Waffle,
         SchemeName::Pancake,
+        SchemeName::Curious,
         SchemeName::Encrypted,
         SchemeName::Unsafe,
     ];
@@ -56,6 +63,7 @@ impl SchemeName {
             SchemeName::Cloak => "cloak",
             SchemeName::Pancake => "pancake",
             SchemeName::Waffle => "waffle",
+            SchemeName::Curious => "curious",
             SchemeName::Encrypted => "encrypted",
             SchemeName::Unsafe => "unsafe",
         }
@@ -132,17 +140,55 @@ impl Default for CloakOptions {
     }
 }
 
+/// CURIOUS's parameters (paper §6; defaults and derived values in `curious::params`).
+#[derive(Clone, Debug)]
+pub struct CuriousOptions {
+    /// Number of subORAMs `m`; `None`: `⌈√capacity⌉`.
+    pub partitions: Option<u64>,
+    /// Children per tree node, `b` (Table 7: 3).
+    pub arity: u32,
+    /// Blocks per bucket, `z` (Table 7: 5).
+    pub bucket_size: u32,
+    /// Cached blocks evicted to the subORAM of every access, `c` (at least 2).
+    pub evictions: u32,
+    /// Most accesses scheduled at once (the paper's semaphore, 128).
+    pub max_in_flight: usize,
+    /// Most blocks in the eviction cache before ops are refused; `None`: `4m + 256`.
+    pub cache_limit: Option<usize>,
+    /// Accesses a block stays readable at the proxy after its subORAM is drawn; `None`: `16m`.
+    /// Not in the paper: it keeps a hot key's fetch from following its eviction (see
+    /// `curious::retention`); 0 restores the paper's behaviour.
+    pub retention: Option<u64>,
+}
+
+impl Default for CuriousOptions {
+    fn default() -> Self {
+        Self {
+            partitions: None,
+            arity: 3,
+            bucket_size: 5,
+            evictions: 2,
+            max_in_flight: 128,
+            cache_limit: None,
+            retention: None,
+        }
+    }
+}
+
 /// Parameters of every scheme, each used only by its scheme.
 #[derive(Clone, Debug, Default)]
 pub struct SchemeOptions {
     pub cloak: CloakOptions,
     pub pancake: PancakeOptions,
     pub waffle: WaffleOptions,
+    pub curious: CuriousOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("unknown scheme {0:?}; choose one of: cloak, waffle, pancake, encrypted, unsafe")]
+    #[error(
+        "unknown scheme {0:?}; choose one of: cloak, waffle, pancake, curious, encrypted, unsafe"
+    )]
     UnknownScheme(String),
     #[error("capacity must be between 1 and {max}, got {got}")]
     Capacity { got: u64, max: u64 },
@@ -287,6 +333,12 @@ pub fn build(
         SchemeName::Waffle => {
             let params = waffle::Params::resolve(store.capacity, &options.waffle)?;
             Box::new(Waffle::new(params, codec()?, master, rng, start))
+        }
+        SchemeName::Curious => {
+            let config = CuriousConfig::new(store.capacity, &options.curious)
+                .map_err(BuildError::Invalid)?;
+            let layout = config.layout().map_err(BuildError::Invalid)?;
+            Box::new(Curious::new(config, layout, codec()?, rng, start))
         }
         SchemeName::Encrypted => Box::new(Encrypted::new(
             store.capacity,

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cloak_core::{
-    AccessKind, Addr, Command, CommandError, ElementCodec, ElementFormat, Engine, KeyDirectory,
-    Limits, Observed, Outcome, RecordLayout, SchemeError, SetCondition, Simulator,
+    AccessKind, Addr, Command, ElementCodec, ElementFormat, Engine, KeyDirectory, Limits, Observed,
+    Outcome, RecordLayout, SchemeError, Simulator,
 };
 use cloak_crypto::{KeyHasher, MasterKey, Sealer};
 use cloak_schemes::{Budgets, CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec, build};
+use cloak_testkit::commands::{get, scheme_error, set, value};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -59,22 +60,6 @@ fn simulator_from(cloak: CloakOptions, seed: u64, start: Start) -> Simulator {
     // Let the initial fill finish so tests start on the batch schedule.
     sim.run_for(Duration::from_millis(50));
     sim
-}
-
-fn set(key: &str, value: &str) -> Command {
-    Command::Set {
-        key: Bytes::from(key.to_string()),
-        value: Bytes::from(value.to_string()),
-        condition: SetCondition::Always,
-    }
-}
-
-fn get(key: &str) -> Command {
-    Command::Get(Bytes::from(key.to_string()))
-}
-
-fn value(v: &str) -> Option<Outcome> {
-    Some(Outcome::Value(Some(Bytes::from(v.to_string()))))
 }
 
 fn budgets() -> Budgets {
@@ -341,12 +326,7 @@ fn corrupt_every_element(sim: &mut Simulator, mut damage: impl FnMut(&mut Vec<u8
 
 fn expect_integrity_error(outcome: Option<Outcome>) {
     assert!(
-        matches!(
-            outcome,
-            Some(Outcome::Error(CommandError::Scheme(
-                SchemeError::Integrity(_)
-            )))
-        ),
+        matches!(scheme_error(&outcome), Some(SchemeError::Integrity(_))),
         "expected an integrity error, got {outcome:?}"
     );
 }
@@ -431,10 +411,8 @@ fn storage_outage_fails_reads_clearly_and_keeps_acknowledged_writes() {
     let outcome = sim.execute(2, get("before"));
     assert!(
         matches!(
-            outcome,
-            Some(Outcome::Error(CommandError::Scheme(
-                SchemeError::StorageUnavailable(_)
-            )))
+            scheme_error(&outcome),
+            Some(SchemeError::StorageUnavailable(_))
         ),
         "{outcome:?}"
     );

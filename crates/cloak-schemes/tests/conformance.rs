@@ -83,6 +83,7 @@ macro_rules! conformance {
 conformance!(cloak, SchemeName::Cloak);
 conformance!(waffle, SchemeName::Waffle);
 conformance!(pancake, SchemeName::Pancake);
+conformance!(curious, SchemeName::Curious);
 conformance!(encrypted, SchemeName::Encrypted);
 conformance!(plaintext, SchemeName::Unsafe);
 
@@ -90,7 +91,7 @@ conformance!(plaintext, SchemeName::Unsafe);
 fn every_scheme_is_covered() {
     assert_eq!(
         SchemeName::ALL.len(),
-        5,
+        6,
         "add the new scheme to the conformance! list above"
     );
 }
@@ -101,7 +102,8 @@ mod restart {
     use cloak_core::{ElementCodec, ElementFormat};
     use cloak_crypto::Sealer;
 
-    fn check(name: SchemeName, seed: u64) {
+    /// Runs `f` with a restart helper for `name` and a first simulator to crash.
+    fn with_restart(name: SchemeName, seed: u64, f: impl FnOnce(&suite::Restart, Simulator)) {
         let master = MasterKey::from_bytes([7; 32]);
         let layout = RecordLayout {
             max_key: MAX_KEY,
@@ -147,7 +149,43 @@ mod restart {
         let first = Simulator::new(Engine::new(build(Vec::new(), 0), directory, limits))
             .with_storage_delay(restart.storage_delay)
             .with_journal_delay(restart.journal_delay);
-        suite::crash_recovery(&restart, first, 6, 15, 4, seed);
+        f(&restart, first);
+    }
+
+    fn check(name: SchemeName, seed: u64) {
+        with_restart(name, seed, |restart, first| {
+            suite::crash_recovery(restart, first, 6, 15, 4, seed)
+        });
+    }
+
+    #[test]
+    fn writes_keep_the_order_they_took_effect_in_across_a_restart() {
+        use cloak_testkit::commands::{get, set, value};
+        for name in SchemeName::ALL {
+            with_restart(name, 1, |restart, mut sim| {
+                sim.run_for(Duration::from_millis(20));
+                let first = sim.submit(1, set("x", "1"));
+                // Waits in client 1's lane until its first write is answered, so it reaches the
+                // scheme after client 2's write below and takes effect last.
+                let last = sim.submit(1, set("x", "2"));
+                let other = sim.submit(2, set("x", "3"));
+                assert!(sim.run_until(Duration::from_secs(5), |s| {
+                    [first, last, other].iter().all(|&t| s.has_outcome(t))
+                }));
+                assert_eq!(
+                    sim.execute(3, get("x")),
+                    value("2"),
+                    "{name} before the restart"
+                );
+                sim.run_for(Duration::from_secs(1));
+                let (mut sim, _) = restart.recover(sim.crash(), 1);
+                assert_eq!(
+                    sim.execute(3, get("x")),
+                    value("2"),
+                    "{name} after the restart"
+                );
+            });
+        }
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! - [`linearizability`]: a checker for histories of one shared key written with unique values.
 //! - [`suite`]: the suite itself against the in-process simulator; the proxy's tests run the same
 //!   workloads over real sockets.
+//! - [`commands`]: shorthands for the commands tests write most.
 
+pub mod commands;
 pub mod linearizability;
 pub mod suite;
 pub mod workload;

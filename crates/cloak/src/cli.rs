@@ -81,10 +81,10 @@ Examples:
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct StoreArgs {
-    /// Scheme: cloak (oblivious), waffle (α,β-uniform, the Waffle paper), pancake (frequency
-    /// smoothing: uniform accesses while requests follow the distribution estimate), encrypted
-    /// (hides values, leaks access pattern) or unsafe (plaintext; the speed ceiling)
-    /// [default: cloak]
+    /// Scheme: cloak (oblivious, fixed batches), waffle (α,β-uniform, the Waffle paper), pancake
+    /// (frequency smoothing: uniform accesses while requests follow the distribution estimate),
+    /// curious (oblivious partition ORAM, one access per request), encrypted (hides values,
+    /// leaks access pattern) or unsafe (plaintext; the speed ceiling) [default: cloak]
     #[arg(long, value_name = "NAME")]
     pub scheme: Option<String>,
 
@@ -193,6 +193,36 @@ pub struct StoreArgs {
     /// [default: 10000]
     #[arg(long, value_name = "N")]
     pub pancake_max_queued: Option<usize>,
+
+    /// CURIOUS: number of subORAMs m [default: ⌈√capacity⌉]
+    #[arg(long, value_name = "M")]
+    pub curious_partitions: Option<u64>,
+
+    /// CURIOUS: children per subORAM tree node, b [default: 3]
+    #[arg(long, value_name = "B")]
+    pub curious_arity: Option<u32>,
+
+    /// CURIOUS: blocks per bucket, z [default: 5]
+    #[arg(long, value_name = "Z")]
+    pub curious_bucket_size: Option<u32>,
+
+    /// CURIOUS: cached blocks evicted to the subORAM of every access, at least 2 [default: 2]
+    #[arg(long, value_name = "C")]
+    pub curious_evictions: Option<u32>,
+
+    /// CURIOUS: most accesses scheduled at once before clients are slowed down [default: 128]
+    #[arg(long, value_name = "N")]
+    pub curious_max_in_flight: Option<usize>,
+
+    /// CURIOUS: most blocks in the eviction cache before ops that would add one are refused
+    /// [default: 4m + 256]
+    #[arg(long, value_name = "N")]
+    pub curious_cache_limit: Option<usize>,
+
+    /// CURIOUS: accesses a block stays readable at the proxy after its subORAM is drawn, so a
+    /// hot key's fetch never follows its eviction; 0 is the paper's behaviour [default: 16m]
+    #[arg(long, value_name = "ACCESSES")]
+    pub curious_retention: Option<u64>,
 
     /// Most keys one MGET/MSET/DEL/EXISTS may name [default: 10000]
     #[arg(long, value_name = "N")]

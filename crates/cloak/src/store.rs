@@ -9,7 +9,8 @@ use cloak_crypto::{KeyHasher, MasterKey};
 use cloak_proxy::{Journal, RecoveryReport};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
 use cloak_schemes::{
-    CloakOptions, PancakeOptions, SchemeName, SchemeOptions, Start, StoreSpec, WaffleOptions,
+    CloakOptions, CuriousOptions, PancakeOptions, SchemeName, SchemeOptions, Start, StoreSpec,
+    WaffleOptions,
 };
 use cloak_storage::Storage;
 
@@ -38,6 +39,7 @@ impl StoreArgs {
             bail!("--key-size must be between 1 and 65535 ({max_key} given)");
         }
         let defaults = CloakOptions::default();
+        let curious = CuriousOptions::default();
         let budgets = self
             .budgets
             .as_deref()
@@ -119,6 +121,15 @@ impl StoreArgs {
                     max_queued: self.pancake_max_queued.unwrap_or(pancake.max_queued),
                 },
                 waffle,
+                curious: CuriousOptions {
+                    partitions: self.curious_partitions,
+                    arity: self.curious_arity.unwrap_or(curious.arity),
+                    bucket_size: self.curious_bucket_size.unwrap_or(curious.bucket_size),
+                    evictions: self.curious_evictions.unwrap_or(curious.evictions),
+                    max_in_flight: self.curious_max_in_flight.unwrap_or(curious.max_in_flight),
+                    cache_limit: self.curious_cache_limit,
+                    retention: self.curious_retention,
+                },
             },
             limits: Limits {
                 max_key,
@@ -235,6 +246,15 @@ impl Store {
         {
             line.push_str(&format!(
                 ", a batch of {batch} elements every {interval} ms"
+            ));
+        }
+        if let (Some(m), Some(depth), Some(path)) = (
+            params.get("partitions"),
+            params.get("tree_depth"),
+            params.get("buckets_per_access"),
+        ) {
+            line.push_str(&format!(
+                ", {m} subORAMs of depth {depth}, {path} buckets per request"
             ));
         }
         line

@@ -18,7 +18,6 @@
 mod budgets;
 mod sets;
 
-use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
@@ -37,10 +36,12 @@ pub use budgets::{BudgetError, Budgets};
 use sets::Sets;
 
 use crate::Start;
-use crate::retry::{Retry, malformed};
+use crate::fill::Fill;
+use crate::outgoing::Outgoing;
+use crate::retry::Retry;
 
 /// Elements written per request while the store is first filled.
-const INIT_CHUNK: usize = 1024;
+const INIT_CHUNK: u64 = 1024;
 /// Initial-fill requests in flight at once.
 const INIT_WINDOW: usize = 4;
 
@@ -126,14 +127,11 @@ pub struct Cloak {
     /// Records the initial fill places (recovered after a crash), by slot.
     initial: HashMap<u32, Record>,
     /// Addresses not yet written by the initial fill, and fill requests unanswered.
-    fill_next: usize,
-    fill_outstanding: usize,
+    fill: Fill,
     next_batch_at: Option<Instant>,
     retry: Retry<(Purpose, StorageOp)>,
 
-    outstanding: HashMap<RequestId, (Purpose, StorageOp)>,
-    next_request: u64,
-    transmit: VecDeque<StorageRequest>,
+    storage: Outgoing<Purpose>,
     out: Outbox,
     stats: SchemeStats,
 }
@@ -204,13 +202,10 @@ impl Cloak {
                 .into_iter()
                 .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
                 .collect(),
-            fill_next: 0,
-            fill_outstanding: 0,
+            fill: Fill::new(n as u64, INIT_CHUNK, INIT_WINDOW),
             next_batch_at: None,
             retry: Retry::default(),
-            outstanding: HashMap::new(),
-            next_request: 0,
-            transmit: VecDeque::new(),
+            storage: Outgoing::default(),
             out: Outbox::default(),
             stats: SchemeStats::default(),
         }
@@ -227,16 +222,15 @@ impl Cloak {
     }
 
     fn filled(&self) -> bool {
-        self.fill_next == self.pos.len() && self.fill_outstanding == 0
+        self.fill.is_done()
     }
 
     /// Keeps the initial fill's window of write requests full; once all are answered, the
     /// batch schedule starts at `now`.
     fn pump_fill(&mut self, now: Option<Instant>) {
-        while self.fill_outstanding < INIT_WINDOW && self.fill_next < self.pos.len() {
-            let end = (self.fill_next + INIT_CHUNK).min(self.pos.len());
+        while let Some(chunk) = self.fill.next_chunk() {
             let mut recovered = Vec::new();
-            let writes = (self.fill_next..end)
+            let writes = (chunk.start as usize..chunk.end as usize)
                 .map(|addr| {
                     let slot = self.slot_at[addr];
                     let record = self.initial.remove(&slot).unwrap_or_default();
@@ -250,8 +244,6 @@ impl Cloak {
                     )
                 })
                 .collect();
-            self.fill_next = end;
-            self.fill_outstanding += 1;
             self.send(Purpose::Fill(recovered), StorageOp::Write(writes));
         }
         if let Some(now) = now
@@ -271,10 +263,7 @@ impl Cloak {
     }
 
     fn send(&mut self, purpose: Purpose, op: StorageOp) {
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.outstanding.insert(id, (purpose, op.clone()));
-        self.transmit.push_back(StorageRequest { id, op });
+        self.storage.send(purpose, op);
     }
 
     /// The batch that last wrote `addr`.
@@ -622,28 +611,19 @@ impl Scheme for Cloak {
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
-        let Some((purpose, op)) = self.outstanding.remove(&id) else {
+        let Some(answered) = self.storage.answer(id, result) else {
             tracing::warn!(?id, "reply to an unknown storage request");
             return;
         };
-        let reply = match (&purpose, result) {
-            (_, Err(error)) => return self.failed(now, purpose, op, error),
-            (Purpose::BatchRead, Ok(StorageReply::Values(values))) if values.len() == op.len() => {
-                values
-            }
-            (Purpose::Fill(_) | Purpose::BatchWrite, Ok(StorageReply::Done)) => Vec::new(),
-            (_, Ok(reply)) => {
-                let error = malformed(&op, &reply);
-                return self.failed(now, purpose, op, error);
-            }
+        let (purpose, op) = (answered.purpose, answered.op);
+        let reply = match answered.values {
+            Ok(values) => values,
+            Err(error) => return self.failed(now, purpose, op, error),
         };
         self.retry.succeeded();
         match purpose {
             Purpose::Fill(recovered) => {
-                for (slot, version) in recovered {
-                    self.out.release(Slot::from(slot), version);
-                }
-                self.fill_outstanding -= 1;
+                self.fill.written(recovered, &mut self.out);
                 self.pump_fill(Some(now));
             }
             Purpose::BatchRead => self.finish_read(reply),
@@ -677,7 +657,7 @@ impl Scheme for Cloak {
     }
 
     fn poll_storage(&mut self) -> Option<StorageRequest> {
-        self.transmit.pop_front()
+        self.storage.poll()
     }
 
     fn outbox(&mut self) -> &mut Outbox {

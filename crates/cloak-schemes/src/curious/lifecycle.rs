@@ -1,0 +1,149 @@
+//! A CURIOUS store's life at the edges: the initial fill, which writes every bucket once with
+//! the recovered records placed under a fresh random layout, and the drain at shutdown, which
+//! writes the whole eviction cache to the drain area so storage alone holds every block.
+//!
+//! Both write every bucket of their area whatever the data, so they show the server only that
+//! the proxy started or stopped.
+
+use std::time::Instant;
+
+use cloak_core::{Addr, Record, Slot, StorageOp};
+use cloak_crypto::Binding;
+
+use super::cache::Assignment;
+use super::position::Place;
+use super::{Curious, Gate, Purpose};
+
+impl Curious {
+    /// Places recovered records in the trees the fill will write, each under a fresh random
+    /// subORAM and leaf; the few that fit nowhere go to the cache, and the fill waits until the
+    /// journal holds them (the fill overwrites where the previous run kept them).
+    pub(super) fn stage_recovered(&mut self, records: Vec<(Slot, Record)>) {
+        let z = self.config.bucket_size;
+        let mut cached = Vec::new();
+        for (slot, record) in records {
+            let Some(slot) = u32::try_from(slot)
+                .ok()
+                .filter(|&s| (s as usize) < self.positions.len())
+            else {
+                continue;
+            };
+            if record.version == 0 {
+                continue;
+            }
+            let (sub, leaf) = self.random_position();
+            let tree = &self.layout.tree;
+            let free = (0..=tree.depth()).rev().find_map(|level| {
+                let address = u64::try_from(self.layout.address(sub, tree.bucket(leaf, level)))
+                    .expect("addresses are below the element count");
+                let held = self.staged.get(&address).map_or(0, Vec::len);
+                (held < z).then_some(address)
+            });
+            match free {
+                Some(address) => {
+                    self.staged.entry(address).or_default().push((slot, record));
+                    self.positions.set(slot, Place::Stored { sub, leaf });
+                }
+                None => {
+                    let to = Assignment {
+                        sub,
+                        leaf,
+                        drawn: 0,
+                    };
+                    self.cache.insert(slot, record, to);
+                    self.positions.set(slot, Place::Cached);
+                    cached.push(slot);
+                }
+            }
+        }
+        self.fill_gate = Some(cached.clone());
+        self.wait_for_journal(Gate::Fill, cached);
+    }
+
+    /// Keeps the fill's window of write requests full; once all are answered, accesses start.
+    pub(super) fn pump_fill(&mut self, now: Option<Instant>) {
+        if self.fill_gate.is_some() {
+            return;
+        }
+        while let Some(chunk) = self.fill.next_chunk() {
+            let mut recovered = Vec::new();
+            let mut writes = Vec::with_capacity((chunk.end - chunk.start) as usize);
+            for address in chunk {
+                let blocks = self.staged.remove(&address).unwrap_or_default();
+                recovered.extend(blocks.iter().map(|(slot, r)| (*slot, r.version)));
+                let binding = Binding {
+                    address: Addr::from(address),
+                    generation: self.generations[address as usize],
+                };
+                let sealed = self.codec.seal(
+                    binding,
+                    blocks.iter().map(|(slot, r)| (Slot::from(*slot), r)),
+                );
+                writes.push((binding.address, sealed));
+            }
+            self.storage
+                .send(Purpose::Fill(recovered), StorageOp::Write(writes));
+        }
+        if now.is_some() && !self.filled && self.fill.is_done() {
+            let buckets = self.layout.elements();
+            tracing::info!(buckets, "storage filled, accesses start");
+            self.filled = true;
+            for sub in self.locks.waiting_subs() {
+                self.start_next(sub);
+            }
+            self.maybe_drain();
+        }
+    }
+
+    /// While draining, once no access is in flight, writes the whole cache to the drain area.
+    pub(super) fn maybe_drain(&mut self) {
+        if !self.draining
+            || !self.filled
+            || self.drain_in_flight
+            || !self.accesses.is_empty()
+            || self.retry.is_waiting()
+            || self.unwritten() == 0
+        {
+            return;
+        }
+        let z = self.config.bucket_size;
+        let room = self.layout.drain_buckets as usize * z;
+        if self.cache.len() > room {
+            tracing::error!(
+                cached = self.cache.len(),
+                room,
+                "the eviction cache is larger than the drain area; the rest stays in the journal"
+            );
+        }
+        let blocks: Vec<(u32, Record)> = self
+            .cache
+            .iter()
+            .take(room)
+            .map(|(slot, entry)| (slot, entry.record.clone()))
+            .collect();
+        let saved = blocks.iter().map(|(s, r)| (*s, r.version)).collect();
+        let generation = self.generation();
+        let mut chunks = blocks.chunks(z);
+        let mut writes = Vec::new();
+        for address in self.layout.drain_area() {
+            self.generations[address as usize] = generation;
+            let binding = Binding {
+                address,
+                generation,
+            };
+            let bucket = chunks.next().unwrap_or_default();
+            let sealed = self.codec.seal(
+                binding,
+                bucket.iter().map(|(slot, r)| (Slot::from(*slot), r)),
+            );
+            writes.push((address, sealed));
+        }
+        tracing::info!(
+            blocks = blocks.len(),
+            "writing the eviction cache to the drain area"
+        );
+        self.drain_in_flight = true;
+        self.storage
+            .send(Purpose::Drain(saved), StorageOp::Write(writes));
+    }
+}

@@ -1,0 +1,191 @@
+//! CURIOUS's parameters: the paper's defaults, the ones it leaves open (derived from the
+//! capacity here), and their validation.
+//!
+//! - `b = 3`, `z = 5`: the tree-based CURIOUS of Table 7.
+//! - `m` (partitions), when not given: `⌈√n⌉`, ObliviStore's choice of partition count for
+//!   partition-based ORAMs. Each subORAM then holds about `√n` blocks, so an access reads and
+//!   writes `log_b √n + 1` buckets, and the eviction cache holds `O(√n)` blocks at the proxy
+//!   (a large, growing outsource ratio), while `m` subORAMs leave room for `m` accesses at once.
+//! - Tree depth: the smallest with `z · b^depth ≥ ⌈n/m⌉` (at least 1): the leaves alone hold a
+//!   subORAM's nominal load, so a tree is at most about two-thirds full on average.
+//! - `c = 2` evictions per access: each access that fetches a block adds one to the cache, and a
+//!   subORAM is accessed exactly as often as blocks are assigned to it, so evicting one per
+//!   access cannot keep up (the cache grows without bound) and two keep it near two blocks per
+//!   subORAM (1.9 measured for 100,000 keys; three give 1.35).
+//! - At most 128 accesses in flight, the paper's semaphore.
+//! - Cache limit `4m + 256` blocks, about twice the typical occupancy plus room for small stores.
+//! - Retention `16m` accesses (not in the paper; see `retention`): blocks stay readable at the
+//!   proxy that long after their subORAM is drawn, about `16m` blocks at most.
+
+use crate::CuriousOptions;
+
+use super::geometry::{Layout, Tree};
+
+/// A CURIOUS store's parameters, checked.
+#[derive(Clone, Debug)]
+pub struct CuriousConfig {
+    pub capacity: u64,
+    pub partitions: u32,
+    pub arity: u32,
+    pub bucket_size: usize,
+    pub evictions: usize,
+    pub max_in_flight: usize,
+    pub cache_limit: usize,
+    /// Accesses a block stays readable at the proxy after its subORAM is drawn (`retention`).
+    pub retention: u64,
+}
+
+/// The default number of subORAMs for `capacity` keys.
+pub fn default_partitions(capacity: u64) -> u64 {
+    let mut m = (capacity as f64).sqrt().ceil() as u64;
+    // Float rounding: make it exactly ⌈√n⌉.
+    while m > 1 && (m - 1).saturating_mul(m - 1) >= capacity {
+        m -= 1;
+    }
+    while m.saturating_mul(m) < capacity {
+        m += 1;
+    }
+    m.max(1)
+}
+
+/// The default retention window: `16m` accesses, after which a block's subORAM has been accessed
+/// (and the block evicted) for unrelated reasons except with probability about `e^−16`.
+pub fn default_retention(partitions: u32) -> u64 {
+    16 * u64::from(partitions)
+}
+
+/// The default eviction-cache limit for `partitions` subORAMs.
+pub fn default_cache_limit(partitions: u32) -> usize {
+    4 * partitions as usize + 256
+}
+
+impl CuriousConfig {
+    pub fn new(capacity: u64, o: &CuriousOptions) -> Result<Self, String> {
+        if o.arity < 2 {
+            return Err(format!(
+                "--curious-arity must be at least 2 (got {})",
+                o.arity
+            ));
+        }
+        if !(1..=64).contains(&o.bucket_size) {
+            return Err(format!(
+                "--curious-bucket-size must be between 1 and 64 blocks (got {})",
+                o.bucket_size
+            ));
+        }
+        if o.evictions < 2 {
+            return Err(format!(
+                "--curious-evictions must be at least 2 (got {}): every access that fetches a \
+                 block adds one to the eviction cache, so evicting fewer than two per access lets \
+                 the cache grow without bound",
+                o.evictions
+            ));
+        }
+        if o.max_in_flight == 0 {
+            return Err("--curious-max-in-flight must be at least 1".into());
+        }
+        let partitions = o.partitions.unwrap_or_else(|| default_partitions(capacity));
+        if partitions == 0 || partitions > capacity {
+            return Err(format!(
+                "--curious-partitions must be between 1 and the capacity {capacity} (got \
+                 {partitions})"
+            ));
+        }
+        let partitions = u32::try_from(partitions).map_err(|_| "too many partitions")?;
+        let cache_limit = o
+            .cache_limit
+            .unwrap_or_else(|| default_cache_limit(partitions));
+        if cache_limit < o.evictions as usize {
+            return Err(format!(
+                "--curious-cache-limit must be at least the evictions per access ({})",
+                o.evictions
+            ));
+        }
+        let retention = o.retention.unwrap_or_else(|| default_retention(partitions));
+        Ok(Self {
+            retention,
+            capacity,
+            partitions,
+            arity: o.arity,
+            bucket_size: o.bucket_size as usize,
+            evictions: o.evictions as usize,
+            max_in_flight: o.max_in_flight,
+            cache_limit,
+        })
+    }
+
+    /// Blocks a subORAM holds on average when the store is full.
+    pub fn blocks_per_partition(&self) -> u64 {
+        self.capacity.div_ceil(u64::from(self.partitions))
+    }
+
+    /// Where the buckets live: `m` trees, then a drain area that holds a full cache.
+    pub fn layout(&self) -> Result<Layout, String> {
+        let tree = Tree::for_blocks(self.arity, self.bucket_size, self.blocks_per_partition())
+            .ok_or("the subORAM trees would have more than 2^32 leaves; add partitions")?;
+        Ok(Layout {
+            tree,
+            partitions: self.partitions,
+            drain_buckets: (self.cache_limit as u64).div_ceil(self.bucket_size as u64),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_default_to_the_square_root_of_the_capacity() {
+        for (n, m) in [
+            (1, 1),
+            (2, 2),
+            (4, 2),
+            (5, 3),
+            (100_000, 317),
+            (1_000_000, 1000),
+        ] {
+            assert_eq!(default_partitions(n), m, "capacity {n}");
+        }
+        let config = CuriousConfig::new(100_000, &CuriousOptions::default()).unwrap();
+        let layout = config.layout().unwrap();
+        assert_eq!((config.partitions, layout.tree.depth()), (317, 4));
+        assert_eq!(config.cache_limit, 4 * 317 + 256);
+        assert_eq!(layout.drain_buckets, (4 * 317 + 256_u64).div_ceil(5));
+    }
+
+    #[test]
+    fn bad_parameters_are_explained() {
+        let bad = |o: CuriousOptions| CuriousConfig::new(1000, &o).unwrap_err();
+        let d = CuriousOptions::default;
+        assert!(bad(CuriousOptions { arity: 1, ..d() }).contains("arity"));
+        assert!(
+            bad(CuriousOptions {
+                bucket_size: 0,
+                ..d()
+            })
+            .contains("bucket-size")
+        );
+        assert!(
+            bad(CuriousOptions {
+                evictions: 1,
+                ..d()
+            })
+            .contains("without bound")
+        );
+        assert!(
+            bad(CuriousOptions {
+                partitions: Some(1001),
+                ..d()
+            })
+            .contains("partitions")
+        );
+        assert!(
+            bad(CuriousOptions {
+                cache_limit: Some(1),
+                ..d()
+            })
+            .contains("cache-limit")
+        );
+    }
+}

@@ -1,0 +1,77 @@
+//! A new scheme instance's initial fill: every element of its storage written once, in chunks
+//! with a few requests in flight, before it serves anything. It writes everything whatever the
+//! data, so it shows the server nothing but the store's size.
+
+use std::ops::Range;
+
+use cloak_core::{Outbox, Slot};
+
+pub struct Fill {
+    elements: u64,
+    chunk: u64,
+    window: usize,
+    next: u64,
+    outstanding: usize,
+}
+
+impl Fill {
+    /// A fill of `elements`, `chunk` per request, at most `window` requests in flight.
+    pub fn new(elements: u64, chunk: u64, window: usize) -> Self {
+        Self {
+            elements,
+            chunk,
+            window,
+            next: 0,
+            outstanding: 0,
+        }
+    }
+
+    /// The elements the next request writes, while the window has room.
+    pub fn next_chunk(&mut self) -> Option<Range<u64>> {
+        if self.outstanding >= self.window || self.next >= self.elements {
+            return None;
+        }
+        let range = self.next..(self.next + self.chunk).min(self.elements);
+        self.next = range.end;
+        self.outstanding += 1;
+        Some(range)
+    }
+
+    /// A fill request is in storage; the recovered records it carried, as (slot, version), no
+    /// longer need the journal.
+    pub fn written(&mut self, recovered: Vec<(u32, u64)>, out: &mut Outbox) {
+        self.outstanding -= 1;
+        for (slot, version) in recovered {
+            out.release(Slot::from(slot), version);
+        }
+    }
+
+    /// Every element is in storage.
+    pub fn is_done(&self) -> bool {
+        self.next == self.elements && self.outstanding == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_everything_within_the_window() {
+        let mut fill = Fill::new(10, 4, 2);
+        assert_eq!(fill.next_chunk(), Some(0..4));
+        assert_eq!(fill.next_chunk(), Some(4..8));
+        assert_eq!(fill.next_chunk(), None, "window full");
+        let mut out = Outbox::default();
+        fill.written(vec![(3, 7)], &mut out);
+        assert_eq!(fill.next_chunk(), Some(8..10));
+        fill.written(Vec::new(), &mut out);
+        assert!(!fill.is_done());
+        fill.written(Vec::new(), &mut out);
+        assert!(fill.is_done() && fill.next_chunk().is_none());
+        assert!(
+            out.poll_journal().is_some(),
+            "the recovered record is released"
+        );
+    }
+}
