@@ -157,6 +157,12 @@ impl Engine {
         self.drain_replies(now);
     }
 
+    /// No more commands will come: the scheme writes back what it holds (see [`Scheme::drain`]).
+    pub fn drain(&mut self, now: Instant) {
+        self.scheme.drain(now);
+        self.drain_replies(now);
+    }
+
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.scheme.poll_timeout()
     }

@@ -163,6 +163,12 @@ pub trait Scheme: Send {
         self.outbox().handle_journaled(id, result);
     }
 
+    /// The driver will submit nothing more and stops once every reply is out and
+    /// [`SchemeStats::unwritten`] is zero. A scheme that may hold acknowledged records at the
+    /// proxy for as long as clients are idle (an ORAM's stash) starts writing them back now;
+    /// the default does nothing.
+    fn drain(&mut self, _now: Instant) {}
+
     /// Backpressure: while `false`, the driver stops submitting (it stops reading from clients)
     /// until some storage reply arrives.
     fn accepts(&self) -> bool;

@@ -131,6 +131,12 @@ impl Simulator {
         self.now - self.start
     }
 
+    /// Tells the engine no more commands will come, as a proxy does when it shuts down.
+    pub fn drain(&mut self) {
+        self.engine.drain(self.now);
+        self.pump();
+    }
+
     /// Submits a command at the current virtual time; returns a token for its outcome.
     pub fn submit(&mut self, client: ClientId, command: Command) -> u64 {
         let token = self.next_token;

@@ -233,6 +233,7 @@ impl Core {
                         let unwritten = self.engine.scheme_stats().unwritten;
                         tracing::info!(unwritten, "front end closed; draining acknowledged writes to storage");
                         open = false;
+                        self.engine.drain(Instant::now());
                     }
                 },
             }

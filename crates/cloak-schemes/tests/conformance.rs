@@ -82,12 +82,13 @@ macro_rules! conformance {
 conformance!(cloak, SchemeName::Cloak);
 conformance!(encrypted, SchemeName::Encrypted);
 conformance!(plaintext, SchemeName::Unsafe);
+conformance!(path_oram, SchemeName::PathOram);
 
 #[test]
 fn every_scheme_is_covered() {
     assert_eq!(
         SchemeName::ALL.len(),
-        3,
+        4,
         "add the new scheme to the conformance! list above"
     );
 }
