@@ -150,3 +150,4 @@ macro_rules! over_tcp {
 over_tcp!(cloak, SchemeName::Cloak);
 over_tcp!(encrypted, SchemeName::Encrypted);
 over_tcp!(plaintext, SchemeName::Unsafe);
+over_tcp!(path_oram, SchemeName::PathOram);

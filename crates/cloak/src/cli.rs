@@ -52,8 +52,8 @@ pub enum Command {
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct StoreArgs {
-    /// Scheme: cloak (oblivious), encrypted (hides values, leaks access pattern) or unsafe
-    /// (plaintext; the speed ceiling) [default: cloak]
+    /// Scheme: cloak (oblivious), path-oram (oblivious, one tree path per op), encrypted (hides
+    /// values, leaks access pattern) or unsafe (plaintext; the speed ceiling) [default: cloak]
     #[arg(long, value_name = "NAME")]
     pub scheme: Option<String>,
 
@@ -93,6 +93,15 @@ pub struct StoreArgs {
     /// Cloak: most slots waiting for a batch before clients are slowed down [default: 2 × batch]
     #[arg(long, value_name = "N")]
     pub max_pending: Option<usize>,
+
+    /// Path ORAM: blocks per tree bucket, Z [default: 4]
+    #[arg(long, value_name = "Z")]
+    pub oram_bucket_size: Option<usize>,
+
+    /// Path ORAM: most blocks the proxy's stash may hold after an access; above it new requests
+    /// are refused until evictions shrink it [default: 89]
+    #[arg(long, value_name = "N")]
+    pub oram_stash_limit: Option<usize>,
 
     /// Most keys one MGET/MSET/DEL/EXISTS may name [default: 10000]
     #[arg(long, value_name = "N")]

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use cloak_core::{ElementCodec, ElementFormat, Engine, KeyDirectory, Limits, RecordLayout};
 use cloak_crypto::{KeyHasher, MasterKey, Sealer};
 use cloak_proxy::{Journal, RecoveryReport};
-use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec};
+use cloak_schemes::{CloakOptions, PathOramOptions, SchemeName, SchemeOptions, Start, StoreSpec};
 use cloak_storage::Storage;
 
 use crate::cli::StoreArgs;
@@ -33,6 +33,7 @@ impl StoreArgs {
             bail!("--key-size must be between 1 and 65535 ({max_key} given)");
         }
         let defaults = CloakOptions::default();
+        let oram = PathOramOptions::default();
         let budgets = self
             .budgets
             .as_deref()
@@ -69,6 +70,10 @@ impl StoreArgs {
                     batch_interval,
                     cache_size: self.cache_size.unwrap_or(defaults.cache_size),
                     max_pending: self.max_pending,
+                },
+                path_oram: PathOramOptions {
+                    bucket_size: self.oram_bucket_size.unwrap_or(oram.bucket_size),
+                    stash_limit: self.oram_stash_limit.unwrap_or(oram.stash_limit),
                 },
             },
             limits: Limits {
