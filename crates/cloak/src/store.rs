@@ -161,6 +161,15 @@ impl Store {
                 ", a batch of {batch} elements every {interval} ms"
             ));
         }
+        if let (Some(levels), Some(z), Some(bytes)) = (
+            params.get("tree_levels"),
+            params.get("bucket_size"),
+            params.get("bytes_per_access"),
+        ) {
+            line.push_str(&format!(
+                ", a tree of {levels} levels of {z}-record buckets ({bytes} bytes moved per op)"
+            ));
+        }
         line
     }
 }

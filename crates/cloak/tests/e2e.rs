@@ -179,6 +179,58 @@ fn cloak_up_serves_redis_clients() {
     assert!(up.stop().success(), "cloak up exits cleanly on SIGTERM");
 }
 
+#[test]
+fn cloak_up_runs_path_oram() {
+    let port = free_port();
+    let up = Running::start(
+        &[
+            "up",
+            "--port",
+            &port.to_string(),
+            "--scheme",
+            "path-oram",
+            "--capacity",
+            "5000",
+            "--oram-stash-limit",
+            "120",
+        ],
+        "Stop with Ctrl-C",
+    );
+    let mut con = connect(port);
+    for i in 0..200 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(i)
+            .query(&mut con)
+            .unwrap();
+    }
+    let got: String = redis::cmd("GET").arg("k77").query(&mut con).unwrap();
+    assert_eq!(got, "77");
+    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
+    for field in [
+        "bucket_size:4",
+        "tree_levels:13",
+        "stash_limit:120",
+        "stash_high_water:",
+    ] {
+        assert!(info.contains(field), "{field} missing from {info}");
+    }
+    let p = port.to_string();
+    if let Some(out) = redis_tool(
+        "redis-benchmark",
+        &[
+            "-p", &p, "-t", "set,get", "-n", "2000", "-r", "1000", "-d", "512", "-c", "20", "-q",
+        ],
+    ) {
+        assert!(out.contains("SET:") && out.contains("GET:"), "{out}");
+        assert!(!out.to_lowercase().contains("error"), "{out}");
+    }
+    assert!(
+        up.stop().success(),
+        "cloak up drains its stash and exits on SIGTERM"
+    );
+}
+
 fn keygen(dir: &Path) -> String {
     let key = dir.join("cloak.key");
     let status = Command::new(CLOAK)
@@ -292,26 +344,48 @@ fn config_files_are_read_and_flags_override_them() {
 
 #[test]
 fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
+    sigkill_loses_nothing(
+        &[
+            "--capacity",
+            "20000",
+            "--batch-interval",
+            "5ms",
+            "--cache-size",
+            "0",
+        ],
+        Duration::from_millis(1500),
+    );
+}
+
+#[test]
+fn sigkill_of_a_path_oram_proxy_loses_no_acknowledged_write() {
+    // Every access waits for an fsync of the journal, so give the writers longer.
+    sigkill_loses_nothing(
+        &["--scheme", "path-oram", "--capacity", "2000"],
+        Duration::from_millis(4000),
+    );
+}
+
+/// Writers hammer a proxy with a state directory, the proxy is SIGKILLed, and a new proxy on
+/// the same storage and state directory must hold every acknowledged write.
+fn sigkill_loses_nothing(store_args: &[&str], writing: Duration) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let (storage_port, proxy_port) = (free_port(), free_port());
     let storage_addr = format!("127.0.0.1:{storage_port}");
     let _server = Running::start(&["server", "--listen", &storage_addr], "listening");
-    let proxy_args = [
+    let storage_url = format!("tcp://{storage_addr}");
+    let listen = format!("127.0.0.1:{proxy_port}");
+    let mut proxy_args = vec![
         "proxy",
         "--storage",
-        &format!("tcp://{storage_addr}"),
+        &storage_url,
         "--listen",
-        &format!("127.0.0.1:{proxy_port}"),
+        &listen,
         "--state-dir",
         state.to_str().unwrap(),
-        "--capacity",
-        "20000",
-        "--batch-interval",
-        "5ms",
-        "--cache-size",
-        "0",
     ];
+    proxy_args.extend_from_slice(store_args);
     let proxy = Running::start(&proxy_args, "listening");
 
     // Writers keep overwriting their own 300 keys with increasing values and record, per key,
@@ -344,7 +418,7 @@ fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(writing);
     proxy.kill();
     let logs: Vec<Log> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     let writes: usize = logs.iter().map(|(acked, _)| acked.len()).sum();
