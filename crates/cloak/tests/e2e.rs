@@ -344,31 +344,25 @@ fn config_files_are_read_and_flags_override_them() {
 
 #[test]
 fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
-    sigkill_loses_nothing(
-        &[
-            "--capacity",
-            "20000",
-            "--batch-interval",
-            "5ms",
-            "--cache-size",
-            "0",
-        ],
-        Duration::from_millis(1500),
-    );
+    sigkill_loses_nothing(&[
+        "--capacity",
+        "20000",
+        "--batch-interval",
+        "5ms",
+        "--cache-size",
+        "0",
+    ]);
 }
 
 #[test]
 fn sigkill_of_a_path_oram_proxy_loses_no_acknowledged_write() {
-    // Every access waits for an fsync of the journal, so give the writers longer.
-    sigkill_loses_nothing(
-        &["--scheme", "path-oram", "--capacity", "2000"],
-        Duration::from_millis(4000),
-    );
+    sigkill_loses_nothing(&["--scheme", "path-oram", "--capacity", "2000"]);
 }
 
-/// Writers hammer a proxy with a state directory, the proxy is SIGKILLed, and a new proxy on
-/// the same storage and state directory must hold every acknowledged write.
-fn sigkill_loses_nothing(store_args: &[&str], writing: Duration) {
+/// Writers hammer a proxy with a state directory until every one of their keys was written
+/// (however slow the disk's fsyncs are), a moment more, then the proxy is SIGKILLed; a new proxy
+/// on the same storage and state directory must hold every acknowledged write.
+fn sigkill_loses_nothing(store_args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let (storage_port, proxy_port) = (free_port(), free_port());
@@ -391,8 +385,10 @@ fn sigkill_loses_nothing(store_args: &[&str], writing: Duration) {
     // Writers keep overwriting their own 300 keys with increasing values and record, per key,
     // the last value that got +OK and the one in flight when the proxy died under them.
     type Log = (HashMap<String, String>, Option<(String, String)>);
+    let keys_written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writers: Vec<std::thread::JoinHandle<Log>> = (0..4)
         .map(|w| {
+            let keys_written = keys_written.clone();
             std::thread::spawn(move || {
                 let mut acked = HashMap::new();
                 let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{proxy_port}/"))
@@ -409,7 +405,9 @@ fn sigkill_loses_nothing(store_args: &[&str], writing: Duration) {
                         .query::<()>(&mut con)
                     {
                         Ok(()) => {
-                            acked.insert(key, value);
+                            if acked.insert(key, value).is_none() {
+                                keys_written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
                         }
                         Err(_) => return (acked, Some((key, value))),
                     }
@@ -418,11 +416,19 @@ fn sigkill_loses_nothing(store_args: &[&str], writing: Duration) {
             })
         })
         .collect();
-    std::thread::sleep(writing);
+    let started = std::time::Instant::now();
+    while keys_written.load(std::sync::atomic::Ordering::Relaxed) < 4 * 300 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the writers never got going"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
     proxy.kill();
     let logs: Vec<Log> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     let writes: usize = logs.iter().map(|(acked, _)| acked.len()).sum();
-    assert!(writes >= 4 * 300, "the writers got going");
+    assert_eq!(writes, 4 * 300, "every key was written");
 
     let _proxy = Running::start(&proxy_args, "listening");
     let mut con = connect(proxy_port);
