@@ -43,7 +43,10 @@ fn simulator_from(cloak: CloakOptions, seed: u64, start: Start) -> Simulator {
         },
         seed: Some(seed),
     };
-    let options = SchemeOptions { cloak };
+    let options = SchemeOptions {
+        cloak,
+        ..SchemeOptions::default()
+    };
     let scheme = build(SchemeName::Cloak, &store, &options, &master, start).unwrap();
     let directory = KeyDirectory::new(KeyHasher::new(&master), CAPACITY as usize);
     let limits = Limits {
@@ -504,6 +507,7 @@ fn after_a_crash_the_server_sees_one_full_fill_then_the_budgets_again() {
     };
     let options = SchemeOptions {
         cloak: options(8, None),
+        ..SchemeOptions::default()
     };
     let build = |records, generation_base| {
         let start = Start {
