@@ -856,3 +856,52 @@ fn write_backs_leave_at_the_same_delay_whether_or_not_blocks_were_journaled() {
         gaps.iter().collect::<std::collections::BTreeSet<_>>()
     );
 }
+
+/// A write-back that would take blocks out of storage waits until the journal has them; when
+/// the journal refuses, the proxy asks again after a backoff and sends nothing meanwhile.
+#[test]
+fn a_write_back_waits_for_the_journal_even_when_it_fails() {
+    let mut oram = scheme(40, &options(4, 89), 17, Start::default());
+    let mut store = MemoryStore::new();
+    let now = Instant::now();
+    while let Some(request) = oram.poll_storage() {
+        let reply = store.apply(request.op);
+        oram.handle_storage(now, request.id, Ok(reply));
+    }
+    assert_eq!(
+        oram.describe().iter().find(|(k, _)| *k == "storage_filled"),
+        Some(&("storage_filled", "true".to_string()))
+    );
+    oram.submit(now, OpId(1), Op::Read(3));
+    assert_eq!(
+        oram.outbox().poll_reply(),
+        Some((OpId(1), Reply::Value(Record::empty()))),
+        "a slot that never held a block answers at once"
+    );
+    let read = oram.poll_storage().expect("its access still reads a path");
+    assert!(matches!(read.op, StorageOp::Read(_)));
+    let reply = store.apply(read.op);
+    oram.handle_storage(now, read.id, Ok(reply));
+    let barrier = oram.outbox().poll_journal().expect("a journal barrier");
+    assert!(
+        oram.poll_storage().is_none(),
+        "no write-back before the barrier"
+    );
+    oram.handle_journaled(now, barrier.id, Err("disk full".into()));
+    assert!(
+        oram.poll_storage().is_none(),
+        "no write-back after a refusal"
+    );
+    let later = oram.poll_timeout().expect("a retry is scheduled");
+    assert!(later > now);
+    oram.handle_timeout(later);
+    let again = oram
+        .outbox()
+        .poll_journal()
+        .expect("the barrier is asked for again");
+    assert_ne!(again.id, barrier.id);
+    assert!(oram.poll_storage().is_none());
+    oram.handle_journaled(later, again.id, Ok(()));
+    let write = oram.poll_storage().expect("the write-back goes out");
+    assert!(matches!(write.op, StorageOp::Write(_)));
+}

@@ -102,7 +102,7 @@ use position::PositionMap;
 use stash::{Block, Eviction, Stash, evict};
 pub use tree::Tree;
 
-/// Client ops waiting for an access before they are refused (backpressure).
+/// Accesses owed to client ops beyond which the driver stops submitting (backpressure).
 const MAX_QUEUED: usize = 1024;
 
 #[derive(Clone, Debug)]
@@ -745,7 +745,6 @@ impl Scheme for PathOram {
             self.send(purpose, op);
         }
         if !self.journal_retry.due(now).is_empty() {
-            self.journal_retry.succeeded();
             self.journal_again();
         }
         self.progress();
@@ -789,9 +788,13 @@ impl Scheme for PathOram {
             prepared.durability = settled;
             matched = true;
         }
-        if matched && settled == Durability::Failed {
-            self.journal_retry
-                .fail(now, StorageError("journal unavailable".into()), ());
+        match settled {
+            Durability::Failed if matched => {
+                self.journal_retry
+                    .fail(now, StorageError("journal unavailable".into()), ());
+            }
+            Durability::Durable if matched => self.journal_retry.succeeded(),
+            _ => {}
         }
         self.progress();
     }
