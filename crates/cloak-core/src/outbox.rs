@@ -52,14 +52,27 @@ impl Outbox {
     /// carry it (keeps made in one step share it), for schemes that must wait until it is
     /// durable before acting (see [`crate::Scheme::handle_journaled`]).
     pub fn keep(&mut self, slot: Slot, record: Record) -> JournalId {
+        let id = self.barrier();
+        if let Some((_, records)) = &mut self.collecting {
+            records.push((slot, record));
+        }
+        self.undurable.insert(slot, id);
+        id
+    }
+
+    /// The journal request carrying every keep made since the last poll, opening an empty one
+    /// if there is none. Drivers make journal requests durable in the order they poll them, so
+    /// once this one is durable (see [`crate::Scheme::handle_journaled`]) every keep made so far
+    /// is too. A scheme that must not touch storage before its keeps are durable waits for this
+    /// id; waiting for it even when nothing was kept makes that wait the same whatever was kept.
+    pub fn barrier(&mut self) -> JournalId {
         let next_id = &mut self.next_id;
-        let (id, records) = self.collecting.get_or_insert_with(|| {
-            *next_id += 1;
-            (JournalId(*next_id), Vec::new())
-        });
-        records.push((slot, record));
-        self.undurable.insert(slot, *id);
-        *id
+        self.collecting
+            .get_or_insert_with(|| {
+                *next_id += 1;
+                (JournalId(*next_id), Vec::new())
+            })
+            .0
     }
 
     /// Storage holds `slot` at `version` (or newer) now.
@@ -156,6 +169,30 @@ mod tests {
             o.poll_journal().unwrap().op,
             JournalOp::Release(vec![(7, 3)])
         );
+    }
+
+    #[test]
+    fn a_barrier_rides_with_the_keeps_of_its_step_or_alone() {
+        let mut o = Outbox::default();
+        o.keep(1, record(1));
+        let barrier = o.barrier();
+        o.keep(2, record(2));
+        let request = o.poll_journal().unwrap();
+        assert_eq!(request.id, barrier);
+        assert_eq!(
+            request.op,
+            JournalOp::Keep(vec![(1, record(1)), (2, record(2))])
+        );
+        let empty = o.barrier();
+        assert_ne!(empty, barrier);
+        assert_eq!(
+            o.poll_journal(),
+            Some(JournalRequest {
+                id: empty,
+                op: JournalOp::Keep(Vec::new())
+            })
+        );
+        assert!(o.poll_journal().is_none());
     }
 
     #[test]

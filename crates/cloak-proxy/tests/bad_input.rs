@@ -172,7 +172,13 @@ async fn a_full_store_refuses_new_keys_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flipped_ciphertext_byte_is_reported_never_returned() {
-    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    for scheme in [SchemeName::Cloak, SchemeName::PathOram] {
+        flipped_bytes_are_reported(scheme).await;
+    }
+}
+
+async fn flipped_bytes_are_reported(scheme: SchemeName) {
+    let mut setup = Setup::new(scheme, 100);
     setup.options.cloak.cache_size = 0;
     setup.options.cloak.batch_interval = Duration::from_millis(20);
     let proxy = setup.start().await;
@@ -211,7 +217,7 @@ async fn a_flipped_ciphertext_byte_is_reported_never_returned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_backend_gives_clear_errors_and_the_proxy_stays_up() {
-    for scheme in [SchemeName::Cloak, SchemeName::Encrypted, SchemeName::Unsafe] {
+    for scheme in SchemeName::ALL {
         let mut setup = Setup::new(scheme, 100);
         setup.options.cloak.cache_size = 0;
         let mut proxy = setup.start().await;

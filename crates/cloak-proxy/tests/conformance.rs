@@ -153,3 +153,4 @@ over_tcp!(pancake, SchemeName::Pancake);
 over_tcp!(curious, SchemeName::Curious);
 over_tcp!(encrypted, SchemeName::Encrypted);
 over_tcp!(plaintext, SchemeName::Unsafe);
+over_tcp!(path_oram, SchemeName::PathOram);

@@ -6,6 +6,7 @@
 //! | `pancake`   | uniform label accesses while requests follow `π̂` (§4)   |
 //! | `waffle`    | α,β-uniform accesses (paper's Theorems 7.1–7.3)          |
 //! | `curious`   | when ops arrive; nothing about which keys (Theorem 6.1)  |
+//! | `path-oram` | one uniformly random root-to-leaf path per op            |
 //! | `encrypted` | which label every op touches (contents hidden)           |
 //! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
 //!
@@ -18,6 +19,7 @@ mod encrypted;
 mod fill;
 mod outgoing;
 pub mod pancake;
+pub mod path_oram;
 mod plaintext;
 mod retry;
 pub mod waffle;
@@ -35,6 +37,7 @@ pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
 pub use curious::{Curious, CuriousConfig};
 pub use encrypted::Encrypted;
 pub use pancake::{Pancake, PancakeOptions};
+pub use path_oram::{PathOram, PathOramConfig};
 pub use plaintext::Unsafe;
 pub use waffle::{BatchTiming, Waffle, WaffleOptions};
 
@@ -46,13 +49,15 @@ pub enum SchemeName {
     Curious,
     Encrypted,
     Unsafe,
+    PathOram,
 }
 
 impl SchemeName {
-    pub const ALL: [SchemeName; 6] = [
+    pub const ALL: [SchemeName; 7] = [
         SchemeName::Cloak,
         SchemeName::Waffle,
         SchemeName::Pancake,
+        SchemeName::PathOram,
         SchemeName::Curious,
         SchemeName::Encrypted,
         SchemeName::Unsafe,
@@ -66,6 +71,7 @@ impl SchemeName {
             SchemeName::Curious => "curious",
             SchemeName::Encrypted => "encrypted",
             SchemeName::Unsafe => "unsafe",
+            SchemeName::PathOram => "path-oram",
         }
     }
 }
@@ -175,6 +181,25 @@ impl Default for CuriousOptions {
     }
 }
 
+/// Path ORAM's parameters (defaults: `Z = 4` and the stash bound 89 that CURIOUS §3.2 takes
+/// from Path ORAM's Table 3).
+#[derive(Clone, Debug)]
+pub struct PathOramOptions {
+    /// Blocks per bucket, `Z`.
+    pub bucket_size: usize,
+    /// Most blocks the stash may hold after an access.
+    pub stash_limit: usize,
+}
+
+impl Default for PathOramOptions {
+    fn default() -> Self {
+        Self {
+            bucket_size: 4,
+            stash_limit: 89,
+        }
+    }
+}
+
 /// Parameters of every scheme, each used only by its scheme.
 #[derive(Clone, Debug, Default)]
 pub struct SchemeOptions {
@@ -182,12 +207,14 @@ pub struct SchemeOptions {
     pub pancake: PancakeOptions,
     pub waffle: WaffleOptions,
     pub curious: CuriousOptions,
+    pub path_oram: PathOramOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error(
-        "unknown scheme {0:?}; choose one of: cloak, waffle, pancake, curious, encrypted, unsafe"
+        "unknown scheme {0:?}; choose one of: cloak, waffle, pancake, path-oram, curious, \
+         encrypted, unsafe"
     )]
     UnknownScheme(String),
     #[error("capacity must be between 1 and {max}, got {got}")]
@@ -347,5 +374,53 @@ pub fn build(
             start,
         )),
         SchemeName::Unsafe => Box::new(Unsafe::new(store.capacity, store.layout, start)),
+        SchemeName::PathOram => {
+            let o = &options.path_oram;
+            check_path_oram(store, o)?;
+            let config = PathOramConfig {
+                bucket_size: o.bucket_size,
+                stash_limit: o.stash_limit,
+            };
+            Box::new(PathOram::new(config, store.capacity, codec()?, rng, start))
+        }
     })
+}
+
+/// Largest Path ORAM store: the proxy keeps a generation per bucket (about `2N` of them).
+pub const PATH_ORAM_MAX_CAPACITY: u64 = 1 << 28;
+/// Largest path read or written in one storage request.
+const PATH_ORAM_MAX_PATH_BYTES: u64 = 256 << 20;
+const PATH_ORAM_MAX_BUCKET_SIZE: usize = 64;
+
+fn check_path_oram(store: &StoreSpec, o: &PathOramOptions) -> Result<(), BuildError> {
+    if !(1..=PATH_ORAM_MAX_BUCKET_SIZE).contains(&o.bucket_size) {
+        return Err(BuildError::Invalid(format!(
+            "--oram-bucket-size must be between 1 and {PATH_ORAM_MAX_BUCKET_SIZE} (Path ORAM \
+             uses 4), got {}",
+            o.bucket_size
+        )));
+    }
+    if o.stash_limit == 0 {
+        return Err(BuildError::Invalid(
+            "--oram-stash-limit must be at least 1 (the default, 89, suits Z = 4)".into(),
+        ));
+    }
+    if store.capacity > PATH_ORAM_MAX_CAPACITY {
+        return Err(BuildError::Capacity {
+            got: store.capacity,
+            max: PATH_ORAM_MAX_CAPACITY,
+        });
+    }
+    let tree = path_oram::Tree::for_capacity(store.capacity);
+    let bucket = (o.bucket_size * store.layout.encoded_len() + cloak_crypto::SEAL_OVERHEAD) as u64;
+    let path = bucket * u64::from(tree.levels());
+    if path > PATH_ORAM_MAX_PATH_BYTES {
+        return Err(BuildError::Invalid(format!(
+            "a Path ORAM path of {} buckets of {bucket} bytes is {path} bytes, more than one \
+             storage request may carry ({PATH_ORAM_MAX_PATH_BYTES}); lower --value-size or \
+             --oram-bucket-size",
+            tree.levels()
+        )));
+    }
+    Ok(())
 }

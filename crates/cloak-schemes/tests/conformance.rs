@@ -86,12 +86,13 @@ conformance!(pancake, SchemeName::Pancake);
 conformance!(curious, SchemeName::Curious);
 conformance!(encrypted, SchemeName::Encrypted);
 conformance!(plaintext, SchemeName::Unsafe);
+conformance!(path_oram, SchemeName::PathOram);
 
 #[test]
 fn every_scheme_is_covered() {
     assert_eq!(
         SchemeName::ALL.len(),
-        6,
+        7,
         "add the new scheme to the conformance! list above"
     );
 }

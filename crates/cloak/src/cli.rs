@@ -83,8 +83,9 @@ Examples:
 pub struct StoreArgs {
     /// Scheme: cloak (oblivious, fixed batches), waffle (α,β-uniform, the Waffle paper), pancake
     /// (frequency smoothing: uniform accesses while requests follow the distribution estimate),
-    /// curious (oblivious partition ORAM, one access per request), encrypted (hides values,
-    /// leaks access pattern) or unsafe (plaintext; the speed ceiling) [default: cloak]
+    /// path-oram (oblivious, one tree path per op), curious (oblivious partition ORAM, one access
+    /// per request), encrypted (hides values, leaks access pattern) or unsafe (plaintext; the
+    /// speed ceiling) [default: cloak]
     #[arg(long, value_name = "NAME")]
     pub scheme: Option<String>,
 
@@ -223,6 +224,15 @@ pub struct StoreArgs {
     /// hot key's fetch never follows its eviction; 0 is the paper's behaviour [default: 16m]
     #[arg(long, value_name = "ACCESSES")]
     pub curious_retention: Option<u64>,
+
+    /// Path ORAM: blocks per tree bucket, Z [default: 4]
+    #[arg(long, value_name = "Z")]
+    pub oram_bucket_size: Option<usize>,
+
+    /// Path ORAM: most blocks the proxy's stash may hold after an access; above it new requests
+    /// are refused until evictions shrink it [default: 89]
+    #[arg(long, value_name = "N")]
+    pub oram_stash_limit: Option<usize>,
 
     /// Most keys one MGET/MSET/DEL/EXISTS may name [default: 10000]
     #[arg(long, value_name = "N")]

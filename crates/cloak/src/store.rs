@@ -9,8 +9,8 @@ use cloak_crypto::{KeyHasher, MasterKey};
 use cloak_proxy::{Journal, RecoveryReport};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
 use cloak_schemes::{
-    CloakOptions, CuriousOptions, PancakeOptions, SchemeName, SchemeOptions, Start, StoreSpec,
-    WaffleOptions,
+    CloakOptions, CuriousOptions, PancakeOptions, PathOramOptions, SchemeName, SchemeOptions,
+    Start, StoreSpec, WaffleOptions,
 };
 use cloak_storage::Storage;
 
@@ -40,6 +40,7 @@ impl StoreArgs {
         }
         let defaults = CloakOptions::default();
         let curious = CuriousOptions::default();
+        let oram = PathOramOptions::default();
         let budgets = self
             .budgets
             .as_deref()
@@ -129,6 +130,10 @@ impl StoreArgs {
                     max_in_flight: self.curious_max_in_flight.unwrap_or(curious.max_in_flight),
                     cache_limit: self.curious_cache_limit,
                     retention: self.curious_retention,
+                },
+                path_oram: PathOramOptions {
+                    bucket_size: self.oram_bucket_size.unwrap_or(oram.bucket_size),
+                    stash_limit: self.oram_stash_limit.unwrap_or(oram.stash_limit),
                 },
             },
             limits: Limits {
@@ -255,6 +260,15 @@ impl Store {
         ) {
             line.push_str(&format!(
                 ", {m} subORAMs of depth {depth}, {path} buckets per request"
+            ));
+        }
+        if let (Some(levels), Some(z), Some(bytes)) = (
+            params.get("tree_levels"),
+            params.get("bucket_size"),
+            params.get("bytes_per_access"),
+        ) {
+            line.push_str(&format!(
+                ", a tree of {levels} levels of {z}-record buckets ({bytes} bytes moved per op)"
             ));
         }
         line

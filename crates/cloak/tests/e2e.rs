@@ -228,6 +228,58 @@ fn cloak_up_runs_curious_for_redis_clients() {
     );
 }
 
+#[test]
+fn cloak_up_runs_path_oram() {
+    let port = free_port();
+    let up = Running::start(
+        &[
+            "up",
+            "--port",
+            &port.to_string(),
+            "--scheme",
+            "path-oram",
+            "--capacity",
+            "5000",
+            "--oram-stash-limit",
+            "120",
+        ],
+        "Stop with Ctrl-C",
+    );
+    let mut con = connect(port);
+    for i in 0..200 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(i)
+            .query(&mut con)
+            .unwrap();
+    }
+    let got: String = redis::cmd("GET").arg("k77").query(&mut con).unwrap();
+    assert_eq!(got, "77");
+    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
+    for field in [
+        "bucket_size:4",
+        "tree_levels:13",
+        "stash_limit:120",
+        "stash_high_water:",
+    ] {
+        assert!(info.contains(field), "{field} missing from {info}");
+    }
+    let p = port.to_string();
+    if let Some(out) = redis_tool(
+        "redis-benchmark",
+        &[
+            "-p", &p, "-t", "set,get", "-n", "2000", "-r", "1000", "-d", "512", "-c", "20", "-q",
+        ],
+    ) {
+        assert!(out.contains("SET:") && out.contains("GET:"), "{out}");
+        assert!(!out.to_lowercase().contains("error"), "{out}");
+    }
+    assert!(
+        up.stop().success(),
+        "cloak up drains its stash and exits on SIGTERM"
+    );
+}
+
 fn keygen(dir: &Path) -> String {
     let key = dir.join("cloak.key");
     let status = Command::new(CLOAK)
@@ -415,33 +467,48 @@ fn config_files_are_read_and_flags_override_them() {
 
 #[test]
 fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
-    sigkill_loses_nothing(&["--batch-interval", "5ms", "--cache-size", "0"]);
+    sigkill_loses_nothing(&[
+        "--capacity",
+        "20000",
+        "--batch-interval",
+        "5ms",
+        "--cache-size",
+        "0",
+    ]);
+}
+
+#[test]
+fn sigkill_of_a_path_oram_proxy_loses_no_acknowledged_write() {
+    sigkill_loses_nothing(&["--scheme", "path-oram", "--capacity", "2000"]);
 }
 
 /// CURIOUS keeps fetched and written blocks in its eviction cache, which the journal covers.
 #[test]
 fn sigkill_of_a_curious_proxy_loses_no_acknowledged_write() {
-    sigkill_loses_nothing(&["--scheme", "curious"]);
+    sigkill_loses_nothing(&["--scheme", "curious", "--capacity", "20000"]);
 }
 
-fn sigkill_loses_nothing(scheme: &[&str]) {
+/// Writers hammer a proxy with a state directory until every one of their keys was written
+/// (however slow the disk's fsyncs are), a moment more, then the proxy is SIGKILLed; a new proxy
+/// on the same storage and state directory must hold every acknowledged write.
+fn sigkill_loses_nothing(store_args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let (storage_port, proxy_port) = (free_port(), free_port());
     let storage_addr = format!("127.0.0.1:{storage_port}");
     let _server = Running::start(&["server", "--listen", &storage_addr], "listening");
-    let proxy_args = [
+    let storage_url = format!("tcp://{storage_addr}");
+    let listen = format!("127.0.0.1:{proxy_port}");
+    let mut proxy_args = vec![
         "proxy",
         "--storage",
-        &format!("tcp://{storage_addr}"),
+        &storage_url,
         "--listen",
-        &format!("127.0.0.1:{proxy_port}"),
+        &listen,
         "--state-dir",
         state.to_str().unwrap(),
-        "--capacity",
-        "20000",
     ];
-    let proxy_args = [&proxy_args[..], scheme].concat();
+    proxy_args.extend_from_slice(store_args);
     let proxy = Running::start(&proxy_args, "listening");
     // The proxy listens while it fills storage (a CURIOUS store writes every bucket of its
     // trees); the first write is answered once that is done.
@@ -457,10 +524,10 @@ fn sigkill_loses_nothing(scheme: &[&str]) {
     // Writers keep overwriting their own 300 keys with increasing values and record, per key,
     // the last value that got +OK and the one in flight when the proxy died under them.
     type Log = (HashMap<String, String>, Option<(String, String)>);
-    let acks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let keys_written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writers: Vec<std::thread::JoinHandle<Log>> = (0..4)
         .map(|w| {
-            let acks = acks.clone();
+            let keys_written = keys_written.clone();
             std::thread::spawn(move || {
                 let mut acked = HashMap::new();
                 let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{proxy_port}/"))
@@ -477,8 +544,9 @@ fn sigkill_loses_nothing(scheme: &[&str]) {
                         .query::<()>(&mut con)
                     {
                         Ok(()) => {
-                            acked.insert(key, value);
-                            acks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if acked.insert(key, value).is_none() {
+                                keys_written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
                         }
                         Err(_) => return (acked, Some((key, value))),
                     }
@@ -487,18 +555,19 @@ fn sigkill_loses_nothing(scheme: &[&str]) {
             })
         })
         .collect();
-    // Kill it mid-stream, once every key was written and many overwritten (however busy the
-    // machine is; a fixed sleep made this depend on the machine's speed).
     let started = std::time::Instant::now();
-    while acks.load(std::sync::atomic::Ordering::Relaxed) < 4 * 300 * 2
-        && started.elapsed() < Duration::from_secs(60)
-    {
+    while keys_written.load(std::sync::atomic::Ordering::Relaxed) < 4 * 300 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the writers never got going"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
+    std::thread::sleep(Duration::from_millis(300));
     proxy.kill();
     let logs: Vec<Log> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     let writes: usize = logs.iter().map(|(acked, _)| acked.len()).sum();
-    assert!(writes >= 4 * 300, "the writers got going ({writes} writes)");
+    assert_eq!(writes, 4 * 300, "every key was written");
 
     let _proxy = Running::start(&proxy_args, "listening");
     let mut con = connect(proxy_port);
