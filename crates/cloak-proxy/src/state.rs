@@ -30,14 +30,21 @@ pub enum StateError {
     },
     #[error("state directory {path} is not usable: {reason}")]
     Unusable { path: String, reason: String },
+    /// Carries its cause in its message, so the cause is not repeated as a source.
     #[error("state directory {0}")]
-    Dir(#[from] DirError),
+    Dir(DirError),
     #[error(transparent)]
     Key(#[from] KeyError),
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error("recovery could not read storage: {0}")]
     Storage(#[from] cloak_core::StorageError),
+}
+
+impl From<DirError> for StateError {
+    fn from(error: DirError) -> Self {
+        StateError::Dir(error)
+    }
 }
 
 /// An opened state directory.

@@ -23,10 +23,10 @@ pub fn prepare(path: &Path) -> Result<(), DirError> {
         path: path.display().to_string(),
         reason,
     };
-    fs::create_dir_all(path).map_err(|e| unusable(format!("cannot create it ({e})")))?;
-    if !path.is_dir() {
+    if path.exists() && !path.is_dir() {
         return Err(unusable("it is not a directory".into()));
     }
+    fs::create_dir_all(path).map_err(|e| unusable(format!("cannot create it ({e})")))?;
     let probe = path.join(".probe");
     write_synced(&probe, &[0u8; 4096]).map_err(|e| {
         unusable(format!(

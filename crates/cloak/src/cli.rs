@@ -151,7 +151,10 @@ pub struct ProxyArgs {
     #[serde(skip)]
     pub store: StoreArgs,
 
-    /// Storage backend: tcp://HOST:PORT (a `cloak server`) or memory (this process)
+    /// Storage backend: tcp://HOST:PORT (a `cloak server`), redis://[:PASSWORD@]HOST:PORT[/DB]
+    /// (a Redis; run it with appendonly yes and appendfsync always to keep acknowledged writes
+    /// across its crashes), redis+cluster://HOST:PORT,HOST:PORT,… (a Redis Cluster), either with
+    /// ?prefix=P for the key prefix [default: cloak:], or memory (this process)
     #[arg(long, value_name = "URL")]
     pub storage: Option<String>,
 

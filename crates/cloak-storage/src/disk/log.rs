@@ -21,7 +21,7 @@ use crate::StorageOp;
 use crate::wire;
 
 /// A segment is closed once it holds this much; a record never spans two segments.
-pub const SEGMENT_BYTES: u64 = 32 << 20;
+pub const SEGMENT_BYTES: u64 = 8 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {

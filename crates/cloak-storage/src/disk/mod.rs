@@ -40,14 +40,27 @@ use log::{Log, LogError, SEGMENT_BYTES};
 /// Bytes a record spends on each entry besides its value (address and length).
 const ENTRY_OVERHEAD: u64 = 20;
 
+/// The messages carry their causes, so the causes are not repeated as sources.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
     #[error("data directory: {0}")]
-    Dir(#[from] DirError),
+    Dir(DirError),
     #[error("data directory: {0}")]
-    Log(#[from] LogError),
+    Log(LogError),
     #[error("data directory: cannot start the log writer: {0}")]
     Thread(std::io::Error),
+}
+
+impl From<DirError> for DiskError {
+    fn from(error: DirError) -> Self {
+        DiskError::Dir(error)
+    }
+}
+
+impl From<LogError> for DiskError {
+    fn from(error: LogError) -> Self {
+        DiskError::Log(error)
+    }
 }
 
 /// What [`DiskStorage::open`] found.
@@ -242,6 +255,7 @@ fn write_loop(mut log: Log, state: Arc<Mutex<Indexed>>, queue: mpsc::Receiver<Pe
                 }
             }
         }
+        // Also after a failed append: on a full disk, compaction is what frees space.
         if let Err(error) = maintain(&mut log, &state) {
             tracing::error!(%error, "log maintenance failed; will try again after the next write");
         }
@@ -255,7 +269,7 @@ fn maintain(log: &mut Log, state: &Mutex<Indexed>) -> Result<(), LogError> {
     // Each round retires one segment, so a round per segment that exists now is enough.
     for _ in 0..log.segment_count() {
         let live = lock(state).live_bytes();
-        if log.segment_count() < 2 || log.bytes() <= 2 * live + 2 * SEGMENT_BYTES {
+        if log.segment_count() < 2 || log.bytes() <= 2 * live + SEGMENT_BYTES {
             return Ok(());
         }
         let oldest = log.oldest();
