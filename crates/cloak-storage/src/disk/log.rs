@@ -20,8 +20,9 @@ use bytes::{Bytes, BytesMut};
 use crate::StorageOp;
 use crate::wire;
 
-/// A segment is closed once it holds this much; a record never spans two segments.
-pub const SEGMENT_BYTES: u64 = 8 << 20;
+/// The smallest size at which a segment is closed (the store picks larger ones for more data);
+/// a record never spans two segments.
+pub const MIN_SEGMENT_BYTES: u64 = 8 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -167,9 +168,9 @@ impl Log {
         Ok(())
     }
 
-    /// Starts a new segment if the newest is full.
-    pub fn roll_if_full(&mut self) -> Result<(), LogError> {
-        if self.segments.last().expect("at least one segment").1 < SEGMENT_BYTES {
+    /// Starts a new segment if the newest holds `segment_bytes` or more.
+    pub fn roll_if_full(&mut self, segment_bytes: u64) -> Result<(), LogError> {
+        if self.segments.last().expect("at least one segment").1 < segment_bytes {
             return Ok(());
         }
         let id = self.newest() + 1;
@@ -319,8 +320,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut log = Log::open(dir.path(), |_, _| {}).unwrap();
         log.append(&[record(&write(1, b"a"))]).unwrap();
-        log.segments.last_mut().unwrap().1 = SEGMENT_BYTES;
-        log.roll_if_full().unwrap();
+        log.roll_if_full(1).unwrap();
         log.append(&[record(&write(2, b"b"))]).unwrap();
         drop(log);
         assert_eq!(

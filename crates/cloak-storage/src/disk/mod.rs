@@ -35,7 +35,7 @@ use tokio::sync::oneshot;
 
 use crate::dir::{self, DirError};
 use crate::{Storage, StorageError, StorageOp, StorageReply};
-use log::{Log, LogError, SEGMENT_BYTES};
+use log::{Log, LogError, MIN_SEGMENT_BYTES};
 
 /// Bytes a record spends on each entry besides its value (address and length).
 const ENTRY_OVERHEAD: u64 = 20;
@@ -262,14 +262,22 @@ fn write_loop(mut log: Log, state: Arc<Mutex<Indexed>>, queue: mpsc::Receiver<Pe
     }
 }
 
+/// Segments are a sixteenth of the live data (at least [`MIN_SEGMENT_BYTES`]): small enough that
+/// the log stays near twice the live data, few enough that finding a segment's live records (a
+/// pass over the index) stays rare.
+fn segment_bytes(live: u64) -> u64 {
+    (live / 16).max(MIN_SEGMENT_BYTES)
+}
+
 /// Starts a new segment when the newest is full, and keeps the log within about twice the live
 /// data: the oldest segment's live records are copied to the newest, then it is deleted.
 fn maintain(log: &mut Log, state: &Mutex<Indexed>) -> Result<(), LogError> {
-    log.roll_if_full()?;
+    let live = lock(state).live_bytes();
+    log.roll_if_full(segment_bytes(live))?;
     // Each round retires one segment, so a round per segment that exists now is enough.
     for _ in 0..log.segment_count() {
         let live = lock(state).live_bytes();
-        if log.segment_count() < 2 || log.bytes() <= 2 * live + SEGMENT_BYTES {
+        if log.segment_count() < 2 || log.bytes() <= 2 * live + segment_bytes(live) {
             return Ok(());
         }
         let oldest = log.oldest();
@@ -286,7 +294,7 @@ fn maintain(log: &mut Log, state: &Mutex<Indexed>) -> Result<(), LogError> {
         // Deletes recorded in the oldest segment only hid records in segments already gone.
         log.remove_oldest()?;
         lock(state).live.remove(&oldest);
-        log.roll_if_full()?;
+        log.roll_if_full(segment_bytes(live))?;
     }
     Ok(())
 }
@@ -317,7 +325,7 @@ mod tests {
                 .unwrap();
             disk.call(StorageOp::Delete(vec![8])).await.unwrap();
             // Overwrite a few addresses until several segments' worth of dead records piled up.
-            for round in 0..(5 * SEGMENT_BYTES / (64 << 10) / 4) as u8 {
+            for round in 0..(5 * MIN_SEGMENT_BYTES / (64 << 10) / 4) as u8 {
                 let writes = (0..4u128).map(|a| (100 + a, big(round))).collect();
                 disk.call(StorageOp::Write(writes)).await.unwrap();
             }
@@ -330,7 +338,7 @@ mod tests {
 
         let (disk, opened) = DiskStorage::open(dir.path()).unwrap();
         assert_eq!(opened.elements, 5);
-        let last = (5 * SEGMENT_BYTES / (64 << 10) / 4) as u8 - 1;
+        let last = (5 * MIN_SEGMENT_BYTES / (64 << 10) / 4) as u8 - 1;
         let got = values(disk.call(StorageOp::Read(vec![7, 8, 100, 103])).await.unwrap());
         assert_eq!(
             got,
