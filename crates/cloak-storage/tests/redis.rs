@@ -20,7 +20,10 @@ async fn scan_all(storage: &dyn Storage, limit: u32) -> Vec<(u128, Bytes)> {
     let mut all = Vec::new();
     let mut after = None;
     loop {
-        let reply = storage.call(StorageOp::Scan { after, limit }).await.unwrap();
+        let reply = storage
+            .call(StorageOp::Scan { after, limit })
+            .await
+            .unwrap();
         let StorageReply::Entries(entries) = reply else {
             panic!("a scan answers entries, got {reply:?}")
         };
@@ -44,7 +47,13 @@ async fn behaves_like_storage(url: &str) {
         .unwrap();
     // Dense addresses and pseudorandom labels, in a batch spread over every hash slot.
     let addrs: Vec<u128> = (0..600u128)
-        .map(|i| if i % 2 == 0 { i } else { i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c) })
+        .map(|i| {
+            if i % 2 == 0 {
+                i
+            } else {
+                i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c)
+            }
+        })
         .collect();
     let writes: Vec<(u128, Bytes)> = addrs.iter().map(|&a| (a, value(a, 1))).collect();
     assert_eq!(
@@ -52,7 +61,10 @@ async fn behaves_like_storage(url: &str) {
         StorageReply::Done
     );
     second
-        .call(StorageOp::Write(vec![(7, Bytes::from_static(b"other store"))]))
+        .call(StorageOp::Write(vec![(
+            7,
+            Bytes::from_static(b"other store"),
+        )]))
         .await
         .unwrap();
 
@@ -78,7 +90,11 @@ async fn behaves_like_storage(url: &str) {
         .filter(|(a, _)| !deleted.contains(a))
         .collect();
     expected.sort_by_key(|(a, _)| *a);
-    assert_eq!(scan_all(&first, 64).await, expected, "scans go in address order");
+    assert_eq!(
+        scan_all(&first, 64).await,
+        expected,
+        "scans go in address order"
+    );
     assert_eq!(scan_all(&first, 100_000).await, expected);
     assert_eq!(
         scan_all(&second, 10).await,
@@ -133,7 +149,11 @@ async fn a_cluster_write_a_dead_proxy_left_half_done_is_finished_at_connect() {
         .unwrap();
 
     let storage = RedisStorage::connect(t.clone()).await.unwrap();
-    assert_eq!(scan_all(&storage, 50).await, new, "the whole new batch, never a mix");
+    assert_eq!(
+        scan_all(&storage, 50).await,
+        new,
+        "the whole new batch, never a mix"
+    );
     let intent: Option<Vec<u8>> = redis::cmd("GET")
         .arg(t.intent_key())
         .query_async(&mut con)
@@ -173,7 +193,10 @@ async fn a_dead_redis_gives_clear_errors_and_reconnects_when_it_returns() {
                 break;
             }
             Err(error) => {
-                assert!(start.elapsed() < Duration::from_secs(10), "never reconnected: {error}");
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "never reconnected: {error}"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 const START_LIMIT: Duration = Duration::from_secs(20);
 
 fn missing(tool: &str) -> ! {
-    panic!("{tool} is not installed: run scripts/install-redis (it installs redis-server and redis-tools)")
+    panic!(
+        "{tool} is not installed: run scripts/install-redis (it installs redis-server and redis-tools)"
+    )
 }
 
 /// A loopback port nobody listens on (and, for cluster nodes, whose bus port +10000 is free too).

@@ -14,9 +14,7 @@ pub async fn connect(url: &str, connections: usize) -> anyhow::Result<Arc<dyn St
     }
     if let Some(target) = RedisTarget::parse(url) {
         let target = target.context("--storage")?;
-        let storage = RedisStorage::connect(target)
-            .await
-            .context("storage")?;
+        let storage = RedisStorage::connect(target).await.context("storage")?;
         return Ok(Arc::new(storage));
     }
     match url.split_once("://") {

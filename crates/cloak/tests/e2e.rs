@@ -251,7 +251,10 @@ fn sigkill_of_the_proxy_loses_no_acknowledged_write() {
     proxy.kill();
     let logs: Vec<Log> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     let writes: usize = logs.iter().map(|(acked, _)| acked.len()).sum();
-    assert!(writes >= 4 * 300, "the writers got going: {writes} keys written");
+    assert!(
+        writes >= 4 * 300,
+        "the writers got going: {writes} keys written"
+    );
 
     let _proxy = Running::start(&proxy_args, "listening");
     let mut con = connect(proxy_port);

@@ -47,7 +47,11 @@ impl Writers {
                     while !stop.load(Ordering::Relaxed) {
                         let (key, value) = (format!("w{w}-{}", i % keys), format!("v{w}-{i}"));
                         let entry = history.keys.entry(key.clone()).or_default();
-                        match redis::cmd("SET").arg(&key).arg(&value).query::<()>(&mut con) {
+                        match redis::cmd("SET")
+                            .arg(&key)
+                            .arg(&value)
+                            .query::<()>(&mut con)
+                        {
                             Ok(()) => *entry = (Some(value), Vec::new()),
                             Err(_) => {
                                 entry.1.push(value);
@@ -150,25 +154,31 @@ fn sigkill_of_the_durable_storage_server_loses_no_acknowledged_write() {
         .map(|s| s.to_string())
         .chain([data.display().to_string()])
         .collect();
-    let server = start(&server_args, "listening");
+    let mut server = Some(start(&server_args, "listening"));
     let proxy_port = free_port();
     let proxy = proxy_args(&format!("tcp://{storage_addr}"), proxy_port, &state);
-    let running_proxy = start(&proxy, "listening");
+    crash_storage_under_writers(&proxy, proxy_port, || {
+        server.take().expect("running").kill();
+        std::thread::sleep(Duration::from_millis(300));
+        server = Some(start(&server_args, "listening"));
+    });
+}
 
+/// Clients write through a proxy while `crash` kills storage and starts it again; then every
+/// acknowledged write reads back through that proxy, and through a new one that rebuilt
+/// everything from a scan of the restarted storage (and its journal).
+fn crash_storage_under_writers(proxy: &[String], proxy_port: u16, crash: impl FnOnce()) {
+    let running_proxy = start(proxy, "listening");
     let writers = Writers::start(proxy_port, 4, 200);
     std::thread::sleep(Duration::from_millis(800));
-    server.kill();
-    std::thread::sleep(Duration::from_millis(300));
-    let server = start(&server_args, "listening");
+    crash();
     std::thread::sleep(Duration::from_millis(700));
     let histories = writers.finish();
     check_nothing_lost(proxy_port, &histories);
 
-    // A new proxy rebuilds everything from a scan of the restarted server (and its journal).
     running_proxy.kill();
-    let _proxy = start(&proxy, "listening");
+    let _proxy = start(proxy, "listening");
     check_nothing_lost(proxy_port, &histories);
-    drop(server);
 }
 
 #[test]
@@ -177,20 +187,11 @@ fn a_redis_crash_with_aof_always_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let proxy_port = free_port();
     let proxy = proxy_args(&redis.url(), proxy_port, dir.path());
-    let running_proxy = start(&proxy, "listening");
-
-    let writers = Writers::start(proxy_port, 4, 200);
-    std::thread::sleep(Duration::from_millis(800));
-    redis.kill();
-    std::thread::sleep(Duration::from_millis(300));
-    redis.restart();
-    std::thread::sleep(Duration::from_millis(700));
-    let histories = writers.finish();
-    check_nothing_lost(proxy_port, &histories);
-
-    running_proxy.kill();
-    let _proxy = start(&proxy, "listening");
-    check_nothing_lost(proxy_port, &histories);
+    crash_storage_under_writers(&proxy, proxy_port, || {
+        redis.kill();
+        std::thread::sleep(Duration::from_millis(300));
+        redis.restart();
+    });
 }
 
 #[test]
@@ -198,7 +199,10 @@ fn an_unreachable_backend_gives_clear_errors_and_the_proxy_catches_up_when_it_re
     let mut redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let proxy_port = free_port();
-    let _proxy = start(&proxy_args(&redis.url(), proxy_port, dir.path()), "listening");
+    let _proxy = start(
+        &proxy_args(&redis.url(), proxy_port, dir.path()),
+        "listening",
+    );
     let mut con = connect(proxy_port);
     for i in 0..100 {
         let _: () = redis::cmd("SET")
@@ -245,7 +249,10 @@ fn an_unreachable_backend_gives_clear_errors_and_the_proxy_catches_up_when_it_re
         }
     };
     assert_eq!(first, "1");
-    eprintln!("reads came back {:?} after Redis restarted", start.elapsed());
+    eprintln!(
+        "reads came back {:?} after Redis restarted",
+        start.elapsed()
+    );
     for phase in ["before", "during"] {
         let keys: Vec<String> = (0..100).map(|i| format!("{phase}-{i}")).collect();
         let got: Vec<Option<i64>> = redis::cmd("MGET").arg(&keys).query(&mut con).unwrap();
@@ -275,53 +282,69 @@ fn a_proxy_over_a_redis_cluster_recovers_from_a_scan_of_every_master() {
     }
 }
 
+/// Starts a server on `data`, which must refuse to start; what it said.
+fn server_refuses(data: &Path) -> String {
+    let listen = format!("127.0.0.1:{}", free_port());
+    fails(&[
+        "server",
+        "--listen",
+        &listen,
+        "--data-dir",
+        data.to_str().unwrap(),
+    ])
+}
+
+/// Starts a proxy with its state in `state`, which must refuse to start; what it said.
+fn proxy_refuses(state: &Path) -> String {
+    fails(&[
+        "proxy",
+        "--storage",
+        "memory",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ])
+}
+
 #[test]
 fn unusable_directories_are_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a-file");
     std::fs::write(&file, b"x").unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let error = fails(&["server", "--listen", &listen, "--data-dir", file.to_str().unwrap()]);
+    let error = server_refuses(&file);
     assert!(error.contains("not a directory"), "{error}");
-    let error = fails(&[
-        "proxy",
-        "--storage",
-        "memory",
-        "--state-dir",
-        file.to_str().unwrap(),
-    ]);
+    let error = proxy_refuses(&file);
     assert!(error.contains("not a directory"), "{error}");
 
     // A second server on a data directory in use.
     let data = dir.path().join("data");
+    let listen = format!("127.0.0.1:{}", free_port());
     let _first = Running::start(
-        &["server", "--listen", &listen, "--data-dir", data.to_str().unwrap()],
+        &[
+            "server",
+            "--listen",
+            &listen,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
         "listening",
     );
-    let other = format!("127.0.0.1:{}", free_port());
-    let error = fails(&["server", "--listen", &other, "--data-dir", data.to_str().unwrap()]);
+    let error = server_refuses(&data);
     assert!(error.contains("another process"), "{error}");
 
     let Some(read_only) = Tmpfs::mount(dir.path().join("ro"), "ro,size=1m") else {
         return;
     };
-    let below = read_only.path.join("data");
-    let error = fails(&["server", "--listen", &other, "--data-dir", below.to_str().unwrap()]);
+    let error = server_refuses(&read_only.path.join("data"));
     assert!(error.contains("Read-only file system"), "{error}");
-    let error = fails(&[
-        "proxy",
-        "--storage",
-        "memory",
-        "--state-dir",
-        read_only.path.to_str().unwrap(),
-    ]);
+    let error = proxy_refuses(&read_only.path);
     assert!(error.contains("read-only"), "{error}");
 
     let full = Tmpfs::mount(dir.path().join("full"), "size=64k").expect("mounted once already");
-    let filler = vec![0u8; 64 << 10];
-    let _ = std::fs::write(full.path.join("filler"), filler);
-    let error = fails(&["server", "--listen", &other, "--data-dir", full.path.to_str().unwrap()]);
+    let _ = std::fs::write(full.path.join("filler"), vec![0u8; 64 << 10]);
+    let error = server_refuses(&full.path);
     assert!(error.contains("No space left on device"), "{error}");
+    let error = proxy_refuses(&full.path);
+    assert!(error.contains("disk full"), "{error}");
 }
 
 #[test]
@@ -333,15 +356,28 @@ fn a_full_disk_refuses_writes_and_loses_nothing_once_space_returns() {
     let data = disk.path.join("data");
     let storage_addr = format!("127.0.0.1:{}", free_port());
     let _server = Running::start(
-        &["server", "--listen", &storage_addr, "--data-dir", data.to_str().unwrap()],
+        &[
+            "server",
+            "--listen",
+            &storage_addr,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
         "listening",
     );
     let proxy_port = free_port();
     let state = dir.path().join("state");
     let storage = format!("tcp://{storage_addr}");
-    let _proxy = start(&proxy_args_every(&storage, proxy_port, &state, "20ms"), "listening");
+    let _proxy = start(
+        &proxy_args_every(&storage, proxy_port, &state, "20ms"),
+        "listening",
+    );
     let mut con = connect(proxy_port);
-    let _: () = redis::cmd("SET").arg("probe").arg("stored").query(&mut con).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("probe")
+        .arg("stored")
+        .query(&mut con)
+        .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let writers = Writers::start(proxy_port, 2, 100);
 
@@ -403,7 +439,6 @@ impl Tmpfs {
         eprintln!("cannot mount a tmpfs ({why}); skipping the part that needs one (CI runs it)");
         None
     }
-
 }
 
 impl Drop for Tmpfs {

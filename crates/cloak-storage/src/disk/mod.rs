@@ -339,7 +339,11 @@ mod tests {
         let (disk, opened) = DiskStorage::open(dir.path()).unwrap();
         assert_eq!(opened.elements, 5);
         let last = (5 * MIN_SEGMENT_BYTES / (64 << 10) / 4) as u8 - 1;
-        let got = values(disk.call(StorageOp::Read(vec![7, 8, 100, 103])).await.unwrap());
+        let got = values(
+            disk.call(StorageOp::Read(vec![7, 8, 100, 103]))
+                .await
+                .unwrap(),
+        );
         assert_eq!(
             got,
             vec![

@@ -61,9 +61,8 @@ impl RedisStorage {
     /// Connects to the Redis or cluster `target` names (checking it answers now) and finishes a
     /// cluster write a previous proxy left half done.
     pub async fn connect(target: RedisTarget) -> Result<Self, StorageError> {
-        let failed = |e: RedisError| {
-            StorageError(format!("cannot connect to {}: {e}", target.describe()))
-        };
+        let failed =
+            |e: RedisError| StorageError(format!("cannot connect to {}: {e}", target.describe()));
         let connection = if target.cluster {
             let client = redis::cluster::ClusterClient::builder(target.nodes.clone())
                 .connection_timeout(CONNECT_TIMEOUT)
@@ -220,12 +219,7 @@ impl RedisStorage {
             let chunk = &addrs[next..(next + limit - entries.len()).min(addrs.len())];
             next += chunk.len();
             let values = self.read(chunk).await?;
-            entries.extend(
-                chunk
-                    .iter()
-                    .zip(values)
-                    .filter_map(|(&a, v)| Some((a, v?))),
-            );
+            entries.extend(chunk.iter().zip(values).filter_map(|(&a, v)| Some((a, v?))));
         }
         if next >= addrs.len() && entries.len() < limit {
             *listing = None;

@@ -178,7 +178,9 @@ mod tests {
 
     #[test]
     fn keys_sort_like_addresses_and_round_trip() {
-        let t = RedisTarget::parse("redis://h:1?prefix=a*b:").unwrap().unwrap();
+        let t = RedisTarget::parse("redis://h:1?prefix=a*b:")
+            .unwrap()
+            .unwrap();
         let addrs = [0u128, 1, 255, 256, 1 << 64, u128::MAX];
         let keys: Vec<Vec<u8>> = addrs.iter().map(|&a| t.key(a)).collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]));

@@ -106,10 +106,10 @@ pub fn connect(port: u16) -> redis::Connection {
         .get_connection()
         .unwrap();
     con.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    con.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+    con.set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     con
 }
-
 
 /// Runs `cloak args…`, which must exit with an error within 20 s; returns what it printed to
 /// stderr.
