@@ -9,7 +9,7 @@
 //! Every start rebuilds the store from storage and the journal ([`recover`]): nothing the proxy
 //! keeps in memory (position maps, key directory, reuse-distance sets) has to survive a crash.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use cloak_core::{ElementFormat, Recovered, Recovery};
 use cloak_crypto::{KeyError, MasterKey};
 use cloak_storage::Storage;
+use cloak_storage::dir::{DirError, write_synced};
 
 use crate::journal::{DiskJournal, Journal, JournalError};
 
@@ -29,12 +30,21 @@ pub enum StateError {
     },
     #[error("state directory {path} is not usable: {reason}")]
     Unusable { path: String, reason: String },
+    /// Carries its cause in its message, so the cause is not repeated as a source.
+    #[error("state directory {0}")]
+    Dir(DirError),
     #[error(transparent)]
     Key(#[from] KeyError),
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error("recovery could not read storage: {0}")]
     Storage(#[from] cloak_core::StorageError),
+}
+
+impl From<DirError> for StateError {
+    fn from(error: DirError) -> Self {
+        StateError::Dir(error)
+    }
 }
 
 /// An opened state directory.
@@ -52,21 +62,7 @@ impl StateDir {
             path: path.display().to_string(),
             source,
         };
-        fs::create_dir_all(path).map_err(io)?;
-        if !path.is_dir() {
-            return Err(StateError::Unusable {
-                path: path.display().to_string(),
-                reason: "it is not a directory".into(),
-            });
-        }
-        let probe = path.join(".probe");
-        write_synced(&probe, &[0u8; 4096]).map_err(|e| StateError::Unusable {
-            path: path.display().to_string(),
-            reason: format!(
-                "writing and syncing a test file failed ({e}); is the disk full or read-only?"
-            ),
-        })?;
-        let _ = fs::remove_file(&probe);
+        cloak_storage::dir::prepare(path)?;
 
         let counter = path.join("incarnation");
         let previous = match fs::read_to_string(&counter) {
@@ -113,21 +109,6 @@ impl StateDir {
     pub fn journal(&self) -> Result<DiskJournal, StateError> {
         Ok(DiskJournal::open(&self.path.join("journal.redb"))?)
     }
-}
-
-/// Writes `bytes` to `path` atomically (temporary file, fsync, rename, fsync the directory).
-fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 /// What a start found, for the log and the operator.

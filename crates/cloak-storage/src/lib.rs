@@ -2,23 +2,30 @@
 //!
 //! One small trait, [`Storage`], executes a scheme's [`StorageOp`]s. Backends:
 //! - [`MemoryStorage`]: in this process's memory;
+//! - [`DiskStorage`]: in memory with every write logged and fsynced first (`--data-dir`);
 //! - [`TcpStorage`]: a client for `cloak server` over the [`wire`] protocol;
+//! - [`RedisStorage`]: a Redis or a Redis Cluster;
 //! - [`Observing`]: wraps any backend and records exactly what the server sees (the adversary's
 //!   view), for tests and the auditor.
 //!
 //! [`server`] serves any backend over TCP: that is `cloak server`.
 
+pub mod dir;
+mod disk;
 mod memory;
 mod observing;
+mod redis_store;
 pub mod server;
 mod tcp;
 pub mod wire;
 
 use async_trait::async_trait;
-pub use cloak_core::{StorageError, StorageOp, StorageReply};
+pub use cloak_core::{Addr, StorageError, StorageOp, StorageReply};
 
+pub use disk::{DiskError, DiskStorage, Opened};
 pub use memory::MemoryStorage;
 pub use observing::{Observing, TraceHandle};
+pub use redis_store::{DEFAULT_PREFIX, RedisStorage, RedisTarget, UrlError};
 pub use tcp::TcpStorage;
 
 /// A storage backend. Requests in flight together may be applied in any order; a request issued

@@ -4,11 +4,13 @@
 //!   outcome of every command is known the moment it is sent (a plain `HashMap` model), even
 //!   with many clients and pipelining.
 //! - [`linearizability`]: a checker for histories of one shared key written with unique values.
+//! - [`redis_server`]: real `redis-server` processes (standalone with AOF, a local cluster).
 //! - [`suite`]: the suite itself against the in-process simulator; the proxy's tests run the same
 //!   workloads over real sockets.
 //! - [`commands`]: shorthands for the commands tests write most.
 
 pub mod commands;
 pub mod linearizability;
+pub mod redis_server;
 pub mod suite;
 pub mod workload;

@@ -3,13 +3,19 @@
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use cloak_storage::{MemoryStorage, Storage, TcpStorage};
+use cloak_storage::{MemoryStorage, RedisStorage, RedisTarget, Storage, TcpStorage};
 
-pub const SCHEMES: &str = "tcp://HOST:PORT (a cloak server) or memory";
+pub const SCHEMES: &str = "tcp://HOST:PORT (a cloak server), redis://HOST:PORT[?prefix=P], \
+                           redis+cluster://HOST:PORT,HOST:PORT,…[?prefix=P] or memory";
 
 pub async fn connect(url: &str, connections: usize) -> anyhow::Result<Arc<dyn Storage>> {
     if url == "memory" {
         return Ok(Arc::new(MemoryStorage::new()));
+    }
+    if let Some(target) = RedisTarget::parse(url) {
+        let target = target.context("--storage")?;
+        let storage = RedisStorage::connect(target).await.context("storage")?;
+        return Ok(Arc::new(storage));
     }
     match url.split_once("://") {
         Some(("tcp", addr)) if !addr.is_empty() => {

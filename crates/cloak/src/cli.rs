@@ -21,8 +21,8 @@ Start here:
 
 Deploy:
   cloak keygen > cloak.key       make the secret key (keep it with the proxy, never the server)
-  cloak server --listen 0.0.0.0:7000                          on the untrusted machine
-  cloak proxy --storage tcp://HOST:7000 --key-file cloak.key  on the trusted machine";
+  cloak server --listen 0.0.0.0:7000 --data-dir /var/lib/cloak-data   on the untrusted machine
+  cloak proxy --storage tcp://HOST:7000 --key-file cloak.key          on the trusted machine";
 
 #[derive(Parser, Debug)]
 #[command(name = "cloak", version, about = ABOUT, long_about = LONG_ABOUT)]
@@ -275,6 +275,12 @@ pub struct ServerArgs {
     /// Address to listen on [default: 127.0.0.1:7000]
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+
+    /// Keep the elements durably in this directory: every batch is written and fsynced
+    /// (group-committed) before it is acknowledged, and a restart serves the same elements.
+    /// Without it the elements live in memory only
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// TOML: `[proxy]`.
@@ -285,7 +291,10 @@ pub struct ProxyArgs {
     #[serde(skip)]
     pub store: StoreArgs,
 
-    /// Storage backend: tcp://HOST:PORT (a `cloak server`) or memory (this process)
+    /// Storage backend: tcp://HOST:PORT (a `cloak server`), redis://[:PASSWORD@]HOST:PORT[/DB]
+    /// (a Redis; run it with appendonly yes and appendfsync always to keep acknowledged writes
+    /// across its crashes), redis+cluster://HOST:PORT,HOST:PORT,… (a Redis Cluster), either with
+    /// ?prefix=P for the key prefix [default: cloak:], or memory (this process)
     #[arg(long, value_name = "URL")]
     pub storage: Option<String>,
 

@@ -1,110 +1,13 @@
 //! The built `cloak` binary, started the way the README says, spoken to over RESP.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
-const CLOAK: &str = env!("CARGO_BIN_EXE_cloak");
+mod common;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A running `cloak` process, stopped with SIGTERM when dropped.
-struct Running {
-    child: Child,
-    output: mpsc::Receiver<String>,
-}
-
-impl Running {
-    /// Starts `cloak args…` and waits for a stdout line containing `ready`.
-    fn start(args: &[&str], ready: &str) -> Self {
-        let mut child = Command::new(CLOAK)
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cloak starts");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, output) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let running = Self { child, output };
-        running.wait_for(ready);
-        running
-    }
-
-    fn wait_for(&self, text: &str) -> String {
-        loop {
-            match self.output.recv_timeout(Duration::from_secs(20)) {
-                Ok(line) if line.contains(text) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("cloak never printed {text:?}"),
-            }
-        }
-    }
-
-    fn pid(&self) -> String {
-        self.child.id().to_string()
-    }
-
-    /// SIGTERM, then the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        Command::new("kill")
-            .args(["-TERM", &self.pid()])
-            .status()
-            .unwrap();
-        let status = wait_timeout(&mut self.child, Duration::from_secs(20));
-        std::mem::forget(self);
-        status
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "cloak did not exit within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn connect(port: u16) -> redis::Connection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .unwrap()
-        .get_connection()
-        .unwrap()
-}
+use common::{CLOAK, Running, connect, free_port};
 
 /// Runs a Redis command-line tool if it is installed; CI installs it, so there it must be.
 fn redis_tool(name: &str, args: &[&str]) -> Option<String> {

@@ -41,6 +41,8 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         .start(&master, storage.as_ref(), journal.as_deref(), incarnation)
         .await?;
     let summary = store.summary(&engine);
+    // Described by the backend: a Redis URL's password stays out of the output.
+    let storage_name = storage.describe();
     let listen = args.listen.as_deref().unwrap_or("127.0.0.1:6380");
     let listener = TcpListener::bind(listen)
         .await
@@ -59,7 +61,7 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         options,
         |proxy| {
             println!(
-                "cloak proxy listening on {} ({summary}; storage {url}; durability {durability})",
+                "cloak proxy listening on {} ({summary}; storage {storage_name}; durability {durability})",
                 proxy.local_addr
             );
             super::serve_metrics(metrics, &proxy);

@@ -1,0 +1,335 @@
+//! Elements in Redis or a Redis Cluster: `--storage redis://…` and `redis+cluster://…`.
+//!
+//! Each request is one command: a read one MGET, a write one MSET, a delete one DEL. On a single
+//! Redis each is applied whole (and logged whole in the AOF, whose torn last command Redis drops
+//! at load), so a batch is never half written. In a cluster the `redis` crate splits them by
+//! hash slot and sends every node its share. Nodes cannot be updated atomically together, so a
+//! write or delete of several keys first stores the whole request under one key (the intent),
+//! then applies it, then deletes the intent; a proxy that dies mid-write leaves the intent, and
+//! the next [`RedisStorage::connect`] applies it again, so the batch ends whole. That costs a
+//! second copy of every cluster write. The intent is the last multi-key write attempted: Cloak
+//! has one batch write in flight at a time and repeats a failed one before anything else, so it
+//! is always the write that may be partial.
+//!
+//! Scans: Redis cannot iterate in key order. A scan from the start lists the store's keys with
+//! SCAN (on every master of a cluster), sorts the addresses and keeps that list; each scan
+//! request then MGETs the next addresses of the list. The cost is one pass over the keyspace and
+//! 16 bytes per element at the proxy while recovery runs. Elements written after the listing
+//! are not in it; only recovery scans, before anything writes.
+//!
+//! A Redis that is down or restarting fails requests with its error (schemes retry with
+//! backoff); the connections reconnect by themselves.
+
+mod url;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, FromRedisValue, RedisError, Value};
+
+use crate::wire;
+use crate::{Addr, Storage, StorageError, StorageOp, StorageReply};
+pub use url::{DEFAULT_PREFIX, RedisTarget, UrlError};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Generous: a batch of 4,000 elements of 32 KiB is a 128 MiB command.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+const RECONNECT_RETRIES: usize = 3;
+/// Keys asked for per SCAN call.
+const SCAN_COUNT: usize = 10_000;
+
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+pub struct RedisStorage {
+    target: RedisTarget,
+    connection: Connection,
+    /// The sorted addresses of the scan in progress.
+    listing: tokio::sync::Mutex<Option<Vec<Addr>>>,
+    /// Cluster writes of several keys share the one intent key, so they go one at a time.
+    cluster_writes: tokio::sync::Mutex<()>,
+}
+
+impl RedisStorage {
+    /// Connects to the Redis or cluster `target` names (checking it answers now) and finishes a
+    /// cluster write a previous proxy left half done.
+    pub async fn connect(target: RedisTarget) -> Result<Self, StorageError> {
+        let failed =
+            |e: RedisError| StorageError(format!("cannot connect to {}: {e}", target.describe()));
+        let connection = if target.cluster {
+            let client = redis::cluster::ClusterClient::builder(target.nodes.clone())
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(RESPONSE_TIMEOUT)
+                .retries(RECONNECT_RETRIES as u32)
+                .min_retry_wait(10)
+                .max_retry_wait(1000)
+                .build()
+                .map_err(failed)?;
+            Connection::Cluster(client.get_async_connection().await.map_err(failed)?)
+        } else {
+            let client = redis::Client::open(target.nodes[0].as_str()).map_err(failed)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                .set_number_of_retries(RECONNECT_RETRIES)
+                .set_min_delay(Duration::from_millis(10))
+                .set_max_delay(Duration::from_secs(1));
+            Connection::Single(
+                ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(failed)?,
+            )
+        };
+        let storage = Self {
+            target,
+            connection,
+            listing: tokio::sync::Mutex::new(None),
+            cluster_writes: tokio::sync::Mutex::new(()),
+        };
+        if storage.target.cluster {
+            storage.finish_interrupted_write().await?;
+        }
+        Ok(storage)
+    }
+
+    fn error(&self, error: RedisError) -> StorageError {
+        StorageError(format!("{}: {error}", self.target.describe()))
+    }
+
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, StorageError> {
+        let result = match &self.connection {
+            Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        };
+        result.map_err(|e| self.error(e))
+    }
+
+    async fn read(&self, addrs: &[Addr]) -> Result<Vec<Option<Bytes>>, StorageError> {
+        if addrs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut mget = redis::cmd("MGET");
+        for &addr in addrs {
+            mget.arg(self.target.key(addr));
+        }
+        let values: Vec<Option<Vec<u8>>> = self.query(&mget).await?;
+        if values.len() != addrs.len() {
+            return Err(StorageError(format!(
+                "{} answered {} values to an MGET of {} keys",
+                self.target.describe(),
+                values.len(),
+                addrs.len()
+            )));
+        }
+        Ok(values.into_iter().map(|v| v.map(Bytes::from)).collect())
+    }
+
+    /// The command that applies a write or delete.
+    fn command(&self, op: &StorageOp) -> Option<Cmd> {
+        match op {
+            StorageOp::Write(writes) if !writes.is_empty() => {
+                let mut mset = redis::cmd("MSET");
+                for (addr, value) in writes {
+                    mset.arg(self.target.key(*addr)).arg(value.as_ref());
+                }
+                Some(mset)
+            }
+            StorageOp::Delete(addrs) if !addrs.is_empty() => {
+                let mut del = redis::cmd("DEL");
+                for &addr in addrs {
+                    del.arg(self.target.key(addr));
+                }
+                Some(del)
+            }
+            _ => None,
+        }
+    }
+
+    async fn change(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
+        let Some(command) = self.command(&op) else {
+            return Ok(StorageReply::Done);
+        };
+        if self.target.cluster && op.len() > 1 {
+            let _one_at_a_time = self.cluster_writes.lock().await;
+            let intent = wire::encode_request(0, &op).to_bytes();
+            let mut set = redis::cmd("SET");
+            set.arg(self.target.intent_key()).arg(intent.as_ref());
+            self.query::<()>(&set).await?;
+            self.query::<Value>(&command).await?;
+            let mut del = redis::cmd("DEL");
+            del.arg(self.target.intent_key());
+            self.query::<()>(&del).await?;
+        } else {
+            self.query::<Value>(&command).await?;
+        }
+        Ok(StorageReply::Done)
+    }
+
+    /// Applies the intent a proxy that died mid-write left in a cluster, then removes it.
+    async fn finish_interrupted_write(&self) -> Result<(), StorageError> {
+        let mut get = redis::cmd("GET");
+        get.arg(self.target.intent_key());
+        let Some(intent) = self.query::<Option<Vec<u8>>>(&get).await? else {
+            return Ok(());
+        };
+        let intent = Bytes::from(intent);
+        // The intent is a whole wire frame: length, then the request.
+        let decoded = (intent.len() >= 4).then(|| wire::decode_request(intent.slice(4..)));
+        let op = match decoded {
+            Some(Ok((_, op @ (StorageOp::Write(_) | StorageOp::Delete(_))))) => op,
+            _ => {
+                return Err(StorageError(format!(
+                    "{}: the key {} holding an interrupted write is malformed",
+                    self.target.describe(),
+                    String::from_utf8_lossy(&self.target.intent_key())
+                )));
+            }
+        };
+        tracing::warn!(
+            addresses = op.len(),
+            "finishing a write a previous proxy left half done in the cluster"
+        );
+        if let Some(command) = self.command(&op) {
+            self.query::<Value>(&command).await?;
+        }
+        let mut del = redis::cmd("DEL");
+        del.arg(self.target.intent_key());
+        self.query::<()>(&del).await
+    }
+
+    async fn scan(&self, after: Option<Addr>, limit: u32) -> Result<StorageReply, StorageError> {
+        let mut listing = self.listing.lock().await;
+        if after.is_none() || listing.is_none() {
+            *listing = Some(self.list().await?);
+        }
+        let addrs = listing.as_ref().expect("listed above");
+        let limit = limit as usize;
+        let mut next = after.map_or(0, |after| addrs.partition_point(|&a| a <= after));
+        let mut entries = Vec::with_capacity(limit.min(addrs.len() - next));
+        // Keys deleted since the listing read as absent: read on so a short answer still means
+        // the end.
+        while entries.len() < limit && next < addrs.len() {
+            let chunk = &addrs[next..(next + limit - entries.len()).min(addrs.len())];
+            next += chunk.len();
+            let values = self.read(chunk).await?;
+            entries.extend(chunk.iter().zip(values).filter_map(|(&a, v)| Some((a, v?))));
+        }
+        if next >= addrs.len() && entries.len() < limit {
+            *listing = None;
+        }
+        Ok(StorageReply::Entries(entries))
+    }
+
+    /// Every address of this store, sorted.
+    async fn list(&self) -> Result<Vec<Addr>, StorageError> {
+        let mut addrs = Vec::new();
+        match &self.connection {
+            Connection::Single(_) => self.scan_node(None, &mut addrs).await?,
+            Connection::Cluster(_) => {
+                for (host, port) in self.masters().await? {
+                    self.scan_node(Some((host, port)), &mut addrs).await?;
+                }
+            }
+        }
+        addrs.sort_unstable();
+        addrs.dedup();
+        Ok(addrs)
+    }
+
+    /// SCANs one server (a cluster master when `node` is given) for this store's keys.
+    async fn scan_node(
+        &self,
+        node: Option<(String, u16)>,
+        addrs: &mut Vec<Addr>,
+    ) -> Result<(), StorageError> {
+        let mut cursor = 0u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(self.target.pattern())
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let (next, keys): (u64, Vec<Vec<u8>>) = match (&self.connection, &node) {
+                (Connection::Cluster(c), Some((host, port))) => {
+                    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port: *port,
+                    });
+                    let value = c
+                        .clone()
+                        .route_command(scan, routing)
+                        .await
+                        .map_err(|e| self.error(e))?;
+                    redis::from_redis_value(value).map_err(|e| self.error(e.into()))?
+                }
+                _ => self.query(&scan).await?,
+            };
+            addrs.extend(keys.iter().filter_map(|k| self.target.addr(k)));
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// The cluster's masters, from CLUSTER NODES. A master that is failing would hide its keys
+    /// from the scan, so that is an error rather than a partial answer.
+    async fn masters(&self) -> Result<Vec<(String, u16)>, StorageError> {
+        let mut nodes = redis::cmd("CLUSTER");
+        nodes.arg("NODES");
+        let text: String = self.query(&nodes).await?;
+        let unhealthy = |line: &str| {
+            StorageError(format!(
+                "{}: cannot scan a cluster with a failing master ({line})",
+                self.target.describe()
+            ))
+        };
+        let mut masters = Vec::new();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let Some(flags) = fields.get(2) else { continue };
+            if !flags.split(',').any(|f| f == "master") {
+                continue;
+            }
+            if flags.contains("fail") || flags.contains("noaddr") {
+                return Err(unhealthy(line));
+            }
+            let node = fields
+                .get(1)
+                .and_then(|a| a.split('@').next())
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(host, port)| Some((host.to_string(), port.parse().ok()?)));
+            masters.push(node.ok_or_else(|| unhealthy(line))?);
+        }
+        if masters.is_empty() {
+            return Err(StorageError(format!(
+                "{}: CLUSTER NODES lists no master",
+                self.target.describe()
+            )));
+        }
+        Ok(masters)
+    }
+}
+
+#[async_trait]
+impl Storage for RedisStorage {
+    async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
+        match op {
+            StorageOp::Read(addrs) => Ok(StorageReply::Values(self.read(&addrs).await?)),
+            StorageOp::Write(_) | StorageOp::Delete(_) => self.change(op).await,
+            StorageOp::Scan { after, limit } => self.scan(after, limit).await,
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.target.describe()
+    }
+}

@@ -1,0 +1,195 @@
+//! `--storage redis://…` and `redis+cluster://…`: what the URL says, and how addresses become keys.
+//!
+//! ```text
+//! redis://[:PASSWORD@]HOST:PORT[/DB][?prefix=P]
+//! redis+cluster://[:PASSWORD@]HOST:PORT,HOST:PORT,…[?prefix=P]
+//! ```
+//!
+//! An element at address `a` is the key `P ‖ hex(a)`, 32 lowercase hex digits of the address
+//! in big-endian order: keys sort as their addresses do (a scan can sort keys to get address
+//! order), they never contain `{`/`}` (so no accidental hash tags in a cluster), and several
+//! stores share one Redis under different prefixes.
+
+use crate::Addr;
+
+/// The prefix when the URL names none.
+pub const DEFAULT_PREFIX: &str = "cloak:";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisTarget {
+    /// Connection URLs for the `redis` crate: one for a single server, the seed nodes of a
+    /// cluster.
+    pub nodes: Vec<String>,
+    pub cluster: bool,
+    pub prefix: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{url:?}: {reason}")]
+pub struct UrlError {
+    url: String,
+    reason: String,
+}
+
+impl RedisTarget {
+    /// Parses a `redis://` or `redis+cluster://` URL; `None` if it is neither.
+    pub fn parse(url: &str) -> Option<Result<Self, UrlError>> {
+        let (cluster, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            (true, rest)
+        } else {
+            (false, url.strip_prefix("redis://")?)
+        };
+        let error = |reason: &str| UrlError {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        };
+        Some((|| {
+            let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let mut prefix = DEFAULT_PREFIX.as_bytes().to_vec();
+            for pair in query.split('&').filter(|p| !p.is_empty()) {
+                match pair.split_once('=') {
+                    Some(("prefix", value)) => prefix = value.as_bytes().to_vec(),
+                    _ => return Err(error("the only option is ?prefix=P")),
+                }
+            }
+            let (credentials, hosts) = match location.rsplit_once('@') {
+                Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+                None => (String::new(), location),
+            };
+            if hosts.is_empty() {
+                return Err(error("no HOST:PORT"));
+            }
+            let nodes = if cluster {
+                if hosts.contains('/') {
+                    return Err(error("a cluster has only database 0; remove the /DB"));
+                }
+                hosts
+                    .split(',')
+                    .map(|node| match node.trim() {
+                        "" => Err(error("an empty node in the list")),
+                        node => Ok(format!("redis://{credentials}{node}")),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            } else {
+                if hosts.contains(',') {
+                    return Err(error("several nodes: use redis+cluster:// for a cluster"));
+                }
+                vec![format!("redis://{credentials}{hosts}")]
+            };
+            Ok(Self {
+                nodes,
+                cluster,
+                prefix,
+            })
+        })())
+    }
+
+    pub fn key(&self, addr: Addr) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.prefix.len() + 32);
+        key.extend_from_slice(&self.prefix);
+        key.extend_from_slice(format!("{addr:032x}").as_bytes());
+        key
+    }
+
+    /// The address a key of this store names; `None` for other keys.
+    pub fn addr(&self, key: &[u8]) -> Option<Addr> {
+        let hex = key.strip_prefix(self.prefix.as_slice())?;
+        if hex.len() != 32 || !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        Addr::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+    }
+
+    /// A SCAN pattern matching this store's keys (glob characters in the prefix escaped).
+    pub fn pattern(&self) -> Vec<u8> {
+        let mut pattern = Vec::with_capacity(self.prefix.len() + 2);
+        for &b in &self.prefix {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                pattern.push(b'\\');
+            }
+            pattern.push(b);
+        }
+        pattern.push(b'*');
+        pattern
+    }
+
+    /// The key that holds a cluster write in progress (see `redis`'s module notes).
+    pub fn intent_key(&self) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key.extend_from_slice(b"write-in-progress");
+        key
+    }
+
+    /// The URL without its password, for logs and `INFO`.
+    pub fn describe(&self) -> String {
+        let hosts: Vec<&str> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let n = n.trim_start_matches("redis://");
+                n.rsplit_once('@').map_or(n, |(_, host)| host)
+            })
+            .collect();
+        let scheme = if self.cluster {
+            "redis+cluster"
+        } else {
+            "redis"
+        };
+        format!(
+            "{scheme}://{}?prefix={}",
+            hosts.join(","),
+            String::from_utf8_lossy(&self.prefix)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_into_nodes_and_a_prefix() {
+        let single = RedisTarget::parse("redis://:pw@127.0.0.1:6379/2?prefix=app1:")
+            .unwrap()
+            .unwrap();
+        assert_eq!(single.nodes, vec!["redis://:pw@127.0.0.1:6379/2"]);
+        assert!(!single.cluster);
+        assert_eq!(single.prefix, b"app1:");
+        assert_eq!(single.describe(), "redis://127.0.0.1:6379/2?prefix=app1:");
+
+        let cluster = RedisTarget::parse("redis+cluster://h1:7000,h2:7001")
+            .unwrap()
+            .unwrap();
+        assert_eq!(cluster.nodes, vec!["redis://h1:7000", "redis://h2:7001"]);
+        assert!(cluster.cluster);
+        assert_eq!(cluster.prefix, DEFAULT_PREFIX.as_bytes());
+
+        assert!(RedisTarget::parse("tcp://h:1").is_none());
+        for bad in [
+            "redis://",
+            "redis://h:1?prefx=x",
+            "redis://h1:1,h2:2",
+            "redis+cluster://h1:1,,h2:2",
+            "redis+cluster://h1:1/3",
+        ] {
+            assert!(RedisTarget::parse(bad).unwrap().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keys_sort_like_addresses_and_round_trip() {
+        let t = RedisTarget::parse("redis://h:1?prefix=a*b:")
+            .unwrap()
+            .unwrap();
+        let addrs = [0u128, 1, 255, 256, 1 << 64, u128::MAX];
+        let keys: Vec<Vec<u8>> = addrs.iter().map(|&a| t.key(a)).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        for (a, k) in addrs.iter().zip(&keys) {
+            assert_eq!(t.addr(k), Some(*a));
+            assert!(!k.contains(&b'{'));
+        }
+        assert_eq!(t.addr(b"a*b:zz"), None);
+        assert_eq!(t.addr(&t.intent_key()), None);
+        assert_eq!(t.pattern(), b"a\\*b:*");
+    }
+}

@@ -1,0 +1,219 @@
+//! The Redis backends against real `redis-server` processes: a standalone server and a local
+//! cluster of three masters, started by the tests themselves (see `cloak_testkit::redis_server`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use cloak_storage::{RedisStorage, RedisTarget, Storage, StorageOp, StorageReply, wire};
+use cloak_testkit::redis_server::{RedisCluster, RedisServer};
+
+fn target(url: &str) -> RedisTarget {
+    RedisTarget::parse(url).unwrap().unwrap()
+}
+
+fn value(addr: u128, round: u8) -> Bytes {
+    Bytes::from(format!("element {addr} round {round}").repeat(8))
+}
+
+/// Every address in order, read back with scans of `limit`.
+async fn scan_all(storage: &dyn Storage, limit: u32) -> Vec<(u128, Bytes)> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let reply = storage
+            .call(StorageOp::Scan { after, limit })
+            .await
+            .unwrap();
+        let StorageReply::Entries(entries) = reply else {
+            panic!("a scan answers entries, got {reply:?}")
+        };
+        let done = entries.len() < limit as usize;
+        after = entries.last().map(|(a, _)| *a).or(after);
+        all.extend(entries);
+        if done {
+            return all;
+        }
+    }
+}
+
+/// Writes, reads, deletes and scans, checked against what was written; two prefixes share
+/// the server without seeing each other.
+async fn behaves_like_storage(url: &str) {
+    let first = RedisStorage::connect(target(&format!("{url}?prefix=one:")))
+        .await
+        .unwrap();
+    let second = RedisStorage::connect(target(&format!("{url}?prefix=two:")))
+        .await
+        .unwrap();
+    // Dense addresses and pseudorandom labels, in a batch spread over every hash slot.
+    let addrs: Vec<u128> = (0..600u128)
+        .map(|i| {
+            if i % 2 == 0 {
+                i
+            } else {
+                i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c)
+            }
+        })
+        .collect();
+    let writes: Vec<(u128, Bytes)> = addrs.iter().map(|&a| (a, value(a, 1))).collect();
+    assert_eq!(
+        first.call(StorageOp::Write(writes.clone())).await.unwrap(),
+        StorageReply::Done
+    );
+    second
+        .call(StorageOp::Write(vec![(
+            7,
+            Bytes::from_static(b"other store"),
+        )]))
+        .await
+        .unwrap();
+
+    let mut read = addrs[..10].to_vec();
+    read.push(1_000_000);
+    let StorageReply::Values(values) = first.call(StorageOp::Read(read.clone())).await.unwrap()
+    else {
+        panic!("a read answers values")
+    };
+    let want: Vec<Option<Bytes>> = read
+        .iter()
+        .map(|&a| (a != 1_000_000).then(|| value(a, 1)))
+        .collect();
+    assert_eq!(values, want);
+
+    let deleted: Vec<u128> = addrs.iter().copied().step_by(3).collect();
+    first
+        .call(StorageOp::Delete(deleted.clone()))
+        .await
+        .unwrap();
+    let mut expected: Vec<(u128, Bytes)> = writes
+        .into_iter()
+        .filter(|(a, _)| !deleted.contains(a))
+        .collect();
+    expected.sort_by_key(|(a, _)| *a);
+    assert_eq!(
+        scan_all(&first, 64).await,
+        expected,
+        "scans go in address order"
+    );
+    assert_eq!(scan_all(&first, 100_000).await, expected);
+    assert_eq!(
+        scan_all(&second, 10).await,
+        vec![(7, Bytes::from_static(b"other store"))]
+    );
+}
+
+#[tokio::test]
+async fn a_standalone_redis_stores_and_scans_elements() {
+    let redis = RedisServer::start();
+    behaves_like_storage(&redis.url()).await;
+}
+
+#[tokio::test]
+async fn a_redis_cluster_stores_and_scans_elements_across_its_masters() {
+    let cluster = RedisCluster::start(3);
+    behaves_like_storage(&cluster.url()).await;
+    // The elements really are spread: every master holds some.
+    for node in &cluster.nodes {
+        let keys: u64 = node.cli(&["DBSIZE"]).trim().parse().unwrap();
+        assert!(keys > 50, "node {} holds only {keys} keys", node.port);
+    }
+}
+
+#[tokio::test]
+async fn a_cluster_write_a_dead_proxy_left_half_done_is_finished_at_connect() {
+    let cluster = RedisCluster::start(3);
+    let url = format!("{}?prefix=half:", cluster.url());
+    let storage = RedisStorage::connect(target(&url)).await.unwrap();
+    let old: Vec<(u128, Bytes)> = (0..200u128).map(|a| (a, value(a, 1))).collect();
+    storage.call(StorageOp::Write(old)).await.unwrap();
+    drop(storage);
+
+    // What a proxy killed between storing its intent and finishing the MSET leaves: the intent,
+    // and the new batch applied on one node only.
+    let new: Vec<(u128, Bytes)> = (0..200u128).map(|a| (a, value(a, 2))).collect();
+    let intent = wire::encode_request(0, &StorageOp::Write(new.clone())).to_bytes();
+    let t = target(&url);
+    let client = redis::cluster::ClusterClient::new(t.nodes.clone()).unwrap();
+    let mut con = client.get_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(t.intent_key())
+        .arg(intent.as_ref())
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(t.key(5))
+        .arg(value(5, 2).as_ref())
+        .query_async(&mut con)
+        .await
+        .unwrap();
+
+    let storage = RedisStorage::connect(t.clone()).await.unwrap();
+    assert_eq!(
+        scan_all(&storage, 50).await,
+        new,
+        "the whole new batch, never a mix"
+    );
+    let intent: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(t.intent_key())
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(intent.is_none(), "the intent is gone once applied");
+}
+
+#[tokio::test]
+async fn a_dead_redis_gives_clear_errors_and_reconnects_when_it_returns() {
+    let mut redis = RedisServer::start();
+    let storage = RedisStorage::connect(target(&redis.url())).await.unwrap();
+    storage
+        .call(StorageOp::Write(vec![(1, Bytes::from_static(b"kept"))]))
+        .await
+        .unwrap();
+    redis.kill();
+    let error = storage
+        .call(StorageOp::Read(vec![1]))
+        .await
+        .expect_err("Redis is down");
+    assert!(
+        error.0.contains(&format!("127.0.0.1:{}", redis.port)),
+        "the error names the server: {error}"
+    );
+
+    redis.restart();
+    let start = std::time::Instant::now();
+    loop {
+        match storage.call(StorageOp::Read(vec![1])).await {
+            Ok(reply) => {
+                assert_eq!(
+                    reply,
+                    StorageReply::Values(vec![Some(Bytes::from_static(b"kept"))]),
+                    "the append-only file kept the write"
+                );
+                break;
+            }
+            Err(error) => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "never reconnected: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_fails_at_connect_with_the_address() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let error = RedisStorage::connect(target(&format!("redis://127.0.0.1:{port}")))
+        .await
+        .err()
+        .expect("nothing listens there");
+    assert!(error.0.contains("cannot connect"), "{error}");
+    assert!(error.0.contains(&port.to_string()), "{error}");
+}

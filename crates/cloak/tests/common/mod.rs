@@ -1,0 +1,140 @@
+//! What the binary's tests share: starting `cloak` processes and talking to them.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub const CLOAK: &str = env!("CARGO_BIN_EXE_cloak");
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `cloak` process, stopped with SIGTERM when dropped.
+pub struct Running {
+    child: Child,
+    output: mpsc::Receiver<String>,
+}
+
+impl Running {
+    /// Starts `cloak args…` and waits for a stdout line containing `ready`.
+    pub fn start(args: &[&str], ready: &str) -> Self {
+        let mut child = Command::new(CLOAK)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cloak starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, output) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let running = Self { child, output };
+        running.wait_for(ready);
+        running
+    }
+
+    pub fn wait_for(&self, text: &str) -> String {
+        loop {
+            match self.output.recv_timeout(Duration::from_secs(20)) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("cloak never printed {text:?}"),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        Command::new("kill")
+            .args(["-TERM", &self.pid()])
+            .status()
+            .unwrap();
+        let status = wait_timeout(&mut self.child, Duration::from_secs(20));
+        std::mem::forget(self);
+        status
+    }
+
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn wait_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "cloak did not exit within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A client connection; a proxy that stops answering fails the test instead of hanging it.
+pub fn connect(port: u16) -> redis::Connection {
+    let con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    con.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    con.set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    con
+}
+
+/// Runs `cloak args…`, which must exit with an error within 20 s; returns what it printed to
+/// stderr.
+pub fn fails(args: &[&str]) -> String {
+    let mut child = Command::new(CLOAK)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cloak starts");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cloak {args:?} kept running; it should have refused to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "cloak {args:?} should have failed");
+    stderr
+}
