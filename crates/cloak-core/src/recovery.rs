@@ -31,7 +31,8 @@ pub enum ElementFormat {
 }
 
 impl ElementFormat {
-    fn records(
+    /// The generation that wrote `element` and every record it holds.
+    pub fn records(
         &self,
         address: Addr,
         element: &Bytes,
