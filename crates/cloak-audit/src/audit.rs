@@ -191,7 +191,9 @@ pub fn baseline(setup: &Setup, workloads: &Workloads) -> Result<[f64; 2], AuditE
             workload: workloads.names[i].clone(),
             seed: setup.seed,
         };
-        Ok(simulation.measure(&workloads.requests[i], setup.load)?.throughput)
+        Ok(simulation
+            .measure(&workloads.requests[i], setup.load)?
+            .throughput)
     };
     Ok([measure(0)?, measure(1)?])
 }

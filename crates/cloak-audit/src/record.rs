@@ -122,13 +122,22 @@ impl Session {
     }
 
     /// Watches until `t0 + window` and hands over what was seen during the window.
-    fn finish(mut self, t0: Duration, window: Duration, sent: usize, measurement: Measurement) -> Recording {
+    fn finish(
+        mut self,
+        t0: Duration,
+        window: Duration,
+        sent: usize,
+        measurement: Measurement,
+    ) -> Recording {
         let end = t0 + window;
         self.sim.run_for(end.saturating_sub(self.sim.elapsed()));
         let trace = self.sim.take_trace();
         let view = ServerView::new(&trace, t0, window);
         let truth = self.truth.map(|recorder| {
-            let mut truth = recorder.lock().unwrap_or_else(PoisonError::into_inner).take();
+            let mut truth = recorder
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
             // Both were fed by the same requests in the same order; the view ends at the window.
             debug_assert_eq!(truth.requests, trace.len(), "ground truth out of step");
             truth.accesses.truncate(view.accesses.len());
@@ -145,7 +154,11 @@ impl Session {
 }
 
 /// Plays the game for `setup`'s scheme on workloads `a` and `b`: `(name, requests)`.
-pub fn play(setup: &Setup, a: (&str, &[Request]), b: (&str, &[Request])) -> Result<Played, BuildError> {
+pub fn play(
+    setup: &Setup,
+    a: (&str, &[Request]),
+    b: (&str, &[Request]),
+) -> Result<Played, BuildError> {
     let mut sessions = [
         Session::start(setup, a.0, setup.seed)?,
         Session::start(setup, b.0, setup.seed.wrapping_add(1))?,

@@ -279,14 +279,20 @@ mod tests {
 
     #[test]
     fn advantage_separates_what_differs_only() {
-        let same: Vec<Histogram> = (0..10).map(|_| [(1, 5), (2, 5)].into_iter().collect()).collect();
+        let same: Vec<Histogram> = (0..10)
+            .map(|_| [(1, 5), (2, 5)].into_iter().collect())
+            .collect();
         assert_eq!(advantage(&same, &same), 0.0);
-        let other: Vec<Histogram> = (0..10).map(|_| [(1, 9), (2, 1)].into_iter().collect()).collect();
+        let other: Vec<Histogram> = (0..10)
+            .map(|_| [(1, 9), (2, 1)].into_iter().collect())
+            .collect();
         assert_eq!(advantage(&same, &other), 1.0);
         // Only the volume differs: one run is silent.
         let silent = vec![Histogram::default(); 10];
         assert_eq!(advantage(&same, &silent), 1.0);
-        let louder: Vec<Histogram> = (0..10).map(|_| [(1, 50), (2, 50)].into_iter().collect()).collect();
+        let louder: Vec<Histogram> = (0..10)
+            .map(|_| [(1, 50), (2, 50)].into_iter().collect())
+            .collect();
         assert_eq!(advantage(&same, &louder), 1.0);
     }
 
@@ -297,7 +303,10 @@ mod tests {
             let c = buckets::of(x);
             let (lo, hi) = buckets::span(c);
             assert!(lo <= x && x < hi, "{x} in {c} = [{lo}, {hi})");
-            assert!(c == previous || c == previous + 1, "categories are consecutive");
+            assert!(
+                c == previous || c == previous + 1,
+                "categories are consecutive"
+            );
             previous = c;
         }
         assert_eq!(buckets::label(5, "d"), "d=5");

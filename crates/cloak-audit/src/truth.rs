@@ -178,7 +178,8 @@ mod tests {
     fn sees_plaintext_keys() {
         let mut plain = Vec::new();
         LAYOUT.encode_compact(4, &record(4), &mut plain);
-        let mut recorder = TruthRecorder::new(vec![ElementFormat::Plain(LAYOUT)], &MemoryStore::new());
+        let mut recorder =
+            TruthRecorder::new(vec![ElementFormat::Plain(LAYOUT)], &MemoryStore::new());
         recorder.observe(&StorageOp::Write(vec![(4, Bytes::from(plain))]));
         let truth = recorder.take();
         assert_eq!(truth.accesses[0].to_vec(), [4]);

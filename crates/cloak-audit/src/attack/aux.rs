@@ -26,7 +26,9 @@ impl Auxiliary {
             *aux.frequencies.entry(r.key).or_default() += 1;
         }
         for pair in requests.windows(2) {
-            *aux.transitions.entry((pair[0].key, pair[1].key)).or_default() += 1;
+            *aux.transitions
+                .entry((pair[0].key, pair[1].key))
+                .or_default() += 1;
         }
         aux
     }

@@ -11,10 +11,14 @@
 //!
 //! with `n_i` the accesses to label `i`, `C_ij` how often `j` directly followed `i`, `π` and `P`
 //! the keys' frequencies and transition probabilities (estimated from the sample, each row
-//! shrunk towards `π` so sparse rows do not drown the frequencies in noise). Like IHOP it starts from
-//! frequency analysis and improves the matching by rounds: free a random subset of labels, hold
-//! the rest, and give the free ones the keys they held in the best arrangement, which is a linear
-//! assignment problem once the others are held (solved exactly, Kuhn–Munkres).
+//! shrunk towards `π` so sparse rows do not drown the frequencies in noise).
+//!
+//! Starting from frequency analysis, as IHOP does, gets stuck far from the truth when frequencies
+//! are close (measured: under 15% of labels right on a clean Markov sequence). So a first
+//! matching is grown greedily from the most confident labels along the chain's links, and then
+//! improved by IHOP's rounds: free a random subset of labels, hold the rest, and give the free
+//! ones the keys they held in the best arrangement, which is a linear assignment problem once
+//! the others are held (solved exactly, Kuhn–Munkres).
 
 use std::collections::HashMap;
 
@@ -40,7 +44,7 @@ pub struct CorrelatedQueries {
 impl Default for CorrelatedQueries {
     fn default() -> Self {
         Self {
-            max_labels: 1000,
+            max_labels: 500,
             rounds_per_label: 10,
         }
     }
@@ -67,8 +71,7 @@ impl Attack for CorrelatedQueries {
         let Some(model) = Model::new(view, aux, self.max_labels) else {
             return Guesses(HashMap::new());
         };
-        // Start from frequency analysis: label rank i is key rank i.
-        let mut sigma: Vec<usize> = (0..model.m).collect();
+        let mut sigma = model.grow();
         model.improve(&mut sigma, self.rounds_per_label, seed);
         model.guesses(&sigma)
     }
@@ -99,8 +102,11 @@ impl Model {
         }
         labels.truncate(m);
         keys.truncate(m);
-        let label_index: HashMap<Addr, usize> =
-            labels.iter().enumerate().map(|(i, (l, _))| (*l, i)).collect();
+        let label_index: HashMap<Addr, usize> = labels
+            .iter()
+            .enumerate()
+            .map(|(i, (l, _))| (*l, i))
+            .collect();
         let key_index: HashMap<u64, usize> =
             keys.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
 
@@ -164,19 +170,55 @@ impl Model {
         self.log_p[k * self.m + l]
     }
 
-    /// `log L(σ)` for `sigma[label] = key`.
-    fn log_likelihood(&self, sigma: &[usize]) -> f64 {
-        (0..self.m)
-            .map(|i| {
-                let k = sigma[i];
-                self.labels[i].1 as f64 * self.log_pi[k]
-                    + self.itself[i] * self.lp(k, k)
-                    + self.out[i]
-                        .iter()
-                        .map(|&(j, c)| c * self.lp(k, sigma[j]))
-                        .sum::<f64>()
-            })
-            .sum()
+    /// A first matching grown greedily: the label whose best key beats its second best by the
+    /// widest margin is matched first, and every match adds, to the labels next to it, the
+    /// evidence of which keys sit next to its key. Frequencies place the most popular keys;
+    /// the chain's links carry the matching from there to the rest.
+    fn grow(&self) -> Vec<usize> {
+        let m = self.m;
+        let mut score: Vec<f64> = (0..m * m)
+            .map(|at| self.labels[at / m].1 as f64 * self.log_pi[at % m])
+            .collect();
+        let mut sigma = vec![usize::MAX; m];
+        let mut taken = vec![false; m];
+        for _ in 0..m {
+            // The unmatched label with the widest margin, and its best key.
+            let mut pick: Option<(f64, usize, usize)> = None;
+            for i in (0..m).filter(|&i| sigma[i] == usize::MAX) {
+                let row = &score[i * m..(i + 1) * m];
+                let (mut best, mut second) = ((f64::NEG_INFINITY, 0), f64::NEG_INFINITY);
+                for (k, &v) in row.iter().enumerate().filter(|(k, _)| !taken[*k]) {
+                    if v > best.0 {
+                        second = best.0;
+                        best = (v, k);
+                    } else if v > second {
+                        second = v;
+                    }
+                }
+                let margin = if second.is_finite() {
+                    best.0 - second
+                } else {
+                    f64::MAX
+                };
+                if pick.is_none_or(|(widest, ..)| margin > widest) {
+                    pick = Some((margin, i, best.1));
+                }
+            }
+            let Some((_, i, k)) = pick else { break };
+            sigma[i] = k;
+            taken[k] = true;
+            for &(j, c) in &self.out[i] {
+                for l in 0..m {
+                    score[j * m + l] += c * self.lp(k, l);
+                }
+            }
+            for &(j, c) in &self.into[i] {
+                for l in 0..m {
+                    score[j * m + l] += c * self.lp(l, k);
+                }
+            }
+        }
+        sigma
     }
 
     /// Rounds of: free some labels, hold the rest, reassign the freed ones optimally.
@@ -197,7 +239,8 @@ impl Model {
             let offered: Vec<usize> = freed.iter().map(|&i| sigma[i]).collect();
             let weights = Matrix::from_fn(free, free, |(a, b)| {
                 let (i, k) = (freed[a], offered[b]);
-                let mut w = self.labels[i].1 as f64 * self.log_pi[k] + self.itself[i] * self.lp(k, k);
+                let mut w =
+                    self.labels[i].1 as f64 * self.log_pi[k] + self.itself[i] * self.lp(k, k);
                 for &(j, c) in &self.out[i] {
                     if !is_free[j] {
                         w += c * self.lp(k, sigma[j]);
@@ -254,23 +297,32 @@ mod tests {
     }
 
     #[test]
-    fn the_truth_is_more_likely_than_what_it_finds_or_it_finds_the_truth() {
-        let chain = MarkovChain::default();
-        let run = |seed| workload::take(&mut Markov::new(100, chain, 0.0, seed), 5000).unwrap();
-        let view = clean_view(&run(1));
-        let aux = Auxiliary::from_requests(&run(2));
-        let model = Model::new(&view, &aux, 1000).unwrap();
-        let truth: Vec<usize> = model
-            .labels
-            .iter()
-            .map(|(l, _)| model.keys.iter().position(|(k, _)| 1000 + u128::from(*k) == *l).unwrap())
-            .collect();
-        let mut sigma: Vec<usize> = (0..model.m).collect();
-        let start = model.log_likelihood(&sigma);
-        model.improve(&mut sigma, 10, 1);
-        let found = model.log_likelihood(&sigma);
-        let right = sigma.iter().zip(&truth).filter(|(a, b)| a == b).count();
-        eprintln!("start {start:.0} found {found:.0} truth {:.0} right {right}/{}", model.log_likelihood(&truth), model.m);
-        assert!(right * 2 > model.m);
+    fn recovers_a_chain_from_a_clean_sequence() {
+        for popularity in [1.0, 0.0] {
+            let chain = MarkovChain {
+                popularity,
+                ..MarkovChain::default()
+            };
+            let run = |seed| workload::take(&mut Markov::new(100, chain, 0.0, seed), 5000).unwrap();
+            let view = clean_view(&run(1));
+            let aux = Auxiliary::from_requests(&run(2));
+            let guesses = CorrelatedQueries::default().guess(&view, &aux, 1);
+            let right = guesses
+                .0
+                .iter()
+                .filter(|&(&label, &key)| label == 1000 + u128::from(key))
+                .count();
+            // Frequency analysis alone places a handful (the chain's frequencies are close).
+            let frequency = super::super::FrequencyAnalysis.guess(&view, &aux, 1);
+            let by_frequency = frequency
+                .0
+                .iter()
+                .filter(|&(&label, &key)| label == 1000 + u128::from(key))
+                .count();
+            assert!(
+                right >= 90 && right > 3 * by_frequency,
+                "pop {popularity}: {right} labels right, frequency analysis {by_frequency}"
+            );
+        }
     }
 }

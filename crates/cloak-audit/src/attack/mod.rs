@@ -190,9 +190,18 @@ mod tests {
         let view = ServerView::new(&trace, Duration::ZERO, Duration::from_secs(1));
         let truth: Vec<Keys> = [1u64, 1, 2, 3].iter().map(|&k| Arc::from([k])).collect();
         let aux = Auxiliary::from_requests(&[
-            Request { key: 1, write: false },
-            Request { key: 1, write: false },
-            Request { key: 2, write: false },
+            Request {
+                key: 1,
+                write: false,
+            },
+            Request {
+                key: 1,
+                write: false,
+            },
+            Request {
+                key: 2,
+                write: false,
+            },
         ]);
         let guesses = Guesses([(10, 1), (20, 2)].into_iter().collect());
         let s = score(&view, &truth, &guesses, &aux);

@@ -130,7 +130,11 @@ pub fn evaluate(distinguisher: &dyn Distinguisher, a: &ServerView, b: &ServerVie
             stats::advantage(&segments(a), &segments(b)),
         )
     };
-    let mut categories: Vec<Category> = whole_a.iter().chain(whole_b.iter()).map(|(c, _)| c).collect();
+    let mut categories: Vec<Category> = whole_a
+        .iter()
+        .chain(whole_b.iter())
+        .map(|(c, _)| c)
+        .collect();
     categories.sort_unstable();
     categories.dedup();
     let histogram = categories

@@ -36,7 +36,9 @@ impl Distinguisher for ReuseDistanceSets {
             }
             let mut counts: BTreeMap<Category, u64> = BTreeMap::new();
             for access in view.accesses_of(request) {
-                let set = access.reuse_distance.map_or(UNSEEN, |d| buckets::of(u64::from(d)));
+                let set = access
+                    .reuse_distance
+                    .map_or(UNSEEN, |d| buckets::of(u64::from(d)));
                 *counts.entry(set).or_default() += 1;
             }
             events.extend(counts.into_iter().map(|(category, weight)| Event {

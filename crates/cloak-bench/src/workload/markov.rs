@@ -5,14 +5,18 @@
 //! Every key has `fanout` successors, chosen at random once by the chain's `graph` seed (the
 //! chain is part of the workload, so an adversary who picks it knows it). From a key, the walk
 //! moves to its `i`-th successor with probability proportional to `1 / i^s`, or, with probability
-//! `jump`, to a key chosen uniformly (a reader starting over). The walk itself is drawn from the
-//! run's seed, so two runs of one chain are two samples of the same distribution.
+//! `jump`, to a fresh start (a reader starting over), drawn from Zipf(`pop`) over a ranking of the
+//! keys that the graph seed also fixes (some pages are popular entry points; `pop = 0` starts
+//! anywhere uniformly). The walk itself is drawn from the run's seed, so two runs of one chain
+//! are two samples of the same distribution.
 
 use rand::distr::Distribution;
 use rand::distr::weighted::WeightedIndex;
+use rand::seq::SliceRandom;
 use rand::seq::index;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rand_distr::Zipf;
 
 use super::{Request, TraceError, Workload};
 
@@ -22,8 +26,10 @@ pub struct MarkovChain {
     pub fanout: usize,
     /// Zipf exponent over a key's successors.
     pub exponent: f64,
-    /// Probability of a uniform jump instead of following a successor.
+    /// Probability of jumping to a fresh start instead of following a successor.
     pub jump: f64,
+    /// Zipf exponent of where jumps land.
+    pub popularity: f64,
     /// Seed of the successor lists.
     pub graph: u64,
 }
@@ -34,6 +40,7 @@ impl Default for MarkovChain {
             fanout: 4,
             exponent: 1.0,
             jump: 0.1,
+            popularity: 1.0,
             graph: 1,
         }
     }
@@ -46,6 +53,9 @@ pub struct Markov {
     /// Each key's successors, most likely first.
     successors: Vec<Vec<u32>>,
     step: WeightedIndex<f64>,
+    /// Keys by popularity as a place to start, and the law of a start's rank.
+    starts: Vec<u32>,
+    start: Zipf<f64>,
     rng: ChaCha8Rng,
     current: u32,
 }
@@ -72,11 +82,12 @@ impl Markov {
                     .collect()
             })
             .collect();
-        let exponent = if chain.exponent.is_finite() {
-            chain.exponent.max(0.0)
-        } else {
-            0.0
-        };
+        let finite = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+        let exponent = finite(chain.exponent);
+        let popularity = finite(chain.popularity);
+        let mut starts: Vec<u32> = (0..keys).map(|k| k as u32).collect();
+        starts.shuffle(&mut graph);
+        let start = Zipf::new(keys as f64, popularity).expect("n ≥ 1 and s ≥ 0");
         let weights = (1..=fanout).map(|i| (i as f64).powf(-exponent));
         let step = WeightedIndex::new(weights).expect("positive finite weights");
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -87,11 +98,14 @@ impl Markov {
                 fanout,
                 exponent,
                 jump: chain.jump.clamp(0.0, 1.0),
+                popularity,
                 graph: chain.graph,
             },
             write_ratio: write_ratio.clamp(0.0, 1.0),
             successors,
             step,
+            starts,
+            start,
             rng,
             current,
         }
@@ -107,7 +121,8 @@ impl Workload for Markov {
     fn next_request(&mut self) -> Result<Option<Request>, TraceError> {
         let key = self.current;
         self.current = if self.rng.random_bool(self.chain.jump) {
-            self.rng.random_range(0..self.keys) as u32
+            let rank = self.start.sample(&mut self.rng) as usize;
+            self.starts[rank.clamp(1, self.starts.len()) - 1]
         } else {
             let next = &self.successors[key as usize];
             next[self.step.sample(&mut self.rng).min(next.len() - 1)]
@@ -121,12 +136,13 @@ impl Workload for Markov {
 
     fn describe(&self) -> String {
         format!(
-            "Markov chain ({} keys, {} successors each, Zipf s = {} over them, {:.0}% jumps, \
-             graph {}, {:.0}% writes)",
+            "Markov chain ({} keys, {} successors each, Zipf s = {} over them, {:.0}% jumps to \
+             Zipf({}) starts, graph {}, {:.0}% writes)",
             self.keys,
             self.chain.fanout,
             self.chain.exponent,
             self.chain.jump * 100.0,
+            self.chain.popularity,
             self.chain.graph,
             self.write_ratio * 100.0
         )
@@ -143,6 +159,7 @@ mod tests {
             fanout: 3,
             exponent: 1.0,
             jump: 0.2,
+            popularity: 0.0,
             graph: 7,
         };
         let mut w = Markov::new(200, chain, 0.0, 1);

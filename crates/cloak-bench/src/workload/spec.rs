@@ -21,11 +21,12 @@ NAME[:PARAM=VALUE,...] over the store's keys:
   temporal[:s=1.0,writes=0.5]      Cloak paper §7.1: Zipf(s) over recency ranks
   ycsb-a|ycsb-b|ycsb-c|ycsb-f[:zipfian|:uniform]
                                    YCSB core mixes (zipfian 0.99, scrambled)
-  markov[:fanout=4,s=1.0,jump=0.1,writes=0,graph=1]
+  markov[:fanout=4,s=1.0,jump=0.1,pop=1.0,writes=0,graph=1]
                                    correlated queries: the next key follows the
                                    previous one's `fanout` successors (Zipf s over
-                                   them), or jumps anywhere with probability jump;
-                                   graph seeds the chain
+                                   them), or with probability jump starts afresh
+                                   at a key drawn from Zipf(pop) over a fixed
+                                   ranking; graph seeds the chain
   trace:PATH                       replay a file, one request per line
                                    (`KEY` reads, `KEY ANYTHING` writes)
 writes is the fraction of requests that are writes.";
@@ -220,11 +221,17 @@ impl FromStr for WorkloadSpec {
             }
             "markov" => {
                 let d = MarkovChain::default();
-                let mut p = Params::parse("markov", "fanout, s, jump, writes, graph", rest);
+                let mut p = Params::parse("markov", "fanout, s, jump, pop, writes, graph", rest);
                 let chain = MarkovChain {
                     fanout: p.number("fanout", d.fanout, (1, 1 << 20), "a count ≥ 1")?,
                     exponent: p.number("s", d.exponent, (0.0, 100.0), "a Zipf exponent ≥ 0")?,
                     jump: p.number("jump", d.jump, (0.0, 1.0), "a probability")?,
+                    popularity: p.number(
+                        "pop",
+                        d.popularity,
+                        (0.0, 100.0),
+                        "a Zipf exponent ≥ 0",
+                    )?,
                     graph: p.number("graph", d.graph, (0, u64::MAX), "a seed")?,
                 };
                 let spec = WorkloadSpec::Markov {
@@ -285,8 +292,8 @@ impl fmt::Display for WorkloadSpec {
             ),
             WorkloadSpec::Markov { chain, writes } => write!(
                 f,
-                "markov:fanout={},s={},jump={},writes={writes},graph={}",
-                chain.fanout, chain.exponent, chain.jump, chain.graph
+                "markov:fanout={},s={},jump={},pop={},writes={writes},graph={}",
+                chain.fanout, chain.exponent, chain.jump, chain.popularity, chain.graph
             ),
             WorkloadSpec::Trace(path) => write!(f, "trace:{}", path.display()),
         }
@@ -353,7 +360,7 @@ mod tests {
             "one-key:key=9,writes=1",
             "temporal:s=0.8,writes=0.5",
             "ycsb-f:uniform",
-            "markov:fanout=3,s=0.5,jump=0.2,writes=0.1,graph=4",
+            "markov:fanout=3,s=0.5,jump=0.2,pop=0,writes=0.1,graph=4",
             "trace:t.txt",
         ] {
             let spec: WorkloadSpec = text.parse().unwrap();
