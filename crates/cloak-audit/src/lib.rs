@@ -18,6 +18,7 @@ pub mod attack;
 pub mod audit;
 pub mod distinguish;
 pub mod record;
+pub mod report;
 pub mod stats;
 pub mod truth;
 pub mod view;

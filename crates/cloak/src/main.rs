@@ -48,6 +48,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Server(args) => commands::server::run(args, &config).await,
             Command::Proxy(args) => commands::proxy::run(args, &config).await,
             Command::Keygen(_) => unreachable!("handled above"),
+            Command::Audit(args) => commands::audit::run(args, &config),
         }
     })
 }

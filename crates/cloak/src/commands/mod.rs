@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod audit;
 pub mod keygen;
 pub mod proxy;
 pub mod server;
