@@ -182,7 +182,12 @@ pub fn advantage(a: &[Histogram], b: &[Histogram]) -> f64 {
             ((model.get(c) as f64 + 0.5) / (model.total() as f64 + 0.5 * categories)).ln()
         };
         for (truly_a, segments) in [(true, a), (false, b)] {
-            for test in segments.iter().skip(1 - fold).step_by(2) {
+            let tested_stretches = segments.iter().enumerate().skip(1 - fold).step_by(2);
+            // Stretches where neither run sent anything tell nothing either way.
+            for (_, test) in tested_stretches.filter(|(i, _)| {
+                !a.get(*i).is_none_or(Histogram::is_empty)
+                    || !b.get(*i).is_none_or(Histogram::is_empty)
+            }) {
                 let volume = test.total() as f64;
                 let score: f64 = test
                     .iter()

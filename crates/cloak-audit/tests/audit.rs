@@ -9,7 +9,14 @@ use cloak_audit::{Game, SchemeAudit, Setup, Workloads, audit_scheme};
 use cloak_bench::run::Load;
 use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions};
 
-fn audit(scheme: SchemeName, a: &str, b: &str, keys: u64, requests: u64, clients: usize) -> SchemeAudit {
+fn audit(
+    scheme: SchemeName,
+    a: &str,
+    b: &str,
+    keys: u64,
+    requests: u64,
+    clients: usize,
+) -> SchemeAudit {
     let game = Game {
         a: a.parse().unwrap(),
         b: b.parse().unwrap(),
@@ -59,14 +66,24 @@ fn frequency_analysis_recovers_zipf_keys_from_encrypted() {
     // is about 1/200.
     let h: f64 = (1..=200).map(|r| f64::from(r).powf(-0.99)).sum();
     let top_two = (1.0 + 2f64.powf(-0.99)) / h;
-    let audit = audit(SchemeName::Encrypted, "ycsb-c:zipfian", "uniform", 200, 4000, 1);
+    let audit = audit(
+        SchemeName::Encrypted,
+        "ycsb-c:zipfian",
+        "uniform",
+        200,
+        4000,
+        1,
+    );
     let attack = &audit.attack("frequency analysis")[0];
     assert!(
         attack.score.accuracy >= top_two - 0.05,
         "accuracy {} below the top two keys' share {top_two}",
         attack.score.accuracy
     );
-    assert!(attack.score.accuracy > 20.0 * attack.score.chance, "{attack:?}");
+    assert!(
+        attack.score.accuracy > 20.0 * attack.score.chance,
+        "{attack:?}"
+    );
     assert!(attack.score.top_recovered >= 2, "{attack:?}");
     // The uniform workload has no frequencies to exploit.
     let uniform = &audit.attack("frequency analysis")[1];
@@ -77,7 +94,11 @@ fn frequency_analysis_recovers_zipf_keys_from_encrypted() {
 #[test]
 fn unsafe_views_differ_trivially() {
     let audit = audit(SchemeName::Unsafe, "one-key", "uniform", 200, 2000, 4);
-    for name in ["reuse-distance sets", "label frequency", "address distribution"] {
+    for name in [
+        "reuse-distance sets",
+        "label frequency",
+        "address distribution",
+    ] {
         let f = finding(&audit, name);
         assert!(f.differs() && f.advantage >= 0.9, "{f:?}");
         assert!(f.test.p_value < 1e-9, "{f:?}");
@@ -127,6 +148,9 @@ fn cloak_frequency_analysis_is_no_better_than_guessing() {
     let attack = &audit.attack("frequency analysis")[0];
     // Within the spread of a guesser that never saw the view (z counts that spread).
     assert!(attack.score.z() < 5.0, "{attack:?}");
-    assert!(attack.score.accuracy < 3.0 * attack.score.chance + 0.01, "{attack:?}");
+    assert!(
+        attack.score.accuracy < 3.0 * attack.score.chance + 0.01,
+        "{attack:?}"
+    );
     assert_eq!(attack.score.top_recovered, 0);
 }

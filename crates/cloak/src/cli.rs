@@ -191,37 +191,30 @@ pub struct KeygenArgs {
     pub output: Option<PathBuf>,
 }
 
-const AUDIT_HELP: &str = "\
-Workloads (--workload, --versus):
-  NAME[:PARAM=VALUE,...] over the store's keys (--capacity):
-    uniform[:writes=0.5]             every key equally likely
-    one-key[:key=0,writes=0.5]       every request on one key
-    temporal[:s=1.0,writes=0.5]      Cloak paper §7.1: Zipf(s) over recency ranks
-    ycsb-a|ycsb-b|ycsb-c|ycsb-f[:zipfian|:uniform]
-                                     YCSB core mixes (zipfian 0.99, scrambled)
-    markov[:fanout=4,s=1.0,jump=0.1,pop=1.0,writes=0,graph=1]
-                                     correlated queries: the next key is one of the
-                                     previous key's `fanout` successors (Zipf s over
-                                     them), or with probability jump a fresh start
-                                     drawn from Zipf(pop); graph seeds the chain
-    trace:PATH                       replay a file, one request per line
-                                     (`KEY` reads, `KEY ANYTHING` writes)
-  writes is the fraction of requests that are writes.
-
-Examples:
-  cloak audit --workload ycsb-c --versus uniform
-  cloak audit --scheme cloak,encrypted --workload one-key --versus uniform --report audit.html
-  cloak audit --workload markov --versus markov:graph=2 --requests 100000 --capacity 5000 \\
-              --report audit.md --plot audit.png
-
-Everything runs in this process with virtual time; nothing is listened on or sent. Store and
-scheme flags are those of `cloak up` (and the [store] table of --config); Cloak's first budget
-and cache default to the paper's (433 and 1000 per million keys) scaled to --capacity.";
+/// `cloak audit --help`'s closing text: the workload syntax, examples, what runs where.
+fn audit_help() -> String {
+    let syntax: String = cloak_bench::workload::SYNTAX
+        .lines()
+        .map(|line| format!("  {line}\n"))
+        .collect();
+    format!(
+        "Workloads (--workload, --versus):\n{syntax}\n\
+         Examples:\n  \
+         cloak audit --workload ycsb-c --versus uniform\n  \
+         cloak audit --scheme cloak,encrypted --workload one-key --versus uniform --report a.html\n  \
+         cloak audit --workload markov --versus markov:graph=2 --requests 100000 \\\n              \
+         --capacity 5000 --report audit.md --plot audit.png\n\n\
+         Everything runs in this process with virtual time; nothing is listened on or sent. Store \
+         and scheme flags are those of `cloak up` (and the [store] table of --config); Cloak's \
+         first budget and cache default to the paper's (433 and 1000 per million keys) scaled to \
+         --capacity."
+    )
+}
 
 /// `cloak audit`. Store and scheme settings come from `[store]`; the rest are command-line only.
 #[derive(Args, Debug)]
 #[command(
-    after_long_help = AUDIT_HELP,
+    after_long_help = audit_help(),
     mut_arg("scheme", |a| a.help(
         "Schemes to audit, comma-separated, or all [default: all]"
     )),

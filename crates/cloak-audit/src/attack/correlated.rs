@@ -30,7 +30,7 @@ use rand_chacha::ChaCha8Rng;
 
 use cloak_core::Addr;
 
-use super::frequency::ranked_labels;
+use super::frequency::{ranked_keys, ranked_labels};
 use super::{Attack, Auxiliary, Guesses};
 use crate::view::ServerView;
 
@@ -68,7 +68,7 @@ impl Attack for CorrelatedQueries {
     }
 
     fn guess(&self, view: &ServerView, aux: &Auxiliary, seed: u64) -> Guesses {
-        let Some(model) = Model::new(view, aux, self.max_labels) else {
+        let Some(model) = Model::new(view, aux, self.max_labels, seed) else {
             return Guesses(HashMap::new());
         };
         let mut sigma = model.grow();
@@ -93,9 +93,9 @@ struct Model {
 }
 
 impl Model {
-    fn new(view: &ServerView, aux: &Auxiliary, max_labels: usize) -> Option<Self> {
-        let mut labels = ranked_labels(view);
-        let mut keys = aux.ranked_keys();
+    fn new(view: &ServerView, aux: &Auxiliary, max_labels: usize, seed: u64) -> Option<Self> {
+        let mut labels = ranked_labels(view, seed);
+        let mut keys = ranked_keys(aux, seed);
         let m = labels.len().min(keys.len()).min(max_labels);
         if m == 0 {
             return None;

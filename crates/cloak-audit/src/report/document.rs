@@ -42,7 +42,10 @@ impl Document {
                 Block::Table(header, rows) => {
                     let cell = |c: &String| c.replace('|', "\\|");
                     let line = |cells: &[String]| {
-                        format!("| {} |", cells.iter().map(cell).collect::<Vec<_>>().join(" | "))
+                        format!(
+                            "| {} |",
+                            cells.iter().map(cell).collect::<Vec<_>>().join(" | ")
+                        )
                     };
                     let _ = writeln!(out, "{}", line(header));
                     let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
@@ -137,7 +140,11 @@ fn inline(text: &str) -> String {
             Some((start, end, marker, tag)) => {
                 out.push_str(&escape(&rest[..start]));
                 let inner = &rest[start + marker.len()..end];
-                let inner = if tag == "code" { escape(inner) } else { inline(inner) };
+                let inner = if tag == "code" {
+                    escape(inner)
+                } else {
+                    inline(inner)
+                };
                 let _ = write!(out, "<{tag}>{inner}</{tag}>");
                 rest = &rest[end + marker.len()..];
             }
@@ -180,7 +187,11 @@ mod tests {
     fn writes_escaped_html() {
         let html = sample().html();
         assert!(html.contains("<h2><code>cloak</code></h2>"));
-        assert!(html.contains("<p><strong>A</strong> = <code>one-key</code> &amp; <em>B</em> &lt; 1</p>"));
+        assert!(
+            html.contains(
+                "<p><strong>A</strong> = <code>one-key</code> &amp; <em>B</em> &lt; 1</p>"
+            )
+        );
         assert!(html.contains("<tr><td>1</td><td>a|b</td></tr>"));
         assert!(html.contains("<img src=\"p.png\" alt=\"plot\">"));
         assert!(html.ends_with("</body></html>\n"));

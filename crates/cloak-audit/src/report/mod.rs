@@ -34,7 +34,10 @@ fn p_value(p: f64) -> String {
 /// The whole audit as a document; `plot` names an image to show, if one was drawn.
 pub fn document(report: &AuditReport, plot: Option<&str>) -> Document {
     let mut doc = Document::default();
-    doc.push(Block::Heading(1, "Cloak audit: what the storage server can learn".into()));
+    doc.push(Block::Heading(
+        1,
+        "Cloak audit: what the storage server can learn".into(),
+    ));
     doc.push(Block::Paragraph(format!(
         "The adversary of the Cloak paper's §5 game picked two workloads: **A** = `{}` and **B** \
          = `{}`, {} requests each over {} keys, sent by {} clients with {} requests in flight \
@@ -70,10 +73,15 @@ pub fn document(report: &AuditReport, plot: Option<&str>) -> Document {
             .into(),
     ]));
     if let Some(path) = plot {
-        doc.push(Block::Image(path.to_string(), "The schemes side by side".into()));
+        doc.push(Block::Image(
+            path.to_string(),
+            "The schemes side by side".into(),
+        ));
     }
     for (scheme, reason) in &report.failed {
-        doc.push(Block::Paragraph(format!("**{scheme}** was not audited: {reason}")));
+        doc.push(Block::Paragraph(format!(
+            "**{scheme}** was not audited: {reason}"
+        )));
     }
     for audit in &report.schemes {
         scheme_section(&mut doc, audit, report);
@@ -114,16 +122,28 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
                 } else {
                     format!("{:.1} ({})", f.test.statistic, f.test.dof)
                 },
-                if f.identical { "-".into() } else { p_value(f.test.p_value) },
+                if f.identical {
+                    "-".into()
+                } else {
+                    p_value(f.test.p_value)
+                },
                 format!("{:.2}", f.advantage),
                 f.verdict.clone(),
             ]
         })
         .collect();
     doc.push(Block::Table(
-        ["distinguisher", "looks at", "identical", "χ² (dof)", "p", "advantage", "verdict"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "distinguisher",
+            "looks at",
+            "identical",
+            "χ² (dof)",
+            "p",
+            "advantage",
+            "verdict",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows,
     ));
     let about: Vec<String> = audit
@@ -156,9 +176,16 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
         })
         .collect();
     doc.push(Block::Table(
-        ["attack", "workload", "accuracy", "chance", "top-10 keys", "verdict"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "attack",
+            "workload",
+            "accuracy",
+            "chance",
+            "top-10 keys",
+            "verdict",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows,
     ));
 
@@ -179,9 +206,16 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
         })
         .collect();
     doc.push(Block::Table(
-        ["load", "client requests", "server requests", "addresses", "requests/s", "addresses/s"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "load",
+            "client requests",
+            "server requests",
+            "addresses",
+            "requests/s",
+            "addresses/s",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows,
     ));
     doc.push(Block::Paragraph(format!(
@@ -206,14 +240,23 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
                 format!("{:.2}", m.latency_us.p50 as f64 / 1000.0),
                 format!("{:.2}", m.latency_us.p99 as f64 / 1000.0),
                 m.dummy_fraction.map_or("-".into(), |d| format!("{d:.3}")),
-                m.storage_bytes_per_op.map_or("-".into(), |b| format!("{b:.0}")),
+                m.storage_bytes_per_op
+                    .map_or("-".into(), |b| format!("{b:.0}")),
             ]
         })
         .collect();
     doc.push(Block::Table(
-        ["workload", "ops/s", "× unsafe", "p50 ms", "p99 ms", "dummy share", "bytes/op"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "workload",
+            "ops/s",
+            "× unsafe",
+            "p50 ms",
+            "p99 ms",
+            "dummy share",
+            "bytes/op",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows,
     ));
 }

@@ -22,7 +22,11 @@ impl Figure for Comparison<'_> {
                 .iter()
                 .map(|s| {
                     s.attack(name).get(workload).map_or(0.0, |a| {
-                        if chance { a.score.chance } else { a.score.accuracy }
+                        if chance {
+                            a.score.chance
+                        } else {
+                            a.score.accuracy
+                        }
                     })
                 })
                 .collect()

@@ -15,7 +15,11 @@ fn attack_cell(result: Option<&&AttackResult>) -> String {
     if s.z() < 5.0 {
         format!("{:.3} (chance)", s.accuracy)
     } else {
-        format!("{:.3} ({:.0}×)", s.accuracy, s.accuracy / s.chance.max(1e-12))
+        format!(
+            "{:.3} ({:.0}×)",
+            s.accuracy,
+            s.accuracy / s.chance.max(1e-12)
+        )
     }
 }
 

@@ -22,11 +22,10 @@ NAME[:PARAM=VALUE,...] over the store's keys:
   ycsb-a|ycsb-b|ycsb-c|ycsb-f[:zipfian|:uniform]
                                    YCSB core mixes (zipfian 0.99, scrambled)
   markov[:fanout=4,s=1.0,jump=0.1,pop=1.0,writes=0,graph=1]
-                                   correlated queries: the next key follows the
-                                   previous one's `fanout` successors (Zipf s over
-                                   them), or with probability jump starts afresh
-                                   at a key drawn from Zipf(pop) over a fixed
-                                   ranking; graph seeds the chain
+                                   correlated queries: the next key is one of the
+                                   previous key's `fanout` successors (Zipf s over
+                                   them), or with probability jump a fresh start
+                                   drawn from Zipf(pop); graph seeds the chain
   trace:PATH                       replay a file, one request per line
                                    (`KEY` reads, `KEY ANYTHING` writes)
 writes is the fraction of requests that are writes.";

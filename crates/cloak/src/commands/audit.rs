@@ -67,7 +67,10 @@ pub fn run(args: AuditArgs, config: &ConfigFile) -> anyhow::Result<()> {
         seed: args.seed,
     };
     let storage_delay = humantime::parse_duration(&args.storage_delay).with_context(|| {
-        format!("--storage-delay: {:?} is not a duration like 1ms", args.storage_delay)
+        format!(
+            "--storage-delay: {:?} is not a duration like 1ms",
+            args.storage_delay
+        )
     })?;
     let load = Load {
         clients: args.clients.max(1),
@@ -91,7 +94,14 @@ pub fn run(args: AuditArgs, config: &ConfigFile) -> anyhow::Result<()> {
             load,
             seed: args.seed,
         };
-        match audit_scheme(&setup, &workloads) {
+        // The simulated proxies' own logs (four starts per scheme) would bury the audit's
+        // output: keep their warnings only.
+        let quiet = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(std::io::stderr)
+            .finish();
+        let audited = tracing::subscriber::with_default(quiet, || audit_scheme(&setup, &workloads));
+        match audited {
             Ok(audit) => audits.push(audit),
             Err(error) => {
                 eprintln!("  {name} not audited: {error}");
@@ -103,7 +113,10 @@ pub fn run(args: AuditArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let Some(template) = template.filter(|_| !audits.is_empty()) else {
         bail!("no scheme could be audited");
     };
-    let baseline = match audits.iter().find(|a| a.scheme == SchemeName::Unsafe.as_str()) {
+    let baseline = match audits
+        .iter()
+        .find(|a| a.scheme == SchemeName::Unsafe.as_str())
+    {
         Some(unsafe_run) => [unsafe_run.cost[0].throughput, unsafe_run.cost[1].throughput],
         None => cloak_audit::baseline(&template, &workloads)?,
     };
