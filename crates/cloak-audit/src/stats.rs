@@ -152,7 +152,7 @@ pub fn uniformity(counts: &[u64]) -> ChiSquare {
 /// Poisson law for how much a stretch holds (so a run that falls silent, or never shows a
 /// category at all, is told by its volume). A stretch that scores the same under both models is
 /// a tie and counts half.
-pub fn advantage(a: &[Histogram], b: &[Histogram]) -> f64 {
+pub fn advantage(a: &[Histogram], b: &[Histogram]) -> Separation {
     let mut correct = 0.0;
     let mut tested = 0usize;
     for fold in 0..2 {
@@ -207,9 +207,36 @@ pub fn advantage(a: &[Histogram], b: &[Histogram]) -> f64 {
         }
     }
     if tested == 0 {
-        return 0.0;
+        return Separation {
+            advantage: 0.0,
+            p_value: 1.0,
+        };
     }
-    (2.0 * correct / tested as f64 - 1.0).max(0.0)
+    Separation {
+        advantage: (2.0 * correct / tested as f64 - 1.0).max(0.0),
+        p_value: coin_tail(tested, correct.floor() as usize),
+    }
+}
+
+/// How well the classifier told stretches apart.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Separation {
+    pub advantage: f64,
+    /// Probability that coin flips label at least as many stretches rightly.
+    pub p_value: f64,
+}
+
+/// `P(X ≥ k)` for `X ~ Binomial(n, 1/2)`.
+fn coin_tail(n: usize, k: usize) -> f64 {
+    let mut term = 0.5f64.powi(n as i32);
+    let mut tail = 0.0;
+    for i in 0..=n {
+        if i >= k {
+            tail += term;
+        }
+        term *= (n - i) as f64 / (i + 1) as f64;
+    }
+    tail.min(1.0)
 }
 
 /// Categories for a quantity spanning orders of magnitude: exact below 64, then 8 per octave.
@@ -287,18 +314,21 @@ mod tests {
         let same: Vec<Histogram> = (0..10)
             .map(|_| [(1, 5), (2, 5)].into_iter().collect())
             .collect();
-        assert_eq!(advantage(&same, &same), 0.0);
+        assert_eq!(advantage(&same, &same).advantage, 0.0);
+        assert_eq!(advantage(&same, &same).p_value, coin_tail(20, 10));
         let other: Vec<Histogram> = (0..10)
             .map(|_| [(1, 9), (2, 1)].into_iter().collect())
             .collect();
-        assert_eq!(advantage(&same, &other), 1.0);
+        assert_eq!(advantage(&same, &other).advantage, 1.0);
+        // 20 stretches all labelled rightly: 2^-20.
+        assert!((advantage(&same, &other).p_value - 0.5f64.powi(20)).abs() < 1e-15);
         // Only the volume differs: one run is silent.
         let silent = vec![Histogram::default(); 10];
-        assert_eq!(advantage(&same, &silent), 1.0);
+        assert_eq!(advantage(&same, &silent).advantage, 1.0);
         let louder: Vec<Histogram> = (0..10)
             .map(|_| [(1, 50), (2, 50)].into_iter().collect())
             .collect();
-        assert_eq!(advantage(&same, &louder), 1.0);
+        assert_eq!(advantage(&same, &louder).advantage, 1.0);
     }
 
     #[test]

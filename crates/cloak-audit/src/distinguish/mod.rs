@@ -10,7 +10,11 @@
 //!   all, whatever the statistics;
 //! - a chi-square test of homogeneity between the two runs' histograms: statistic and p-value;
 //! - a distinguishing advantage: each run is cut into stretches and a classifier trained on half
-//!   of them labels the other half ([`crate::stats::advantage`]).
+//!   of them labels the other half ([`crate::stats::advantage`]), with the probability that coin
+//!   flips would do as well (which still speaks when too few observations allow a chi-square
+//!   test, e.g. one label against two hundred).
+//!
+//! The views differ when either p-value, doubled for looking twice, is below [`SIGNIFICANCE`].
 
 mod address;
 mod frequency;
@@ -88,6 +92,8 @@ pub struct Finding {
     pub identical: bool,
     pub test: ChiSquare,
     pub advantage: f64,
+    /// Probability that coin flips label the stretches as well as the classifier did.
+    pub classifier_p: f64,
     pub verdict: String,
     /// About each view on its own.
     pub about: [Option<String>; 2],
@@ -96,9 +102,14 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// Evidence of a difference: the smaller p-value, doubled for looking twice.
+    pub fn p_value(&self) -> f64 {
+        (2.0 * self.test.p_value.min(self.classifier_p)).min(1.0)
+    }
+
     /// The views can be told apart.
     pub fn differs(&self) -> bool {
-        !self.identical && self.test.p_value < SIGNIFICANCE
+        !self.identical && self.p_value() < SIGNIFICANCE
     }
 }
 
@@ -116,8 +127,14 @@ pub fn evaluate(distinguisher: &dyn Distinguisher, a: &ServerView, b: &ServerVie
     );
     let identical = events_a == events_b;
     let (whole_a, whole_b) = (histogram(&events_a), histogram(&events_b));
-    let (test, advantage) = if identical {
-        (ChiSquare::NONE, 0.0)
+    let (test, separation) = if identical {
+        (
+            ChiSquare::NONE,
+            stats::Separation {
+                advantage: 0.0,
+                p_value: 1.0,
+            },
+        )
     } else {
         let stretch = window / SEGMENTS as u32;
         let segments = |view: &ServerView| -> Vec<Histogram> {
@@ -141,24 +158,26 @@ pub fn evaluate(distinguisher: &dyn Distinguisher, a: &ServerView, b: &ServerVie
         .into_iter()
         .map(|c| (distinguisher.label(c), whole_a.get(c), whole_b.get(c)))
         .collect();
+    let p_value = (2.0 * test.p_value.min(separation.p_value)).min(1.0);
     Finding {
         name: distinguisher.name(),
         looks_at: distinguisher.looks_at(),
         identical,
         test,
-        advantage,
-        verdict: verdict(identical, &test, advantage),
+        advantage: separation.advantage,
+        classifier_p: separation.p_value,
+        verdict: verdict(identical, p_value, separation.advantage),
         about: [distinguisher.about(a), distinguisher.about(b)],
         histogram,
     }
 }
 
-fn verdict(identical: bool, test: &ChiSquare, advantage: f64) -> String {
+fn verdict(identical: bool, p_value: f64, advantage: f64) -> String {
     if identical {
         return "identical: no difference at all".into();
     }
-    if test.p_value >= SIGNIFICANCE {
-        return format!("no significant difference (p = {:.3})", test.p_value);
+    if p_value >= SIGNIFICANCE {
+        return format!("no significant difference (p = {p_value:.3})");
     }
     if advantage >= 0.9 {
         return "told apart at a glance".into();

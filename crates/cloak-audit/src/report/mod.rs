@@ -59,7 +59,7 @@ pub fn document(report: &AuditReport, plot: Option<&str>) -> Document {
     doc.push(Block::Table(summary.header(), summary.rows()));
     doc.push(Block::List(vec![
         "*told apart*: how many distinguishers see a significant difference between A and B \
-         (p < 0.001), and the best distinguishing advantage (0: a coin flip does as well, 1: \
+         (the chi-square test's or the classifier's p-value, doubled, below 0.001), and the best distinguishing advantage (0: a coin flip does as well, 1: \
          never wrong);"
             .into(),
         "attack cells: share of accesses whose key the attack named rightly, and how many \
