@@ -9,6 +9,8 @@ use cloak_audit::{Game, SchemeAudit, Setup, Workloads, audit_scheme};
 use cloak_bench::run::Load;
 use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions};
 
+// `..SchemeOptions::default()` keeps this building as other schemes' options join the struct.
+#[allow(clippy::needless_update)]
 fn audit(
     scheme: SchemeName,
     a: &str,

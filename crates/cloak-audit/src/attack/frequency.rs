@@ -16,7 +16,7 @@ pub struct FrequencyAnalysis;
 /// the plaintext store, and pass for an attack's success).
 pub fn by_count<T>(mut items: Vec<(T, u64)>, seed: u64) -> Vec<(T, u64)> {
     items.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
-    items.sort_by(|a, b| b.1.cmp(&a.1));
+    items.sort_by_key(|item| std::cmp::Reverse(item.1));
     items
 }
 
