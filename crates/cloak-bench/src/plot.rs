@@ -60,12 +60,13 @@ fn font() -> Result<(), PlotError> {
     if ok { Ok(()) } else { Err(PlotError::NoFont) }
 }
 
-/// Something that draws itself on any backend.
-trait Figure {
+/// Something that draws itself on any backend (other crates' charts too, with [`save`]).
+pub trait Figure {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String>;
 }
 
-fn save(figure: &impl Figure, path: &Path, size: (u32, u32)) -> Result<(), PlotError> {
+/// Draws `figure` into `path` (SVG or PNG by the extension) at `size` pixels.
+pub fn save(figure: &impl Figure, path: &Path, size: (u32, u32)) -> Result<(), PlotError> {
     font()?;
     let failed = |reason: String| PlotError::Draw {
         path: path.display().to_string(),
@@ -100,8 +101,8 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(0x7f, 0x7f, 0x7f),
 ];
 
-/// A bar chart of one value per scheme.
-fn bars<DB: DrawingBackend>(
+/// A bar chart of one value per scheme, one bar per series.
+pub fn bars<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
     unit: &str,

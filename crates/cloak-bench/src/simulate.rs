@@ -38,15 +38,25 @@ pub struct Simulation {
 }
 
 impl Simulation {
+    /// The key a simulation seals with: fixed, since simulations measure and hold no data.
+    pub fn master_key(&self) -> MasterKey {
+        MasterKey::from_bytes([0x5e; 32])
+    }
+
+    /// How records are laid out in elements.
+    pub fn layout(&self) -> RecordLayout {
+        RecordLayout {
+            max_key: KEY_SIZE,
+            max_value: self.value_size,
+        }
+    }
+
     /// A simulator holding every key, ready to measure.
     pub fn start(&self) -> Result<Simulator, BuildError> {
-        let master = MasterKey::from_bytes([0x5e; 32]);
+        let master = self.master_key();
         let store = StoreSpec {
             capacity: self.keys,
-            layout: RecordLayout {
-                max_key: KEY_SIZE,
-                max_value: self.value_size,
-            },
+            layout: self.layout(),
             seed: Some(self.seed),
         };
         let value = Bytes::from(vec![b'v'; self.value_size]);
@@ -76,6 +86,12 @@ impl Simulation {
     /// Simulates `requests` sent with `load` (clients and pipeline depth; open loop at `rate`).
     pub fn measure(&self, requests: &[Request], load: Load) -> Result<Measurement, BuildError> {
         let mut sim = self.start()?;
+        Ok(self.measure_on(&mut sim, requests, load))
+    }
+
+    /// Like [`Simulation::measure`], on a simulator from [`Simulation::start`] that the caller
+    /// may have moved on in time or set to record what the server sees.
+    pub fn measure_on(&self, sim: &mut Simulator, requests: &[Request], load: Load) -> Measurement {
         let scheme_info: BTreeMap<String, String> = sim
             .engine()
             .scheme()
@@ -176,7 +192,7 @@ impl Simulation {
         let mut measurement =
             Measurement::new(subject, timing, &latency, after.since(before), None);
         measurement.scheme_info = scheme_info;
-        Ok(measurement)
+        measurement
     }
 }
 

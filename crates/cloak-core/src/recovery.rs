@@ -52,7 +52,8 @@ impl ElementFormat {
         }
     }
 
-    fn records(
+    /// The generation that wrote `element` and every record it holds.
+    pub fn records(
         &self,
         address: Addr,
         element: &Bytes,

@@ -15,8 +15,11 @@ use crate::engine::{ClientId, Engine};
 use crate::journal::JournalMap;
 use crate::memory::MemoryStore;
 use crate::scheme::{JournalId, JournalOp};
-use crate::storage::{RequestId, StorageError, StorageReply};
+use crate::storage::{RequestId, StorageError, StorageOp, StorageReply};
 use crate::trace::{Observed, Trace};
+
+/// Sees every storage request, values included, when storage receives it (see [`Simulator::tap`]).
+type Tap = Box<dyn FnMut(Duration, &StorageOp) + Send>;
 
 pub struct Simulator {
     engine: Engine,
@@ -30,6 +33,7 @@ pub struct Simulator {
     journal_delay: Duration,
     journaling: VecDeque<(Instant, JournalId, JournalOp)>,
     trace: Option<Trace>,
+    tap: Option<Tap>,
     /// Bytes moved to and from storage: addresses and values sent, values received.
     storage_bytes: u64,
     outcomes: HashMap<u64, (Duration, Outcome)>,
@@ -56,6 +60,7 @@ impl Simulator {
             journal_delay: Duration::ZERO,
             journaling: VecDeque::new(),
             trace: None,
+            tap: None,
             storage_bytes: 0,
             outcomes: HashMap::new(),
             next_token: 0,
@@ -92,6 +97,13 @@ impl Simulator {
     /// Starts recording what the server sees.
     pub fn record(&mut self) {
         self.trace = Some(Trace::new());
+    }
+
+    /// Shows `tap` every storage request from now on, values included, with its time, as storage
+    /// receives it. For a trusted auditor holding the key that needs the ground truth (which
+    /// records each element holds); what the server sees is [`Simulator::record`]'s trace.
+    pub fn tap(&mut self, tap: impl FnMut(Duration, &StorageOp) + Send + 'static) {
+        self.tap = Some(Box::new(tap));
     }
 
     /// What the server saw since recording began (or the last [`Simulator::take_trace`]).
@@ -241,6 +253,9 @@ impl Simulator {
                 } else {
                     if let Some(trace) = &mut self.trace {
                         trace.push(Observed::of(self.now - self.start, &request.op));
+                    }
+                    if let Some(tap) = &mut self.tap {
+                        tap(self.now - self.start, &request.op);
                     }
                     self.storage_bytes += request.op.sent_bytes();
                     let reply = self.store.apply(request.op);

@@ -49,6 +49,9 @@ pub enum Command {
     /// Measure schemes side by side on a workload, through real processes or in process.
     #[command(long_about = BENCH_ABOUT)]
     Bench(BenchArgs),
+    /// Show what each scheme's storage server learns: play two workloads, record both server
+    /// views in process, tell them apart and attack them.
+    Audit(AuditArgs),
 }
 
 const BENCH_ABOUT: &str = "\
@@ -445,4 +448,85 @@ pub struct KeygenArgs {
     /// Write the key to this file (created with owner-only permissions) instead of stdout
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+/// `cloak audit --help`'s closing text: the workload syntax, examples, what runs where.
+fn audit_help() -> String {
+    let syntax: String = cloak_bench::workload::SYNTAX
+        .lines()
+        .map(|line| format!("  {line}\n"))
+        .collect();
+    format!(
+        "Workloads (--workload, --versus):\n{syntax}\n\
+         Examples:\n  \
+         cloak audit --workload ycsb-c --versus uniform\n  \
+         cloak audit --scheme cloak,encrypted --workload one-key --versus uniform --report a.html\n  \
+         cloak audit --workload markov --versus markov:graph=2 --requests 100000 \\\n              \
+         --capacity 5000 --report audit.md --plot audit.png\n\n\
+         Everything runs in this process with virtual time; nothing is listened on or sent. Store \
+         and scheme flags are those of `cloak up` (and the [store] table of --config); Cloak's \
+         first budget and cache default to the paper's (433 and 1000 per million keys) scaled to \
+         --capacity."
+    )
+}
+
+/// `cloak audit`. Store and scheme settings come from `[store]`; the rest are command-line only.
+#[derive(Args, Debug)]
+#[command(
+    after_long_help = audit_help(),
+    mut_arg("scheme", |a| a.help(
+        "Schemes to audit, comma-separated, or all [default: all]"
+    )),
+    mut_arg("capacity", |a| a.help(
+        "Keys in the store; the workloads use keys 0..N [default: 1000]"
+    )),
+    mut_arg("value_size", |a| a.help("Largest value in bytes [default: 64]")),
+    mut_arg("first_budget", |a| a.help(
+        "Cloak: budget of reuse-distance set 1, b_1 [default: 433 per million keys, at least 1]"
+    )),
+    mut_arg("cache_size", |a| a.help(
+        "Cloak: records cached at the proxy [default: 1000 per million keys, at least 1]"
+    )),
+    mut_arg("key_size", |a| a.hide(true)),
+    mut_arg("max_keys_per_command", |a| a.hide(true)),
+)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// The adversary's first workload, A (syntax below)
+    #[arg(long, short = 'a', value_name = "WORKLOAD")]
+    pub workload: String,
+
+    /// The adversary's second workload, B
+    #[arg(long, short = 'b', value_name = "WORKLOAD")]
+    pub versus: String,
+
+    /// Requests of each workload
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 20_000)]
+    pub requests: u64,
+
+    /// Clients sending at once (closed loop)
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub clients: usize,
+
+    /// Requests each client keeps in flight
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub pipeline: usize,
+
+    /// Virtual time of one storage round trip
+    #[arg(long, value_name = "DURATION", default_value = "1ms")]
+    pub storage_delay: String,
+
+    /// Seed of the workloads and of every scheme's randomness (runs repeat exactly)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Write the full report here: Markdown (.md) or HTML (.html)
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+
+    /// Draw the comparison here: PNG (.png) or SVG (.svg)
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
 }

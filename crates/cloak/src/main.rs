@@ -49,6 +49,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Proxy(args) => commands::proxy::run(args, &config).await,
             Command::Bench(args) => commands::bench::run(args, &config).await,
             Command::Keygen(_) => unreachable!("handled above"),
+            Command::Audit(args) => commands::audit::run(args, &config),
         }
     })
 }

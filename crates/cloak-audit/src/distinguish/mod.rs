@@ -1,0 +1,242 @@
+//! Distinguishers: statistics the server computes from its view to tell which of two workloads
+//! a run served (the paper's §5 game: the adversary picks two query sequences and must say
+//! which one it is watching).
+//!
+//! Each distinguisher only says what it observes: a stream of weighted categories
+//! ([`Distinguisher::observe`]). Judging is shared ([`evaluate`]), so every distinguisher applies
+//! to every scheme, present and future, through nothing but the recorded view:
+//!
+//! - **identical**: the two streams are equal event for event (times included): no difference at
+//!   all, whatever the statistics;
+//! - a chi-square test of homogeneity between the two runs' histograms: statistic and p-value;
+//! - a distinguishing advantage: each run is cut into stretches and a classifier trained on half
+//!   of them labels the other half ([`crate::stats::advantage`]), with the probability that coin
+//!   flips would do as well (which still speaks when too few observations allow a chi-square
+//!   test, e.g. one label against two hundred).
+//!
+//! The views differ when either p-value, doubled for looking twice, is below [`SIGNIFICANCE`].
+
+mod address;
+mod frequency;
+mod reuse;
+mod sizes;
+mod timing;
+mod write_read;
+
+use std::ops::Range;
+use std::time::Duration;
+
+use crate::stats::{self, Category, ChiSquare, Histogram};
+use crate::view::ServerView;
+
+pub use address::AddressDistribution;
+pub use frequency::{LabelFrequency, counts as label_counts};
+pub use reuse::ReuseDistanceSets;
+pub use sizes::{ElementSizes, RequestSizes};
+pub use timing::Timing;
+pub use write_read::WriteReadDistance;
+
+/// One observation: `weight` of `category` at time `at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub at: Duration,
+    pub category: Category,
+    pub weight: u64,
+}
+
+pub trait Distinguisher: Send + Sync {
+    /// A short name for tables.
+    fn name(&self) -> &'static str;
+
+    /// What it looks at, in a sentence.
+    fn looks_at(&self) -> &'static str;
+
+    /// What it observes of `view` during `window`, in the view's order.
+    fn observe(&self, view: &ServerView, window: Range<Duration>) -> Vec<Event>;
+
+    /// A category, for people (`d=3`, `read×40`).
+    fn label(&self, category: Category) -> String;
+
+    /// Something worth reporting about one view on its own.
+    fn about(&self, _view: &ServerView) -> Option<String> {
+        None
+    }
+}
+
+/// Every distinguisher.
+pub fn all() -> Vec<Box<dyn Distinguisher>> {
+    vec![
+        Box::new(ReuseDistanceSets),
+        Box::new(LabelFrequency),
+        Box::new(WriteReadDistance),
+        Box::new(AddressDistribution),
+        Box::new(RequestSizes),
+        Box::new(ElementSizes),
+        Box::new(Timing),
+    ]
+}
+
+/// Stretches each run is cut into for the classifier.
+pub const SEGMENTS: usize = 20;
+
+/// p-values below this count as a difference. Small, because several distinguishers look at
+/// every pair of runs and a false alarm would accuse a sound scheme.
+pub const SIGNIFICANCE: f64 = 1e-3;
+
+/// How a distinguisher did on a pair of views.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Finding {
+    pub name: &'static str,
+    pub looks_at: &'static str,
+    /// The two views gave exactly the same observations.
+    pub identical: bool,
+    pub test: ChiSquare,
+    pub advantage: f64,
+    /// Probability that coin flips label the stretches as well as the classifier did.
+    pub classifier_p: f64,
+    pub verdict: String,
+    /// About each view on its own.
+    pub about: [Option<String>; 2],
+    /// `(category, count in A, count in B)` over the whole window.
+    pub histogram: Vec<(String, u64, u64)>,
+}
+
+impl Finding {
+    /// Evidence of a difference: the smaller p-value, doubled for looking twice.
+    pub fn p_value(&self) -> f64 {
+        (2.0 * self.test.p_value.min(self.classifier_p)).min(1.0)
+    }
+
+    /// The views can be told apart.
+    pub fn differs(&self) -> bool {
+        !self.identical && self.p_value() < SIGNIFICANCE
+    }
+}
+
+fn histogram(events: &[Event]) -> Histogram {
+    events.iter().map(|e| (e.category, e.weight)).collect()
+}
+
+/// Runs `distinguisher` on views `a` and `b` (of equal windows) and judges it.
+pub fn evaluate(distinguisher: &dyn Distinguisher, a: &ServerView, b: &ServerView) -> Finding {
+    let window = a.window.min(b.window);
+    let whole = Duration::ZERO..window;
+    let (events_a, events_b) = (
+        distinguisher.observe(a, whole.clone()),
+        distinguisher.observe(b, whole),
+    );
+    let identical = events_a == events_b;
+    let (whole_a, whole_b) = (histogram(&events_a), histogram(&events_b));
+    let (test, separation) = if identical {
+        (
+            ChiSquare::NONE,
+            stats::Separation {
+                advantage: 0.0,
+                p_value: 1.0,
+            },
+        )
+    } else {
+        let stretch = window / SEGMENTS as u32;
+        let segments = |view: &ServerView| -> Vec<Histogram> {
+            (0..SEGMENTS as u32)
+                .map(|i| histogram(&distinguisher.observe(view, stretch * i..stretch * (i + 1))))
+                .collect()
+        };
+        (
+            stats::homogeneity(&whole_a, &whole_b),
+            stats::advantage(&segments(a), &segments(b)),
+        )
+    };
+    let mut categories: Vec<Category> = whole_a
+        .iter()
+        .chain(whole_b.iter())
+        .map(|(c, _)| c)
+        .collect();
+    categories.sort_unstable();
+    categories.dedup();
+    let histogram = categories
+        .into_iter()
+        .map(|c| (distinguisher.label(c), whole_a.get(c), whole_b.get(c)))
+        .collect();
+    let p_value = (2.0 * test.p_value.min(separation.p_value)).min(1.0);
+    Finding {
+        name: distinguisher.name(),
+        looks_at: distinguisher.looks_at(),
+        identical,
+        test,
+        advantage: separation.advantage,
+        classifier_p: separation.p_value,
+        verdict: verdict(identical, p_value, separation.advantage),
+        about: [distinguisher.about(a), distinguisher.about(b)],
+        histogram,
+    }
+}
+
+fn verdict(identical: bool, p_value: f64, advantage: f64) -> String {
+    if identical {
+        return "identical: no difference at all".into();
+    }
+    if p_value >= SIGNIFICANCE {
+        return format!("no significant difference (p = {p_value:.3})");
+    }
+    if advantage >= 0.9 {
+        return "told apart at a glance".into();
+    }
+    if advantage >= 0.2 {
+        return format!("told apart (advantage {advantage:.2})");
+    }
+    "differs over the whole run, but a short stretch reveals little".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cloak_core::{AccessKind, Observed};
+
+    /// A view of batches every 10 ms, each reading `addrs(batch)` and writing them back.
+    fn view(batches: u64, addrs: impl Fn(u64) -> Vec<u128>) -> ServerView {
+        let trace: Vec<Observed> = (0..batches)
+            .flat_map(|k| {
+                let a = addrs(k);
+                let at = Duration::from_millis(10 * k);
+                [
+                    Observed {
+                        at,
+                        kind: AccessKind::Read,
+                        addrs: a.clone(),
+                        value_lens: Vec::new(),
+                    },
+                    Observed {
+                        at: at + Duration::from_millis(1),
+                        kind: AccessKind::Write,
+                        value_lens: vec![64; a.len()],
+                        addrs: a,
+                    },
+                ]
+            })
+            .collect();
+        ServerView::new(&trace, Duration::ZERO, Duration::from_millis(10 * batches))
+    }
+
+    #[test]
+    fn identical_views_are_identical_to_every_distinguisher() {
+        let v = view(100, |k| vec![(k % 7) as u128, 100 + (k % 3) as u128]);
+        for d in all() {
+            let f = evaluate(d.as_ref(), &v, &v);
+            assert!(f.identical && !f.differs(), "{}", f.name);
+            assert_eq!(f.advantage, 0.0);
+        }
+    }
+
+    #[test]
+    fn one_hot_and_spread_views_differ() {
+        let hot = view(200, |_| vec![1]);
+        let spread = view(200, |k| vec![(k * 7919 % 1000) as u128]);
+        let f = evaluate(&ReuseDistanceSets, &hot, &spread);
+        assert!(f.differs(), "{f:?}");
+        assert!(f.advantage > 0.9, "{f:?}");
+        assert!(f.verdict.contains("apart"));
+        let f = evaluate(&RequestSizes, &hot, &spread);
+        assert!(f.identical, "same sizes and times");
+    }
+}

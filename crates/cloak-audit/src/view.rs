@@ -1,0 +1,182 @@
+//! A recorded server view, organised the way the server itself could organise it.
+//!
+//! The input is exactly what the simulator's trace holds (`cloak_core::Observed`: time, kind,
+//! addresses, sizes of written values). Everything derived here is computed from that alone, in
+//! order, as a server watching its own traffic would compute it:
+//!
+//! - a **batch** is a read request, numbered from 1 as they arrive (a write belongs to the batch
+//!   of the last read before it, as a write-back does);
+//! - an address's **reuse distance** at a read is the number of batches since the address was
+//!   last seen (read or written); the addresses at distance `d` are Cloak's set `S_d`;
+//! - a read's **write-to-read distance** is the number of batches since the address was last
+//!   written: Waffle's α (paper §5, Figures 4–5).
+//!
+//! Addresses not seen since the view began have no distance (`None`).
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::time::Duration;
+
+use cloak_core::{AccessKind, Addr, Observed};
+
+/// One request as the server received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerRequest {
+    /// Time since the view began.
+    pub at: Duration,
+    pub kind: AccessKind,
+    /// Its accesses, as indices into [`ServerView::accesses`].
+    pub accesses: Range<usize>,
+    /// The batch it belongs to (0 for writes before the first read).
+    pub batch: u32,
+}
+
+/// One address in one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub addr: Addr,
+    /// Index into [`ServerView::requests`].
+    pub request: u32,
+    /// Batches since the address was last seen; for reads only.
+    pub reuse_distance: Option<u32>,
+    /// Batches since the address was last written; for reads only.
+    pub since_written: Option<u32>,
+    /// Bytes written there; for writes only.
+    pub value_len: Option<u32>,
+}
+
+/// What the server saw during one observation window.
+#[derive(Clone, Debug, Default)]
+pub struct ServerView {
+    /// How long the server watched.
+    pub window: Duration,
+    pub requests: Vec<ServerRequest>,
+    pub accesses: Vec<Access>,
+}
+
+impl ServerView {
+    /// The view of `trace` between `start` and `start + window`, with times made relative to
+    /// `start`.
+    pub fn new(trace: &[Observed], start: Duration, window: Duration) -> Self {
+        let end = start + window;
+        let mut view = ServerView {
+            window,
+            ..ServerView::default()
+        };
+        let mut batch = 0u32;
+        let mut last_seen: HashMap<Addr, u32> = HashMap::new();
+        let mut last_written: HashMap<Addr, u32> = HashMap::new();
+        for seen in trace.iter().filter(|o| o.at >= start && o.at < end) {
+            if seen.kind == AccessKind::Read {
+                batch += 1;
+            }
+            let request = view.requests.len() as u32;
+            let first = view.accesses.len();
+            for (i, &addr) in seen.addrs.iter().enumerate() {
+                let read = seen.kind == AccessKind::Read;
+                let reuse_distance = last_seen.insert(addr, batch).map(|b| batch - b);
+                let since_written = match seen.kind {
+                    AccessKind::Write => {
+                        last_written.insert(addr, batch);
+                        None
+                    }
+                    AccessKind::Delete => {
+                        last_written.remove(&addr);
+                        None
+                    }
+                    _ => last_written.get(&addr).map(|b| batch - b),
+                };
+                view.accesses.push(Access {
+                    addr,
+                    request,
+                    reuse_distance: reuse_distance.filter(|_| read),
+                    since_written: since_written.filter(|_| read),
+                    value_len: seen.value_lens.get(i).map(|&l| l as u32),
+                });
+            }
+            view.requests.push(ServerRequest {
+                at: seen.at - start,
+                kind: seen.kind,
+                accesses: first..view.accesses.len(),
+                batch,
+            });
+        }
+        view
+    }
+
+    /// The requests made during `window` (times relative to the view's start).
+    pub fn requests_in(&self, window: &Range<Duration>) -> &[ServerRequest] {
+        let from = self.requests.partition_point(|r| r.at < window.start);
+        let to = self.requests.partition_point(|r| r.at < window.end);
+        &self.requests[from..to]
+    }
+
+    /// The accesses of `request`.
+    pub fn accesses_of(&self, request: &ServerRequest) -> &[Access] {
+        &self.accesses[request.accesses.clone()]
+    }
+
+    /// The whole window.
+    pub fn span(&self) -> Range<Duration> {
+        Duration::ZERO..self.window
+    }
+
+    /// Number of batches (read requests).
+    pub fn batches(&self) -> u32 {
+        self.requests.last().map_or(0, |r| r.batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(ms: u64, kind: AccessKind, addrs: &[Addr]) -> Observed {
+        Observed {
+            at: Duration::from_millis(ms),
+            kind,
+            addrs: addrs.to_vec(),
+            value_lens: if kind == AccessKind::Write {
+                vec![10; addrs.len()]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    #[test]
+    fn distances_are_what_the_server_can_count() {
+        use AccessKind::{Read, Write};
+        let trace = [
+            op(5, Write, &[9]),     // before the window
+            op(10, Write, &[1, 2]), // batch 0
+            op(20, Read, &[1, 3]),  // batch 1
+            op(21, Write, &[1, 3]),
+            op(30, Read, &[2]), // batch 2
+            op(40, Read, &[1, 3]),
+            op(50, Read, &[1]), // after the window
+        ];
+        let view = ServerView::new(&trace, Duration::from_millis(10), Duration::from_millis(40));
+        assert_eq!(view.requests.len(), 5);
+        assert_eq!(view.batches(), 3);
+        assert_eq!(view.requests[0].at, Duration::ZERO);
+        let read = |r: usize| -> Vec<(Option<u32>, Option<u32>)> {
+            view.accesses_of(&view.requests[r])
+                .iter()
+                .map(|a| (a.reuse_distance, a.since_written))
+                .collect()
+        };
+        // Batch 1 reads 1 (written in batch 0) and 3 (never seen).
+        assert_eq!(read(1), [(Some(1), Some(1)), (None, None)]);
+        // Batch 2 reads 2, written in batch 0 and not seen since.
+        assert_eq!(read(3), [(Some(2), Some(2))]);
+        // Batch 3 reads 1 and 3, both written back in batch 1.
+        assert_eq!(read(4), [(Some(2), Some(2)), (Some(2), Some(2))]);
+        assert_eq!(view.accesses_of(&view.requests[2])[0].value_len, Some(10));
+        assert_eq!(
+            view.requests_in(&(Duration::from_millis(10)..Duration::from_millis(30)))
+                .len(),
+            3
+        );
+    }
+}
