@@ -28,6 +28,8 @@ pub struct Simulator {
     now: Instant,
     storage_delay: Duration,
     storage_down: bool,
+    /// Storage serves reads but refuses writes and deletes (a full disk).
+    storage_full: bool,
     in_flight: VecDeque<(Instant, RequestId, Result<StorageReply, StorageError>)>,
     journal: JournalMap,
     journal_delay: Duration,
@@ -55,6 +57,7 @@ impl Simulator {
             now: start,
             storage_delay: Duration::ZERO,
             storage_down: false,
+            storage_full: false,
             in_flight: VecDeque::new(),
             journal,
             journal_delay: Duration::ZERO,
@@ -133,6 +136,12 @@ impl Simulator {
     /// While down, every storage request fails.
     pub fn set_storage_down(&mut self, down: bool) {
         self.storage_down = down;
+    }
+
+    /// While full, storage serves reads and scans but refuses every write and delete, as a
+    /// server whose disk is full does.
+    pub fn set_storage_full(&mut self, full: bool) {
+        self.storage_full = full;
     }
 
     pub fn now(&self) -> Instant {
@@ -248,8 +257,14 @@ impl Simulator {
             let mut moved = false;
             while let Some(request) = self.engine.poll_storage() {
                 moved = true;
+                let refused = self.storage_full
+                    && matches!(request.op, StorageOp::Write(_) | StorageOp::Delete(_));
                 let result = if self.storage_down {
                     Err(StorageError("simulated storage outage".into()))
+                } else if refused {
+                    Err(StorageError(
+                        "simulated full disk: No space left on device".into(),
+                    ))
                 } else {
                     if let Some(trace) = &mut self.trace {
                         trace.push(Observed::of(self.now - self.start, &request.op));

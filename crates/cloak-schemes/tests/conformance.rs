@@ -73,6 +73,11 @@ macro_rules! conformance {
             }
 
             #[test]
+            fn reads_answer_while_a_full_disk_refuses_writes() {
+                suite::full_disk(&mut simulator($name, 100, 3), 40);
+            }
+
+            #[test]
             fn limits_and_full_store() {
                 suite::limits(&mut simulator($name, 20, 1), MAX_KEY, MAX_VALUE, 20);
             }

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cloak_core::{Command, CommandError, Outcome, SetCondition, Simulator};
+use cloak_core::{Command, CommandError, Outcome, SchemeError, SetCondition, Simulator};
+
+use crate::commands::{get, scheme_error, set, value};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -220,6 +222,69 @@ pub fn shared_registers(
                 "register{k}: history of {} ops is not linearizable: {violation}",
                 history.len()
             );
+        }
+    }
+}
+
+/// Storage that serves reads but refuses writes, as a server with a full disk does. No read
+/// waits for the disk: each answers within a few seconds, with the value or a clear
+/// "storage unavailable" error, even one queued behind a write-back storage keeps refusing.
+/// Once storage accepts writes again every acknowledged write is there, and no key holds a
+/// value nobody wrote.
+pub fn full_disk(sim: &mut Simulator, keys: usize) {
+    let key = |i: usize| format!("disk{i}");
+    for i in 0..keys {
+        let old = format!("old{i}");
+        assert_eq!(sim.execute(1, set(&key(i), &old)), Some(Outcome::Ok));
+    }
+    sim.run_for(Duration::from_secs(2));
+
+    sim.set_storage_full(true);
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    for i in 0..keys {
+        reads.push((i, sim.submit(10 + (i % 4) as u64, get(&key(i)))));
+        if i % 2 == 0 {
+            let new = format!("new{i}");
+            writes.push((i, sim.submit(20, set(&key(i), &new))));
+        }
+    }
+    let all_answered = sim.run_until(Duration::from_secs(10), |sim| {
+        reads.iter().all(|(_, token)| sim.has_outcome(*token))
+    });
+    assert!(
+        all_answered,
+        "a read kept waiting while storage refused writes"
+    );
+    for (i, token) in reads {
+        let outcome = sim.outcome(token);
+        let expected = [value(&format!("old{i}")), value(&format!("new{i}"))];
+        let unavailable = matches!(
+            scheme_error(&outcome),
+            Some(SchemeError::StorageUnavailable(_))
+        );
+        assert!(
+            expected.contains(&outcome) || unavailable,
+            "reading {} with a full disk gave {outcome:?}",
+            key(i)
+        );
+    }
+    sim.run_for(Duration::from_secs(3));
+    let acknowledged: Vec<(usize, bool)> = writes
+        .into_iter()
+        .map(|(i, token)| (i, sim.outcome(token) == Some(Outcome::Ok)))
+        .collect();
+
+    sim.set_storage_full(false);
+    sim.run_for(Duration::from_secs(10));
+    for i in 0..keys {
+        let got = sim.execute(30, get(&key(i)));
+        let old = value(&format!("old{i}"));
+        let new = value(&format!("new{i}"));
+        match acknowledged.iter().find(|(w, _)| *w == i) {
+            Some((_, true)) => assert_eq!(got, new, "{} after the disk had room", key(i)),
+            Some((_, false)) => assert!(got == old || got == new, "{}: {got:?}", key(i)),
+            None => assert_eq!(got, old, "{} after the disk had room", key(i)),
         }
     }
 }

@@ -561,18 +561,18 @@ impl Cloak {
         self.send(Purpose::BatchWrite, StorageOp::Write(writes));
     }
 
-    /// Storage failed a request: clients waiting on a batch read learn now; the request is
-    /// repeated after a backoff (repeating it shows the server nothing new).
+    /// Storage failed a request: every client waiting to read learns now, whether its read is
+    /// in this batch or queued for a later one (no batch starts until this request succeeds,
+    /// which may take as long as a full disk or a dead server does). The request is repeated
+    /// after a backoff (repeating it shows the server nothing new).
     fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
         self.stats.storage_failures += 1;
         tracing::warn!(%error, ?purpose, "storage request failed; retrying");
-        if purpose == Purpose::BatchRead {
-            for pending in self.pending.values_mut() {
-                if let Some(Waiting::Read(waiters)) = &mut pending.flight {
-                    for waiter in waiters.drain(..) {
-                        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-                        self.out.reply(waiter, reply);
-                    }
+        for pending in self.pending.values_mut() {
+            for waiting in [&mut pending.flight, &mut pending.queued] {
+                if let Some(Waiting::Read(waiters)) = waiting {
+                    let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+                    self.out.reply_all(waiters.drain(..), reply);
                 }
             }
         }

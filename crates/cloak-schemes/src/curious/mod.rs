@@ -602,23 +602,16 @@ impl Curious {
         self.cache.unsaved() + self.evicting + self.requests.transit_writes()
     }
 
-    /// Storage failed a request: readers waiting on it learn now; it is repeated after a backoff
-    /// (repeating a request shows the server nothing new).
+    /// Storage failed a request: every read not answered yet learns now, whichever request
+    /// failed (a refused write-back holds its subORAM, and reads behind it would otherwise wait
+    /// as long as storage refuses). The request is repeated after a backoff (repeating a
+    /// request shows the server nothing new).
     fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
         self.stats.storage_failures += 1;
         tracing::warn!(%error, ?purpose, "storage request failed; retrying");
-        if let Purpose::Read(id) = purpose
-            && let Some(access) = self.accesses.get(&id)
-        {
-            let failure = SchemeError::StorageUnavailable(error.clone());
-            let mut readers: Vec<OpId> = access.op.into_iter().collect();
-            if let Some(slot) = access.target {
-                readers.extend(self.requests.waiting_reads(slot));
-            }
-            for reader in readers {
-                let answer = self.requests.storage_failed(reader, &failure);
-                self.answer(answer);
-            }
+        let failure = SchemeError::StorageUnavailable(error.clone());
+        for answer in self.requests.fail_reads(&failure) {
+            self.answer(Some(answer));
         }
         self.retry.fail(now, error, (purpose, op));
     }

@@ -150,14 +150,19 @@ impl Requests {
         Some(Answer::Now(op, Reply::Failed(error.clone())))
     }
 
-    /// Reads waiting for `slot`'s block.
-    pub fn waiting_reads(&self, slot: u32) -> Vec<OpId> {
-        self.transit
-            .get(&slot)
+    /// Storage failed a request every access waits behind (its subORAM stays locked until it
+    /// succeeds): every read not answered yet is answered with the failure now; writes stay, as
+    /// in [`Self::storage_failed`]. The ops' accesses still happen when storage is back.
+    pub fn fail_reads(&mut self, error: &SchemeError) -> Vec<Answer> {
+        let reads: Vec<OpId> = self
+            .ops
+            .iter()
+            .filter(|(_, r)| r.write.is_none())
+            .map(|(&op, _)| op)
+            .collect();
+        reads
             .into_iter()
-            .flatten()
-            .copied()
-            .filter(|op| self.ops.get(op).is_some_and(|r| r.write.is_none()))
+            .filter_map(|op| self.storage_failed(op, error))
             .collect()
     }
 
@@ -244,8 +249,9 @@ mod tests {
         r.wait_for_block(5, OpId(1));
         r.wait_for_block(5, OpId(2));
         let error = SchemeError::StorageUnavailable(cloak_core::StorageError("down".into()));
-        assert_eq!(r.waiting_reads(5), vec![OpId(1)]);
-        assert!(r.storage_failed(OpId(1), &error).is_some());
+        r.add(OpId(4), 6, None);
+        let failed = r.fail_reads(&error);
+        assert_eq!(failed.len(), 2, "every read, in transit or not: {failed:?}");
         assert!(r.storage_failed(OpId(2), &error).is_none(), "writes wait");
         r.path_read(OpId(2));
         let (now, answers) = r.arrive(5, Err(SchemeError::Integrity("gone".into())));

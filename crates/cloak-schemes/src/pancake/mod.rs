@@ -609,17 +609,22 @@ impl Pancake {
         }
     }
 
-    /// Storage failed a request: waiting readers learn now; the request is repeated after a
-    /// backoff (repeating it shows the server nothing new).
+    /// Storage failed a request: every reader waiting for storage learns now, whether its
+    /// batch was sent, is blocked behind a label whose write-back storage refuses, or is not
+    /// formed yet. Their accesses still happen as drawn (the batches keep their labels); the
+    /// request is repeated after a backoff (repeating it shows the server nothing new).
     fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
         self.stats.storage_failures += 1;
         tracing::warn!(%error, ?purpose, "storage request failed; retrying");
-        if let Purpose::Read(id) = purpose
-            && let Some(batch) = self.batches.get_mut(&id)
-        {
-            for (_, op, _) in std::mem::take(&mut batch.readers) {
-                let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-                self.out.reply(op, reply);
+        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+        for batch in self.batches.values_mut() {
+            let readers = std::mem::take(&mut batch.readers);
+            self.out
+                .reply_all(readers.into_iter().map(|(_, op, _)| op), reply.clone());
+        }
+        for (_, reader) in &mut self.queue {
+            if let Some(op) = reader.take() {
+                self.out.reply(op, reply.clone());
             }
         }
         self.retry.fail(now, error, (purpose, op));

@@ -590,16 +590,15 @@ impl PathOram {
     }
 
     /// Storage failed a request: repeat it after a backoff (repeating shows the server nothing
-    /// new). Reads waiting for storage learn now.
+    /// new). Every read waiting for storage learns now, whichever request failed: no access
+    /// starts until this one succeeds.
     fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
         self.stats.storage_failures += 1;
         tracing::warn!(%error, ?purpose, "storage request failed; retrying");
-        if purpose == Purpose::Read {
-            for (&slot, waiting) in &mut self.waiting {
-                for reader in waiting.readers.drain(..) {
-                    let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-                    self.out.answer(reader, Slot::from(slot), reply);
-                }
+        for (&slot, waiting) in &mut self.waiting {
+            for reader in waiting.readers.drain(..) {
+                let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+                self.out.answer(reader, Slot::from(slot), reply);
             }
         }
         self.retry.fail(now, error, (purpose, op));

@@ -207,28 +207,17 @@ impl Waffle {
         self.out.answer(op, u64::from(slot), reply);
     }
 
-    /// Storage failed a request: clients waiting on a batch read learn now; the request is
-    /// repeated after a backoff (repeating it shows the server nothing new).
+    /// Storage failed a request: every client waiting to read learns now, whether its read is
+    /// in this batch or queued for a later one (no batch starts until this request succeeds).
+    /// The request is repeated after a backoff (repeating it shows the server nothing new).
     fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
         self.stats.storage_failures += 1;
-        tracing::warn!(%error, kind = op.kind(), "storage request failed; retrying");
-        if purpose == Purpose::BatchRead
-            && let Some(flight) = &self.flight
-        {
-            let slots: Vec<u32> = flight
-                .reads
-                .iter()
-                .filter_map(|r| match r.object {
-                    Object::Real(slot) => Some(slot),
-                    Object::Dummy(_) => None,
-                })
-                .collect();
-            for slot in slots {
-                for reader in self.take_readers(slot) {
-                    let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-                    self.out.reply(reader, reply);
-                }
-            }
+        tracing::warn!(%error, kind = op.kind(), ?purpose, "storage request failed; retrying");
+        let waiting: Vec<u32> = self.pending.keys().copied().collect();
+        for slot in waiting {
+            let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+            let readers = self.take_readers(slot);
+            self.out.reply_all(readers, reply);
         }
         self.retry.fail(now, error, (purpose, op));
     }
