@@ -49,7 +49,7 @@ pub struct Encrypted {
     versions: Vec<u64>,
     lanes: HashMap<Slot, Lane>,
     /// Slots whose active op is not yet sent.
-    unsent: Vec<Slot>,
+    unsent: VecDeque<Slot>,
     outstanding: HashMap<RequestId, Vec<Slot>>,
     next_request: u64,
     /// Recovered records whose rewrite failed, to send again.
@@ -66,7 +66,7 @@ impl Encrypted {
             generation_base: start.generation_base,
             versions: vec![0; slots as usize],
             lanes: HashMap::new(),
-            unsent: Vec::new(),
+            unsent: VecDeque::new(),
             outstanding: HashMap::new(),
             next_request: 0,
             retry: Retry::default(),
@@ -76,7 +76,7 @@ impl Encrypted {
         for (slot, record) in start.records {
             if !record.is_empty() {
                 scheme.lanes.entry(slot).or_default().active = Some(Active::Write(None, record));
-                scheme.unsent.push(slot);
+                scheme.unsent.push_back(slot);
             }
         }
         scheme
@@ -99,7 +99,7 @@ impl Encrypted {
             Op::Write(_, record) => Active::Write(Some(id), record),
         };
         self.lanes.entry(slot).or_default().active = Some(active);
-        self.unsent.push(slot);
+        self.unsent.push_back(slot);
     }
 
     /// The slot's active op is answered; start the next one waiting.

@@ -195,8 +195,12 @@ impl Scheme for Unsafe {
 
     fn poll_storage(&mut self) -> Option<StorageRequest> {
         if !self.recovering.is_empty() {
-            let take = self.recovering.len().min(REQUEST_LIMIT);
-            let records: Recovered = self.recovering.drain(..take).collect();
+            // From the end: taking from the front would move the rest every time.
+            let rest = self.recovering.len().saturating_sub(REQUEST_LIMIT);
+            let records: Recovered = self.recovering.split_off(rest);
+            if self.recovering.is_empty() {
+                self.recovering = Recovered::new();
+            }
             let writes = records
                 .iter()
                 .map(|(slot, _, bytes)| (Addr::from(*slot), bytes.clone()))

@@ -416,8 +416,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DURATION")]
     pub storage_delay: Option<String>,
 
-    /// Vary one parameter: zipf-exponent, batch-size, cache-size or value-size, e.g.
-    /// zipf-exponent=0,0.5,1,1.5,2
+    /// Vary one parameter: zipf-exponent, batch-size, cache-size, value-size, keys or rate,
+    /// e.g. zipf-exponent=0,0.5,1,1.5,2 or keys=10000,1000000,10000000
     #[arg(long, value_name = "NAME=V1,V2,…")]
     pub sweep: Option<String>,
 

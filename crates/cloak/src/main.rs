@@ -7,7 +7,6 @@ mod config;
 mod store;
 
 use clap::Parser;
-use mimalloc::MiMalloc;
 use tracing_subscriber::EnvFilter;
 
 use cli::{Cli, Command};
@@ -16,8 +15,9 @@ use config::ConfigFile;
 // The proxy and server allocate and free many element-sized buffers per batch; mimalloc keeps
 // that cheap and does not hand large buffers back to the OS between batches (measured: glibc's
 // malloc spent more CPU than AES-GCM did).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: MiMalloc = MiMalloc;
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();

@@ -155,7 +155,7 @@ impl Store {
         journal: Option<&dyn Journal>,
         incarnation: u64,
     ) -> anyhow::Result<(Engine, RecoveryReport)> {
-        let report = cloak_proxy::recover(
+        let mut report = cloak_proxy::recover(
             storage,
             cloak_schemes::element_format(self.scheme, self.spec.layout, master)?,
             journal,
@@ -174,12 +174,14 @@ impl Store {
                  capacity the store was created with"
             );
         }
-        let start = Start {
-            records: recovered.records.clone(),
-            generation_base: Start::generation_base(incarnation),
-        };
         let mut directory =
             KeyDirectory::restore(KeyHasher::new(master), capacity, recovered.keys());
+        // The records move into the scheme (one copy of the store in memory, not two).
+        let start = Start {
+            records: std::mem::take(&mut report.recovered.records),
+            generation_base: Start::generation_base(incarnation),
+        };
+        let recovered = &report.recovered;
         let mut options = self.options.clone();
         if let Some((path, format)) = &self.pancake_distribution {
             options.pancake.estimate =
