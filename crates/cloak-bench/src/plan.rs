@@ -128,24 +128,29 @@ pub enum Parameter {
     Keys,
     /// Open-loop request rate.
     Rate,
+    /// 0: a server in memory and a proxy without a journal; 1: the server logs every batch to
+    /// disk (`--data-dir`) and the proxy journals every write (`--state-dir`) before answering.
+    Durable,
 }
 
 impl Parameter {
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "zipf-exponent",
         "batch-size",
         "cache-size",
         "value-size",
         "keys",
         "rate",
+        "durable",
     ];
-    const ALL: [Parameter; 6] = [
+    const ALL: [Parameter; 7] = [
         Parameter::ZipfExponent,
         Parameter::BatchSize,
         Parameter::CacheSize,
         Parameter::ValueSize,
         Parameter::Keys,
         Parameter::Rate,
+        Parameter::Durable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -158,7 +163,10 @@ impl Parameter {
 
     /// Whether values must be whole numbers.
     fn integral(self) -> bool {
-        !matches!(self, Parameter::ZipfExponent | Parameter::Rate)
+        !matches!(
+            self,
+            Parameter::ZipfExponent | Parameter::Rate | Parameter::Durable
+        )
     }
 }
 
@@ -194,6 +202,11 @@ impl FromStr for Sweep {
         if values.is_empty() || values.iter().any(|v| !v.is_finite() || *v < 0.0) {
             return Err(bad());
         }
+        if parameter == Parameter::Durable && values.iter().any(|v| *v != 0.0 && *v != 1.0) {
+            return Err(PlanError::Invalid(format!(
+                "--sweep durable takes 0 (off) and 1 (on), got {list}"
+            )));
+        }
         if parameter.integral() && values.iter().any(|v| v.fract() != 0.0 || *v < 1.0) {
             return Err(PlanError::Invalid(format!(
                 "--sweep {name} takes whole numbers ≥ 1, got {list}"
@@ -225,6 +238,11 @@ mod tests {
             Err(PlanError::Invalid(_))
         ));
         assert!(matches!("keys=".parse::<Sweep>(), Err(PlanError::Sweep(_))));
+        assert_eq!("durable=0,1".parse::<Sweep>().unwrap().values, [0.0, 1.0]);
+        assert!(matches!(
+            "durable=0,2".parse::<Sweep>(),
+            Err(PlanError::Invalid(_))
+        ));
     }
 
     #[test]

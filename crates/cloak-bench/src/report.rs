@@ -86,7 +86,8 @@ pub struct Measurement {
     pub proxy_rss_bytes_per_key: Option<f64>,
     /// The swept parameter and its value, in a sweep.
     pub parameter: Option<(String, f64)>,
-    /// The scheme's parameters and counters as it reports them (`INFO scheme`).
+    /// The scheme's parameters and counters as it reports them (`INFO scheme`), and the
+    /// proxy's durability (`wal` or `none`).
     pub scheme_info: BTreeMap<String, String>,
 }
 

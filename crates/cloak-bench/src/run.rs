@@ -366,7 +366,10 @@ pub async fn measure(
     let seconds = started.elapsed().as_secs_f64();
     running.finish_and_clear();
     let after = info(proxy.addr, "all").await?;
-    let scheme_info = info(proxy.addr, "scheme").await?;
+    let mut scheme_info = info(proxy.addr, "scheme").await?;
+    if let Some(durability) = after.get("durability") {
+        scheme_info.insert("durability".into(), durability.clone());
+    }
     let rss = proxy.rss_bytes();
     drop(proxy);
     drop(server);

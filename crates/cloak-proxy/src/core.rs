@@ -46,6 +46,8 @@ pub struct Snapshot {
     pub params: Vec<(&'static str, String)>,
     pub latency: Latency,
     pub storage: String,
+    /// `wal`: writes are journaled before they are acknowledged; `none`: acknowledged from memory.
+    pub durability: &'static str,
     pub io: StorageIo,
     pub uptime: Duration,
 }
@@ -342,6 +344,11 @@ impl Core {
                 max: h.max(),
             },
             storage: self.storage.describe(),
+            durability: if self.journal.is_some() {
+                "wal"
+            } else {
+                "none"
+            },
             io: self.io.clone(),
             uptime: self.started.elapsed(),
         }

@@ -86,6 +86,7 @@ pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
         "Storage",
         vec![
             kv("storage", s.storage.clone()),
+            kv("durability", s.durability.into()),
             kv("storage_requests", s.io.requests.to_string()),
             kv("storage_request_failures", s.io.failures.to_string()),
             kv("storage_bytes_sent", s.io.bytes_sent.to_string()),

@@ -416,8 +416,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DURATION")]
     pub storage_delay: Option<String>,
 
-    /// Vary one parameter: zipf-exponent, batch-size, cache-size, value-size, keys or rate,
-    /// e.g. zipf-exponent=0,0.5,1,1.5,2 or keys=10000,1000000,10000000
+    /// Vary one parameter: zipf-exponent, batch-size, cache-size, value-size, keys, rate or
+    /// durable (0: memory server, no proxy journal; 1: server --data-dir and proxy journal),
+    /// e.g. zipf-exponent=0,0.5,1,1.5,2 or keys=10000,1000000,10000000 or durable=0,1
     #[arg(long, value_name = "NAME=V1,V2,…")]
     pub sweep: Option<String>,
 

@@ -97,6 +97,57 @@ fn schemes_side_by_side_through_real_processes() {
 }
 
 #[test]
+fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("durable.json");
+    let out = bench(&[
+        "--scheme",
+        "cloak,unsafe",
+        "--keys",
+        "500",
+        "--requests",
+        "2000",
+        "--clients",
+        "2",
+        "--first-budget",
+        "20",
+        "--batch-interval",
+        "5ms",
+        "--sweep",
+        "durable=0,1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = results(&json);
+    let runs: Vec<(&str, f64, &str)> = results
+        .iter()
+        .map(|m| {
+            assert_eq!(number(m, "errors"), 0.0, "{m}");
+            let durability = m["scheme_info"]["durability"].as_str().unwrap_or("?");
+            (
+                m["scheme"].as_str().unwrap(),
+                m["parameter"][1].as_f64().unwrap(),
+                durability,
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            ("cloak", 0.0, "none"),
+            ("unsafe", 0.0, "none"),
+            ("cloak", 1.0, "wal"),
+            ("unsafe", 1.0, "wal"),
+        ]
+    );
+}
+
+#[test]
 fn in_process_sweeps_reproduce_the_skew_effect() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("sweep.json");

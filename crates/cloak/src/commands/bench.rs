@@ -59,6 +59,13 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
         bail!("--rate must be a positive number of requests per second");
     }
     let sweep: Option<Sweep> = args.sweep.as_deref().map(str::parse).transpose()?;
+    if args.in_process
+        && sweep
+            .as_ref()
+            .is_some_and(|s| s.parameter == Parameter::Durable)
+    {
+        bail!("--sweep durable measures disks and journals: run it without --in-process");
+    }
     let points: Vec<Option<f64>> = match &sweep {
         Some(sweep) => sweep.values.iter().copied().map(Some).collect(),
         None => vec![None],
@@ -78,6 +85,7 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
             workload: workload.clone(),
             load,
             value_size: args.value_size.unwrap_or(1024),
+            durable: false,
         };
         let parameter = sweep.as_ref().zip(value).map(|(s, v)| (s.parameter, v));
         if let Some((parameter, value)) = parameter {
@@ -123,13 +131,21 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                 write_store_config(&file, &store)?;
                 let mut proxy_args = vec!["--config".to_string(), file.display().to_string()];
                 proxy_args.extend(args.proxy_args.iter().cloned());
+                let mut server_args = args.server_args.clone();
+                let durable_dir = tempfile::tempdir_in(config_dir.path())?;
+                if point.durable {
+                    let data = durable_dir.path().join("data");
+                    let state = durable_dir.path().join("state");
+                    server_args.push(format!("--data-dir={}", data.display()));
+                    proxy_args.push(format!("--state-dir={}", state.display()));
+                }
                 let setup = Setup {
                     cloak: cloak.clone(),
                     scheme,
                     keys,
                     value_size: point.value_size,
                     proxy_args,
-                    server_args: args.server_args.clone(),
+                    server_args,
                     workload: point.workload.describe(),
                 };
                 run::measure(&setup, requests.clone(), point.load)
@@ -172,6 +188,8 @@ struct Point {
     workload: WorkloadSpec,
     load: Load,
     value_size: usize,
+    /// The server logs to disk and the proxy journals (see `Parameter::Durable`).
+    durable: bool,
 }
 
 impl Point {
@@ -189,6 +207,7 @@ impl Point {
             Parameter::ValueSize => self.value_size = value as usize,
             Parameter::Keys => self.workload.keys = value as u64,
             Parameter::Rate => self.load.rate = Some(value),
+            Parameter::Durable => self.durable = value == 1.0,
         }
         if matches!(self.workload.kind, WorkloadKind::Trace(_))
             && matches!(parameter, Parameter::ZipfExponent | Parameter::Keys)
