@@ -137,7 +137,7 @@ pub fn audit_scheme(setup: &Setup, workloads: &Workloads) -> Result<SchemeAudit,
         .map(|d| distinguish::evaluate(d.as_ref(), &a.view, &b.view))
         .collect();
     let mut attacks = Vec::new();
-    for (i, (run, aux)) in [a, b].into_iter().zip(&workloads.aux).enumerate() {
+    for (i, ((run, other), aux)) in [(a, b), (b, a)].into_iter().zip(&workloads.aux).enumerate() {
         let truth = run.truth.as_ref().map_or(&[][..], |t| &t.accesses);
         for attack in attack::all() {
             let seed = derive(setup.seed, 10 + i as u64);
@@ -145,6 +145,7 @@ pub fn audit_scheme(setup: &Setup, workloads: &Workloads) -> Result<SchemeAudit,
                 attack.as_ref(),
                 &run.workload,
                 &run.view,
+                &other.view,
                 truth,
                 aux,
                 seed,

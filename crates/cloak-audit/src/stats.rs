@@ -55,6 +55,9 @@ pub struct ChiSquare {
     /// Degrees of freedom (0: nothing to test).
     pub dof: usize,
     pub p_value: f64,
+    /// What the statistic was divided by for dependent observations (1: none; see
+    /// [`ChiSquare::deflated`]).
+    pub inflation: f64,
 }
 
 impl ChiSquare {
@@ -67,6 +70,21 @@ impl ChiSquare {
             statistic,
             dof,
             p_value,
+            inflation: 1.0,
+        }
+    }
+
+    /// The test with its statistic divided by `inflation`, the factor by which dependent
+    /// observations swell it (a first-order Rao–Scott correction): the textbook distribution
+    /// assumes independent observations, and one path of a tree ORAM or one batch gives
+    /// several that are not.
+    pub fn deflated(self, inflation: f64) -> Self {
+        if self.dof == 0 || !self.statistic.is_finite() || inflation <= 1.0 {
+            return self;
+        }
+        Self {
+            inflation,
+            ..Self::of(self.statistic / inflation, self.dof)
         }
     }
 
@@ -75,6 +93,7 @@ impl ChiSquare {
         statistic: 0.0,
         dof: 0,
         p_value: 1.0,
+        inflation: 1.0,
     };
 
     /// One sample is empty and the other is not: as different as they come.
@@ -82,6 +101,7 @@ impl ChiSquare {
         statistic: f64::INFINITY,
         dof: 1,
         p_value: 0.0,
+        inflation: 1.0,
     };
 }
 

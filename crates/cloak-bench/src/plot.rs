@@ -136,6 +136,7 @@ pub fn bars<DB: DrawingBackend>(
             }
         })
         .y_desc(unit)
+        .y_label_formatter(&|y| compact(*y))
         .label_style(("sans-serif", 15))
         .draw()
         .map_err(err)?;
@@ -213,19 +214,24 @@ fn lines<DB: DrawingBackend>(
     results: &[Measurement],
     value: fn(&Measurement) -> Option<f64>,
 ) -> Result<(), String> {
+    let swept: Vec<f64> = results
+        .iter()
+        .filter_map(|m| Some(m.parameter.as_ref()?.1))
+        .collect();
+    // Values spanning orders of magnitude (keys 10K → 10M) are spaced by their logarithm.
+    let lo = swept.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = swept.iter().copied().fold(0.0, f64::max);
+    let log = lo > 0.0 && hi / lo >= 100.0;
+    let at = |x: f64| if log { x.log10() } else { x };
     let points = |scheme: &str| -> Vec<(f64, f64)> {
         results
             .iter()
             .filter(|m| m.scheme == scheme)
-            .filter_map(|m| Some((m.parameter.as_ref()?.1, value(m)?)))
+            .filter_map(|m| Some((at(m.parameter.as_ref()?.1), value(m)?)))
             .collect()
     };
-    let mut schemes: Vec<&str> = results.iter().map(|m| m.scheme.as_str()).collect();
-    schemes.dedup();
-    let xs: Vec<f64> = results
-        .iter()
-        .filter_map(|m| Some(m.parameter.as_ref()?.1))
-        .collect();
+    let schemes = schemes_in(results);
+    let xs: Vec<f64> = swept.into_iter().map(at).collect();
     let ys: Vec<f64> = results.iter().filter_map(value).collect();
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 20))
@@ -236,8 +242,14 @@ fn lines<DB: DrawingBackend>(
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc(parameter)
+        .x_desc(if log {
+            format!("{parameter} (log scale)")
+        } else {
+            parameter.to_string()
+        })
         .y_desc(unit)
+        .x_label_formatter(&|x| compact(if log { 10f64.powf(*x) } else { *x }))
+        .y_label_formatter(&|y| compact(*y))
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(err)?;
@@ -265,6 +277,30 @@ fn lines<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Each scheme once, in the order of the run (a sweep measures every scheme once per value).
+fn schemes_in(results: &[Measurement]) -> Vec<&str> {
+    let mut schemes: Vec<&str> = Vec::new();
+    for m in results {
+        if !schemes.contains(&m.scheme.as_str()) {
+            schemes.push(&m.scheme);
+        }
+    }
+    schemes
+}
+
+/// A tick label people read at a glance: 400k, 1.5M, 0.25.
+fn compact(v: f64) -> String {
+    let short = |v: f64| {
+        let text = format!("{v:.2}");
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
+    match v.abs() {
+        a if a >= 1e6 => format!("{}M", short(v / 1e6)),
+        a if a >= 1e3 => format!("{}k", short(v / 1e3)),
+        _ => short(v),
+    }
+}
+
 /// The span of `values` with a margin, from zero if `from_zero`.
 fn range(values: &[f64], from_zero: bool) -> Range<f64> {
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
@@ -282,7 +318,7 @@ struct Sweep<'a>(&'a [Measurement], &'a str);
 impl Figure for Sweep<'_> {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
         area.fill(&WHITE).map_err(err)?;
-        let panes = area.split_evenly((3, 1));
+        let panes = area.split_evenly((2, 2));
         let (results, parameter) = (self.0, self.1);
         lines(&panes[0], "Throughput", "ops/s", parameter, results, |m| {
             m.throughput
@@ -297,6 +333,14 @@ impl Figure for Sweep<'_> {
             parameter,
             results,
             |m| m.utilisation,
+        )?;
+        lines(
+            &panes[3],
+            "Storage traffic per operation",
+            "bytes",
+            parameter,
+            results,
+            |m| m.storage_bytes_per_op,
         )
     }
 }
@@ -306,7 +350,7 @@ pub fn sweep(results: &[Measurement], parameter: &str, path: &Path) -> Result<()
     if results.is_empty() {
         return Err(PlotError::Empty("no results"));
     }
-    save(&Sweep(results, parameter), path, (1000, 1200))
+    save(&Sweep(results, parameter), path, (1400, 900))
 }
 
 struct ReuseDistances<'a> {
@@ -392,4 +436,43 @@ pub fn reuse_distances(
         path,
         (1000, 700),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Counters, Mode, Subject, Timing};
+
+    fn measurement(scheme: &str, keys: u64) -> Measurement {
+        let subject = Subject {
+            scheme: scheme.into(),
+            mode: Mode::Sockets,
+            workload: "w".into(),
+            keys,
+        };
+        let timing = Timing {
+            ops: 10,
+            errors: 0,
+            seconds: 1.0,
+        };
+        let latency = hdrhistogram::Histogram::new(3).unwrap();
+        Measurement::new(subject, timing, &latency, Counters::default(), None)
+    }
+
+    #[test]
+    fn a_sweep_names_each_scheme_once() {
+        let results: Vec<Measurement> = [1000, 10_000]
+            .into_iter()
+            .flat_map(|keys| [measurement("cloak", keys), measurement("unsafe", keys)])
+            .collect();
+        assert_eq!(schemes_in(&results), ["cloak", "unsafe"]);
+    }
+
+    #[test]
+    fn tick_labels_are_short() {
+        assert_eq!(compact(400_000.0), "400k");
+        assert_eq!(compact(1_500_000.0), "1.5M");
+        assert_eq!(compact(0.25), "0.25");
+        assert_eq!(compact(0.0), "0");
+    }
 }

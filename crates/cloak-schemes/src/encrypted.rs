@@ -27,6 +27,8 @@ use crate::retry::Retry;
 
 /// Most slots in one storage request.
 const REQUEST_LIMIT: usize = 1024;
+/// Room for this many busy slots is kept when none is busy.
+const LANES_KEPT: usize = 1 << 16;
 
 /// The op a slot has at storage.
 enum Active {
@@ -114,6 +116,12 @@ impl Encrypted {
             Some((id, op)) => self.activate(slot, id, op),
             None => {
                 self.lanes.remove(&slot);
+                // A recovery gives every recovered slot a lane at once; the table would keep
+                // that size (about 150 bytes a key) after they are all written back.
+                let capacity = self.lanes.capacity();
+                if capacity > LANES_KEPT && self.lanes.len() * 64 < capacity {
+                    self.lanes.shrink_to(self.lanes.len() * 2);
+                }
             }
         }
     }

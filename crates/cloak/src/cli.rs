@@ -359,6 +359,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
 
+    /// Requests sent first, from the same workload, and not measured: Cloak's sets start as a
+    /// random partition and take about one pass through them (a few seconds at a million keys)
+    /// to follow the workload's recency [default: 0]
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u64>,
+
     /// Temporal workload skew: Zipf exponent of recency ranks [default: 1.0]
     #[arg(long, value_name = "S")]
     pub zipf_exponent: Option<f64>,

@@ -113,6 +113,8 @@ fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
         "20",
         "--batch-interval",
         "5ms",
+        "--warmup",
+        "500",
         "--sweep",
         "durable=0,1",
         "--json",
@@ -128,6 +130,7 @@ fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
         .iter()
         .map(|m| {
             assert_eq!(number(m, "errors"), 0.0, "{m}");
+            assert_eq!(number(m, "ops"), 2000.0, "the warm-up is not measured: {m}");
             let durability = m["scheme_info"]["durability"].as_str().unwrap_or("?");
             (
                 m["scheme"].as_str().unwrap(),

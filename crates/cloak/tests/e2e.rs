@@ -428,9 +428,11 @@ fn sigkill_loses_nothing(store_args: &[&str]) {
     // the last value that got +OK and the one in flight when the proxy died under them.
     type Log = (HashMap<String, String>, Option<(String, String)>);
     let keys_written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let acknowledged = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writers: Vec<std::thread::JoinHandle<Log>> = (0..4)
         .map(|w| {
             let keys_written = keys_written.clone();
+            let acknowledged = acknowledged.clone();
             std::thread::spawn(move || {
                 let mut acked = HashMap::new();
                 let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{proxy_port}/"))
@@ -447,6 +449,7 @@ fn sigkill_loses_nothing(store_args: &[&str]) {
                         .query::<()>(&mut con)
                     {
                         Ok(()) => {
+                            acknowledged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             if acked.insert(key, value).is_none() {
                                 keys_written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             }
@@ -496,6 +499,12 @@ fn sigkill_loses_nothing(store_args: &[&str]) {
     );
     let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
     assert_eq!(size, 4 * 300);
+    eprintln!(
+        "{} writes acknowledged before SIGKILL; the last acknowledged value of each of {} keys \
+         read back after the restart",
+        acknowledged.load(std::sync::atomic::Ordering::Relaxed),
+        4 * 300
+    );
 }
 
 #[test]

@@ -112,6 +112,9 @@ fn check_nothing_lost(proxy_port: u16, histories: &[History]) {
         lost.len(),
         &lost[..lost.len().min(5)]
     );
+    eprintln!(
+        "{acknowledged} keys with an acknowledged write: every one read back as acknowledged"
+    );
 }
 
 fn proxy_args(storage: &str, port: u16, state: &Path) -> Vec<String> {

@@ -4,8 +4,15 @@
 //! auxiliary knowledge. Scoring is shared: every access in the view counts, and a guess is right
 //! when the element behind that access, at that moment, held the named key (so a scheme that
 //! moves keys between addresses, like Cloak or an ORAM, is scored as fairly as one with fixed
-//! labels). The yardstick is chance: the accuracy of the same guesses shuffled over the labels
-//! at random, which learns nothing from the view.
+//! labels).
+//!
+//! The yardstick is the better of two guessers that learn nothing from this run's view:
+//! *chance*, the same guesses shuffled over the labels at random, and *blind*, the same attack
+//! run on the other workload's view and scored on this run. Chance alone flatters an attack
+//! on a scheme with structure every view shares: in Path ORAM the root bucket is on every
+//! path and tends to hold the key just accessed, so "the busiest label holds the hottest key"
+//! beats chance without the view saying anything about the workload. The blind guess makes
+//! exactly that guess too, so only what the view itself gives away counts.
 
 mod aux;
 mod correlated;
@@ -55,6 +62,9 @@ pub struct Score {
     pub accuracy: f64,
     /// The expected accuracy of the same guesses assigned to labels at random.
     pub chance: f64,
+    /// The accuracy of the attack's guesses from the other workload's view (see the module
+    /// comment); 0 until [`run`] fills it in.
+    pub blind: f64,
     /// Of the (up to) 10 most popular keys, how many the attacker pinned to a label that
     /// mostly held them.
     pub top_keys: usize,
@@ -62,25 +72,35 @@ pub struct Score {
 }
 
 impl Score {
-    /// How far above chance, in standard deviations of a chance guesser (inflated two-fold for
-    /// the dependence between accesses: a read and its write-back touch the same element).
+    /// The accuracy a guesser reaches without this run's view: the better of chance and blind.
+    pub fn yardstick(&self) -> f64 {
+        self.chance.max(self.blind)
+    }
+
+    /// How far above the yardstick, in standard deviations of a guesser that good (inflated
+    /// two-fold for the dependence between accesses: a read and its write-back touch the same
+    /// element).
     pub fn z(&self) -> f64 {
         let n = self.accesses as f64;
-        let spread = 2.0 * (n * self.chance * (1.0 - self.chance)).sqrt().max(1.0);
-        (self.correct as f64 - n * self.chance) / spread
+        let p = self.yardstick().min(1.0);
+        let spread = 2.0 * (n * p * (1.0 - p)).sqrt().max(1.0);
+        (self.correct as f64 - n * p) / spread
     }
 
     pub fn verdict(&self) -> String {
         if self.accesses == 0 {
             return "nothing to attack".into();
         }
-        let lift = if self.chance > 0.0 {
-            format!(", {:.0}× chance", self.accuracy / self.chance)
+        let lift = if self.yardstick() > 0.0 {
+            format!(
+                ", {:.0}× a guess without the view",
+                self.accuracy / self.yardstick()
+            )
         } else {
             String::new()
         };
         if self.z() < 5.0 {
-            "no better than chance".into()
+            "no better than a guess without the view".into()
         } else if self.accuracy >= 0.5 {
             format!("recovers most queries{lift}")
         } else {
@@ -130,6 +150,7 @@ pub fn score(view: &ServerView, truth: &[Keys], guesses: &Guesses, aux: &Auxilia
         correct,
         accuracy: correct as f64 / accesses.max(1) as f64,
         chance: chance / denominator,
+        blind: 0.0,
         top_keys: top.len(),
         top_recovered,
     }
@@ -146,17 +167,21 @@ pub struct AttackResult {
     pub verdict: String,
 }
 
-/// Runs `attack` on `view` and scores it.
+/// Runs `attack` on `view` and scores it, against chance and against its own guesses from
+/// `other` (the other workload's view of the same scheme).
 pub fn run(
     attack: &dyn Attack,
     workload: &str,
     view: &ServerView,
+    other: &ServerView,
     truth: &[Keys],
     aux: &Auxiliary,
     seed: u64,
 ) -> AttackResult {
     let guesses = attack.guess(view, aux, seed);
-    let score = score(view, truth, &guesses, aux);
+    let mut score = score(view, truth, &guesses, aux);
+    let blind = attack.guess(other, aux, seed);
+    score.blind = self::score(view, truth, &blind, aux).accuracy;
     AttackResult {
         attack: attack.name(),
         describe: attack.describe(),

@@ -37,6 +37,7 @@ impl Distinguisher for AddressDistribution {
                 };
                 events.push(Event {
                     at: request.at,
+                    group: u64::from(request.batch),
                     category,
                     weight: 1,
                 });

@@ -42,8 +42,10 @@ impl Distinguisher for LabelFrequency {
         frequencies.sort_unstable();
         frequencies
             .into_iter()
-            .map(|category| Event {
+            .enumerate()
+            .map(|(label, category)| Event {
                 at: window.start,
+                group: label as u64,
                 category,
                 weight: 1,
             })

@@ -8,7 +8,11 @@
 //!
 //! - **identical**: the two streams are equal event for event (times included): no difference at
 //!   all, whatever the statistics;
-//! - a chi-square test of homogeneity between the two runs' histograms: statistic and p-value;
+//! - a chi-square test of homogeneity between the two runs' histograms: statistic and p-value,
+//!   corrected for the dependence between the observations of one group (the levels of one
+//!   tree path, the slots of one batch and its write-back): the groups of both runs are pooled
+//!   and dealt at random to two runs of the same sizes, and the statistic is divided by how much
+//!   larger than its degrees of freedom it comes out on such runs, which differ by chance alone;
 //! - a distinguishing advantage: each run is cut into stretches and a classifier trained on half
 //!   of them labels the other half ([`crate::stats::advantage`]), with the probability that coin
 //!   flips would do as well (which still speaks when too few observations allow a chi-square
@@ -26,6 +30,10 @@ mod write_read;
 use std::ops::Range;
 use std::time::Duration;
 
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
 use crate::stats::{self, Category, ChiSquare, Histogram};
 use crate::view::ServerView;
 
@@ -40,6 +48,9 @@ pub use write_read::WriteReadDistance;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
     pub at: Duration,
+    /// Events of one group may depend on each other (the levels of one tree path, the slots of
+    /// one batch and its write-back); groups are independent as far as the judge assumes.
+    pub group: u64,
     pub category: Category,
     pub weight: u64,
 }
@@ -117,6 +128,52 @@ fn histogram(events: &[Event]) -> Histogram {
     events.iter().map(|e| (e.category, e.weight)).collect()
 }
 
+/// Random re-deals of the two runs' event groups used to measure the chi-square's inflation.
+const REDEALS: usize = 40;
+
+/// The chi-square of homogeneity between `a` and `b`, deflated by the inflation it shows when
+/// the event groups of both runs are dealt to two runs at random (see the module comment).
+fn homogeneity(a: &[Event], b: &[Event]) -> ChiSquare {
+    let test = stats::homogeneity(&histogram(a), &histogram(b));
+    if test.dof == 0 || !test.statistic.is_finite() {
+        return test;
+    }
+    // A group's events are consecutive.
+    let requests = |events: &[Event]| -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            match out.last_mut() {
+                Some(last) if events[last.start].group == e.group => last.end = i + 1,
+                _ => out.push(i..i + 1),
+            }
+        }
+        out
+    };
+    let pooled: Vec<&[Event]> = requests(a)
+        .into_iter()
+        .map(|r| &a[r])
+        .chain(requests(b).into_iter().map(|r| &b[r]))
+        .collect();
+    let in_a = requests(a).len();
+    let mut rng = ChaCha8Rng::seed_from_u64(pooled.len() as u64);
+    let mut order: Vec<usize> = (0..pooled.len()).collect();
+    let mut ratios = 0.0;
+    for _ in 0..REDEALS {
+        order.shuffle(&mut rng);
+        let deal = |part: &[usize]| -> Histogram {
+            part.iter()
+                .flat_map(|&i| pooled[i].iter().map(|e| (e.category, e.weight)))
+                .collect()
+        };
+        let (x, y) = order.split_at(in_a);
+        let chance = stats::homogeneity(&deal(x), &deal(y));
+        if chance.dof > 0 {
+            ratios += chance.statistic / chance.dof as f64;
+        }
+    }
+    test.deflated(ratios / REDEALS as f64)
+}
+
 /// Runs `distinguisher` on views `a` and `b` (of equal windows) and judges it.
 pub fn evaluate(distinguisher: &dyn Distinguisher, a: &ServerView, b: &ServerView) -> Finding {
     let window = a.window.min(b.window);
@@ -143,7 +200,7 @@ pub fn evaluate(distinguisher: &dyn Distinguisher, a: &ServerView, b: &ServerVie
                 .collect()
         };
         (
-            stats::homogeneity(&whole_a, &whole_b),
+            homogeneity(&events_a, &events_b),
             stats::advantage(&segments(a), &segments(b)),
         )
     };

@@ -43,6 +43,7 @@ impl Distinguisher for ReuseDistanceSets {
             }
             events.extend(counts.into_iter().map(|(category, weight)| Event {
                 at: request.at,
+                group: u64::from(request.batch),
                 category,
                 weight,
             }));

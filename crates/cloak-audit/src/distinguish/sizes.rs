@@ -36,6 +36,7 @@ impl Distinguisher for RequestSizes {
                 let kind = KINDS.iter().position(|k| *k == request.kind).unwrap_or(0);
                 Event {
                     at: request.at,
+                    group: u64::from(request.batch),
                     category: (request.accesses.len() as Category) << 2 | kind as Category,
                     weight: 1,
                 }
@@ -72,6 +73,7 @@ impl Distinguisher for ElementSizes {
                 if let Some(len) = access.value_len {
                     events.push(Event {
                         at: request.at,
+                        group: u64::from(request.batch),
                         category: Category::from(len),
                         weight: 1,
                     });

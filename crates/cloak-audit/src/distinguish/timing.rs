@@ -33,6 +33,7 @@ impl Distinguisher for Timing {
                 let gap = (request.at - previous).as_micros() as u64;
                 Event {
                     at: request.at,
+                    group: u64::from(request.batch),
                     category: buckets::of(gap),
                     weight: 1,
                 }

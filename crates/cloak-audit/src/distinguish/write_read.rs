@@ -33,6 +33,7 @@ impl Distinguisher for WriteReadDistance {
                 if let Some(alpha) = access.since_written {
                     events.push(Event {
                         at: request.at,
+                        group: u64::from(request.batch),
                         category: buckets::of(u64::from(alpha)),
                         weight: 1,
                     });

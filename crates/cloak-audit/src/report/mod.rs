@@ -63,7 +63,9 @@ pub fn document(report: &AuditReport, plot: Option<&str>) -> Document {
          never wrong);"
             .into(),
         "attack cells: share of accesses whose key the attack named rightly, and how many \
-         times chance that is (chance: the same guesses shuffled over the labels);"
+         times a guess without the view that is (the better of chance, the same guesses \
+         shuffled over the labels, and blind, the attack's guesses from the other workload's \
+         view); *no gain* when it does no better;"
             .into(),
         "*volume*: whether batch count, sizes and timing stay the same idle, lightly loaded and \
          fully loaded;"
@@ -170,6 +172,7 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
                 format!("`{}`", a.workload),
                 format!("{:.4}", a.score.accuracy),
                 format!("{:.4}", a.score.chance),
+                format!("{:.4}", a.score.blind),
                 format!("{}/{}", a.score.top_recovered, a.score.top_keys),
                 a.verdict.clone(),
             ]
@@ -181,6 +184,7 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
             "workload",
             "accuracy",
             "chance",
+            "blind",
             "top-10 keys",
             "verdict",
         ]

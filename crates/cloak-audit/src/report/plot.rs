@@ -23,7 +23,7 @@ impl Figure for Comparison<'_> {
                 .map(|s| {
                     s.attack(name).get(workload).map_or(0.0, |a| {
                         if chance {
-                            a.score.chance
+                            a.score.yardstick()
                         } else {
                             a.score.accuracy
                         }
@@ -39,7 +39,7 @@ impl Figure for Comparison<'_> {
             &[
                 ("A", attack("frequency analysis", 0, false)),
                 ("B", attack("frequency analysis", 1, false)),
-                ("chance on A", attack("frequency analysis", 0, true)),
+                ("without the view, A", attack("frequency analysis", 0, true)),
             ],
         )?;
         bars(
@@ -50,7 +50,10 @@ impl Figure for Comparison<'_> {
             &[
                 ("A", attack("correlated queries (IHOP)", 0, false)),
                 ("B", attack("correlated queries (IHOP)", 1, false)),
-                ("chance on A", attack("correlated queries (IHOP)", 0, true)),
+                (
+                    "without the view, A",
+                    attack("correlated queries (IHOP)", 0, true),
+                ),
             ],
         )?;
         let advantage = schemes

@@ -13,12 +13,12 @@ fn attack_cell(result: Option<&&AttackResult>) -> String {
     };
     let s = &result.score;
     if s.z() < 5.0 {
-        format!("{:.3} (chance)", s.accuracy)
+        format!("{:.3} (no gain)", s.accuracy)
     } else {
         format!(
             "{:.3} ({:.0}×)",
             s.accuracy,
-            s.accuracy / s.chance.max(1e-12)
+            s.accuracy / s.yardstick().max(1e-12)
         )
     }
 }

@@ -5,6 +5,8 @@
 //! the `[store]` table of `--config`, so every scheme's options reach both the in-process
 //! simulation and the real proxies (which get them as a config file).
 
+use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +18,7 @@ use cloak_bench::report::{self, Measurement};
 use cloak_bench::run::{self, Load, Setup};
 use cloak_bench::simulate::Simulation;
 use cloak_bench::trace_stats::TraceStats;
-use cloak_bench::workload::{KEY_SIZE, Trace};
+use cloak_bench::workload::{KEY_SIZE, Request, Trace, key_name};
 use cloak_schemes::{Budgets, SchemeName};
 
 use crate::cli::{BenchArgs, StoreArgs};
@@ -91,13 +93,21 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
         if let Some((parameter, value)) = parameter {
             point.apply(parameter, value)?;
         }
+        let warmup = args.warmup.unwrap_or(0);
+        point.workload.requests += warmup;
         let (requests, keys) = point.workload.generate()?;
+        let warmup = (warmup as usize).min(requests.len());
         let requests = Arc::new(requests);
         eprintln!(
-            "{}{}: {} requests over {keys} keys",
+            "{}{}: {} requests over {keys} keys{}",
             point.workload.describe(),
             parameter.map_or(String::new(), |(p, v)| format!(", {p} = {v}")),
-            requests.len(),
+            requests.len() - warmup,
+            if warmup > 0 {
+                format!(", after {warmup} to warm up")
+            } else {
+                String::new()
+            },
         );
         for &scheme in &schemes {
             let mut store = point.store.clone();
@@ -125,8 +135,18 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                     seed: workload.seed,
                 };
                 eprintln!("  {scheme}: simulating in process");
-                simulation.measure(&requests, point.load)?
+                let mut sim = simulation.start()?;
+                simulation.measure_on(&mut sim, &requests[..warmup], point.load);
+                simulation.measure_on(&mut sim, &requests[warmup..], point.load)
             } else {
+                if scheme == SchemeName::Pancake && store.pancake_distribution.is_none() {
+                    // Pancake assumes the proxy knows the access distribution (its paper's
+                    // model); unless told otherwise, it gets this run's key frequencies.
+                    let weights = config_dir.path().join("pancake-weights.txt");
+                    write_key_weights(&weights, &requests)?;
+                    store.pancake_distribution = Some(weights);
+                    store.pancake_distribution_format = Some("weights".into());
+                }
                 let file = config_dir.path().join(format!("{scheme}.toml"));
                 write_store_config(&file, &store)?;
                 let mut proxy_args = vec!["--config".to_string(), file.display().to_string()];
@@ -147,6 +167,7 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                     proxy_args,
                     server_args,
                     workload: point.workload.describe(),
+                    warmup,
                 };
                 run::measure(&setup, requests.clone(), point.load)
                     .await
@@ -241,6 +262,19 @@ fn write_store_config(path: &Path, store: &StoreArgs) -> anyhow::Result<()> {
     );
     std::fs::write(path, toml::to_string(&file)?)
         .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// How often each key occurs in `requests`, as a Pancake key-weight file (`KEY WEIGHT` lines).
+fn write_key_weights(path: &Path, requests: &[Request]) -> anyhow::Result<()> {
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    for request in requests {
+        *counts.entry(request.key).or_default() += 1;
+    }
+    let mut text = String::with_capacity(counts.len() * 24);
+    for (key, count) in counts {
+        writeln!(text, "{} {count}", key_name(key))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// `--trace-stats FILE`: the trace's reuse distances, their Zipf fit, and budgets that suit it.
