@@ -30,6 +30,7 @@
 
 mod adapt;
 pub mod estimate;
+mod locks;
 mod replicas;
 pub mod smoothing;
 mod update_cache;
@@ -56,6 +57,7 @@ pub use estimate::{
     ChangeDetector, DistributionError, DistributionFormat, Estimate, EstimateError, KeyWeights,
     KeyWeightsError, estimate_for_keys, parse_distribution,
 };
+use locks::Locks;
 use replicas::{DUMMY, Replicas, element_slot};
 use smoothing::{Plan, Threshold};
 use update_cache::UpdateCache;
@@ -155,10 +157,10 @@ pub struct Pancake {
     queue: VecDeque<(u32, Option<OpId>)>,
     batches: HashMap<u64, Batch>,
     next_batch: u64,
-    /// Batches formed but not sent, oldest first.
-    blocked: VecDeque<u64>,
-    /// Cells with an access at storage.
-    busy: HashSet<u32>,
+    /// Which formed batches wait for a label another batch holds.
+    locks: Locks,
+    /// Batches free to go before storage is filled, oldest first.
+    held: Vec<u64>,
     /// Records the fill writes (recovered after a crash), by slot.
     initial: HashMap<u32, Record>,
     fill_next: usize,
@@ -219,8 +221,8 @@ impl Pancake {
             queue: VecDeque::new(),
             batches: HashMap::new(),
             next_batch: 0,
-            blocked: VecDeque::new(),
-            busy: HashSet::new(),
+            locks: Locks::default(),
+            held: Vec::new(),
             initial: start
                 .records
                 .into_iter()
@@ -361,7 +363,8 @@ impl Pancake {
                 }
             }
             self.next_tick = Some(now + self.interval);
-            self.send_ready();
+            let held = std::mem::take(&mut self.held);
+            self.dispatch(held);
         }
     }
 
@@ -408,33 +411,28 @@ impl Pancake {
         }
         let id = self.next_batch;
         self.next_batch += 1;
+        let free = self.locks.enqueue(id, &batch.cells);
         self.batches.insert(id, batch);
-        self.blocked.push_back(id);
-        self.send_ready();
+        if free {
+            self.dispatch(vec![id]);
+        }
     }
 
-    /// Sends every formed batch none of whose labels is at storage or wanted by an older batch.
-    fn send_ready(&mut self) {
+    /// Sends the reads of `ready` batches, which hold all their labels now (held back until
+    /// storage is filled).
+    fn dispatch(&mut self, ready: Vec<u64>) {
         if !self.filled {
+            self.held.extend(ready);
             return;
         }
-        let mut claimed: HashSet<u32> = HashSet::new();
-        let mut still = VecDeque::new();
-        while let Some(id) = self.blocked.pop_front() {
-            let cells = &self.batches[&id].cells;
-            if cells
+        for id in ready {
+            let labels = self.batches[&id]
+                .cells
                 .iter()
-                .any(|c| self.busy.contains(c) || claimed.contains(c))
-            {
-                claimed.extend(cells.iter().copied());
-                still.push_back(id);
-                continue;
-            }
-            self.busy.extend(cells.iter().copied());
-            let labels = cells.iter().map(|&c| self.replicas.label(c)).collect();
+                .map(|&c| self.replicas.label(c))
+                .collect();
             self.send(Purpose::Read(id), StorageOp::Read(labels));
         }
-        self.blocked = still;
     }
 
     /// Storage answered a batch's reads: answer clients, decide what each label gets, write back.
@@ -583,16 +581,14 @@ impl Pancake {
         let Some(batch) = self.batches.remove(&id) else {
             return;
         };
-        for cell in &batch.cells {
-            self.busy.remove(cell);
-        }
+        let ready = self.locks.release(id, &batch.cells);
         for (slot, version) in batch.cached {
             if let Some(version) = self.cache.written(slot, version) {
                 self.out.release(Slot::from(slot), version);
             }
         }
         self.stats.batches += 1;
-        self.send_ready();
+        self.dispatch(ready);
     }
 
     /// Counts a request for drift detection, and starts swapping when the window says so.
@@ -738,7 +734,7 @@ impl Scheme for Pancake {
             });
             // Not while storage fails or batches pile up: nothing would drain, and the server
             // sees the stall anyway.
-            if !self.retry.is_waiting() && self.blocked.len() < self.max_queued {
+            if !self.retry.is_waiting() && self.locks.waiting() < self.max_queued {
                 self.form_batch();
             }
         }
@@ -760,7 +756,7 @@ impl Scheme for Pancake {
     }
 
     fn accepts(&self) -> bool {
-        self.queue.len() + self.blocked.len() < self.max_queued
+        self.queue.len() + self.locks.waiting() < self.max_queued
     }
 
     fn stats(&self) -> SchemeStats {
