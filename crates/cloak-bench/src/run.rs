@@ -61,6 +61,7 @@ pub struct Setup {
 #[derive(Clone, Copy, Debug)]
 pub struct Load {
     pub clients: usize,
+    /// Closed loop: requests each connection keeps in flight (open loop has no cap).
     pub pipeline: usize,
     /// Requests per second for open loop; `None` for closed loop.
     pub rate: Option<f64>,
@@ -233,8 +234,14 @@ impl Sender {
         // A request taken from the schedule that is not due yet.
         let mut held: Option<usize> = None;
         let mut exhausted = false;
+        // Open loop sends what is due, however much is in flight: a cap would delay requests
+        // behind a slow proxy and hide how slow it is.
+        let room = match self.load.rate {
+            Some(_) => usize::MAX,
+            None => self.load.pipeline.max(1),
+        };
         loop {
-            while sent.len() < self.load.pipeline.max(1) {
+            while sent.len() < room {
                 let index = match held.take() {
                     Some(index) => index,
                     None if exhausted => break,

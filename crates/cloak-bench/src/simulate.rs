@@ -124,8 +124,11 @@ impl Simulation {
                 if due > sim.elapsed() {
                     break;
                 }
-                let Some(client) = room.pop_front() else {
-                    break;
+                let client = match (room.pop_front(), load.rate) {
+                    (Some(client), _) => client,
+                    // Open loop sends what is due, however much is in flight.
+                    (None, Some(_)) => next % clients,
+                    (None, None) => break,
                 };
                 let request = requests[next];
                 let key = Bytes::from(key_name(request.key));
@@ -203,5 +206,37 @@ fn counters(stats: &SchemeStats, storage_bytes: u64) -> Counters {
         cache_hits: stats.cache_hits,
         cache_misses: stats.cache_misses,
         storage_bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{Distribution, Mix, Ycsb, take};
+
+    #[test]
+    fn open_loop_sends_what_is_due_however_much_is_in_flight() {
+        // One connection, one request in flight at most if the pipeline capped open loop:
+        // a 1 ms round trip would hold it to 1000 requests a second, a tenth of the rate.
+        let requests = take(&mut Ycsb::new(Mix::C, Distribution::Uniform, 100, 1), 2000).unwrap();
+        let simulation = Simulation {
+            scheme: SchemeName::Unsafe,
+            keys: 100,
+            value_size: 16,
+            options: SchemeOptions::default(),
+            storage_delay: Duration::from_millis(1),
+            workload: "ycsb-c".into(),
+            seed: 1,
+        };
+        let load = Load {
+            clients: 1,
+            pipeline: 1,
+            rate: Some(10_000.0),
+        };
+        let measured = simulation.measure(&requests, load).unwrap();
+        assert_eq!(measured.errors, 0);
+        let throughput = measured.throughput.unwrap();
+        assert!(throughput > 9_000.0, "{throughput} requests a second");
+        assert!(measured.latency_us.p99 < 5_000, "{:?}", measured.latency_us);
     }
 }

@@ -377,11 +377,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "BYTES")]
     pub value_size: Option<usize>,
 
-    /// Closed loop: connections [default: 50]
+    /// Connections the requests are spread over [default: 50]
     #[arg(long, value_name = "N")]
     pub clients: Option<usize>,
 
-    /// Requests each connection keeps in flight [default: 16]
+    /// Closed loop: requests each connection keeps in flight (open loop sends whatever is due,
+    /// however much is in flight) [default: 16]
     #[arg(long, value_name = "N")]
     pub pipeline: Option<usize>,
 
