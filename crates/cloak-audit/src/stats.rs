@@ -9,32 +9,36 @@ use statrs::distribution::{ChiSquared, ContinuousCDF};
 /// size): sparse neighbours are pooled in that order for the chi-square test.
 pub type Category = u64;
 
-/// Weighted counts per category.
+/// Weighted counts per category, and their sum (asked for in inner loops).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Histogram(BTreeMap<Category, u64>);
+pub struct Histogram {
+    counts: BTreeMap<Category, u64>,
+    total: u64,
+}
 
 impl Histogram {
     pub fn add(&mut self, category: Category, weight: u64) {
         if weight > 0 {
-            *self.0.entry(category).or_default() += weight;
+            *self.counts.entry(category).or_default() += weight;
+            self.total += weight;
         }
     }
 
     pub fn total(&self) -> u64 {
-        self.0.values().sum()
+        self.total
     }
 
     pub fn get(&self, category: Category) -> u64 {
-        self.0.get(&category).copied().unwrap_or(0)
+        self.counts.get(&category).copied().unwrap_or(0)
     }
 
     /// `(category, count)` in category order.
     pub fn iter(&self) -> impl Iterator<Item = (Category, u64)> + '_ {
-        self.0.iter().map(|(&c, &n)| (c, n))
+        self.counts.iter().map(|(&c, &n)| (c, n))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.counts.is_empty()
     }
 }
 
