@@ -132,9 +132,13 @@ pub fn audit_scheme(setup: &Setup, workloads: &Workloads) -> Result<SchemeAudit,
         (name_b, &workloads.requests[1]),
     )?;
     let (a, b) = (&played.a, &played.b);
+    let control = &played.control.view;
     let findings = distinguish::all()
         .iter()
-        .map(|d| distinguish::evaluate(d.as_ref(), &a.view, &b.view))
+        .map(|d| {
+            let finding = distinguish::evaluate(d.as_ref(), &a.view, &b.view);
+            finding.with_control(&distinguish::evaluate(d.as_ref(), &a.view, control))
+        })
         .collect();
     let mut attacks = Vec::new();
     for (i, ((run, other), aux)) in [(a, b), (b, a)].into_iter().zip(&workloads.aux).enumerate() {

@@ -6,7 +6,8 @@
 //! watched for as long as the slower one needs plus a margin, so a scheme whose traffic goes on
 //! after its clients stop (Cloak's fixed batches) is seen doing so, and one that falls silent is
 //! seen falling silent. The same scheme also runs idle and lightly loaded over the same window,
-//! for the volume check. Every scheme draws its randomness from its own seed per run, as two
+//! for the volume check, and serves the first workload a second time as a control (a difference
+//! between two runs of one workload is no evidence about the workload). Every scheme draws its randomness from its own seed per run, as two
 //! independent executions would.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,10 +49,12 @@ pub struct Recording {
     pub measurement: Measurement,
 }
 
-/// The game's two runs, and the same scheme idle and lightly loaded.
+/// The game's two runs, a second run of the first workload (the control), and the same
+/// scheme idle and lightly loaded.
 pub struct Played {
     pub a: Recording,
     pub b: Recording,
+    pub control: Recording,
     pub idle: Recording,
     pub light: Recording,
 }
@@ -164,6 +167,7 @@ pub fn play(
         Session::start(setup, b.0, setup.seed.wrapping_add(1))?,
         Session::start(setup, "idle", setup.seed.wrapping_add(2))?,
         Session::start(setup, "light load", setup.seed.wrapping_add(3))?,
+        Session::start(setup, a.0, setup.seed.wrapping_add(4))?,
     ];
     let t0 = sessions
         .iter()
@@ -173,8 +177,9 @@ pub fn play(
     for (i, session) in sessions.iter_mut().enumerate() {
         session.begin(t0, i < 2)?;
     }
-    let [mut run_a, mut run_b, mut idle, mut light] = sessions;
+    let [mut run_a, mut run_b, mut idle, mut light, mut control] = sessions;
     let measured_a = run_a.run(a.1, setup.load);
+    let measured_control = control.run(a.1, setup.load);
     let took_a = run_a.sim.elapsed() - t0;
     let measured_b = run_b.run(b.1, setup.load);
     let took_b = run_b.sim.elapsed() - t0;
@@ -192,6 +197,7 @@ pub fn play(
     Ok(Played {
         a: run_a.finish(t0, window, a.1.len(), measured_a),
         b: run_b.finish(t0, window, b.1.len(), measured_b),
+        control: control.finish(t0, window, a.1.len(), measured_control),
         idle: idle.finish(t0, window, 0, measured_idle),
         light: light.finish(t0, window, few.len(), measured_light),
     })

@@ -176,3 +176,16 @@ fn path_oram_root_bucket_beats_chance_but_not_a_blind_guess() {
     assert!(attack.score.z() < 5.0, "{attack:?}");
     assert!(!audit.distinguishable(), "{:?}", audit.findings);
 }
+
+#[test]
+fn a_distinguisher_that_tells_any_two_waffle_runs_apart_accuses_no_workload() {
+    // Waffle writes every object under a fresh label and reads it back a little later, so a
+    // classifier trained on some stretches of a run recognises the labels of the others: two
+    // runs of the same workload are told apart as easily as two workloads. The control run
+    // shows it, and the finding does not count against Waffle.
+    let audit = audit(SchemeName::Waffle, "ycsb-c:zipfian", "uniform", 200, 600, 4);
+    let address = finding(&audit, "address distribution");
+    assert!(address.differs_run_to_run(), "{address:?}");
+    assert!(!address.differs(), "{address:?}");
+    assert!(address.verdict.contains("same workload"), "{address:?}");
+}

@@ -110,6 +110,16 @@ pub struct Finding {
     pub about: [Option<String>; 2],
     /// `(category, count in A, count in B)` over the whole window.
     pub histogram: Vec<(String, u64, u64)>,
+    /// The same distinguisher on A against a second run of A (same requests, the scheme's
+    /// own randomness drawn afresh): whether it tells runs apart whatever their workload.
+    pub control: Option<Control>,
+}
+
+/// A distinguisher on two runs of the same workload.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Control {
+    pub advantage: f64,
+    pub p_value: f64,
 }
 
 impl Finding {
@@ -118,9 +128,32 @@ impl Finding {
         (2.0 * self.test.p_value.min(self.classifier_p)).min(1.0)
     }
 
-    /// The views can be told apart.
+    /// The views can be told apart, and two runs of one workload cannot (a distinguisher that
+    /// tells any two runs apart says nothing about the workload).
     pub fn differs(&self) -> bool {
-        !self.identical && self.p_value() < SIGNIFICANCE
+        !self.identical && self.p_value() < SIGNIFICANCE && !self.differs_run_to_run()
+    }
+
+    /// It also tells two runs of the same workload apart.
+    pub fn differs_run_to_run(&self) -> bool {
+        self.control.is_some_and(|c| c.p_value < SIGNIFICANCE)
+    }
+
+    /// Judges this finding (A against B) beside `control`, the same distinguisher on A
+    /// against a second run of A.
+    pub fn with_control(mut self, control: &Finding) -> Self {
+        self.control = Some(Control {
+            advantage: control.advantage,
+            p_value: control.p_value(),
+        });
+        if self.differs_run_to_run() && !self.identical && self.p_value() < SIGNIFICANCE {
+            self.verdict = format!(
+                "tells two runs of the same workload apart too (advantage {:.2}): says nothing \
+                 about the workload",
+                control.advantage
+            );
+        }
+        self
     }
 }
 
@@ -226,6 +259,7 @@ pub fn evaluate(distinguisher: &dyn Distinguisher, a: &ServerView, b: &ServerVie
         verdict: verdict(identical, p_value, separation.advantage),
         about: [distinguisher.about(a), distinguisher.about(b)],
         histogram,
+        control: None,
     }
 }
 

@@ -59,8 +59,9 @@ pub fn document(report: &AuditReport, plot: Option<&str>) -> Document {
     doc.push(Block::Table(summary.header(), summary.rows()));
     doc.push(Block::List(vec![
         "*told apart*: how many distinguishers see a significant difference between A and B \
-         (the chi-square test's or the classifier's p-value, doubled, below 0.001), and the best distinguishing advantage (0: a coin flip does as well, 1: \
-         never wrong);"
+         (the chi-square test's or the classifier's p-value, doubled, below 0.001) but none \
+         between A and a second run of A (which would say nothing about the workload), and \
+         the best distinguishing advantage (0: a coin flip does as well, 1: never wrong);"
             .into(),
         "attack cells: share of accesses whose key the attack named rightly, and how many \
          times a guess without the view that is (the better of chance, the same guesses \
@@ -130,6 +131,9 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
                     p_value(f.test.p_value)
                 },
                 format!("{:.2}", f.advantage),
+                f.control.map_or("-".into(), |c| {
+                    format!("{:.2} (p {})", c.advantage, p_value(c.p_value))
+                }),
                 f.verdict.clone(),
             ]
         })
@@ -142,6 +146,7 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
             "χ² (dof)",
             "p",
             "advantage",
+            "A against A again",
             "verdict",
         ]
         .map(String::from)
