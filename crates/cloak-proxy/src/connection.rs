@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering;
 
 use bytes::{Bytes, BytesMut};
 use cloak_core::{ClientId, Outcome};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::FrontEnd;
@@ -22,6 +22,10 @@ use crate::resp::{Reply, RequestDecoder};
 
 /// Most requests of one client in flight at once; a client pipelining deeper waits.
 const PIPELINE: usize = 1024;
+
+/// Replies gathered for one write at most. A client that keeps sending never lets the queue run
+/// dry, so waiting for that would hold its replies back (and in memory) until it paused.
+const FLUSH_BYTES: usize = 64 * 1024;
 
 /// A reply, ready now or once the engine answers.
 enum Pending {
@@ -133,7 +137,7 @@ async fn respond(
     Pending::Now(reply)
 }
 
-async fn write_replies(mut writer: OwnedWriteHalf, mut queue: mpsc::Receiver<Pending>) {
+async fn write_replies(mut writer: impl AsyncWrite + Unpin, mut queue: mpsc::Receiver<Pending>) {
     let mut out = BytesMut::with_capacity(16 * 1024);
     while let Some(pending) = queue.recv().await {
         let (reply, last) = match pending {
@@ -147,7 +151,7 @@ async fn write_replies(mut writer: OwnedWriteHalf, mut queue: mpsc::Receiver<Pen
             Pending::Close(reply) => (reply, true),
         };
         reply.encode(&mut out);
-        if last || queue.is_empty() {
+        if last || queue.is_empty() || out.len() >= FLUSH_BYTES {
             if writer.write_all(&out).await.is_err() {
                 return;
             }
@@ -174,4 +178,59 @@ fn to_reply(outcome: Outcome) -> Reply {
 /// password was right.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::task::{Context, Poll};
+
+    use super::*;
+
+    /// Takes every write whole and remembers its size.
+    #[derive(Clone, Default)]
+    struct Writes(Arc<Mutex<Vec<usize>>>);
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.0.lock().unwrap().push(buf.len());
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn replies_go_out_while_the_client_keeps_sending() {
+        // A full queue stands for a client that never pauses: replies must not wait for it
+        // to run dry.
+        let (replies, queue) = mpsc::channel(PIPELINE);
+        let value = Bytes::from(vec![b'v'; 2048]);
+        for _ in 0..PIPELINE {
+            replies
+                .send(Pending::Now(Reply::Bulk(Some(value.clone()))))
+                .await
+                .unwrap();
+        }
+        let writes = Writes::default();
+        let writer = tokio::spawn(write_replies(writes.clone(), queue));
+        drop(replies);
+        writer.await.unwrap();
+        let sizes = writes.0.lock().unwrap().clone();
+        assert!(sizes.len() > 1, "{sizes:?}");
+        assert!(
+            sizes.iter().all(|&n| n < FLUSH_BYTES + 4096),
+            "no write holds much more than {FLUSH_BYTES} bytes: {sizes:?}"
+        );
+        assert_eq!(sizes.iter().sum::<usize>(), PIPELINE * (2048 + 9));
+    }
 }
