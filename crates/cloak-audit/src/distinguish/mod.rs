@@ -171,23 +171,13 @@ fn homogeneity(a: &[Event], b: &[Event]) -> ChiSquare {
     if test.dof == 0 || !test.statistic.is_finite() {
         return test;
     }
-    // A group's events are consecutive.
-    let requests = |events: &[Event]| -> Vec<Range<usize>> {
-        let mut out: Vec<Range<usize>> = Vec::new();
-        for (i, e) in events.iter().enumerate() {
-            match out.last_mut() {
-                Some(last) if events[last.start].group == e.group => last.end = i + 1,
-                _ => out.push(i..i + 1),
-            }
-        }
-        out
-    };
-    let pooled: Vec<&[Event]> = requests(a)
+    let (groups_a, groups_b) = (groups(a), groups(b));
+    let in_a = groups_a.len();
+    let pooled: Vec<&[Event]> = groups_a
         .into_iter()
-        .map(|r| &a[r])
-        .chain(requests(b).into_iter().map(|r| &b[r]))
+        .map(|g| &a[g])
+        .chain(groups_b.into_iter().map(|g| &b[g]))
         .collect();
-    let in_a = requests(a).len();
     let mut rng = ChaCha8Rng::seed_from_u64(pooled.len() as u64);
     let mut order: Vec<usize> = (0..pooled.len()).collect();
     let mut ratios = 0.0;
@@ -205,6 +195,18 @@ fn homogeneity(a: &[Event], b: &[Event]) -> ChiSquare {
         }
     }
     test.deflated(ratios / REDEALS as f64)
+}
+
+/// Where each group of `events` lies (a group's events are consecutive).
+fn groups(events: &[Event]) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        match out.last_mut() {
+            Some(last) if events[last.start].group == e.group => last.end = i + 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
 }
 
 /// Runs `distinguisher` on views `a` and `b` (of equal windows) and judges it.
@@ -329,5 +331,26 @@ mod tests {
         assert!(f.verdict.contains("apart"));
         let f = evaluate(&RequestSizes, &hot, &spread);
         assert!(f.identical, "same sizes and times");
+    }
+
+    #[test]
+    fn dependent_observations_do_not_pass_for_a_difference() {
+        // Every batch reads a whole root-to-leaf path of a 64-leaf tree and writes it back:
+        // seven addresses decided by one uniform leaf, each seen twice. Two runs drawing their
+        // leaves independently come from one distribution; counted as independent
+        // observations, their address histograms look different far too often.
+        let path = |seed: u64| {
+            move |k: u64| -> Vec<u128> {
+                let mixed = (k ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let leaf = (mixed >> 40) % 64;
+                (0..7)
+                    .map(|level| u128::from((leaf >> level) + 100 * level))
+                    .collect()
+            }
+        };
+        let (a, b) = (view(3000, path(1)), view(3000, path(2)));
+        let f = evaluate(&AddressDistribution, &a, &b);
+        assert!(f.test.inflation > 1.5, "{:?}", f.test);
+        assert!(f.test.p_value > SIGNIFICANCE, "{:?}", f.test);
     }
 }
