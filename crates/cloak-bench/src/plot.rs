@@ -248,7 +248,12 @@ fn lines<DB: DrawingBackend>(
             parameter.to_string()
         })
         .y_desc(unit)
-        .x_label_formatter(&|x| compact(if log { 10f64.powf(*x) } else { *x }))
+        .x_label_formatter(&|x| match log {
+            // Only the powers of ten: 10k, 100k, 1M, not 31.62k.
+            true if (x - x.round()).abs() > 1e-6 => String::new(),
+            true => compact(10f64.powf(x.round())),
+            false => compact(*x),
+        })
         .y_label_formatter(&|y| compact(*y))
         .label_style(("sans-serif", 14))
         .draw()
