@@ -53,8 +53,6 @@ pub struct Setup {
     /// More `cloak server` flags (say, a data directory).
     pub server_args: Vec<String>,
     pub workload: String,
-    /// The first this many requests are sent before measuring starts.
-    pub warmup: usize,
 }
 
 /// How to send.
@@ -301,9 +299,10 @@ impl Sender {
     }
 }
 
-/// Runs `setup` with `load` and measures it.
+/// Runs `setup` with `load`: sends `warmup` unmeasured, then measures `requests`.
 pub async fn measure(
     setup: &Setup,
+    warmup: Arc<Vec<Request>>,
     requests: Arc<Vec<Request>>,
     load: Load,
 ) -> Result<Measurement, RunError> {
@@ -368,14 +367,11 @@ pub async fn measure(
     )
     .await?;
 
-    let warmup = setup.warmup.min(requests.len());
-    if warmup > 0 {
-        let warming = bar(warmup as u64, format!("{}: warming up", setup.scheme));
-        let first = Arc::new(requests[..warmup].to_vec());
-        drive(proxy.addr, first, &value, load, &warming).await?;
+    if !warmup.is_empty() {
+        let warming = bar(warmup.len() as u64, format!("{}: warming up", setup.scheme));
+        drive(proxy.addr, warmup, &value, load, &warming).await?;
         warming.finish_and_clear();
     }
-    let requests = Arc::new(requests[warmup..].to_vec());
     let before = counters(&info(proxy.addr, "all").await?);
     let running = bar(requests.len() as u64, format!("{}: running", setup.scheme));
     let started = Instant::now();

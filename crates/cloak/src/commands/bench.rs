@@ -95,18 +95,19 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
         }
         let warmup = args.warmup.unwrap_or(0);
         point.workload.requests += warmup;
-        let (requests, keys) = point.workload.generate()?;
-        let warmup = (warmup as usize).min(requests.len());
-        let requests = Arc::new(requests);
+        // The workload's first `warmup` requests warm the store up; the rest are measured.
+        let (mut warm, keys) = point.workload.generate()?;
+        let requests = Arc::new(warm.split_off((warmup as usize).min(warm.len())));
+        let warm = Arc::new(warm);
         eprintln!(
             "{}{}: {} requests over {keys} keys{}",
             point.workload.describe(),
             parameter.map_or(String::new(), |(p, v)| format!(", {p} = {v}")),
-            requests.len() - warmup,
-            if warmup > 0 {
-                format!(", after {warmup} to warm up")
-            } else {
+            requests.len(),
+            if warm.is_empty() {
                 String::new()
+            } else {
+                format!(", after {} to warm up", warm.len())
             },
         );
         for &scheme in &schemes {
@@ -136,14 +137,14 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                 };
                 eprintln!("  {scheme}: simulating in process");
                 let mut sim = simulation.start()?;
-                simulation.measure_on(&mut sim, &requests[..warmup], point.load);
-                simulation.measure_on(&mut sim, &requests[warmup..], point.load)
+                simulation.measure_on(&mut sim, &warm, point.load);
+                simulation.measure_on(&mut sim, &requests, point.load)
             } else {
                 if scheme == SchemeName::Pancake && store.pancake_distribution.is_none() {
                     // Pancake assumes the proxy knows the access distribution (its paper's
                     // model); unless told otherwise, it gets this run's key frequencies.
                     let weights = config_dir.path().join("pancake-weights.txt");
-                    write_key_weights(&weights, &requests)?;
+                    write_key_weights(&weights, warm.iter().chain(requests.iter()))?;
                     store.pancake_distribution = Some(weights);
                     store.pancake_distribution_format = Some("weights".into());
                 }
@@ -152,10 +153,13 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                 let mut proxy_args = vec!["--config".to_string(), file.display().to_string()];
                 proxy_args.extend(args.proxy_args.iter().cloned());
                 let mut server_args = args.server_args.clone();
-                let durable_dir = tempfile::tempdir_in(config_dir.path())?;
-                if point.durable {
-                    let data = durable_dir.path().join("data");
-                    let state = durable_dir.path().join("state");
+                // Kept until this scheme's run is over.
+                let durable_dir = match point.durable {
+                    true => Some(tempfile::tempdir_in(config_dir.path())?),
+                    false => None,
+                };
+                if let Some(dir) = &durable_dir {
+                    let (data, state) = (dir.path().join("data"), dir.path().join("state"));
                     server_args.push(format!("--data-dir={}", data.display()));
                     proxy_args.push(format!("--state-dir={}", state.display()));
                 }
@@ -167,9 +171,8 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                     proxy_args,
                     server_args,
                     workload: point.workload.describe(),
-                    warmup,
                 };
-                run::measure(&setup, requests.clone(), point.load)
+                run::measure(&setup, warm.clone(), requests.clone(), point.load)
                     .await
                     .with_context(|| format!("benchmarking {scheme}"))?
             };
@@ -265,7 +268,10 @@ fn write_store_config(path: &Path, store: &StoreArgs) -> anyhow::Result<()> {
 }
 
 /// How often each key occurs in `requests`, as a Pancake key-weight file (`KEY WEIGHT` lines).
-fn write_key_weights(path: &Path, requests: &[Request]) -> anyhow::Result<()> {
+fn write_key_weights<'a>(
+    path: &Path,
+    requests: impl Iterator<Item = &'a Request>,
+) -> anyhow::Result<()> {
     let mut counts: HashMap<u64, u64> = HashMap::new();
     for request in requests {
         *counts.entry(request.key).or_default() += 1;
