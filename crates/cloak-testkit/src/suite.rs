@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cloak_core::{Command, CommandError, Outcome, SchemeError, SetCondition, Simulator};
-
-use crate::commands::{get, scheme_error, set, value};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::commands::{get, scheme_error, set, value};
 use crate::linearizability::{self, Event, Kind};
 use crate::workload::ClientModel;
 

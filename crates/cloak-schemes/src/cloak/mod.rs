@@ -570,11 +570,11 @@ impl Cloak {
     fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
         self.stats.storage_failures += 1;
         tracing::warn!(%error, ?purpose, "storage request failed; retrying");
+        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
         for pending in self.pending.values_mut() {
             for waiting in [&mut pending.flight, &mut pending.queued] {
                 if let Some(Waiting::Read(waiters)) = waiting {
-                    let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-                    self.out.reply_all(waiters.drain(..), reply);
+                    self.out.reply_all(waiters.drain(..), reply.clone());
                 }
             }
         }

@@ -595,10 +595,10 @@ impl PathOram {
     fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
         self.stats.storage_failures += 1;
         tracing::warn!(%error, ?purpose, "storage request failed; retrying");
+        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
         for (&slot, waiting) in &mut self.waiting {
             for reader in waiting.readers.drain(..) {
-                let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-                self.out.answer(reader, Slot::from(slot), reply);
+                self.out.answer(reader, Slot::from(slot), reply.clone());
             }
         }
         self.retry.fail(now, error, (purpose, op));

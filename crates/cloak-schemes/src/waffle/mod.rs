@@ -213,11 +213,11 @@ impl Waffle {
     fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
         self.stats.storage_failures += 1;
         tracing::warn!(%error, kind = op.kind(), ?purpose, "storage request failed; retrying");
+        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
         let waiting: Vec<u32> = self.pending.keys().copied().collect();
         for slot in waiting {
-            let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
             let readers = self.take_readers(slot);
-            self.out.reply_all(readers, reply);
+            self.out.reply_all(readers, reply.clone());
         }
         self.retry.fail(now, error, (purpose, op));
     }
