@@ -7,8 +7,8 @@
 //! after its clients stop (Cloak's fixed batches) is seen doing so, and one that falls silent is
 //! seen falling silent. The same scheme also runs idle and lightly loaded over the same window,
 //! for the volume check, and serves the first workload a second time as a control (a difference
-//! between two runs of one workload is no evidence about the workload). Every scheme draws its randomness from its own seed per run, as two
-//! independent executions would.
+//! between two runs of one workload is no evidence about the workload). Every scheme draws its
+//! randomness from its own seed per run, as two independent executions would.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

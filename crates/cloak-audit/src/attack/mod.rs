@@ -178,10 +178,12 @@ pub fn run(
     aux: &Auxiliary,
     seed: u64,
 ) -> AttackResult {
-    let guesses = attack.guess(view, aux, seed);
-    let mut score = score(view, truth, &guesses, aux);
+    let informed = attack.guess(view, aux, seed);
     let blind = attack.guess(other, aux, seed);
-    score.blind = self::score(view, truth, &blind, aux).accuracy;
+    let score = Score {
+        blind: score(view, truth, &blind, aux).accuracy,
+        ..score(view, truth, &informed, aux)
+    };
     AttackResult {
         attack: attack.name(),
         describe: attack.describe(),

@@ -131,7 +131,12 @@ impl Finding {
     /// The views can be told apart, and two runs of one workload cannot (a distinguisher that
     /// tells any two runs apart says nothing about the workload).
     pub fn differs(&self) -> bool {
-        !self.identical && self.p_value() < SIGNIFICANCE && !self.differs_run_to_run()
+        self.significant() && !self.differs_run_to_run()
+    }
+
+    /// A significant difference between A and B, before the control is considered.
+    fn significant(&self) -> bool {
+        !self.identical && self.p_value() < SIGNIFICANCE
     }
 
     /// It also tells two runs of the same workload apart.
@@ -146,7 +151,7 @@ impl Finding {
             advantage: control.advantage,
             p_value: control.p_value(),
         });
-        if self.differs_run_to_run() && !self.identical && self.p_value() < SIGNIFICANCE {
+        if self.significant() && self.differs_run_to_run() {
             self.verdict = format!(
                 "tells two runs of the same workload apart too (advantage {:.2}): says nothing \
                  about the workload",
