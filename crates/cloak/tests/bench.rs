@@ -16,6 +16,18 @@ fn bench(args: &[&str]) -> Output {
         .expect("cloak runs")
 }
 
+/// `cloak bench` with `args`, which must succeed (its output is shown when it does not).
+fn bench_ok(args: &[&str]) -> Output {
+    let out = bench(args);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn results(path: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(path).expect("the JSON report was written");
     serde_json::from_str(&text).expect("the report is JSON")
@@ -32,7 +44,7 @@ fn schemes_side_by_side_through_real_processes() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
     let plot = dir.path().join("out.svg");
-    let out = bench(&[
+    let out = bench_ok(&[
         "--scheme",
         "cloak,unsafe,encrypted",
         "--keys",
@@ -53,11 +65,6 @@ fn schemes_side_by_side_through_real_processes() {
         plot.to_str().unwrap(),
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(
         stdout.contains("×unsafe"),
         "the table compares with unsafe:\n{stdout}"
@@ -100,7 +107,7 @@ fn schemes_side_by_side_through_real_processes() {
 fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("durable.json");
-    let out = bench(&[
+    bench_ok(&[
         "--scheme",
         "cloak,unsafe",
         "--keys",
@@ -120,11 +127,6 @@ fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
         "--json",
         json.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let results = results(&json);
     let runs: Vec<(&str, f64, &str)> = results
         .iter()
@@ -157,7 +159,7 @@ fn in_process_sweeps_reproduce_the_skew_effect() {
     let plot = dir.path().join("sweep.png");
     // No cache: reads are answered by batches or by pending writes, so throughput shows how
     // well the workload's recency fits the budgets (the paper's Figure 4).
-    let out = bench(&[
+    bench_ok(&[
         "--in-process",
         "--scheme",
         "cloak",
@@ -176,11 +178,6 @@ fn in_process_sweeps_reproduce_the_skew_effect() {
         "--plot",
         plot.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let results = results(&json);
     assert_eq!(results.len(), 2);
     let at = |i: usize| {
@@ -227,18 +224,13 @@ fn trace_statistics_fit_the_skew_and_recommend_budgets() {
     }
     std::fs::write(&trace, lines).unwrap();
     let plot = dir.path().join("reuse.png");
-    let out = bench(&[
+    let out = bench_ok(&[
         "--trace-stats",
         trace.to_str().unwrap(),
         "--plot",
         plot.to_str().unwrap(),
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(
         stdout.contains("20000 requests (10000 writes) over 500 keys"),
         "{stdout}"
