@@ -1,7 +1,7 @@
 //! The key directory: which logical slot holds which client key.
 //!
-//! Keys are stored as 96 bits of a keyed hash (see `cloak_crypto::KeyHasher`): 16 bytes per key
-//! with the slot, plus the table's overhead, whatever the key length. Clients cannot aim for a
+//! Keys are stored as 96 bits of a keyed hash (see `cloak_crypto::KeyHasher`): about 22 bytes
+//! per slot with the index that finds them, whatever the key length. Clients cannot aim for a
 //! collision without the hash key, and two of a billion keys collide by chance with probability
 //! about 2^-37. The full key lives in the element and the engine compares it on every read, so
 //! even then a read would answer nothing rather than another key's value.
@@ -12,29 +12,12 @@
 //! Schemes only know slots; this lets the proxy tell a scheme about named keys at build time
 //! (Pancake's access distribution from a key-weight file).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{HashMap, HashSet};
 
 use cloak_crypto::KeyHasher;
+use hashbrown::HashTable;
 
 use crate::element::Slot;
-
-/// The table's keys are already uniformly random, so their first 8 bytes are the hash.
-#[derive(Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.0 ^= u64::from_le_bytes(word);
-        }
-    }
-}
 
 type Hash = [u8; 12];
 
@@ -43,15 +26,67 @@ fn hash(hasher: &KeyHasher, key: &[u8]) -> Hash {
     full[..12].try_into().expect("12 of 16 bytes")
 }
 
+/// A key hash is already uniformly random: its first 8 bytes serve as the table's hash.
+fn table_hash(hash: &Hash) -> u64 {
+    u64::from_le_bytes(hash[..8].try_into().expect("8 of 12 bytes"))
+}
+
+/// Which slot holds which key hash, in about 22 bytes a slot at full load: each slot's hash in a
+/// vector indexed by slot, and a table of slot numbers (4 bytes a bucket) that finds a hash's
+/// slot by looking its candidates up in that vector. A map from hash to slot would spend a
+/// 16-byte bucket on each entry, and keep twice as many buckets as keys.
+struct Slots {
+    /// The hash of the key each slot holds; meaningful only for slots in `index`.
+    held: Vec<Hash>,
+    index: HashTable<u32>,
+}
+
+impl Slots {
+    fn with_capacity(capacity: usize) -> Self {
+        Self {
+            held: vec![[0; 12]; capacity],
+            index: HashTable::with_capacity(capacity),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn get(&self, hash: &Hash) -> Option<u32> {
+        self.index
+            .find(table_hash(hash), |&slot| self.held[slot as usize] == *hash)
+            .copied()
+    }
+
+    /// Records `hash` at `slot`; the caller knows `hash` is not in the table yet.
+    fn insert(&mut self, hash: Hash, slot: u32) {
+        self.held[slot as usize] = hash;
+        let held = &self.held;
+        self.index.insert_unique(table_hash(&hash), slot, |&slot| {
+            table_hash(&held[slot as usize])
+        });
+    }
+
+    fn remove(&mut self, hash: &Hash) -> Option<u32> {
+        let held = &self.held;
+        let entry = self
+            .index
+            .find_entry(table_hash(hash), |&slot| held[slot as usize] == *hash)
+            .ok()?;
+        Some(entry.remove().0)
+    }
+}
+
 pub struct KeyDirectory {
     hasher: KeyHasher,
-    slots: HashMap<Hash, u32, BuildHasherDefault<PassThrough>>,
+    slots: Slots,
     /// Slots not holding a key; popped from the end, and shrunk as the store fills.
     free: Vec<u32>,
     capacity: usize,
     /// Keys given a slot in advance, and those slots.
-    designated: HashMap<Hash, u32, BuildHasherDefault<PassThrough>>,
-    designated_slots: std::collections::HashSet<u32>,
+    designated: HashMap<Hash, u32>,
+    designated_slots: HashSet<u32>,
 }
 
 impl KeyDirectory {
@@ -62,10 +97,10 @@ impl KeyDirectory {
             hasher,
             // Sized for a full store now, so it never resizes under load (and never leaves the
             // old table's memory behind in the allocator).
-            slots: HashMap::with_capacity_and_hasher(capacity, Default::default()),
+            slots: Slots::with_capacity(capacity),
             free: (0..capacity as u32).rev().collect(),
             capacity,
-            designated: HashMap::default(),
+            designated: HashMap::new(),
             designated_slots: Default::default(),
         }
     }
@@ -79,20 +114,18 @@ impl KeyDirectory {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.slots.len() == 0
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Slot> {
-        self.slots
-            .get(&hash(&self.hasher, key))
-            .map(|&s| Slot::from(s))
+        self.slots.get(&hash(&self.hasher, key)).map(Slot::from)
     }
 
     /// The key's slot, allocating a free one for a new key: `Some((slot, is_new))`, or `None`
     /// when the key is new and no slot is free.
     pub fn get_or_insert(&mut self, key: &[u8]) -> Option<(Slot, bool)> {
         let hash = hash(&self.hasher, key);
-        if let Some(&slot) = self.slots.get(&hash) {
+        if let Some(slot) = self.slots.get(&hash) {
             return Some((Slot::from(slot), false));
         }
         if let Some(&slot) = self.designated.get(&hash) {
@@ -125,7 +158,11 @@ impl KeyDirectory {
     /// (`None` when no slot is free). The key does not exist until it is inserted.
     pub fn designate(&mut self, key: &[u8]) -> Option<Slot> {
         let hash = hash(&self.hasher, key);
-        if let Some(&slot) = self.slots.get(&hash).or(self.designated.get(&hash)) {
+        if let Some(slot) = self
+            .slots
+            .get(&hash)
+            .or_else(|| self.designated.get(&hash).copied())
+        {
             return Some(Slot::from(slot));
         }
         let slot = self.free.pop()?;
@@ -140,7 +177,7 @@ impl KeyDirectory {
         let needed = keys
             .into_iter()
             .map(|key| hash(&self.hasher, key))
-            .filter(|h| !self.slots.contains_key(h) && !self.designated.contains_key(h))
+            .filter(|h| self.slots.get(h).is_none() && !self.designated.contains_key(h))
             .count();
         needed <= self.free.len()
     }
@@ -155,7 +192,10 @@ impl KeyDirectory {
         let mut taken = vec![false; capacity];
         for (slot, key) in keys {
             let hash = hash(&directory.hasher, key);
-            directory.slots.insert(hash, slot as u32);
+            // A key recovered twice keeps its first slot (recovery hands over each key once).
+            if directory.slots.get(&hash).is_none() {
+                directory.slots.insert(hash, slot as u32);
+            }
             taken[slot as usize] = true;
         }
         directory.free.retain(|&s| !taken[s as usize]);
@@ -202,5 +242,43 @@ mod tests {
         assert_eq!(d.get_or_insert(b"y"), None, "slot 1 stays hot's");
         assert_eq!(d.get_or_insert(b"hot"), Some((1, true)));
         assert_eq!(d.designate(b"z"), None, "no slot left");
+    }
+
+    #[test]
+    fn agrees_with_a_plain_map_through_inserts_removes_and_a_restore() {
+        let hasher = || KeyHasher::new(&MasterKey::from_bytes([7; 32]));
+        let mut d = KeyDirectory::new(hasher(), 5_000);
+        let mut model = HashMap::new();
+        let key = |i: u32| format!("key:{i}").into_bytes();
+        for round in 0..3u32 {
+            for i in 0..5_000u32 {
+                // Each round removes a different third of the keys and inserts the rest.
+                if (i + round) % 3 == 0 {
+                    if let Some(slot) = d.remove(&key(i)) {
+                        assert_eq!(model.remove(&i), Some(slot));
+                        d.release(slot);
+                    }
+                } else {
+                    let (slot, is_new) = d.get_or_insert(&key(i)).expect("room");
+                    assert_eq!(is_new, !model.contains_key(&i));
+                    assert_eq!(*model.entry(i).or_insert(slot), slot);
+                }
+            }
+            assert_eq!(d.len(), model.len());
+            for i in 0..5_000u32 {
+                assert_eq!(d.get(&key(i)), model.get(&i).copied(), "key {i}");
+            }
+        }
+        let keys: Vec<(Slot, Vec<u8>)> = model.iter().map(|(&i, &slot)| (slot, key(i))).collect();
+        let restored = KeyDirectory::restore(
+            hasher(),
+            5_000,
+            keys.iter().map(|(slot, key)| (*slot, &key[..])),
+        );
+        assert_eq!(restored.len(), model.len());
+        for (slot, key) in &keys {
+            assert_eq!(restored.get(key), Some(*slot));
+        }
+        assert!(restored.has_room_for((0..(5_000 - model.len()) as u32).map(|_| &b"new"[..])));
     }
 }
