@@ -199,6 +199,8 @@ impl KeyDirectory {
             taken[slot as usize] = true;
         }
         directory.free.retain(|&s| !taken[s as usize]);
+        // A full store's free list is empty: give back the 4 bytes a slot it was made with.
+        directory.free.shrink_to_fit();
         directory
     }
 }
