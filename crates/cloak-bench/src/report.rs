@@ -86,8 +86,10 @@ pub struct Measurement {
     pub proxy_rss_bytes_per_key: Option<f64>,
     /// The swept parameter and its value, in a sweep.
     pub parameter: Option<(String, f64)>,
-    /// The scheme's parameters and counters as it reports them (`INFO scheme`), and the
-    /// proxy's durability (`wal` or `none`).
+    /// The scheme's parameters and counters as it reports them (`INFO scheme`) at the end of
+    /// the run, and the proxy's durability (`wal` or `none`). Its counters (`batches_sent`,
+    /// `real_slots`, …) and ratios cover the proxy's whole life, preload fill and warm-up
+    /// included; the fields above cover the measured requests only.
     pub scheme_info: BTreeMap<String, String>,
 }
 
