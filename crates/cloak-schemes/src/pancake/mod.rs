@@ -418,6 +418,11 @@ impl Pancake {
         }
     }
 
+    /// Batches formed and not sent yet: waiting for a label, or for storage to be filled.
+    fn formed_unsent(&self) -> usize {
+        self.locks.waiting() + self.held.len()
+    }
+
     /// Sends the reads of `ready` batches, which hold all their labels now (held back until
     /// storage is filled).
     fn dispatch(&mut self, ready: Vec<u64>) {
@@ -734,7 +739,7 @@ impl Scheme for Pancake {
             });
             // Not while storage fails or batches pile up: nothing would drain, and the server
             // sees the stall anyway.
-            if !self.retry.is_waiting() && self.locks.waiting() < self.max_queued {
+            if !self.retry.is_waiting() && self.formed_unsent() < self.max_queued {
                 self.form_batch();
             }
         }
@@ -756,7 +761,7 @@ impl Scheme for Pancake {
     }
 
     fn accepts(&self) -> bool {
-        self.queue.len() + self.locks.waiting() < self.max_queued
+        self.queue.len() + self.formed_unsent() < self.max_queued
     }
 
     fn stats(&self) -> SchemeStats {
