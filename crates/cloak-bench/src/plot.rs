@@ -219,8 +219,7 @@ fn lines<DB: DrawingBackend>(
         .filter_map(|m| Some(m.parameter.as_ref()?.1))
         .collect();
     // Values spanning orders of magnitude (keys 10K → 10M) are spaced by their logarithm.
-    let lo = swept.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = swept.iter().copied().fold(0.0, f64::max);
+    let (lo, hi) = span(&swept);
     let log = lo > 0.0 && hi / lo >= 100.0;
     let at = |x: f64| if log { x.log10() } else { x };
     let points = |scheme: &str| -> Vec<(f64, f64)> {
@@ -306,10 +305,16 @@ fn compact(v: f64) -> String {
     }
 }
 
-/// The span of `values` with a margin, from zero if `from_zero`.
-fn range(values: &[f64], from_zero: bool) -> Range<f64> {
+/// The smallest and largest of `values` (infinite when there are none).
+fn span(values: &[f64]) -> (f64, f64) {
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
+}
+
+/// The span of `values` with a margin, from zero if `from_zero`.
+fn range(values: &[f64], from_zero: bool) -> Range<f64> {
+    let (lo, hi) = span(values);
     if !lo.is_finite() || !hi.is_finite() {
         return 0.0..1.0;
     }
