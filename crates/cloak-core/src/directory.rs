@@ -34,7 +34,7 @@ fn table_hash(hash: &Hash) -> u64 {
 /// Which slot holds which key hash, in about 22 bytes a slot at full load: each slot's hash in a
 /// vector indexed by slot, and a table of slot numbers (4 bytes a bucket) that finds a hash's
 /// slot by looking its candidates up in that vector. A map from hash to slot would spend a
-/// 16-byte bucket on each entry, and keep twice as many buckets as keys.
+/// 16-byte bucket on each entry, and keep up to twice as many buckets as keys.
 struct Slots {
     /// The hash of the key each slot holds; meaningful only for slots in `index`.
     held: Vec<Hash>,
