@@ -2,23 +2,40 @@
 //!
 //! Sealed layout: `epoch (8) ‖ nonce (12) ‖ generation (8) ‖ ciphertext ‖ tag (16)`.
 //!
-//! Nonces: AES-GCM fails badly if a (key, nonce) pair repeats, and random 96-bit nonces are only
-//! safe for about 2^32 messages per key, which a busy proxy writes in hours. So each proxy run
-//! draws a random 64-bit *epoch*, encrypts under the key `HKDF(master, epoch)`, and uses a counter
-//! as the nonce; after 2^32 messages it moves to the next epoch. The epoch travels in the clear so
-//! any run can derive the key to decrypt elements written by an earlier one.
+//! What the server can read of an element, and why each part is public:
+//! - the *epoch*, a random 64-bit number drawn when a sealer starts and again every
+//!   [`MESSAGES_PER_EPOCH`] messages; elements are encrypted under `HKDF(master, epoch)`. It
+//!   travels in the clear so any run can derive the key of elements an earlier run wrote. It tells
+//!   the server which run (and which stretch of 2^28 seals) wrote an element, nothing else.
+//! - the *nonce*, 96 bits drawn from a ChaCha20 generator seeded by the operating system, fresh
+//!   for every element. It carries no order: nonces used to be a counter, and because schemes seal
+//!   a batch's elements in the order they were read, the counter of each written element named
+//!   the position it was read from, which handed the server every batch's secret shuffle. Random
+//!   nonces say nothing about the order, the number or the kind of elements sealed before.
+//!   AES-GCM breaks if a (key, nonce) pair repeats: with `q` random nonces under one key the
+//!   chance of any repeat is below `q² / 2^97`, so moving to a fresh epoch key every 2^28
+//!   messages keeps it below 2^-41 per epoch (NIST SP 800-38D asks for 2^-32).
+//! - the *generation* (below), which every scheme must set from public information only.
+//! - the length, the same for every element of a store.
 //!
 //! Associated data binds each ciphertext to a [`Binding`]: the storage address it was written to
 //! and the scheme's generation counter at that address (Cloak: the batch that wrote it). A server
 //! that swaps, replays or corrupts an element makes [`Sealer::open`] fail. The generation also
-//! travels in the clear (the server saw that write happen, so it learns nothing), so a proxy that
-//! lost its state can still open what it finds with [`Sealer::open_found`] and learn where each
-//! element stands.
+//! travels in the clear, so a proxy that lost its state can still open what it finds with
+//! [`Sealer::open_found`] and learn where each element stands. That is safe only while the
+//! generation is something the server already knows (the batch or access whose write it
+//! watched): a scheme must never put anything else there.
+//!
+//! With the `leak-demo` feature (tests only; nothing a user builds enables it)
+//! [`Sealer::with_counter_nonces`] brings the old counter nonces back, so tests can show that the
+//! auditor and the wire checks catch the leak they caused.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, Tag, UnboundKey};
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
 use ring::rand::{SecureRandom, SystemRandom};
 
 use crate::{KeyError, MasterKey};
@@ -29,8 +46,8 @@ const TAG_LEN: usize = 16;
 const HEADER_LEN: usize = EPOCH_LEN + NONCE_LEN + GENERATION_LEN;
 /// Bytes a sealed element has beyond its plaintext.
 pub const SEAL_OVERHEAD: usize = HEADER_LEN + TAG_LEN;
-/// Messages per epoch before moving to the next one.
-const MESSAGES_PER_EPOCH: u64 = 1 << 32;
+/// Messages sealed under one epoch key before moving to a fresh one (see the module docs).
+pub const MESSAGES_PER_EPOCH: u64 = 1 << 28;
 
 /// Where and when an element was written; authenticated, not encrypted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,37 +74,76 @@ pub enum CryptoError {
     Tampered,
 }
 
+/// Where nonces come from.
+enum Nonces {
+    /// Fresh random nonces: they carry no order (the only mode a user can get).
+    Random(Box<ChaCha20Rng>),
+    /// A counter: each nonce tells how many elements were sealed before it.
+    #[cfg(feature = "leak-demo")]
+    Counter(u64),
+}
+
 pub struct Sealer {
     master: MasterKey,
     epoch: u64,
     key: Arc<LessSafeKey>,
-    counter: u64,
+    /// Messages sealed under the current epoch.
+    sealed: u64,
+    nonces: Nonces,
+    /// Draws epochs and seeds nonces.
+    rng: ChaCha20Rng,
     /// Keys of epochs seen while opening, so each is derived once.
     known: RwLock<HashMap<u64, Arc<LessSafeKey>>>,
 }
 
 impl Sealer {
-    /// A sealer starting at a fresh random epoch.
+    /// A sealer starting at a fresh random epoch, with random nonces.
     pub fn new(master: &MasterKey) -> Result<Self, KeyError> {
-        let mut epoch = [0u8; 8];
+        let mut seed = [0u8; 32];
         SystemRandom::new()
-            .fill(&mut epoch)
+            .fill(&mut seed)
             .map_err(|_| KeyError::Random)?;
-        Ok(Self::with_epoch(master, u64::from_le_bytes(epoch)))
+        let mut rng = ChaCha20Rng::from_seed(seed);
+        let nonces = Nonces::Random(Box::new(ChaCha20Rng::from_rng(&mut rng)));
+        let epoch = rng.next_u64();
+        Ok(Self::start(master, epoch, nonces, rng))
     }
 
-    /// A sealer at a given epoch. Two sealers with one master key must never share an epoch;
-    /// use [`Sealer::new`] unless you control that (tests, separate workers).
-    pub fn with_epoch(master: &MasterKey, epoch: u64) -> Self {
+    /// A sealer that numbers its nonces 0, 1, 2, … in the order it seals: every element then
+    /// tells the server how many were sealed before it. Only for tests that show the leak is
+    /// caught.
+    #[cfg(feature = "leak-demo")]
+    pub fn with_counter_nonces(master: &MasterKey) -> Result<Self, KeyError> {
+        let mut sealer = Self::new(master)?;
+        sealer.nonces = Nonces::Counter(0);
+        Ok(sealer)
+    }
+
+    fn start(master: &MasterKey, epoch: u64, nonces: Nonces, rng: ChaCha20Rng) -> Self {
         let key = Arc::new(epoch_key(master, epoch));
         let known = HashMap::from([(epoch, key.clone())]);
         Self {
             master: master.clone(),
             epoch,
             key,
-            counter: 0,
+            sealed: 0,
+            nonces,
+            rng,
             known: RwLock::new(known),
         }
+    }
+
+    fn next_nonce(&mut self) -> [u8; NONCE_LEN] {
+        let mut nonce = [0u8; NONCE_LEN];
+        match &mut self.nonces {
+            Nonces::Random(rng) => rng.fill_bytes(&mut nonce),
+            #[cfg(feature = "leak-demo")]
+            Nonces::Counter(counter) => {
+                nonce[..8].copy_from_slice(&counter.to_le_bytes());
+                *counter += 1;
+            }
+        }
+        nonce
     }
 
     /// Encrypts `plaintext` bound to `binding`.
@@ -104,12 +160,11 @@ impl Sealer {
         len: usize,
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Vec<u8> {
-        if self.counter == MESSAGES_PER_EPOCH {
+        if self.sealed == MESSAGES_PER_EPOCH {
             self.next_epoch();
         }
-        let mut nonce = [0u8; NONCE_LEN];
-        nonce[..8].copy_from_slice(&self.counter.to_le_bytes());
-        self.counter += 1;
+        self.sealed += 1;
+        let nonce = self.next_nonce();
 
         let mut out = Vec::with_capacity(len + SEAL_OVERHEAD);
         out.extend_from_slice(&self.epoch.to_le_bytes());
@@ -188,13 +243,17 @@ impl Sealer {
         Ok(plaintext)
     }
 
+    /// A fresh random epoch, not the next number: the new epoch must not link to the old one.
     fn next_epoch(&mut self) {
-        self.epoch = self.epoch.wrapping_add(1);
+        self.epoch = self.rng.next_u64();
         self.key = self.key_for(self.epoch);
-        self.counter = 0;
+        self.sealed = 0;
     }
 
     fn key_for(&self, epoch: u64) -> Arc<LessSafeKey> {
+        if epoch == self.epoch {
+            return self.key.clone();
+        }
         let known = self.known.read().unwrap_or_else(|e| e.into_inner());
         if let Some(key) = known.get(&epoch) {
             return key.clone();
@@ -294,12 +353,53 @@ mod tests {
     }
 
     #[test]
-    fn epochs_rotate_before_the_counter_wraps() {
+    fn epochs_rotate_to_a_fresh_random_epoch() {
         let mut s = sealer();
         let first = s.epoch;
-        s.counter = MESSAGES_PER_EPOCH;
+        let before = s.seal(AT, b"old");
+        s.sealed = MESSAGES_PER_EPOCH;
         let sealed = s.seal(AT, b"x");
-        assert_eq!(s.epoch, first.wrapping_add(1));
+        assert_ne!(s.epoch, first);
+        assert_ne!(s.epoch, first.wrapping_add(1), "an epoch must not follow from the last");
         assert_eq!(s.open(AT, &sealed).unwrap(), b"x");
+        assert_eq!(s.open(AT, &before).unwrap(), b"old", "older epochs still open");
+    }
+
+    fn nonce_of(sealed: &[u8]) -> [u8; NONCE_LEN] {
+        sealed[EPOCH_LEN..EPOCH_LEN + NONCE_LEN].try_into().unwrap()
+    }
+
+    /// The header a server reads must not tell in which order elements were sealed. With a
+    /// counter, the nonces of a batch sort into the order they were sealed; random nonces sort
+    /// into a uniformly random order, so about half of the neighbouring pairs are inverted.
+    #[test]
+    fn nonces_carry_no_order() {
+        let mut s = sealer();
+        let nonces: Vec<u128> = (0..2000)
+            .map(|_| {
+                let mut wide = [0u8; 16];
+                wide[..NONCE_LEN].copy_from_slice(&nonce_of(&s.seal(AT, b"v")));
+                u128::from_le_bytes(wide)
+            })
+            .collect();
+        let ascending = nonces.windows(2).filter(|w| w[0] < w[1]).count();
+        // Binomial(1999, 1/2): mean 999.5, sd 22; 6 sd either way.
+        assert!((867..=1132).contains(&ascending), "{ascending} of 1999 ascending");
+        let distinct: std::collections::HashSet<_> = nonces.iter().collect();
+        assert_eq!(distinct.len(), nonces.len());
+        let epochs: std::collections::HashSet<_> =
+            (0..10).map(|_| s.seal(AT, b"v")[..EPOCH_LEN].to_vec()).collect();
+        assert_eq!(epochs.len(), 1, "one epoch within a run");
+    }
+
+    #[cfg(feature = "leak-demo")]
+    #[test]
+    fn counter_nonces_count_for_the_leak_demo() {
+        let mut s = Sealer::with_counter_nonces(&MasterKey::from_bytes([3; 32])).unwrap();
+        for i in 0..5u64 {
+            let sealed = s.seal(AT, b"v");
+            assert_eq!(nonce_of(&sealed)[..8], i.to_le_bytes());
+            assert_eq!(s.open(AT, &sealed).unwrap(), b"v");
+        }
     }
 }
