@@ -131,6 +131,12 @@ pub struct CloakOptions {
     pub batch_interval: Duration,
     pub cache_size: usize,
     pub max_pending: Option<usize>,
+    /// Seal with counter nonces: Cloak seals each write-back in the order it read, so every
+    /// nonce names the read position of its element and the server can undo the shuffle. Only
+    /// for tests that show the auditor and the wire checks catch that leak; the `leak-demo`
+    /// feature is enabled by test crates' dev-dependencies alone, never in a build users run.
+    #[cfg(feature = "leak-demo")]
+    pub leak_demo_counter_nonces: bool,
 }
 
 impl Default for CloakOptions {
@@ -142,6 +148,8 @@ impl Default for CloakOptions {
             batch_interval: Duration::from_millis(20),
             cache_size: 1000,
             max_pending: None,
+            #[cfg(feature = "leak-demo")]
+            leak_demo_counter_nonces: false,
         }
     }
 }
@@ -311,6 +319,13 @@ pub fn build(
                 batch_interval: o.batch_interval,
                 cache_size: o.cache_size,
                 max_pending: o.max_pending,
+            };
+            #[cfg(feature = "leak-demo")]
+            let codec = || -> Result<ElementCodec, BuildError> {
+                Ok(match o.leak_demo_counter_nonces {
+                    true => ElementCodec::new(store.layout, Sealer::with_counter_nonces(master)?),
+                    false => codec()?,
+                })
             };
             Box::new(Cloak::new(config, codec()?, rng, start))
         }

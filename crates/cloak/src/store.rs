@@ -111,6 +111,8 @@ impl StoreArgs {
                     batch_interval,
                     cache_size: self.cache_size.unwrap_or(defaults.cache_size),
                     max_pending: self.max_pending,
+                    #[cfg(feature = "leak-demo")]
+                    leak_demo_counter_nonces: self.leak_demo_counter_nonces,
                 },
                 pancake: PancakeOptions {
                     estimate: None,
