@@ -130,13 +130,6 @@ pub struct StoreArgs {
     #[arg(long, value_name = "N")]
     pub max_pending: Option<usize>,
 
-    /// Cloak seals with counter nonces, which leak each batch's shuffle: for the wire tests
-    /// that show the leak is caught. Exists only in test builds (feature `leak-demo`).
-    #[cfg(feature = "leak-demo")]
-    #[arg(long, hide = true)]
-    #[serde(default)]
-    pub leak_demo_counter_nonces: bool,
-
     /// Waffle: objects read (and written) per batch, B [default: 2500, smaller for stores under
     /// 10,000 keys]
     #[arg(long, value_name = "N")]

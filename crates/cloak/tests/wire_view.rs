@@ -73,8 +73,9 @@ struct Capture {
 }
 
 impl Capture {
-    /// Runs `cloak proxy --scheme scheme extra…` over a fresh Redis through the four windows.
-    fn run(scheme: &str, extra: &[&str]) -> Self {
+    /// Runs `cloak proxy --scheme scheme` over a fresh Redis through the four windows, with
+    /// `env` in its environment.
+    fn run(scheme: &str, env: &[(&str, &str)]) -> Self {
         let redis = RedisServer::start_with(&["--appendonly", "no"], false);
         let dir = tempfile::tempdir().unwrap();
         let master = MasterKey::from_bytes([7; 32]);
@@ -87,7 +88,7 @@ impl Capture {
         let listen = format!("127.0.0.1:{port}");
         let state = dir.path().join("state");
         let interval = format!("{}ms", BATCH_INTERVAL.as_millis());
-        let mut args = vec![
+        let args = [
             "proxy",
             "--scheme",
             scheme,
@@ -112,8 +113,7 @@ impl Capture {
             "--batch-interval",
             &interval,
         ];
-        args.extend(extra);
-        let proxy = Running::start(&args, "listening");
+        let proxy = Running::start_with_env(&args, env, "listening");
         preload(port);
         std::thread::sleep(Duration::from_millis(500));
         let mut starts = [Duration::ZERO; 4];
@@ -131,7 +131,10 @@ impl Capture {
         let trace = to_trace(&commands, since, |key| target.addr(key));
         let truth = truth(&trace, &master);
         Self {
-            scheme: format!("{scheme} {}", extra.join(" ")).trim().to_string(),
+            scheme: match env {
+                [] => scheme.to_string(),
+                _ => format!("{scheme} (leak demo)"),
+            },
             trace,
             truth,
             starts,
@@ -344,7 +347,7 @@ fn cloak_on_redis_shows_nothing_and_its_leaky_variant_is_caught() {
         );
     }
 
-    let leaky = Capture::run("cloak", &["--leak-demo-counter-nonces"]);
+    let leaky = Capture::run("cloak", &[(cloak_schemes::LEAK_DEMO_ENV, "1")]);
     let links = leaky.links(ONE_KEY);
     println!("leaky cloak: link check one-key: {links:?}");
     assert!(links.share() > 0.9, "{links:?}");
