@@ -91,6 +91,8 @@ impl Workloads {
 pub struct SchemeAudit {
     pub scheme: String,
     pub findings: Vec<Finding>,
+    /// The volume and timing distinguishers on the scheme idle against fully loaded (A).
+    pub load_findings: Vec<Finding>,
     pub attacks: Vec<AttackResult>,
     pub volume: VolumeCheck,
     /// Each workload's run, measured in process (virtual time).
@@ -117,6 +119,11 @@ impl SchemeAudit {
         self.findings.iter().any(Finding::differs)
     }
 
+    /// Idle and loaded runs differ to some volume or timing distinguisher.
+    pub fn load_distinguishable(&self) -> bool {
+        self.load_findings.iter().any(Finding::differs)
+    }
+
     /// An attack's results on both workloads.
     pub fn attack(&self, name: &str) -> Vec<&AttackResult> {
         self.attacks.iter().filter(|a| a.attack == name).collect()
@@ -139,6 +146,10 @@ pub fn audit_scheme(setup: &Setup, workloads: &Workloads) -> Result<SchemeAudit,
             let finding = distinguish::evaluate(d.as_ref(), &a.view, &b.view);
             finding.with_control(&distinguish::evaluate(d.as_ref(), &a.view, control))
         })
+        .collect();
+    let load_findings = distinguish::volume_and_timing()
+        .iter()
+        .map(|d| distinguish::evaluate(d.as_ref(), &played.idle.view, &a.view))
         .collect();
     let mut attacks = Vec::new();
     for (i, ((run, other), aux)) in [(a, b), (b, a)].into_iter().zip(&workloads.aux).enumerate() {
@@ -174,6 +185,7 @@ pub fn audit_scheme(setup: &Setup, workloads: &Workloads) -> Result<SchemeAudit,
     Ok(SchemeAudit {
         scheme: setup.scheme.to_string(),
         findings,
+        load_findings,
         attacks,
         volume,
         cost: [a.measurement.clone(), b.measurement.clone()],

@@ -1,8 +1,9 @@
 //! A recorded server view, organised the way the server itself could organise it.
 //!
-//! The input is exactly what the simulator's trace holds (`cloak_core::Observed`: time, kind,
-//! addresses, sizes of written values). Everything derived here is computed from that alone, in
-//! order, as a server watching its own traffic would compute it:
+//! The input is exactly what the simulator's trace holds (`cloak_core::Observed`: when each
+//! request came and was answered, its kind, its addresses, every byte written). Everything
+//! derived here is computed from that alone, in order, as a server watching its own traffic
+//! would compute it:
 //!
 //! - a **batch** is a read request, numbered from 1 as they arrive (a write belongs to the batch
 //!   of the last read before it, as a write-back does);
@@ -17,13 +18,17 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::Duration;
 
+use bytes::Bytes;
 use cloak_core::{AccessKind, Addr, Observed};
+use cloak_crypto::ClearHeader;
 
 /// One request as the server received it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerRequest {
     /// Time since the view began.
     pub at: Duration,
+    /// When storage answered it (time since the view began), if it did.
+    pub answered: Option<Duration>,
     pub kind: AccessKind,
     /// Its accesses, as indices into [`ServerView::accesses`].
     pub accesses: Range<usize>,
@@ -41,8 +46,21 @@ pub struct Access {
     pub reuse_distance: Option<u32>,
     /// Batches since the address was last written; for reads only.
     pub since_written: Option<u32>,
+    /// The element written there, byte for byte (shared with the trace); for writes only.
+    pub value: Option<Bytes>,
+}
+
+impl Access {
     /// Bytes written there; for writes only.
-    pub value_len: Option<u32>,
+    pub fn value_len(&self) -> Option<u32> {
+        self.value.as_ref().map(|v| v.len() as u32)
+    }
+
+    /// The clear header of the element written there, read as the server reads it; for writes
+    /// of sealed elements only (of anything else it reads whatever bytes sit there).
+    pub fn header(&self) -> Option<ClearHeader> {
+        self.value.as_deref().and_then(ClearHeader::read)
+    }
 }
 
 /// What the server saw during one observation window.
@@ -91,11 +109,12 @@ impl ServerView {
                     request,
                     reuse_distance: reuse_distance.filter(|_| read),
                     since_written: since_written.filter(|_| read),
-                    value_len: seen.value_lens.get(i).map(|&l| l as u32),
+                    value: seen.values.get(i).cloned(),
                 });
             }
             view.requests.push(ServerRequest {
                 at: seen.at - start,
+                answered: seen.answered.map(|t| t.saturating_sub(start)),
                 kind: seen.kind,
                 accesses: first..view.accesses.len(),
                 batch,
@@ -134,10 +153,11 @@ mod tests {
     fn op(ms: u64, kind: AccessKind, addrs: &[Addr]) -> Observed {
         Observed {
             at: Duration::from_millis(ms),
+            answered: Some(Duration::from_millis(ms + 1)),
             kind,
             addrs: addrs.to_vec(),
-            value_lens: if kind == AccessKind::Write {
-                vec![10; addrs.len()]
+            values: if kind == AccessKind::Write {
+                vec![Bytes::from_static(&[0; 10]); addrs.len()]
             } else {
                 Vec::new()
             },
@@ -160,6 +180,7 @@ mod tests {
         assert_eq!(view.requests.len(), 5);
         assert_eq!(view.batches(), 3);
         assert_eq!(view.requests[0].at, Duration::ZERO);
+        assert_eq!(view.requests[0].answered, Some(Duration::from_millis(1)));
         let read = |r: usize| -> Vec<(Option<u32>, Option<u32>)> {
             view.accesses_of(&view.requests[r])
                 .iter()
@@ -172,7 +193,7 @@ mod tests {
         assert_eq!(read(3), [(Some(2), Some(2))]);
         // Batch 3 reads 1 and 3, both written back in batch 1.
         assert_eq!(read(4), [(Some(2), Some(2)), (Some(2), Some(2))]);
-        assert_eq!(view.accesses_of(&view.requests[2])[0].value_len, Some(10));
+        assert_eq!(view.accesses_of(&view.requests[2])[0].value_len(), Some(10));
         assert_eq!(
             view.requests_in(&(Duration::from_millis(10)..Duration::from_millis(30)))
                 .len(),

@@ -9,9 +9,22 @@ use cloak_audit::{Game, SchemeAudit, Setup, Workloads, audit_scheme};
 use cloak_bench::run::Load;
 use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions};
 
+fn audit(
+    scheme: SchemeName,
+    a: &str,
+    b: &str,
+    keys: u64,
+    requests: u64,
+    clients: usize,
+) -> SchemeAudit {
+    audit_cloak_sealing(false, scheme, a, b, keys, requests, clients)
+}
+
+/// [`audit`], with Cloak sealing with counter nonces when `leaky` (the leak-demo variant).
 // `..SchemeOptions::default()` keeps this building as other schemes' options join the struct.
 #[allow(clippy::needless_update)]
-fn audit(
+fn audit_cloak_sealing(
+    leaky: bool,
     scheme: SchemeName,
     a: &str,
     b: &str,
@@ -33,6 +46,7 @@ fn audit(
             first_budget: 1,
             batch_interval: Duration::from_millis(5),
             cache_size: 1,
+            leak_demo_counter_nonces: leaky,
             ..CloakOptions::default()
         },
         ..SchemeOptions::default()
@@ -117,8 +131,20 @@ fn cloak_per_set_counts_do_not_tell_one_key_from_uniform() {
     let sets = finding(&audit, "reuse-distance sets");
     assert!(sets.identical, "{sets:?}");
     assert_eq!((sets.advantage, sets.p_value()), (0.0, 1.0));
-    for name in ["request sizes", "element sizes", "timing"] {
+    for name in [
+        "request sizes",
+        "element sizes",
+        "timing",
+        "batch intervals",
+        "write-back delay",
+        "generation lag",
+    ] {
         assert!(finding(&audit, name).identical, "{name}");
+    }
+    // Idle and loaded: the same batches at the same times.
+    assert!(!audit.load_distinguishable(), "{:?}", audit.load_findings);
+    for f in &audit.load_findings {
+        assert!(f.identical, "{f:?}");
     }
     // Everything the server can compute that depends on chance stays within chance.
     assert!(!audit.distinguishable(), "{:?}", audit.findings);
@@ -188,4 +214,39 @@ fn a_distinguisher_that_tells_any_two_waffle_runs_apart_accuses_no_workload() {
     assert!(address.differs_run_to_run(), "{address:?}");
     assert!(!address.differs(), "{address:?}");
     assert!(address.verdict.contains("same workload"), "{address:?}");
+}
+
+#[test]
+fn counter_nonces_give_cloak_away_and_the_auditor_sees_it() {
+    // The leak-demo variant: Cloak seals each write-back in read order with counter nonces, so
+    // the nonce rank of every written element names the position it was read from. Following
+    // elements that way, the one key clients keep reading is the element re-read in every
+    // batch: the linking attack names it, and reuse along followed elements tells one-key
+    // from uniform.
+    let leaky = audit_cloak_sealing(true, SchemeName::Cloak, "one-key", "uniform", 200, 2000, 4);
+    let linking = &leaky.attack("linking (headers)")[0];
+    assert!(linking.score.z() >= 5.0, "{linking:?}");
+    assert!(
+        linking.score.accuracy > 5.0 * linking.score.yardstick(),
+        "{linking:?}"
+    );
+    let followed = finding(&leaky, "followed-element reuse");
+    assert!(followed.differs(), "{followed:?}");
+    assert!(followed.verdict.contains("told apart"), "{followed:?}");
+    assert!(leaky.distinguishable());
+    let nonces = finding(&leaky, "nonce order");
+    assert!(
+        nonces.about[0]
+            .as_deref()
+            .is_some_and(|a| a.contains("nonces consecutive")),
+        "{nonces:?}"
+    );
+
+    // The same audit of Cloak as built: nothing to follow, nothing told apart.
+    let fixed = audit(SchemeName::Cloak, "one-key", "uniform", 200, 2000, 4);
+    let linking = &fixed.attack("linking (headers)")[0];
+    assert!(linking.score.z() < 5.0, "{linking:?}");
+    assert!(!finding(&fixed, "followed-element reuse").differs());
+    assert_eq!(finding(&fixed, "nonce order").about, [None, None]);
+    assert!(!fixed.distinguishable(), "{:?}", fixed.findings);
 }

@@ -267,7 +267,11 @@ impl Simulator {
                     ))
                 } else {
                     if let Some(trace) = &mut self.trace {
-                        trace.push(Observed::of(self.now - self.start, &request.op));
+                        let at = self.now - self.start;
+                        trace.push(Observed {
+                            answered: Some(at + self.storage_delay),
+                            ..Observed::of(at, &request.op)
+                        });
                     }
                     if let Some(tap) = &mut self.tap {
                         tap(self.now - self.start, &request.op);

@@ -1,9 +1,13 @@
 //! The adversary's view: every request storage receives, in order, as the server sees it.
 //!
 //! Recorded by the observing storage wrapper and by the simulator; read by the tests that check
-//! each scheme's security claim and by the auditor.
+//! each scheme's security claim and by the auditor. It keeps everything the server receives:
+//! the addresses, every byte of every value written (shared with the request, not copied: a
+//! `Bytes` clone is a reference count) and when each request arrived and was answered.
 
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use crate::storage::{Addr, StorageOp};
 
@@ -15,46 +19,51 @@ pub enum AccessKind {
     Scan,
 }
 
-/// One request as the server saw it: when, what kind, which addresses, how many bytes.
+/// One request as the server saw it: when it came and when it was answered, what kind, which
+/// addresses, which bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observed {
     /// Time since observation began.
     pub at: Duration,
+    /// When the answer left storage (time since observation began); `None` while unanswered
+    /// or when the request failed.
+    pub answered: Option<Duration>,
     pub kind: AccessKind,
     pub addrs: Vec<Addr>,
-    /// Size of every value written (empty for reads and deletes).
-    pub value_lens: Vec<usize>,
+    /// Every value written, byte for byte, in request order (empty for reads and deletes).
+    pub values: Vec<Bytes>,
 }
 
 impl Observed {
+    /// `op` as the server receives it at `at`, not yet answered.
     pub fn of(at: Duration, op: &StorageOp) -> Self {
-        match op {
-            StorageOp::Read(addrs) => Self {
-                at,
-                kind: AccessKind::Read,
-                addrs: addrs.clone(),
-                value_lens: Vec::new(),
-            },
-            StorageOp::Write(writes) => Self {
-                at,
-                kind: AccessKind::Write,
-                addrs: writes.iter().map(|(a, _)| *a).collect(),
-                value_lens: writes.iter().map(|(_, v)| v.len()).collect(),
-            },
-            StorageOp::Delete(addrs) => Self {
-                at,
-                kind: AccessKind::Delete,
-                addrs: addrs.clone(),
-                value_lens: Vec::new(),
-            },
+        let (kind, addrs, values) = match op {
+            StorageOp::Read(addrs) => (AccessKind::Read, addrs.clone(), Vec::new()),
+            StorageOp::Write(writes) => (
+                AccessKind::Write,
+                writes.iter().map(|(a, _)| *a).collect(),
+                writes.iter().map(|(_, v)| v.clone()).collect(),
+            ),
+            StorageOp::Delete(addrs) => (AccessKind::Delete, addrs.clone(), Vec::new()),
             // The cursor is all the server is told.
-            StorageOp::Scan { after, .. } => Self {
-                at,
-                kind: AccessKind::Scan,
-                addrs: after.iter().copied().collect(),
-                value_lens: Vec::new(),
-            },
+            StorageOp::Scan { after, .. } => (
+                AccessKind::Scan,
+                after.iter().copied().collect(),
+                Vec::new(),
+            ),
+        };
+        Self {
+            at,
+            answered: None,
+            kind,
+            addrs,
+            values,
         }
+    }
+
+    /// The size of every value written, in request order.
+    pub fn value_lens(&self) -> impl Iterator<Item = usize> + '_ {
+        self.values.iter().map(Bytes::len)
     }
 }
 

@@ -17,4 +17,4 @@ mod sealer;
 pub use hash::KeyHasher;
 pub use key::{KeyError, MasterKey, random_u64};
 pub use prf::Prf;
-pub use sealer::{Binding, CryptoError, SEAL_OVERHEAD, Sealer};
+pub use sealer::{Binding, ClearHeader, CryptoError, SEAL_OVERHEAD, Sealer};

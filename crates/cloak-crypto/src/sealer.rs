@@ -207,13 +207,9 @@ impl Sealer {
     }
 
     fn generation(sealed: &[u8]) -> Result<u64, CryptoError> {
-        if sealed.len() < SEAL_OVERHEAD {
-            return Err(CryptoError::Truncated(sealed.len()));
-        }
-        let at = EPOCH_LEN + NONCE_LEN;
-        Ok(u64::from_le_bytes(
-            sealed[at..at + GENERATION_LEN].try_into().expect("8 bytes"),
-        ))
+        ClearHeader::read(sealed)
+            .map(|header| header.generation)
+            .ok_or(CryptoError::Truncated(sealed.len()))
     }
 
     fn open_at(&self, binding: Binding, sealed: &[u8]) -> Result<Vec<u8>, CryptoError> {
@@ -222,12 +218,10 @@ impl Sealer {
         if Self::generation(sealed)? != binding.generation {
             return Err(CryptoError::Tampered);
         }
-        let (header, rest) = sealed.split_at(HEADER_LEN);
+        let ClearHeader { epoch, nonce, .. } =
+            ClearHeader::read(sealed).ok_or(CryptoError::Truncated(sealed.len()))?;
+        let rest = &sealed[HEADER_LEN..];
         let (ciphertext, tag) = rest.split_at(rest.len() - TAG_LEN);
-        let epoch = u64::from_le_bytes(header[..EPOCH_LEN].try_into().expect("8 bytes"));
-        let nonce: [u8; NONCE_LEN] = header[EPOCH_LEN..EPOCH_LEN + NONCE_LEN]
-            .try_into()
-            .expect("12 bytes");
         let tag: [u8; TAG_LEN] = tag.try_into().expect("16 bytes");
 
         let key = self.key_for(epoch);
@@ -270,6 +264,44 @@ impl Sealer {
     }
 }
 
+/// What anyone can read of a sealed element: its header, as the server sees it. The auditor
+/// reads it to check that nothing in it depends on more than public information.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClearHeader {
+    pub epoch: u64,
+    pub nonce: [u8; NONCE_LEN],
+    pub generation: u64,
+}
+
+impl ClearHeader {
+    /// The header of `sealed`; `None` if it is too short to be a sealed element.
+    pub fn read(sealed: &[u8]) -> Option<Self> {
+        if sealed.len() < SEAL_OVERHEAD {
+            return None;
+        }
+        let word = |at: usize| -> u64 {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&sealed[at..at + 8]);
+            u64::from_le_bytes(bytes)
+        };
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&sealed[EPOCH_LEN..EPOCH_LEN + NONCE_LEN]);
+        Some(Self {
+            epoch: word(0),
+            nonce,
+            generation: word(EPOCH_LEN + NONCE_LEN),
+        })
+    }
+
+    /// The nonce's first 8 bytes as a little-endian number: where a counter would sit, so an
+    /// attacker orders elements by it (random nonces make that order random).
+    pub fn nonce_number(&self) -> u64 {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&self.nonce[..8]);
+        u64::from_le_bytes(bytes)
+    }
+}
+
 fn epoch_key(master: &MasterKey, epoch: u64) -> LessSafeKey {
     let bytes: [u8; 32] = master.derive(&[b"element epoch", &epoch.to_le_bytes()]);
     LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &bytes).expect("32-byte AES-256 key"))
@@ -293,6 +325,17 @@ mod tests {
         let sealed = s.seal(AT, b"hello");
         assert_eq!(sealed.len(), 5 + SEAL_OVERHEAD);
         assert_eq!(s.open(AT, &sealed).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn the_clear_header_is_what_the_seal_wrote() {
+        let mut s = sealer();
+        let sealed = s.seal(AT, b"hello");
+        let header = ClearHeader::read(&sealed).unwrap();
+        assert_eq!(header.epoch, s.epoch);
+        assert_eq!(header.generation, AT.generation);
+        assert_eq!(header.nonce[..], sealed[EPOCH_LEN..EPOCH_LEN + NONCE_LEN]);
+        assert_eq!(ClearHeader::read(&sealed[..SEAL_OVERHEAD - 1]), None);
     }
 
     #[test]

@@ -131,6 +131,13 @@ pub struct CloakOptions {
     pub batch_interval: Duration,
     pub cache_size: usize,
     pub max_pending: Option<usize>,
+    /// Seal with counter nonces: Cloak seals each write-back in the order it read, so every
+    /// nonce names the read position of its element and the server can undo the shuffle. Only
+    /// for tests that show the auditor and the wire checks catch that leak; the `leak-demo`
+    /// feature is enabled by test crates' dev-dependencies alone, never in a build users run.
+    /// [`LEAK_DEMO_ENV`] in the environment does the same (for tests of the built binary).
+    #[cfg(feature = "leak-demo")]
+    pub leak_demo_counter_nonces: bool,
 }
 
 impl Default for CloakOptions {
@@ -142,6 +149,8 @@ impl Default for CloakOptions {
             batch_interval: Duration::from_millis(20),
             cache_size: 1000,
             max_pending: None,
+            #[cfg(feature = "leak-demo")]
+            leak_demo_counter_nonces: false,
         }
     }
 }
@@ -233,6 +242,12 @@ pub enum BuildError {
     Key(#[from] KeyError),
 }
 
+/// Set in the environment of a process built with the `leak-demo` feature (the binary as the
+/// tests build it), it makes every Cloak seal with counter nonces, as
+/// [`CloakOptions::leak_demo_counter_nonces`] does. Builds without the feature never read it.
+#[cfg(feature = "leak-demo")]
+pub const LEAK_DEMO_ENV: &str = "CLOAK_LEAK_DEMO_COUNTER_NONCES";
+
 /// Largest store any scheme supports (slots are 32-bit inside the schemes).
 pub const MAX_CAPACITY: u64 = u32::MAX as u64 - 1;
 
@@ -311,6 +326,14 @@ pub fn build(
                 batch_interval: o.batch_interval,
                 cache_size: o.cache_size,
                 max_pending: o.max_pending,
+            };
+            #[cfg(feature = "leak-demo")]
+            let codec = || -> Result<ElementCodec, BuildError> {
+                let leaky = o.leak_demo_counter_nonces || std::env::var_os(LEAK_DEMO_ENV).is_some();
+                Ok(match leaky {
+                    true => ElementCodec::new(store.layout, Sealer::with_counter_nonces(master)?),
+                    false => codec()?,
+                })
             };
             Box::new(Cloak::new(config, codec()?, rng, start))
         }

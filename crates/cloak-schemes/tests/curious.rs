@@ -260,7 +260,7 @@ fn parse(view: &[Observed], p: &Params) -> (Vec<Access>, Vec<Vec<Addr>>, usize) 
                     read, o.addrs,
                     "written-back buckets differ from the read ones"
                 );
-                assert!(o.value_lens.iter().all(|&l| l == p.element_bytes));
+                assert!(o.value_lens().all(|l| l == p.element_bytes));
             }
             kind => panic!("unexpected {kind:?} in the server's view"),
         }

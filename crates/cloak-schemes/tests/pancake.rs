@@ -446,7 +446,7 @@ fn every_request_is_one_batch_of_three_reads_written_back() {
         }
     }
     assert!(open.is_empty());
-    let sizes: Vec<usize> = writes.iter().flat_map(|o| o.value_lens.clone()).collect();
+    let sizes: Vec<usize> = writes.iter().flat_map(|o| o.value_lens()).collect();
     assert!(sizes.windows(2).all(|w| w[0] == w[1]), "one element size");
 }
 

@@ -154,7 +154,7 @@ fn accessed_leaves(view: &[Observed], tree: Tree, bucket_bytes: usize) -> Vec<u3
             assert!(u64::from(leaf) < tree.leaves());
             assert_eq!(read.addrs, tree.path(leaf), "a whole root-to-leaf path");
             assert_eq!(write.addrs, read.addrs, "the write-back is the path read");
-            assert!(write.value_lens.iter().all(|&len| len == bucket_bytes));
+            assert!(write.value_lens().all(|len| len == bucket_bytes));
             leaf
         })
         .collect()
@@ -714,7 +714,7 @@ fn after_a_crash_the_server_sees_one_fill_of_every_bucket_then_paths() {
     let fill = &view[0];
     assert_eq!(fill.kind, AccessKind::Write);
     assert_eq!(fill.addrs, (0..tree.buckets() as Addr).collect::<Vec<_>>());
-    let bucket_bytes = fill.value_lens[0];
+    let bucket_bytes = fill.values[0].len();
     assert_eq!(accessed_leaves(&view[1..], tree, bucket_bytes).len(), 60);
 }
 

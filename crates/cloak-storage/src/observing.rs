@@ -1,6 +1,7 @@
-//! A wrapper that records what the server sees, request by request.
+//! A wrapper that records what the server sees, request by request: the request as sent (every
+//! byte written included), when it was sent, and when its answer came back.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -8,22 +9,56 @@ use cloak_core::{Observed, Trace};
 
 use crate::{Storage, StorageError, StorageOp, StorageReply};
 
+/// The trace so far, and how many requests were taken from it before (so an answer that comes
+/// back after its request was taken is not written onto another request).
+#[derive(Default)]
+struct Recorded {
+    trace: Trace,
+    taken: usize,
+}
+
 /// Shared access to a trace being recorded.
 #[derive(Clone, Default)]
-pub struct TraceHandle(Arc<Mutex<Trace>>);
+pub struct TraceHandle(Arc<Mutex<Recorded>>);
 
 impl TraceHandle {
-    /// Takes what was recorded so far; recording continues.
+    fn lock(&self) -> MutexGuard<'_, Recorded> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes what was recorded so far; recording continues. Requests still unanswered are
+    /// taken without their answer time.
     pub fn take(&self) -> Trace {
-        std::mem::take(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut recorded = self.lock();
+        let trace = std::mem::take(&mut recorded.trace);
+        recorded.taken += trace.len();
+        trace
     }
 
     pub fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.lock().trace.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Records a request; returns its number for [`TraceHandle::answered`].
+    fn push(&self, seen: Observed) -> usize {
+        let mut recorded = self.lock();
+        recorded.trace.push(seen);
+        recorded.taken + recorded.trace.len() - 1
+    }
+
+    /// Notes when request `number` was answered, if it is still held.
+    fn answered(&self, number: usize, at: std::time::Duration) {
+        let mut recorded = self.lock();
+        let Some(index) = number.checked_sub(recorded.taken) else {
+            return;
+        };
+        if let Some(seen) = recorded.trace.get_mut(index) {
+            seen.answered = Some(at);
+        }
     }
 }
 
@@ -48,13 +83,12 @@ impl<S: Storage> Observing<S> {
 #[async_trait]
 impl<S: Storage> Storage for Observing<S> {
     async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
-        let seen = Observed::of(self.start.elapsed(), &op);
-        self.trace
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(seen);
-        self.inner.call(op).await
+        let number = self.trace.push(Observed::of(self.start.elapsed(), &op));
+        let reply = self.inner.call(op).await;
+        if reply.is_ok() {
+            self.trace.answered(number, self.start.elapsed());
+        }
+        reply
     }
 
     fn describe(&self) -> String {

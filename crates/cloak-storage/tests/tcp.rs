@@ -140,6 +140,15 @@ async fn observing_records_what_the_server_sees() {
     let seen = trace.take();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0].addrs, vec![5]);
-    assert_eq!(seen[0].value_lens, vec![3]);
+    assert_eq!(seen[0].values, vec![Bytes::from_static(b"abc")]);
     assert_eq!(seen[1].addrs, vec![5, 6]);
+    assert!(seen[1].values.is_empty());
+    for request in &seen {
+        let answered = request.answered.expect("every request was answered");
+        assert!(answered >= request.at, "{request:?}");
+    }
+    assert!(
+        seen[1].at >= seen[0].answered.unwrap(),
+        "sent after the first was answered"
+    );
 }

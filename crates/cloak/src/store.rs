@@ -28,6 +28,9 @@ pub struct Store {
 }
 
 impl StoreArgs {
+    // `..defaults` fills Cloak's test-only leak-demo field in test builds (the `leak-demo`
+    // feature of cloak-schemes); in other builds there is nothing left for it to fill.
+    #[allow(clippy::needless_update)]
     pub fn resolve(&self) -> anyhow::Result<Store> {
         let scheme: SchemeName = self.scheme.as_deref().unwrap_or("cloak").parse()?;
         let max_value = self.value_size.unwrap_or(1024);
@@ -111,6 +114,7 @@ impl StoreArgs {
                     batch_interval,
                     cache_size: self.cache_size.unwrap_or(defaults.cache_size),
                     max_pending: self.max_pending,
+                    ..defaults
                 },
                 pancake: PancakeOptions {
                     estimate: None,

@@ -69,7 +69,7 @@ impl Attack for CorrelatedQueries {
 
     fn guess(&self, view: &ServerView, aux: &Auxiliary, seed: u64) -> Guesses {
         let Some(model) = Model::new(view, aux, self.max_labels, seed) else {
-            return Guesses(HashMap::new());
+            return Guesses::default();
         };
         let mut sigma = model.grow();
         model.improve(&mut sigma, self.rounds_per_label, seed);
@@ -264,7 +264,7 @@ impl Model {
     }
 
     fn guesses(&self, sigma: &[usize]) -> Guesses {
-        Guesses(
+        Guesses::by_label(
             sigma
                 .iter()
                 .enumerate()
@@ -288,9 +288,10 @@ mod tests {
             .enumerate()
             .map(|(t, r)| Observed {
                 at: Duration::from_micros(t as u64),
+                answered: None,
                 kind: AccessKind::Read,
                 addrs: vec![1000 + u128::from(r.key)],
-                value_lens: Vec::new(),
+                values: Vec::new(),
             })
             .collect();
         ServerView::new(&trace, Duration::ZERO, Duration::from_secs(1))
@@ -308,14 +309,14 @@ mod tests {
             let aux = Auxiliary::from_requests(&run(2));
             let guesses = CorrelatedQueries::default().guess(&view, &aux, 1);
             let right = guesses
-                .0
+                .labels
                 .iter()
                 .filter(|&(&label, &key)| label == 1000 + u128::from(key))
                 .count();
             // Frequency analysis alone places a handful (the chain's frequencies are close).
             let frequency = super::super::FrequencyAnalysis.guess(&view, &aux, 1);
             let by_frequency = frequency
-                .0
+                .labels
                 .iter()
                 .filter(|&(&label, &key)| label == 1000 + u128::from(key))
                 .count();

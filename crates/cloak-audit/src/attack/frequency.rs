@@ -46,7 +46,7 @@ impl Attack for FrequencyAnalysis {
     fn guess(&self, view: &ServerView, aux: &Auxiliary, seed: u64) -> Guesses {
         let labels = ranked_labels(view, seed);
         let keys = ranked_keys(aux, seed);
-        Guesses(
+        Guesses::by_label(
             labels
                 .into_iter()
                 .zip(keys)

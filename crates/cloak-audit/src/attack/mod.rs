@@ -1,7 +1,7 @@
 //! Attacks on a server view, each scored against the ground truth.
 //!
-//! An attack names a key for every label it can (`Guesses`); it sees only the view and its
-//! auxiliary knowledge. Scoring is shared: every access in the view counts, and a guess is right
+//! An attack names a key for every label it can, or for single accesses when it follows elements
+//! as they move between labels (`Guesses`); it sees only the view and its auxiliary knowledge. Scoring is shared: every access in the view counts, and a guess is right
 //! when the element behind that access, at that moment, held the named key (so a scheme that
 //! moves keys between addresses, like Cloak or an ORAM, is scored as fairly as one with fixed
 //! labels).
@@ -17,6 +17,7 @@
 mod aux;
 mod correlated;
 mod frequency;
+mod linking;
 mod volume;
 
 use std::collections::{HashMap, HashSet};
@@ -26,14 +27,39 @@ use cloak_core::Addr;
 pub use aux::Auxiliary;
 pub use correlated::CorrelatedQueries;
 pub use frequency::FrequencyAnalysis;
+pub use linking::Linking;
 pub use volume::{VolumeCheck, volume_check};
 
 use crate::truth::Keys;
 use crate::view::ServerView;
 
-/// Which key the attacker says each label stands for.
+/// Which key the attacker says each access stands for.
 #[derive(Clone, Debug, Default)]
-pub struct Guesses(pub HashMap<Addr, u64>);
+pub struct Guesses {
+    /// A key for every access to a label.
+    pub labels: HashMap<Addr, u64>,
+    /// A key for single accesses (indexed like `ServerView::accesses`), taking precedence over
+    /// their label's: for attacks that follow elements from label to label.
+    pub accesses: Vec<Option<u64>>,
+}
+
+impl Guesses {
+    /// One key per label.
+    pub fn by_label(labels: HashMap<Addr, u64>) -> Self {
+        Self {
+            labels,
+            accesses: Vec::new(),
+        }
+    }
+
+    /// The key guessed for access `index`, which touched `addr`.
+    fn of(&self, index: usize, addr: Addr) -> Option<u64> {
+        match self.accesses.get(index) {
+            Some(Some(key)) => Some(*key),
+            _ => self.labels.get(&addr).copied(),
+        }
+    }
+}
 
 pub trait Attack: Send + Sync {
     fn name(&self) -> &'static str;
@@ -50,6 +76,7 @@ pub fn all() -> Vec<Box<dyn Attack>> {
     vec![
         Box::new(FrequencyAnalysis),
         Box::new(CorrelatedQueries::default()),
+        Box::new(Linking),
     ]
 }
 
@@ -65,7 +92,7 @@ pub struct Score {
     /// The accuracy of the attack's guesses from the other workload's view (see the module
     /// comment); 0 until [`run`] fills it in.
     pub blind: f64,
-    /// Of the (up to) 10 most popular keys, how many the attacker pinned to a label that
+    /// Of the (up to) 10 most popular keys, how many the attacker named for accesses that
     /// mostly held them.
     pub top_keys: usize,
     pub top_recovered: usize,
@@ -112,44 +139,55 @@ impl Score {
 /// Scores `guesses` on `view`, whose `truth[i]` is what access `i`'s element held.
 pub fn score(view: &ServerView, truth: &[Keys], guesses: &Guesses, aux: &Auxiliary) -> Score {
     let accesses = view.accesses.len().min(truth.len());
-    let labels: HashSet<Addr> = view.accesses.iter().map(|a| a.addr).collect();
-    let named: HashSet<u64> = guesses.0.values().copied().collect();
+    let labels = view
+        .accesses
+        .iter()
+        .map(|a| a.addr)
+        .collect::<HashSet<Addr>>()
+        .len()
+        .max(1) as f64;
+    let named: HashSet<u64> = guesses.labels.values().copied().collect();
+    // Guesses for single accesses, shuffled at random over all the accesses (as label guesses
+    // are over all the labels): the chance that an access is dealt each key.
+    let mut shares: HashMap<u64, f64> = HashMap::new();
+    for key in guesses.accesses.iter().take(accesses).flatten() {
+        *shares.entry(*key).or_default() += 1.0 / accesses as f64;
+    }
     let mut correct = 0u64;
     let mut chance = 0.0;
-    // Per label: accesses, and for the key guessed for it, how many held that key.
-    let mut per_label: HashMap<Addr, (u64, u64)> = HashMap::new();
-    for (access, keys) in view.accesses.iter().zip(truth) {
-        chance += keys.iter().filter(|k| named.contains(k)).count() as f64;
-        let entry = per_label.entry(access.addr).or_default();
-        entry.0 += 1;
-        if let Some(guess) = guesses.0.get(&access.addr)
-            && keys.contains(guess)
-        {
-            correct += 1;
-            entry.1 += 1;
+    // Per key guessed: accesses it was named for, and how many of them held it.
+    let mut per_key: HashMap<u64, (u64, u64)> = HashMap::new();
+    for (index, (access, keys)) in view.accesses.iter().zip(truth).enumerate() {
+        chance += keys.iter().filter_map(|k| shares.get(k)).sum::<f64>()
+            + keys.iter().filter(|k| named.contains(k)).count() as f64 / labels;
+        if let Some(guess) = guesses.of(index, access.addr) {
+            let entry = per_key.entry(guess).or_default();
+            entry.0 += 1;
+            if keys.contains(&guess) {
+                correct += 1;
+                entry.1 += 1;
+            }
         }
     }
-    let denominator = (labels.len() * accesses).max(1) as f64;
-    let by_key: HashMap<u64, Addr> = guesses.0.iter().map(|(&l, &k)| (k, l)).collect();
     let top: Vec<u64> = aux
         .ranked_keys()
         .into_iter()
         .map(|(k, _)| k)
-        .filter(|k| by_key.contains_key(k))
+        .filter(|k| per_key.contains_key(k))
         .take(10)
         .collect();
     let top_recovered = top
         .iter()
         .filter(|k| {
-            let (seen, held) = per_label.get(&by_key[k]).copied().unwrap_or_default();
-            2 * held > seen
+            let (named, held) = per_key[k];
+            2 * held > named
         })
         .count();
     Score {
         accesses: accesses as u64,
         correct,
         accuracy: correct as f64 / accesses.max(1) as f64,
-        chance: chance / denominator,
+        chance: chance / accesses.max(1) as f64,
         blind: 0.0,
         top_keys: top.len(),
         top_recovered,
@@ -209,9 +247,10 @@ mod tests {
             .enumerate()
             .map(|(i, &a)| Observed {
                 at: Duration::from_millis(i as u64),
+                answered: None,
                 kind: AccessKind::Read,
                 addrs: vec![a],
-                value_lens: Vec::new(),
+                values: Vec::new(),
             })
             .collect();
         let view = ServerView::new(&trace, Duration::ZERO, Duration::from_secs(1));
@@ -230,7 +269,7 @@ mod tests {
                 write: false,
             },
         ]);
-        let guesses = Guesses([(10, 1), (20, 2)].into_iter().collect());
+        let guesses = Guesses::by_label([(10, 1), (20, 2)].into_iter().collect());
         let s = score(&view, &truth, &guesses, &aux);
         assert_eq!((s.accesses, s.correct), (4, 3));
         // Shuffled over 2 labels, a guess names the held key half the time when that key was

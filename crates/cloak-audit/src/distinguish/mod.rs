@@ -8,6 +8,9 @@
 //!
 //! - **identical**: the two streams are equal event for event (times included): no difference at
 //!   all, whatever the statistics;
+//! Besides addresses and sizes they read the bytes written (the elements' clear headers) and
+//! the times requests are sent and answered.
+//!
 //! - a chi-square test of homogeneity between the two runs' histograms: statistic and p-value,
 //!   corrected for the dependence between the observations of one group (the levels of one
 //!   tree path, the slots of one batch and its write-back): the groups of both runs are pooled
@@ -21,7 +24,10 @@
 //! The views differ when either p-value, doubled for looking twice, is below [`SIGNIFICANCE`].
 
 mod address;
+mod batch_timing;
+mod followed;
 mod frequency;
+mod headers;
 mod reuse;
 mod sizes;
 mod timing;
@@ -38,7 +44,12 @@ use crate::stats::{self, Category, ChiSquare, Histogram};
 use crate::view::ServerView;
 
 pub use address::AddressDistribution;
+pub use batch_timing::{
+    BatchIntervals, WriteBackDelay, batch_intervals, percentiles, write_back_delays,
+};
+pub use followed::FollowedReuse;
 pub use frequency::{LabelFrequency, counts as label_counts};
+pub use headers::{GenerationLag, NonceOrder, consecutive_nonces};
 pub use reuse::ReuseDistanceSets;
 pub use sizes::{ElementSizes, RequestSizes};
 pub use timing::Timing;
@@ -84,6 +95,23 @@ pub fn all() -> Vec<Box<dyn Distinguisher>> {
         Box::new(RequestSizes),
         Box::new(ElementSizes),
         Box::new(Timing),
+        Box::new(BatchIntervals),
+        Box::new(WriteBackDelay),
+        Box::new(GenerationLag),
+        Box::new(NonceOrder),
+        Box::new(FollowedReuse),
+    ]
+}
+
+/// The distinguishers that look at how much and when, not at which addresses: the ones that
+/// compare a scheme idle against the same scheme loaded.
+pub fn volume_and_timing() -> Vec<Box<dyn Distinguisher>> {
+    vec![
+        Box::new(RequestSizes),
+        Box::new(Timing),
+        Box::new(BatchIntervals),
+        Box::new(WriteBackDelay),
+        Box::new(GenerationLag),
     ]
 }
 
@@ -300,14 +328,16 @@ mod tests {
                 [
                     Observed {
                         at,
+                        answered: Some(at),
                         kind: AccessKind::Read,
                         addrs: a.clone(),
-                        value_lens: Vec::new(),
+                        values: Vec::new(),
                     },
                     Observed {
                         at: at + Duration::from_millis(1),
+                        answered: Some(at + Duration::from_millis(1)),
                         kind: AccessKind::Write,
-                        value_lens: vec![64; a.len()],
+                        values: vec![bytes::Bytes::from_static(&[0; 64]); a.len()],
                         addrs: a,
                     },
                 ]

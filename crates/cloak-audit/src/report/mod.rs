@@ -13,6 +13,7 @@ pub use plot::plot;
 pub use summary::{Summary, table};
 
 use crate::audit::{AuditReport, SchemeAudit};
+use crate::distinguish::Finding;
 use crate::record::LIGHT_SHARE;
 
 fn ratio(x: f64) -> String {
@@ -71,6 +72,9 @@ pub fn document(report: &AuditReport, plot: Option<&str>) -> Document {
         "*volume*: whether batch count, sizes and timing stay the same idle, lightly loaded and \
          fully loaded;"
             .into(),
+        "*idle vs loaded*: whether the volume and timing distinguishers (request sizes, gaps, \
+         batch intervals, write-back delays, generation lags) tell the idle run from A;"
+            .into(),
         "cost: throughput on A in virtual time, as a share of `unsafe`'s, and bytes moved per \
          operation."
             .into(),
@@ -112,60 +116,7 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
     )));
 
     doc.push(Block::Heading(3, "Distinguishers".into()));
-    let rows = audit
-        .findings
-        .iter()
-        .map(|f| {
-            vec![
-                f.name.to_string(),
-                f.looks_at.to_string(),
-                if f.identical { "yes" } else { "no" }.into(),
-                if f.identical {
-                    "-".into()
-                } else {
-                    format!("{:.1} ({})", f.test.statistic, f.test.dof)
-                },
-                if f.identical {
-                    "-".into()
-                } else {
-                    p_value(f.test.p_value)
-                },
-                format!("{:.2}", f.advantage),
-                f.control.map_or("-".into(), |c| {
-                    format!("{:.2} (p {})", c.advantage, p_value(c.p_value))
-                }),
-                f.verdict.clone(),
-            ]
-        })
-        .collect();
-    doc.push(Block::Table(
-        [
-            "distinguisher",
-            "looks at",
-            "identical",
-            "χ² (dof)",
-            "p",
-            "advantage",
-            "A against A again",
-            "verdict",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows,
-    ));
-    let about: Vec<String> = audit
-        .findings
-        .iter()
-        .flat_map(|f| {
-            f.about
-                .iter()
-                .zip(["A", "B"])
-                .filter_map(move |(a, w)| a.as_ref().map(|a| format!("{} on {w}: {a}", f.name)))
-        })
-        .collect();
-    if !about.is_empty() {
-        doc.push(Block::List(about));
-    }
+    distinguishers(doc, &audit.findings, ["A", "B"]);
 
     doc.push(Block::Heading(3, "Attacks".into()));
     let rows = audit
@@ -233,6 +184,12 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
         audit.volume.verdict,
         ratio(audit.volume.spread)
     )));
+    doc.push(Block::Paragraph(
+        "The volume and timing distinguishers on the idle run (first) against all of A \
+         (second):"
+            .into(),
+    ));
+    distinguishers(doc, &audit.load_findings, ["idle", "loaded"]);
 
     doc.push(Block::Heading(3, "Cost".into()));
     let rows = audit
@@ -270,4 +227,61 @@ fn scheme_section(doc: &mut Document, audit: &SchemeAudit, report: &AuditReport)
         .to_vec(),
         rows,
     ));
+}
+
+/// The distinguishers' findings as a table, then what each said about each view (named by
+/// `views`) on its own.
+fn distinguishers(doc: &mut Document, findings: &[Finding], views: [&str; 2]) {
+    let rows = findings
+        .iter()
+        .map(|f| {
+            vec![
+                f.name.to_string(),
+                f.looks_at.to_string(),
+                if f.identical { "yes" } else { "no" }.into(),
+                if f.identical {
+                    "-".into()
+                } else {
+                    format!("{:.1} ({})", f.test.statistic, f.test.dof)
+                },
+                if f.identical {
+                    "-".into()
+                } else {
+                    p_value(f.test.p_value)
+                },
+                format!("{:.2}", f.advantage),
+                f.control.map_or("-".into(), |c| {
+                    format!("{:.2} (p {})", c.advantage, p_value(c.p_value))
+                }),
+                f.verdict.clone(),
+            ]
+        })
+        .collect();
+    doc.push(Block::Table(
+        [
+            "distinguisher",
+            "looks at",
+            "identical",
+            "χ² (dof)",
+            "p",
+            "advantage",
+            "A against A again",
+            "verdict",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    ));
+    let about: Vec<String> = findings
+        .iter()
+        .flat_map(|f| {
+            f.about
+                .iter()
+                .zip(views)
+                .filter_map(move |(a, w)| a.as_ref().map(|a| format!("{} on {w}: {a}", f.name)))
+        })
+        .collect();
+    if !about.is_empty() {
+        doc.push(Block::List(about));
+    }
 }

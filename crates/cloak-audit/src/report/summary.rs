@@ -36,6 +36,13 @@ fn row(audit: &SchemeAudit, report: &AuditReport) -> Vec<String> {
         .map_or("0".into(), |f| format!("{:.2} {}", f.advantage, f.name));
     let frequency = audit.attack("frequency analysis");
     let correlated = audit.attack("correlated queries (IHOP)");
+    let linking = audit.attack("linking (headers)");
+    let loaded = audit.load_findings.iter().filter(|f| f.differs()).count();
+    let idle_vs_loaded = if loaded == 0 {
+        "same".to_string()
+    } else {
+        format!("told apart ({loaded}/{})", audit.load_findings.len())
+    };
     let volume = if audit.volume.identical {
         "fixed".to_string()
     } else if audit.volume.spread.is_finite() {
@@ -58,7 +65,10 @@ fn row(audit: &SchemeAudit, report: &AuditReport) -> Vec<String> {
         attack_cell(frequency.get(1)),
         attack_cell(correlated.first()),
         attack_cell(correlated.get(1)),
+        attack_cell(linking.first()),
+        attack_cell(linking.get(1)),
         volume,
+        idle_vs_loaded,
         cost.throughput.map_or("-".into(), |t| format!("{t:.0}")),
         share,
         cost.storage_bytes_per_op
@@ -82,7 +92,10 @@ impl Summary {
             "frequency B",
             "IHOP A",
             "IHOP B",
+            "linking A",
+            "linking B",
             "volume",
+            "idle vs loaded",
             "ops/s A",
             "× unsafe",
             "bytes/op",

@@ -155,9 +155,10 @@ mod tests {
     fn op(kind: AccessKind, addrs: &[Addr]) -> Observed {
         Observed {
             at: Duration::ZERO,
+            answered: None,
             kind,
             addrs: addrs.to_vec(),
-            value_lens: Vec::new(),
+            values: Vec::new(),
         }
     }
 

@@ -27,8 +27,14 @@ pub struct Running {
 impl Running {
     /// Starts `cloak args…` and waits for a stdout line containing `ready`.
     pub fn start(args: &[&str], ready: &str) -> Self {
+        Self::start_with_env(args, &[], ready)
+    }
+
+    /// [`Running::start`] with extra environment variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)], ready: &str) -> Self {
         let mut child = Command::new(CLOAK)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

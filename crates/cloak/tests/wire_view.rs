@@ -1,0 +1,397 @@
+//! What a real Redis sees, checked with the auditor's own instruments.
+//!
+//! Each test runs `cloak proxy` over a `redis-server` it starts, captures every command Redis
+//! runs with `MONITOR` (microsecond timestamps), and drives four equal windows: idle, a
+//! one-hot-key load, a uniform load, idle again. The capture becomes the auditor's server view
+//! (`cloak_testkit::monitor`), and the test holds the proxy's key, so it also knows what every
+//! element held (`cloak_audit::truth`). Then, per scheme:
+//!
+//! - the **link check**: in every write-back, does the nonce order name the MGET position each
+//!   written element was read from? It must not, beyond chance;
+//! - the header distinguishers (nonce order, generation lag) and reuse along elements followed
+//!   by nonce order, one-hot against uniform: not told apart;
+//! - for Cloak, the linking attack on the one-hot window: no gain;
+//! - the leak-demo variant (counter nonces, read-order sealing) is flagged by the same checks
+//!   on the same kind of capture, which shows they can fail.
+//!
+//! Timing: batch intervals and read-to-write-back delays are printed for every window
+//! (`--nocapture`) and asserted only within generous bounds here; the idle-against-loaded
+//! comparison is `cloak_timing_does_not_depend_on_the_load`, ignored until the proxy's timing
+//! fix lands (issue 12 §3).
+//!
+//! Sizes keep `MONITOR` up with the traffic: 820 keys, 16-byte values, budgets of 1 per set
+//! (40 sets: batches of 40 elements), a batch every 10 ms, windows of 1.5 s.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cloak_audit::attack::{self, Auxiliary, Linking};
+use cloak_audit::distinguish::{
+    self, Distinguisher, FollowedReuse, GenerationLag, NonceOrder, batch_intervals, percentiles,
+    write_back_delays,
+};
+use cloak_audit::links::{LinkCheck, check_nonce_links};
+use cloak_audit::truth::{Keys, TruthRecorder};
+use cloak_audit::view::ServerView;
+use cloak_bench::workload::{Request, key_name};
+use cloak_core::{
+    AccessKind, ElementCodec, ElementFormat, MemoryStore, Observed, RecordLayout, StorageOp, Trace,
+};
+use cloak_crypto::{MasterKey, Sealer};
+use cloak_storage::RedisTarget;
+use cloak_testkit::monitor::{Monitor, to_trace, unix_now};
+use cloak_testkit::redis_server::RedisServer;
+use common::{Running, connect, free_port};
+use rand::{Rng, SeedableRng};
+
+const KEYS: u64 = 800;
+const CAPACITY: &str = "820";
+const VALUE_SIZE: usize = 16;
+const KEY_SIZE: usize = 16;
+const WINDOW: Duration = Duration::from_millis(1500);
+const BATCH_INTERVAL: Duration = Duration::from_millis(10);
+const CLIENTS: usize = 4;
+const PIPELINE: usize = 8;
+
+/// The windows of a capture, in order.
+const IDLE: usize = 0;
+const ONE_KEY: usize = 1;
+const UNIFORM: usize = 2;
+const IDLE_AGAIN: usize = 3;
+const NAMES: [&str; 4] = ["idle", "one-key", "uniform", "idle again"];
+
+struct Capture {
+    scheme: String,
+    trace: Trace,
+    /// What every access's element held, in trace order.
+    truth: Vec<Keys>,
+    /// When each window starts (trace time).
+    starts: [Duration; 4],
+}
+
+impl Capture {
+    /// Runs `cloak proxy --scheme scheme` over a fresh Redis through the four windows, with
+    /// `env` in its environment.
+    fn run(scheme: &str, env: &[(&str, &str)]) -> Self {
+        let redis = RedisServer::start_with(&["--appendonly", "no"], false);
+        let dir = tempfile::tempdir().unwrap();
+        let master = MasterKey::from_bytes([7; 32]);
+        let key_file = dir.path().join("key");
+        std::fs::write(&key_file, master.to_hex()).unwrap();
+        let since = unix_now();
+        let monitor = Monitor::start(redis.port);
+        let port = free_port();
+        let storage = format!("redis://127.0.0.1:{}", redis.port);
+        let listen = format!("127.0.0.1:{port}");
+        let state = dir.path().join("state");
+        let interval = format!("{}ms", BATCH_INTERVAL.as_millis());
+        let args = [
+            "proxy",
+            "--scheme",
+            scheme,
+            "--storage",
+            &storage,
+            "--listen",
+            &listen,
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--key-file",
+            key_file.to_str().unwrap(),
+            "--capacity",
+            CAPACITY,
+            "--value-size",
+            "16",
+            "--key-size",
+            "16",
+            "--cache-size",
+            "0",
+            "--first-budget",
+            "1",
+            "--batch-interval",
+            &interval,
+        ];
+        let proxy = Running::start_with_env(&args, env, "listening");
+        preload(port);
+        std::thread::sleep(Duration::from_millis(500));
+        let mut starts = [Duration::ZERO; 4];
+        starts[IDLE] = unix_now() - since;
+        std::thread::sleep(WINDOW);
+        starts[ONE_KEY] = unix_now() - since;
+        load(port, |_| 0);
+        starts[UNIFORM] = unix_now() - since;
+        load(port, |rng| rng.random_range(0..KEYS));
+        starts[IDLE_AGAIN] = unix_now() - since;
+        std::thread::sleep(WINDOW + Duration::from_millis(100));
+        drop(proxy);
+        let commands = monitor.finish();
+        let target = RedisTarget::parse(&storage).unwrap().unwrap();
+        let trace = to_trace(&commands, since, |key| target.addr(key));
+        let truth = truth(&trace, &master);
+        Self {
+            scheme: match env {
+                [] => scheme.to_string(),
+                _ => format!("{scheme} (leak demo)"),
+            },
+            trace,
+            truth,
+            starts,
+        }
+    }
+
+    fn view(&self, window: usize) -> ServerView {
+        ServerView::new(&self.trace, self.starts[window], WINDOW)
+    }
+
+    /// What the accesses of `window`'s view held.
+    fn truth_of(&self, window: usize) -> &[Keys] {
+        let start = self.starts[window];
+        let before: usize = self
+            .trace
+            .iter()
+            .filter(|o| o.at < start)
+            .map(|o| o.addrs.len())
+            .sum();
+        let view = self.view(window);
+        &self.truth[before..before + view.accesses.len()]
+    }
+
+    fn links(&self, window: usize) -> LinkCheck {
+        check_nonce_links(&self.view(window), self.truth_of(window))
+    }
+
+    /// `distinguisher` on one window against another: does it tell them apart?
+    fn differs(&self, distinguisher: &dyn Distinguisher, a: usize, b: usize) -> bool {
+        let finding = distinguish::evaluate(distinguisher, &self.view(a), &self.view(b));
+        println!(
+            "{}: {} {} vs {}: {}",
+            self.scheme, finding.name, NAMES[a], NAMES[b], finding.verdict
+        );
+        finding.differs()
+    }
+
+    /// Write-backs whose nonces are consecutive numbers, and write-backs, in `window`.
+    fn consecutive_nonces(&self, window: usize) -> (usize, usize) {
+        let view = self.view(window);
+        let writes: Vec<_> = view
+            .requests
+            .iter()
+            .filter(|r| r.kind == AccessKind::Write && r.accesses.len() > 1)
+            .collect();
+        let consecutive = writes
+            .iter()
+            .filter(|w| distinguish::consecutive_nonces(&view, w))
+            .count();
+        (consecutive, writes.len())
+    }
+
+    /// Prints the timing of every window; returns the batch intervals' and write-back
+    /// delays' percentiles (µs) per window.
+    fn timing(&self) -> [([u64; 4], [u64; 4]); 4] {
+        std::array::from_fn(|w| {
+            let view = self.view(w);
+            let intervals = percentiles(batch_intervals(&view).into_iter().map(|(_, us)| us));
+            let delays = percentiles(write_back_delays(&view).into_iter().map(|(_, us)| us));
+            let ms = |p: [u64; 4]| p.map(|us| format!("{:.2}", us as f64 / 1e3)).join(" / ");
+            println!(
+                "{} {:>10}: batch interval p10/p50/p90/p99 {} ms | read → write-back {} ms | {} batches",
+                self.scheme,
+                NAMES[w],
+                ms(intervals),
+                ms(delays),
+                view.batches()
+            );
+            (intervals, delays)
+        })
+    }
+
+    /// The linking attack on the one-key window, scored by what the elements held.
+    fn linking_attack(&self) -> attack::AttackResult {
+        let one_key = vec![
+            Request {
+                key: 0,
+                write: false
+            };
+            1000
+        ];
+        attack::run(
+            &Linking,
+            "one-key",
+            &self.view(ONE_KEY),
+            &self.view(UNIFORM),
+            self.truth_of(ONE_KEY),
+            &Auxiliary::from_requests(&one_key),
+            1,
+        )
+    }
+}
+
+/// What every access of `trace` held, opened with the proxy's key as the auditor does.
+fn truth(trace: &[Observed], master: &MasterKey) -> Vec<Keys> {
+    let layout = RecordLayout {
+        max_key: KEY_SIZE,
+        max_value: VALUE_SIZE,
+    };
+    let codec = ElementCodec::new(layout, Sealer::new(master).unwrap());
+    let mut recorder = TruthRecorder::new(vec![ElementFormat::Sealed(codec)], &MemoryStore::new());
+    for seen in trace {
+        recorder.observe(&match seen.kind {
+            AccessKind::Read => StorageOp::Read(seen.addrs.clone()),
+            AccessKind::Write => StorageOp::Write(
+                seen.addrs
+                    .iter()
+                    .copied()
+                    .zip(seen.values.clone())
+                    .collect(),
+            ),
+            AccessKind::Delete => StorageOp::Delete(seen.addrs.clone()),
+            AccessKind::Scan => StorageOp::Scan {
+                after: seen.addrs.first().copied(),
+                limit: 0,
+            },
+        });
+    }
+    recorder.take().accesses
+}
+
+/// Writes every key once.
+fn preload(port: u16) {
+    let mut con = connect(port);
+    let mut pipe = redis::pipe();
+    for key in 0..KEYS {
+        pipe.cmd("SET").arg(key_name(key)).arg("v").ignore();
+    }
+    pipe.query::<()>(&mut con).unwrap();
+}
+
+/// `CLIENTS` clients reading the keys `pick` draws, `PIPELINE` at a time, for one window.
+fn load(port: u16, pick: fn(&mut rand_chacha::ChaCha8Rng) -> u64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut con = connect(port);
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(c as u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let mut pipe = redis::pipe();
+                    for _ in 0..PIPELINE {
+                        pipe.cmd("GET").arg(key_name(pick(&mut rng)));
+                    }
+                    let _: Vec<Option<String>> = pipe.query(&mut con).unwrap();
+                }
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    std::thread::sleep(WINDOW.saturating_sub(start.elapsed()));
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+}
+
+/// The checks every scheme must pass: no link from nonce order to read positions, and
+/// nothing in the headers that tells one-key from uniform.
+fn assert_headers_say_nothing(capture: &Capture) {
+    for window in [ONE_KEY, UNIFORM] {
+        let links = capture.links(window);
+        println!(
+            "{}: link check {}: {links:?}",
+            capture.scheme, NAMES[window]
+        );
+        assert!(links.elements > 100, "too few elements checked: {links:?}");
+        assert!(
+            links.share() < 2.0 * links.chance_share() + 0.05,
+            "{}: nonce order names read positions in {}: {links:?}",
+            capture.scheme,
+            NAMES[window]
+        );
+        assert_eq!(
+            capture.consecutive_nonces(window).0,
+            0,
+            "{}",
+            capture.scheme
+        );
+    }
+    assert!(
+        !capture.differs(&NonceOrder, ONE_KEY, UNIFORM),
+        "{}",
+        capture.scheme
+    );
+    assert!(
+        !capture.differs(&GenerationLag, ONE_KEY, UNIFORM),
+        "{}",
+        capture.scheme
+    );
+}
+
+#[test]
+fn cloak_on_redis_shows_nothing_and_its_leaky_variant_is_caught() {
+    let fixed = Capture::run("cloak", &[]);
+    assert_headers_say_nothing(&fixed);
+    assert!(!fixed.differs(&FollowedReuse, ONE_KEY, UNIFORM));
+    assert!(!fixed.differs(&GenerationLag, IDLE, ONE_KEY));
+    let attack = fixed.linking_attack();
+    println!("cloak: linking attack on one-key: {attack:?}");
+    assert!(attack.score.z() < 5.0, "{attack:?}");
+    // Generous timing bounds: batches keep to their interval whatever the load.
+    for (w, (intervals, _)) in fixed.timing().iter().enumerate() {
+        let p50 = Duration::from_micros(intervals[1]);
+        assert!(
+            p50 > BATCH_INTERVAL / 2 && p50 < BATCH_INTERVAL * 2,
+            "{}: batch interval p50 {p50:?}",
+            NAMES[w]
+        );
+    }
+
+    let leaky = Capture::run("cloak", &[(cloak_schemes::LEAK_DEMO_ENV, "1")]);
+    let links = leaky.links(ONE_KEY);
+    println!("leaky cloak: link check one-key: {links:?}");
+    assert!(links.share() > 0.9, "{links:?}");
+    let (consecutive, writes) = leaky.consecutive_nonces(ONE_KEY);
+    assert!(consecutive * 10 > writes * 9, "{consecutive} of {writes}");
+    assert!(leaky.differs(&FollowedReuse, ONE_KEY, UNIFORM));
+    let attack = leaky.linking_attack();
+    println!("leaky cloak: linking attack on one-key: {attack:?}");
+    assert!(attack.score.z() >= 5.0, "{attack:?}");
+}
+
+#[test]
+fn waffle_on_redis_shows_nothing_in_its_headers() {
+    let capture = Capture::run("waffle", &[]);
+    capture.timing();
+    assert_headers_say_nothing(&capture);
+    // Waffle's generation must not tell a loaded batch from an idle one (issue 12 §1).
+    assert!(!capture.differs(&GenerationLag, IDLE, ONE_KEY));
+}
+
+#[test]
+fn curious_on_redis_shows_nothing_in_its_headers() {
+    let capture = Capture::run("curious", &[]);
+    capture.timing();
+    assert_headers_say_nothing(&capture);
+}
+
+#[test]
+fn pancake_on_redis_shows_nothing_in_its_headers() {
+    let capture = Capture::run("pancake", &[]);
+    capture.timing();
+    assert_headers_say_nothing(&capture);
+}
+
+#[test]
+#[ignore = "fails until the core loop's timing fix (issue 12 §3) lands; run with --ignored"]
+fn cloak_timing_does_not_depend_on_the_load() {
+    use cloak_audit::distinguish::{BatchIntervals, WriteBackDelay};
+    let capture = Capture::run("cloak", &[]);
+    capture.timing();
+    for loaded in [ONE_KEY, UNIFORM] {
+        assert!(!capture.differs(&BatchIntervals, IDLE, loaded));
+        assert!(!capture.differs(&WriteBackDelay, IDLE, loaded));
+    }
+    // Against the noise between two idle windows.
+    assert!(!capture.differs(&WriteBackDelay, IDLE, IDLE_AGAIN));
+}
