@@ -172,9 +172,23 @@ impl ElementCodec {
         element: &Bytes,
     ) -> Result<(u64, Vec<(Slot, Record)>), ElementError> {
         let (generation, plaintext) = self.sealer.open_found(address, element)?;
-        let plaintext = Bytes::from(plaintext);
+        Ok((generation, self.records(Bytes::from(plaintext))?))
+    }
+
+    /// Opens an element of several records that this run sealed at `binding` (an ORAM bucket
+    /// read back during the run), skipping [`NO_SLOT`] padding.
+    pub fn open_records(
+        &self,
+        binding: Binding,
+        element: Option<&Bytes>,
+    ) -> Result<Vec<(Slot, Record)>, ElementError> {
+        let element = element.ok_or(ElementError::Missing)?;
+        self.records(Bytes::from(self.sealer.open(binding, element)?))
+    }
+
+    fn records(&self, plaintext: Bytes) -> Result<Vec<(Slot, Record)>, ElementError> {
         let len = self.layout.encoded_len();
-        if plaintext.is_empty() || plaintext.len() % len != 0 {
+        if plaintext.is_empty() || !plaintext.len().is_multiple_of(len) {
             return Err(ElementError::Malformed("not a whole number of records"));
         }
         let mut records = Vec::new();
@@ -184,7 +198,7 @@ impl ElementCodec {
                 records.push((slot, record));
             }
         }
-        Ok((generation, records))
+        Ok(records)
     }
 }
 

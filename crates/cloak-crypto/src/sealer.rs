@@ -72,12 +72,17 @@ pub enum CryptoError {
     Truncated(usize),
     #[error("element failed authentication (corrupted, swapped or replayed)")]
     Tampered,
+    #[error(
+        "element was sealed by another run of the proxy, not by this one: storage replayed an \
+         element this run never wrote"
+    )]
+    NotThisRun,
 }
 
 /// Where nonces come from.
 enum Nonces {
     /// Fresh random nonces: they carry no order (the only mode a user can get).
-    Random(Box<ChaCha20Rng>),
+    Random,
     /// A counter: each nonce tells how many elements were sealed before it.
     #[cfg(feature = "leak-demo")]
     Counter(u64),
@@ -89,9 +94,12 @@ pub struct Sealer {
     key: Arc<LessSafeKey>,
     /// Messages sealed under the current epoch.
     sealed: u64,
+    /// Every epoch this sealer has sealed under (one per 2^28 seals): [`Sealer::open`] accepts
+    /// only these.
+    own: Vec<u64>,
     nonces: Nonces,
-    /// Draws epochs and seeds nonces.
-    rng: ChaCha20Rng,
+    /// Draws epochs and random nonces.
+    rng: Box<ChaCha20Rng>,
     /// Keys of epochs seen while opening, so each is derived once.
     known: RwLock<HashMap<u64, Arc<LessSafeKey>>>,
 }
@@ -103,10 +111,7 @@ impl Sealer {
         SystemRandom::new()
             .fill(&mut seed)
             .map_err(|_| KeyError::Random)?;
-        let mut rng = ChaCha20Rng::from_seed(seed);
-        let nonces = Nonces::Random(Box::new(ChaCha20Rng::from_rng(&mut rng)));
-        let epoch = rng.next_u64();
-        Ok(Self::start(master, epoch, nonces, rng))
+        Ok(Self::start(master, ChaCha20Rng::from_seed(seed)))
     }
 
     /// A sealer that numbers its nonces 0, 1, 2, … in the order it seals: every element then
@@ -119,7 +124,8 @@ impl Sealer {
         Ok(sealer)
     }
 
-    fn start(master: &MasterKey, epoch: u64, nonces: Nonces, rng: ChaCha20Rng) -> Self {
+    fn start(master: &MasterKey, mut rng: ChaCha20Rng) -> Self {
+        let epoch = rng.next_u64();
         let key = Arc::new(epoch_key(master, epoch));
         let known = HashMap::from([(epoch, key.clone())]);
         Self {
@@ -127,8 +133,9 @@ impl Sealer {
             epoch,
             key,
             sealed: 0,
-            nonces,
-            rng,
+            own: vec![epoch],
+            nonces: Nonces::Random,
+            rng: Box::new(rng),
             known: RwLock::new(known),
         }
     }
@@ -136,7 +143,7 @@ impl Sealer {
     fn next_nonce(&mut self) -> [u8; NONCE_LEN] {
         let mut nonce = [0u8; NONCE_LEN];
         match &mut self.nonces {
-            Nonces::Random(rng) => rng.fill_bytes(&mut nonce),
+            Nonces::Random => self.rng.fill_bytes(&mut nonce),
             #[cfg(feature = "leak-demo")]
             Nonces::Counter(counter) => {
                 nonce[..8].copy_from_slice(&counter.to_le_bytes());
@@ -189,14 +196,23 @@ impl Sealer {
         out
     }
 
-    /// Decrypts and authenticates an element sealed with `binding`.
+    /// Decrypts and authenticates an element this sealer sealed with `binding`: what a scheme
+    /// reads back during a run. Every scheme rewrites all of storage under its own sealer before
+    /// it serves (the initial fill), so an element from another run is a replay, even one
+    /// whose address and generation match (runs whose generation bases collide would otherwise
+    /// accept each other's elements).
     pub fn open(&self, binding: Binding, sealed: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        let header = ClearHeader::read(sealed).ok_or(CryptoError::Truncated(sealed.len()))?;
+        if !self.own.contains(&header.epoch) {
+            return Err(CryptoError::NotThisRun);
+        }
         self.open_at(binding, sealed)
     }
 
     /// Decrypts and authenticates an element found at `address` without knowing which
-    /// generation wrote it (as after a crash); returns that generation with the plaintext.
-    /// A replayed older element passes: callers that know the generation use [`Sealer::open`].
+    /// generation or which run wrote it (as after a crash); returns that generation with the
+    /// plaintext. A replayed older element passes: callers that know the generation use
+    /// [`Sealer::open`].
     pub fn open_found(&self, address: u128, sealed: &[u8]) -> Result<(u64, Vec<u8>), CryptoError> {
         let generation = Self::generation(sealed)?;
         let binding = Binding {
@@ -242,6 +258,7 @@ impl Sealer {
         self.epoch = self.rng.next_u64();
         self.key = self.key_for(self.epoch);
         self.sealed = 0;
+        self.own.push(self.epoch);
     }
 
     fn key_for(&self, epoch: u64) -> Arc<LessSafeKey> {
@@ -384,15 +401,21 @@ mod tests {
     }
 
     #[test]
-    fn another_run_with_the_same_key_can_open() {
+    fn another_run_with_the_same_key_recovers_but_never_accepts_as_its_own() {
         let master = MasterKey::from_bytes([5; 32]);
         let sealed = Sealer::new(&master).unwrap().seal(AT, b"kept");
+        let next_run = Sealer::new(&master).unwrap();
         assert_eq!(
-            Sealer::new(&master).unwrap().open(AT, &sealed).unwrap(),
-            b"kept"
+            next_run.open_found(AT.address, &sealed).unwrap(),
+            (AT.generation, b"kept".to_vec())
+        );
+        assert_eq!(
+            next_run.open(AT, &sealed),
+            Err(CryptoError::NotThisRun),
+            "same address and generation, but not written by this run"
         );
         let other = Sealer::new(&MasterKey::from_bytes([6; 32])).unwrap();
-        assert!(other.open(AT, &sealed).is_err());
+        assert!(other.open_found(AT.address, &sealed).is_err());
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use cloak_core::{ElementCodec, ElementError, NO_SLOT, Record, Slot};
-use cloak_crypto::{Binding, CryptoError, SEAL_OVERHEAD};
+use cloak_crypto::{Binding, SEAL_OVERHEAD};
 
 pub struct BucketCodec {
     codec: ElementCodec,
@@ -60,16 +60,10 @@ impl BucketCodec {
         binding: Binding,
         element: Option<&Bytes>,
     ) -> Result<Vec<(Slot, Record)>, ElementError> {
-        let element = element.ok_or(ElementError::Missing)?;
-        let (generation, records) = self.codec.open_found(binding.address, element)?;
-        if generation != binding.generation {
-            // Authentic, but from another write to this address: a replay.
-            return Err(ElementError::Crypto(CryptoError::Tampered));
-        }
-        if element.len() != self.element_len() {
+        if element.is_some_and(|e| e.len() != self.element_len()) {
             return Err(ElementError::Malformed("a bucket of the wrong size"));
         }
-        Ok(records)
+        self.codec.open_records(binding, element)
     }
 }
 
