@@ -71,6 +71,7 @@ impl Curious {
             for address in chunk {
                 let blocks = self.staged.remove(&address).unwrap_or_default();
                 recovered.extend(blocks.iter().map(|(slot, r)| (*slot, r.version)));
+                // Public: every bucket of the fill shows the run's first generation.
                 let binding = Binding {
                     address: Addr::from(address),
                     generation: self.generations[address as usize],
@@ -122,6 +123,7 @@ impl Curious {
             .map(|(slot, entry)| (slot, entry.record.clone()))
             .collect();
         let saved = blocks.iter().map(|(s, r)| (*s, r.version)).collect();
+        // Public: the drain is one more write after every access's (see `finish_read`).
         let generation = self.generation();
         let mut chunks = blocks.chunks(z);
         let mut writes = Vec::new();

@@ -549,6 +549,12 @@ impl Curious {
             }
         }
 
+        // Public: every access, real or dummy, seals exactly one write-back here, when storage
+        // answered its path read, and the journal lets write-backs go in the order they were
+        // sealed; so the generation every bucket of this write shows in the clear is the run's
+        // base plus the number of write-backs storage received before it, whatever the access
+        // fetched or evicted. (Only a failed journal commit, retried, can hold a write-back
+        // back behind later ones: that shows the failure, not the data.)
         let generation = self.generation();
         let mut evicted = Vec::new();
         let mut writes = Vec::with_capacity(path.len());

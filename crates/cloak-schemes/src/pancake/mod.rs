@@ -318,6 +318,13 @@ impl Pancake {
     }
 
     /// Seals `record` (of `owner`) for `cell` under a fresh generation.
+    ///
+    /// Public: elements are sealed one per distinct label of each write request, in the order
+    /// the request lists them (the fill in its shuffled cell order, a batch's write-back in its
+    /// read order, when that read is answered and right before the write is sent), whether the
+    /// access was real or fake and whatever the label holds. So the generation an element shows
+    /// in the clear is the run's base plus the number of distinct labels in the writes storage
+    /// received before it, counted up to this one: the server can number them itself.
     fn seal(&mut self, cell: u32, owner: u32, record: &Record) -> Bytes {
         self.next_generation += 1;
         let generation = self.next_generation;

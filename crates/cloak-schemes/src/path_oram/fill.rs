@@ -86,6 +86,7 @@ impl Fill {
             .map(|address| {
                 let address = Addr::from(address);
                 let blocks = self.placed.remove(&address).unwrap_or_default();
+                // Public: every bucket of the fill shows the run's first generation.
                 let binding = Binding {
                     address,
                     generation: self.generation,

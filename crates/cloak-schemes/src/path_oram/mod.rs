@@ -517,6 +517,10 @@ impl PathOram {
 
     /// Seals the evicted path under a new generation and journals the blocks it drops.
     fn prepare_write(&mut self, path: Vec<Addr>, eviction: Eviction) {
+        // Public: every access, real or dummy, writes back its path exactly once, and write-backs
+        // are prepared and sent one at a time in access order, so the generation every bucket
+        // of this write shows in the clear is the run's base plus the number of path
+        // write-backs storage received before it.
         let generation = self.next_generation;
         self.next_generation += 1;
         let mut previous = Vec::with_capacity(path.len());

@@ -9,8 +9,9 @@
 //! Write phase: for every real object read, the least recently used cached object is evicted
 //! and written back under its fresh label, and the object read enters the cache (keeping the
 //! cache's newer value if a client wrote it); every dummy is written back under its fresh label.
-//! `B` writes in one request, ascending. The `B` labels read are deleted once the journal holds
-//! the records that now live only in the cache.
+//! `B` writes in one request, ascending, every element carrying batch `t` as its clear
+//! generation whether it is an evicted object or a dummy (see [`super::labels`]). The `B` labels
+//! read are deleted once the journal holds the records that now live only in the cache.
 //!
 //! Batches run one at a time: the next one may pick an object the last one wrote back, so it
 //! must not read before that write is done. The only exception is [`Waffle::flush`], the last
@@ -89,8 +90,10 @@ impl Waffle {
         }
         let requested = reads.len();
 
+        // A dummy is rewritten by the batch that reads it, so its label's timestamp is also
+        // the batch that wrote it.
         for (d, ts) in self.dummies.pick(t, &mut self.rng) {
-            reads.push(self.read_of(Object::Dummy(d), ts));
+            reads.push(self.read_of(Object::Dummy(d), ts, ts));
         }
         let fakes = self.params.batch - requested - self.params.fake_dummy;
         for _ in 0..fakes {
@@ -99,7 +102,7 @@ impl Waffle {
                 .pop_oldest()
                 .expect("storage holds N − C ≥ B − f_D real objects (checked at build)");
             self.ts[slot as usize] = t;
-            reads.push(self.read_of(Object::Real(slot), ts));
+            reads.push(self.read_of(Object::Real(slot), ts, self.written[slot as usize]));
         }
         debug_assert_eq!(reads.len(), self.params.batch);
 
@@ -117,14 +120,15 @@ impl Waffle {
         let held = self.server.remove(ts, slot);
         debug_assert!(held, "slot {slot} is neither cached nor in storage");
         self.ts[slot as usize] = t;
-        self.read_of(Object::Real(slot), ts)
+        self.read_of(Object::Real(slot), ts, self.written[slot as usize])
     }
 
-    fn read_of(&self, object: Object, ts: u64) -> FlightRead {
+    fn read_of(&self, object: Object, ts: u64, written: u64) -> FlightRead {
         FlightRead {
             label: self.labels.label(object, ts),
             object,
             ts,
+            written,
         }
     }
 
@@ -139,14 +143,14 @@ impl Waffle {
         let mut written = Vec::new();
         let mut cached_now = Vec::new();
         for (read, value) in flight.reads.iter().zip(values) {
-            let binding = self.labels.binding(read.object, read.ts);
+            let binding = self.labels.binding(read.object, read.ts, read.written);
             match read.object {
                 Object::Dummy(_) => {
                     if let Err(error) = self.codec.open(binding, value.as_ref(), Some(NO_SLOT)) {
                         self.stats.integrity_failures += 1;
                         tracing::error!(label = read.label, %error, "storage returned a bad dummy");
                     }
-                    let fresh = self.labels.binding(read.object, t);
+                    let fresh = self.labels.binding(read.object, t, t);
                     let element = self.codec.seal(fresh, NO_SLOT, &Record::empty());
                     writes.push((fresh.address, element));
                 }
@@ -159,13 +163,7 @@ impl Waffle {
                     // touched: the cache holds at least B − f_D + R (checked at build).
                     if let Some((victim, record)) = self.cache.pop_lru() {
                         debug_assert_ne!(victim, slot);
-                        let ts = self.ts[victim as usize];
-                        let fresh = self.labels.binding(Object::Real(victim), ts);
-                        writes.push((
-                            fresh.address,
-                            self.codec.seal(fresh, victim.into(), &record),
-                        ));
-                        self.server.insert(ts, victim);
+                        writes.push(self.store_real(victim, &record, t));
                         if record.version > 0 {
                             written.push((victim, record.version));
                         }
@@ -181,6 +179,19 @@ impl Waffle {
         let labels = flight.reads.iter().map(|r| r.label).collect();
         self.delete_once_kept(cached_now, labels);
         self.flight = Some(flight);
+    }
+
+    /// Seals a cached real object for the write of batch `batch`, under the label of its last
+    /// access, and puts it back in storage's tree.
+    fn store_real(&mut self, slot: u32, record: &Record, batch: u64) -> (Addr, Bytes) {
+        let ts = self.ts[slot as usize];
+        // The clear generation is `batch`, the same for every element of this write; `ts` is
+        // secret (it tells an evicted object from a dummy) and only the pseudorandom label
+        // depends on it.
+        let fresh = self.labels.binding(Object::Real(slot), ts, batch);
+        self.written[slot as usize] = batch;
+        self.server.insert(ts, slot);
+        (fresh.address, self.codec.seal(fresh, slot.into(), record))
     }
 
     /// A real object read from storage enters the cache (lines 33–43).
@@ -244,11 +255,11 @@ impl Waffle {
     fn flush(&mut self) {
         let mut writes = Vec::with_capacity(self.cache.len());
         let mut written = Vec::new();
+        // Written after batch `self.batch`, whose write-back is done: the server has seen as
+        // many batch reads before this write as before that one.
+        let batch = self.batch;
         while let Some((slot, record)) = self.cache.pop_lru() {
-            let ts = self.ts[slot as usize];
-            let fresh = self.labels.binding(Object::Real(slot), ts);
-            writes.push((fresh.address, self.codec.seal(fresh, slot.into(), &record)));
-            self.server.insert(ts, slot);
+            writes.push(self.store_real(slot, &record, batch));
             if record.version > 0 {
                 written.push((slot, record.version));
             }

@@ -118,6 +118,8 @@ struct FlightRead {
     object: Object,
     /// The timestamp the label was written under.
     ts: u64,
+    /// The batch whose write-back stored the element (its binding's generation).
+    written: u64,
 }
 
 /// The batch the server is serving.
@@ -144,6 +146,9 @@ pub struct Waffle {
 
     /// Timestamp of each real object's label (the batch that last read it; 0: the fill).
     ts: Vec<u64>,
+    /// The batch whose write-back stored each real object's element in storage (0: the fill),
+    /// which its binding carries in the clear; meaningless while the object is cached.
+    written: Vec<u64>,
     /// Real objects storage holds.
     server: RealTree,
     /// Real objects the proxy holds, most recently used first; storage has no copy of them.

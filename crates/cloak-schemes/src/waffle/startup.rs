@@ -102,6 +102,7 @@ impl Startup {
             labels,
             rng,
             ts: vec![0; objects],
+            written: vec![0; objects],
             server,
             cache,
             dummies,
@@ -184,7 +185,7 @@ impl Waffle {
                 if record.version > 0 {
                     recovered.push((slot as u32, record.version));
                 }
-                let binding = self.labels.binding(object, 0);
+                let binding = self.labels.binding(object, 0, 0);
                 writes.push((binding.address, self.codec.seal(binding, slot, &record)));
             }
             writes.sort_unstable_by_key(|(address, _)| *address);
