@@ -5,11 +5,22 @@
 //! ordering the schemes rely on: two ops of one client on one slot never sit in the scheme at the
 //! same time (the later waits in a *lane*), so pipelined commands of a connection take effect in
 //! the order they were sent, while different clients stay concurrent.
+//!
+//! Schemes whose every op makes storage traffic of its own ([`Scheme::traffic_per_op`]: tree
+//! ORAMs, Pancake, `encrypted`) would show storage whether a key exists if the engine answered
+//! a GET of an absent key, or skipped a conditional SET, without them: one op, one access, or
+//! none. For them every key a GET, MGET, SET or DEL names becomes exactly one op: an absent key
+//! (or a SET whose condition fails) becomes a *cover read* of a slot drawn uniformly at random,
+//! whose value is dropped. In a tree ORAM a read of any slot is one uniformly random path, so
+//! storage sees the same traffic whichever keys exist. (EXISTS and DBSIZE never reach the
+//! scheme, for any key.)
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
 // Keys here are the engine's own ids and slots, never chosen by clients: a fast hash is safe.
 use hashbrown::{HashMap, HashSet};
 
@@ -58,8 +69,17 @@ struct Route {
     command: u64,
     client: ClientId,
     slot: Slot,
-    /// For reads: the key the client asked for, and where its value goes.
-    read: Option<(Bytes, usize)>,
+    expect: Expect,
+}
+
+/// What an op's reply is for.
+enum Expect {
+    /// A read: the key the client asked for, and where its value goes.
+    Value(Bytes, usize),
+    /// A write or a delete.
+    Written,
+    /// A cover read (see the module docs): its value is nobody's and is dropped.
+    Cover,
 }
 
 pub struct Engine {
@@ -80,6 +100,8 @@ pub struct Engine {
     releasing: HashSet<Slot>,
     outcomes: VecDeque<(u64, Outcome)>,
     commands_done: u64,
+    /// Draws the slots of cover reads; `None` for schemes that need none.
+    cover: Option<ChaCha20Rng>,
 }
 
 impl Engine {
@@ -89,6 +111,7 @@ impl Engine {
             directory.capacity() as u64 <= scheme.slots(),
             "the scheme has fewer slots than the directory's capacity"
         );
+        let scheme_needs_cover = scheme.traffic_per_op();
         Self {
             scheme,
             directory,
@@ -103,6 +126,7 @@ impl Engine {
             releasing: HashSet::new(),
             outcomes: VecDeque::new(),
             commands_done: 0,
+            cover: scheme_needs_cover.then(ChaCha20Rng::from_os_rng),
         }
     }
 
@@ -195,23 +219,25 @@ impl Engine {
         self.check(&command).map_err(Outcome::Error)?;
         match command {
             Command::Get(key) => {
-                let Some(slot) = self.directory.get(&key) else {
+                let slot = self.directory.get(&key);
+                if slot.is_none() && self.cover.is_none() {
                     return Err(Outcome::Value(None));
-                };
+                }
                 let id = self.wait(token, Shape::Value, 1, 1);
-                self.read(now, client, id, slot, key, 0);
+                self.read_or_cover(now, client, id, slot, key, 0);
             }
             Command::MGet(keys) => {
                 let slots: Vec<_> = keys.iter().map(|k| self.directory.get(k)).collect();
-                let found = slots.iter().flatten().count();
-                if found == 0 {
+                let ops = match self.cover {
+                    Some(_) => keys.len(),
+                    None => slots.iter().flatten().count(),
+                };
+                if ops == 0 {
                     return Err(Outcome::Values(vec![None; keys.len()]));
                 }
-                let id = self.wait(token, Shape::Values, keys.len(), found);
+                let id = self.wait(token, Shape::Values, keys.len(), ops);
                 for (index, (key, slot)) in keys.into_iter().zip(slots).enumerate() {
-                    if let Some(slot) = slot {
-                        self.read(now, client, id, slot, key, index);
-                    }
+                    self.read_or_cover(now, client, id, slot, key, index);
                 }
             }
             Command::Set {
@@ -226,7 +252,12 @@ impl Engine {
                     SetCondition::IfPresent => !exists,
                 };
                 if skip {
-                    return Err(Outcome::Value(None));
+                    if self.cover.is_none() {
+                        return Err(Outcome::Value(None));
+                    }
+                    let id = self.wait(token, Shape::Value, 1, 1);
+                    self.cover(now, client, id);
+                    return Ok(());
                 }
                 let (slot, _) = self.directory.get_or_insert(&key).ok_or_else(|| {
                     Outcome::Error(CommandError::StoreFull {
@@ -273,14 +304,22 @@ impl Engine {
                     .iter()
                     .filter_map(|k| self.directory.remove(k))
                     .collect();
-                if slots.is_empty() {
+                let covers = match self.cover {
+                    Some(_) => keys.len() - slots.len(),
+                    None => 0,
+                };
+                if slots.is_empty() && covers == 0 {
                     return Err(Outcome::Integer(0));
                 }
-                let id = self.wait(token, Shape::Integer(slots.len() as i64), 0, slots.len());
+                let deleted = slots.len();
+                let id = self.wait(token, Shape::Integer(deleted as i64), 0, deleted + covers);
+                for _ in 0..covers {
+                    self.cover(now, client, id);
+                }
                 for slot in slots {
                     self.releasing.insert(slot);
                     let version = self.version();
-                    self.start_op(now, client, id, slot, None, |_| {
+                    self.start_op(now, client, id, slot, Expect::Written, |_| {
                         Op::Write(
                             slot,
                             Record {
@@ -375,18 +414,40 @@ impl Engine {
         version
     }
 
-    fn read(
+    /// Reads `key` from its slot, or sends a cover read when it has none (with a scheme that
+    /// needs covers; the caller counted the op).
+    fn read_or_cover(
         &mut self,
         now: Instant,
         client: ClientId,
         command: u64,
-        slot: Slot,
+        slot: Option<Slot>,
         key: Bytes,
         index: usize,
     ) {
-        self.start_op(now, client, command, slot, Some((key, index)), |slot| {
-            Op::Read(slot)
-        });
+        match slot {
+            Some(slot) => self.start_op(
+                now,
+                client,
+                command,
+                slot,
+                Expect::Value(key, index),
+                Op::Read,
+            ),
+            None => self.cover(now, client, command),
+        }
+    }
+
+    /// A read of a uniformly random slot whose value is dropped (see the module docs); nothing
+    /// for schemes that need no covers.
+    fn cover(&mut self, now: Instant, client: ClientId, command: u64) {
+        let Some(rng) = self.cover.as_mut() else {
+            return;
+        };
+        // Multiply-shift: uniform up to a bias of capacity / 2^64.
+        let capacity = self.directory.capacity() as u128;
+        let slot = ((u128::from(rng.next_u64()) * capacity) >> 64) as Slot;
+        self.start_op(now, client, command, slot, Expect::Cover, Op::Read);
     }
 
     fn write(
@@ -403,7 +464,7 @@ impl Engine {
             key,
             value,
         };
-        self.start_op(now, client, command, slot, None, |slot| {
+        self.start_op(now, client, command, slot, Expect::Written, |slot| {
             Op::Write(slot, record)
         });
     }
@@ -415,7 +476,7 @@ impl Engine {
         client: ClientId,
         command: u64,
         slot: Slot,
-        read: Option<(Bytes, usize)>,
+        expect: Expect,
         op: impl FnOnce(Slot) -> Op,
     ) {
         let id = OpId(self.next_op);
@@ -426,7 +487,7 @@ impl Engine {
                 command,
                 client,
                 slot,
-                read,
+                expect,
             },
         );
         *self.slot_refs.entry(slot).or_default() += 1;
@@ -487,24 +548,21 @@ impl Engine {
         let Some(waiting) = self.commands.get_mut(&route.command) else {
             return;
         };
-        match (reply, route.read) {
-            (Reply::Value(record), Some((key, index))) => {
+        match (reply, route.expect) {
+            (Reply::Value(record), Expect::Value(key, index)) => {
                 // The slot may have changed hands since the read began; only the key's own
                 // record answers it.
                 if !record.is_empty() && record.key == key {
                     waiting.values[index] = Some(record.value);
                 }
             }
-            (Reply::Written, None) => {}
+            (Reply::Written, Expect::Written) | (Reply::Value(_), Expect::Cover) => {}
+            // A cover read that fails fails its command, as a read of a present key would.
             (Reply::Failed(error), _) => {
                 waiting.error.get_or_insert(CommandError::Scheme(error));
             }
-            (reply, read) => {
-                tracing::error!(
-                    ?reply,
-                    is_read = read.is_some(),
-                    "scheme gave the wrong kind of reply"
-                );
+            (reply, _) => {
+                tracing::error!(?reply, "scheme gave the wrong kind of reply");
             }
         }
         waiting.remaining -= 1;

@@ -169,6 +169,14 @@ pub trait Scheme: Send {
     /// without a journal stops without losing them. The default does nothing.
     fn drain(&mut self, _now: Instant) {}
 
+    /// Whether every op makes storage traffic of its own (a tree ORAM's path, Pancake's batch,
+    /// `encrypted`'s label) rather than riding traffic on a fixed schedule (Cloak, Waffle).
+    /// Then an op the engine answers alone would show, by the access it does not cause, that a
+    /// key is absent, so the engine sends cover reads instead (see `engine`). Default: `false`.
+    fn traffic_per_op(&self) -> bool {
+        false
+    }
+
     /// Backpressure: while `false`, the driver stops submitting (it stops reading from clients)
     /// until some storage reply arrives.
     fn accepts(&self) -> bool;

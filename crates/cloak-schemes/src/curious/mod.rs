@@ -756,6 +756,11 @@ impl Scheme for Curious {
         self.maybe_drain();
     }
 
+    /// Every op is an access of its own: absent keys need cover reads.
+    fn traffic_per_op(&self) -> bool {
+        true
+    }
+
     fn accepts(&self) -> bool {
         self.accesses.len() < self.config.max_in_flight
     }

@@ -767,6 +767,11 @@ impl Scheme for Pancake {
         &mut self.out
     }
 
+    /// Every op is an access of its own: absent keys need cover reads.
+    fn traffic_per_op(&self) -> bool {
+        true
+    }
+
     fn accepts(&self) -> bool {
         self.queue.len() + self.formed_unsent() < self.max_queued
     }

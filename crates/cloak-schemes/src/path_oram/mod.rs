@@ -807,6 +807,11 @@ impl Scheme for PathOram {
         self.progress();
     }
 
+    /// Every op is an access of its own: absent keys need cover reads.
+    fn traffic_per_op(&self) -> bool {
+        true
+    }
+
     fn accepts(&self) -> bool {
         self.queue.len() < MAX_QUEUED
     }

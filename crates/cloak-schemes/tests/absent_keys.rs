@@ -1,0 +1,153 @@
+//! Schemes whose every op is a storage access of its own (Path ORAM, CURIOUS, Pancake) must not
+//! show storage whether a key exists: a GET of an absent key, a SET NX of a
+//! present one, a DEL of an absent one and an MGET of absent keys make the same traffic as the
+//! same commands on keys that exist (the engine's cover reads). Checked on the recorded server
+//! view: every command's requests, by kind and size, in order, after the store settles.
+//!
+//! The check fails on an engine that answers absent keys alone (as it did before cover reads):
+//! the absent-key commands then make no request at all.
+//!
+//! `encrypted` is left out on purpose: it shows storage which label every key has and whether
+//! an op reads or writes, so the server tells a key's fixed label from a cover's random one
+//! anyway; covers would cost it traffic and hide nothing.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use cloak_core::{
+    AccessKind, Command, Engine, KeyDirectory, Limits, Outcome, RecordLayout, SetCondition,
+    Simulator,
+};
+use cloak_crypto::{KeyHasher, MasterKey};
+use cloak_schemes::{SchemeName, SchemeOptions, Start, StoreSpec, build};
+
+const CAPACITY: u64 = 64;
+
+fn simulator(name: SchemeName) -> Simulator {
+    let master = MasterKey::from_bytes([9; 32]);
+    let store = StoreSpec {
+        capacity: CAPACITY,
+        layout: RecordLayout {
+            max_key: 16,
+            max_value: 16,
+        },
+        seed: Some(3),
+    };
+    let scheme = build(
+        name,
+        &store,
+        &SchemeOptions::default(),
+        &master,
+        Start::default(),
+    )
+    .expect("valid scheme");
+    let directory = KeyDirectory::new(KeyHasher::new(&master), CAPACITY as usize);
+    let limits = Limits {
+        max_key: 16,
+        max_value: 16,
+        max_keys_per_command: 8,
+    };
+    Simulator::new(Engine::new(scheme, directory, limits))
+        .with_storage_delay(Duration::from_micros(300))
+}
+
+fn key(name: &str) -> Bytes {
+    Bytes::copy_from_slice(name.as_bytes())
+}
+
+/// What storage saw of one command: its requests' kinds and sizes, in order.
+type Shape = Vec<(AccessKind, usize)>;
+
+/// Runs `command` alone on a settled store and returns what storage saw of it and its outcome.
+fn traffic(sim: &mut Simulator, command: Command) -> (Shape, Outcome) {
+    sim.run_until(Duration::from_secs(60), Simulator::storage_idle);
+    sim.take_trace();
+    let outcome = sim.execute(1, command).expect("the command completes");
+    sim.run_until(Duration::from_secs(60), Simulator::storage_idle);
+    let shape = sim
+        .take_trace()
+        .iter()
+        .map(|seen| (seen.kind, seen.addrs.len()))
+        .collect();
+    (shape, outcome)
+}
+
+fn set(name: &str, condition: SetCondition) -> Command {
+    Command::Set {
+        key: key(name),
+        value: key("v"),
+        condition,
+    }
+}
+
+fn check(name: SchemeName) {
+    let mut sim = simulator(name);
+    for k in ["a", "b", "c"] {
+        assert_eq!(
+            sim.execute(1, set(k, SetCondition::Always)),
+            Some(Outcome::Ok)
+        );
+    }
+    sim.record();
+
+    let pairs = [
+        (Command::Get(key("a")), Command::Get(key("absent"))),
+        (
+            set("a", SetCondition::Always),
+            set("a", SetCondition::IfAbsent),
+        ),
+        (
+            set("b", SetCondition::IfPresent),
+            set("absent", SetCondition::IfPresent),
+        ),
+        (
+            Command::MGet(vec![key("a"), key("b")]),
+            Command::MGet(vec![key("absent"), key("gone")]),
+        ),
+        (
+            Command::Del(vec![key("c")]),
+            Command::Del(vec![key("absent")]),
+        ),
+    ];
+    for (present, absent) in pairs {
+        let described = format!("{present:?} against {absent:?}");
+        let (seen_present, _) = traffic(&mut sim, present);
+        let (seen_absent, outcome) = traffic(&mut sim, absent);
+        assert!(
+            !matches!(outcome, Outcome::Error(_)),
+            "{name:?}: {described} failed: {outcome:?}"
+        );
+        assert!(
+            !seen_present.is_empty(),
+            "{name:?}: {described}: no traffic"
+        );
+        assert_eq!(
+            seen_present, seen_absent,
+            "{name:?}: storage can tell {described}"
+        );
+    }
+    // Covers answer like the absent keys they stand for.
+    assert_eq!(
+        sim.execute(1, Command::Get(key("absent"))),
+        Some(Outcome::Value(None))
+    );
+    assert_eq!(
+        sim.execute(1, Command::Del(vec![key("absent"), key("a")])),
+        Some(Outcome::Integer(1))
+    );
+}
+
+#[test]
+fn path_oram_hides_whether_keys_exist() {
+    check(SchemeName::PathOram);
+}
+
+#[test]
+fn curious_hides_whether_keys_exist() {
+    check(SchemeName::Curious);
+}
+
+#[test]
+fn pancake_hides_whether_keys_exist() {
+    check(SchemeName::Pancake);
+}
