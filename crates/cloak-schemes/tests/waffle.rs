@@ -358,6 +358,45 @@ fn fixed_timing_sends_one_batch_every_interval_whatever_the_load() {
     }
 }
 
+/// Every request's kind and time, as the server sees them.
+fn kinds_and_times(observed: &[Observed]) -> Vec<(AccessKind, Duration)> {
+    observed.iter().map(|o| (o.kind, o.at)).collect()
+}
+
+/// Each batch deletes the labels it read once the journal holds what the cache must keep. A
+/// batch with nothing to keep (an idle store's batches read only empty objects) waits for a
+/// journal commit all the same: otherwise how soon the deletes follow the write would tell the
+/// server whether the batch read anything real.
+#[test]
+fn deletes_follow_writes_at_the_same_delay_whatever_the_load() {
+    const JOURNAL: Duration = Duration::from_millis(2);
+    let run = |busy: bool| {
+        let mut sim = simulator(defaults(), 300, 23).with_journal_delay(JOURNAL);
+        for round in 0..20 {
+            if busy {
+                for k in 0..20 {
+                    sim.submit(k as u64 % 4, set(k, &format!("{round}")));
+                    sim.submit(k as u64 % 4, get((k * 7 + round) % 20));
+                }
+            }
+            sim.run_for(DELTA);
+        }
+        kinds_and_times(sim.observed())
+    };
+    let (idle, busy) = (run(false), run(true));
+    let n = idle.len().min(busy.len());
+    assert!(n > 40, "{n} requests");
+    assert_eq!(
+        idle[..n],
+        busy[..n],
+        "the server's view depends on the load"
+    );
+    assert!(
+        idle.iter().any(|(kind, _)| *kind == AccessKind::Delete),
+        "no deletes seen"
+    );
+}
+
 /// Time for a burst of GETs of every key, once every key is in the store.
 fn burst(timing: BatchTiming) -> Duration {
     let waffle = WaffleOptions {

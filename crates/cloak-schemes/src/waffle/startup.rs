@@ -222,6 +222,12 @@ impl Waffle {
     }
 
     /// Deletes `labels` from storage once the journal holds the cached records of `slots`.
+    ///
+    /// The deletes wait for a journal commit even when nothing needs keeping: if they went out
+    /// at once then, the pause between a batch's write and its deletes would tell the server
+    /// whether the batch read any object holding data, which real requests always do and fake
+    /// reads of a sparse store mostly do not. Nothing to keep journals a [`NO_SLOT`] marker,
+    /// which recovery ignores.
     pub(super) fn delete_once_kept(&mut self, slots: Vec<u32>, labels: Vec<Addr>) {
         let mut journal: Option<JournalId> = None;
         for &slot in &slots {
@@ -231,14 +237,12 @@ impl Waffle {
                 journal = Some(self.out.keep(u64::from(slot), record.clone()));
             }
         }
-        match journal {
-            Some(journal) => self.deletions.push(Deletion {
-                journal,
-                slots,
-                labels,
-            }),
-            None => self.send_deletes(labels),
-        }
+        let journal = journal.unwrap_or_else(|| self.out.keep(NO_SLOT, Record::empty()));
+        self.deletions.push(Deletion {
+            journal,
+            slots,
+            labels,
+        });
     }
 
     fn send_deletes(&mut self, mut labels: Vec<Addr>) {
