@@ -16,6 +16,7 @@ use hashbrown::{HashMap, HashSet};
 use crate::command::{Command, CommandError, Outcome, SetCondition};
 use crate::directory::KeyDirectory;
 use crate::element::{Record, Slot};
+use crate::integrity::SlotVersions;
 use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeStats};
 use crate::storage::{RequestId, StorageError, StorageReply, StorageRequest};
 
@@ -60,6 +61,8 @@ struct Route {
     slot: Slot,
     /// For reads: the key the client asked for, and where its value goes.
     read: Option<(Bytes, usize)>,
+    /// For writes: the version, which becomes the slot's acknowledged version once written.
+    version: Option<u64>,
 }
 
 pub struct Engine {
@@ -80,6 +83,9 @@ pub struct Engine {
     releasing: HashSet<Slot>,
     outcomes: VecDeque<(u64, Outcome)>,
     commands_done: u64,
+    /// The version of every slot's last acknowledged write (`DEL`s too), from recovery on: what
+    /// storage holds once the scheme is drained, for the next start to check storage against.
+    acknowledged: SlotVersions,
 }
 
 impl Engine {
@@ -103,6 +109,7 @@ impl Engine {
             releasing: HashSet::new(),
             outcomes: VecDeque::new(),
             commands_done: 0,
+            acknowledged: SlotVersions::new(),
         }
     }
 
@@ -110,6 +117,18 @@ impl Engine {
     pub fn with_next_version(mut self, next: u64) -> Self {
         self.next_version = next.max(1);
         self
+    }
+
+    /// Starts from the slot versions recovery found (what storage holds at the start).
+    pub fn with_acknowledged(mut self, versions: SlotVersions) -> Self {
+        self.acknowledged = versions;
+        self
+    }
+
+    /// The version of every slot's last acknowledged write, recovered ones included. Storage
+    /// holds at least these once [`SchemeStats::unwritten`] is zero.
+    pub fn acknowledged(&self) -> &SlotVersions {
+        &self.acknowledged
     }
 
     pub fn scheme(&self) -> &dyn Scheme {
@@ -420,6 +439,7 @@ impl Engine {
     ) {
         let id = OpId(self.next_op);
         self.next_op += 1;
+        let op = op(slot);
         self.routes.insert(
             id,
             Route {
@@ -427,10 +447,10 @@ impl Engine {
                 client,
                 slot,
                 read,
+                version: written_version(&op),
             },
         );
         *self.slot_refs.entry(slot).or_default() += 1;
-        let op = op(slot);
         match self.lanes.get_mut(&(client, slot)) {
             Some(lane) => lane.push_back((id, op)),
             None => {
@@ -469,6 +489,9 @@ impl Engine {
                     ),
                     read => read,
                 };
+                if let Some(route) = self.routes.get_mut(&next) {
+                    route.version = written_version(&op);
+                }
                 self.scheme.submit(now, next, op)
             }
             None => {
@@ -484,6 +507,12 @@ impl Engine {
             }
         }
 
+        if matches!(reply, Reply::Written)
+            && let Some(version) = route.version
+        {
+            let known = self.acknowledged.entry(route.slot).or_default();
+            *known = (*known).max(version);
+        }
         let Some(waiting) = self.commands.get_mut(&route.command) else {
             return;
         };
@@ -527,5 +556,13 @@ impl Engine {
     fn finish(&mut self, token: u64, outcome: Outcome) {
         self.commands_done += 1;
         self.outcomes.push_back((token, outcome));
+    }
+}
+
+/// The version a write op carries; `None` for reads.
+fn written_version(op: &Op) -> Option<u64> {
+    match op {
+        Op::Write(_, record) => Some(record.version),
+        Op::Read(_) => None,
     }
 }
