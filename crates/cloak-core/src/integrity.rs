@@ -109,6 +109,8 @@ impl Findings {
     ) -> Self {
         let mut stale: Vec<StaleSlot> = expected
             .iter()
+            // Version 0 is a slot no client ever wrote: nothing to find.
+            .filter(|(_, version)| **version > 0)
             .filter_map(|(&slot, &expected)| {
                 let found = records
                     .binary_search_by_key(&slot, |(s, _)| *s)
@@ -262,7 +264,7 @@ mod tests {
             (3, record(4, b"c")), // rolled back
             (4, record(6, b"d")), // brought back after a DEL at version 7
         ];
-        let expected = SlotVersions::from([(1, 5), (2, 8), (3, 6), (4, 7), (5, 3)]);
+        let expected = SlotVersions::from([(1, 5), (2, 8), (3, 6), (4, 7), (5, 3), (6, 0)]);
         let findings = Findings::new(10, Damage::default(), &records, &expected);
         let stale: Vec<(Slot, Option<u64>)> =
             findings.stale.iter().map(|s| (s.slot, s.found)).collect();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cloak_core::{
     AccessKind, Addr, Command, ElementCodec, ElementFormat, Engine, KeyDirectory, Limits, Observed,
-    Outcome, RecordLayout, SchemeError, Simulator,
+    Outcome, Record, RecordLayout, SchemeError, Simulator,
 };
 use cloak_crypto::{KeyHasher, MasterKey, Sealer};
 use cloak_schemes::{Budgets, CloakOptions, SchemeName, SchemeOptions, Start, StoreSpec, build};
@@ -34,21 +34,32 @@ fn simulator(cloak: CloakOptions, seed: u64) -> Simulator {
     simulator_from(cloak, seed, Start::default())
 }
 
-fn simulator_from(cloak: CloakOptions, seed: u64, start: Start) -> Simulator {
-    let master = MasterKey::from_bytes([2; 32]);
+const LAYOUT: RecordLayout = RecordLayout {
+    max_key: 16,
+    max_value: 32,
+};
+
+/// A Cloak scheme of this file's store, holding `start`'s records.
+fn scheme(cloak: CloakOptions, seed: u64, start: Start) -> Box<dyn cloak_core::Scheme> {
     let store = StoreSpec {
         capacity: CAPACITY,
-        layout: RecordLayout {
-            max_key: 16,
-            max_value: 32,
-        },
+        layout: LAYOUT,
         seed: Some(seed),
     };
     let options = SchemeOptions {
         cloak,
         ..SchemeOptions::default()
     };
-    let scheme = build(SchemeName::Cloak, &store, &options, &master, start).unwrap();
+    build(SchemeName::Cloak, &store, &options, &master(), start).unwrap()
+}
+
+fn master() -> MasterKey {
+    MasterKey::from_bytes([2; 32])
+}
+
+fn simulator_from(cloak: CloakOptions, seed: u64, start: Start) -> Simulator {
+    let master = master();
+    let scheme = scheme(cloak, seed, start);
     let directory = KeyDirectory::new(KeyHasher::new(&master), CAPACITY as usize);
     let limits = Limits {
         max_key: 16,
@@ -473,28 +484,15 @@ fn acknowledged_writes_are_counted_until_written_back() {
 
 /// Recovery as the proxy does it, for stores made by [`simulator`] (seed 15, cache 8).
 fn with_restart<T>(test: impl FnOnce(&cloak_testkit::suite::Restart) -> T) -> T {
-    let master = MasterKey::from_bytes([2; 32]);
-    let layout = RecordLayout {
-        max_key: 16,
-        max_value: 32,
-    };
-    let store = StoreSpec {
-        capacity: CAPACITY,
-        layout,
-        seed: Some(15),
-    };
-    let options = SchemeOptions {
-        cloak: options(8, None),
-        ..SchemeOptions::default()
-    };
+    let master = master();
     let build = |records, generation_base| {
         let start = Start {
             records,
             generation_base,
         };
-        build(SchemeName::Cloak, &store, &options, &master, start).unwrap()
+        scheme(options(8, None), 15, start)
     };
-    let format = || ElementFormat::Sealed(ElementCodec::new(layout, Sealer::new(&master).unwrap()));
+    let format = || ElementFormat::Sealed(ElementCodec::new(LAYOUT, Sealer::new(&master).unwrap()));
     let restart = cloak_testkit::suite::Restart {
         format: &format,
         hasher: KeyHasher::new(&master),
@@ -577,6 +575,31 @@ fn a_key_lost_to_a_bad_element_during_a_run_is_reported_after_a_restart() {
             "{findings}"
         );
     })
+}
+
+/// The fill overwrites addresses that held recovered records before the chunk with their new
+/// addresses lands, so until all of it has landed the records count as unwritten: a clean stop
+/// waits for the fill instead of leaving storage without them.
+#[test]
+fn recovered_records_count_as_unwritten_until_the_fill_has_landed() {
+    let records: Vec<_> = (0..50u64)
+        .map(|slot| {
+            let record = Record {
+                version: slot + 1,
+                key: Bytes::from(format!("k{slot}")),
+                value: Bytes::from_static(b"v"),
+            };
+            (slot, record)
+        })
+        .collect();
+    let start = || Start {
+        records: records.clone(),
+        generation_base: 1 << 40,
+    };
+    let filling = scheme(options(0, None), 17, start());
+    assert_eq!(filling.stats().unwritten, 50);
+    let sim = simulator_from(options(0, None), 17, start());
+    assert_eq!(sim.engine().scheme_stats().unwritten, 0);
 }
 
 #[test]
