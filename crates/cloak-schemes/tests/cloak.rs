@@ -335,6 +335,12 @@ fn corrupt_every_element(sim: &mut Simulator, mut damage: impl FnMut(&mut Vec<u8
     }
 }
 
+/// Damage that breaks an element's tag.
+fn flip_last_byte(element: &mut [u8]) {
+    let last = element.len() - 1;
+    element[last] ^= 1;
+}
+
 fn expect_integrity_error(outcome: Option<Outcome>) {
     assert!(
         matches!(scheme_error(&outcome), Some(SchemeError::Integrity(_))),
@@ -347,10 +353,7 @@ fn tampered_elements_are_reported_never_returned() {
     let mut sim = simulator(options(0, None), 8);
     assert_eq!(sim.execute(1, set("x", "secret")), Some(Outcome::Ok));
     sim.run_for(100 * DELTA);
-    corrupt_every_element(&mut sim, |b| {
-        let last = b.len() - 1;
-        b[last] ^= 1;
-    });
+    corrupt_every_element(&mut sim, |b| flip_last_byte(b));
     expect_integrity_error(sim.execute(2, get("x")));
     assert!(sim.engine().scheme_stats().integrity_failures > 0);
     // The proxy keeps serving: new writes work and are readable.
@@ -556,10 +559,7 @@ fn a_key_lost_to_a_bad_element_during_a_run_is_reported_after_a_restart() {
         assert_eq!(sim.execute(1, set("x", "secret")), Some(Outcome::Ok));
         assert_eq!(sim.execute(1, set("y", "kept")), Some(Outcome::Ok));
         sim.run_for(100 * DELTA);
-        corrupt_every_element(&mut sim, |b| {
-            let last = b.len() - 1;
-            b[last] ^= 1;
-        });
+        corrupt_every_element(&mut sim, |b| flip_last_byte(b));
         expect_integrity_error(sim.execute(2, get("x")));
         // The batch that found x corrupted writes its placeholder back.
         assert!(sim.run_until(DELTA, Simulator::storage_idle));

@@ -221,6 +221,14 @@ impl Proxy {
             .collect()
     }
 
+    /// Starts, reads `key` back as [`Proxy::populate`] wrote it, and stops cleanly.
+    fn starts_and_serves(&self, key: &str) {
+        let running = self.start(&[]);
+        let written = format!("value {}", &key[1..]);
+        assert_eq!(self.get(key), Some(written));
+        assert!(running.stop().success());
+    }
+
     fn get(&self, key: &str) -> Option<String> {
         redis::cmd("GET")
             .arg(key)
@@ -399,9 +407,7 @@ fn altered_swapped_and_truncated_elements_refuse_the_restart() {
         );
 
         server.write(vec![(a.0, a.1.clone())]);
-        let running = proxy.start(&[]);
-        assert_eq!(proxy.get("k7").as_deref(), Some("value 7"));
-        assert!(running.stop().success());
+        proxy.starts_and_serves("k7");
 
         // An element at an address the store never uses: the fill does not overwrite it, so an
         // accepted start deletes it, or it would refuse every start after.
@@ -415,9 +421,7 @@ fn altered_swapped_and_truncated_elements_refuse_the_restart() {
         );
         Watched::start(&proxy.args(&["--accept-data-loss"])).stop();
         assert!(server.scan().iter().all(|(address, _)| *address != foreign));
-        let running = proxy.start(&[]);
-        assert_eq!(proxy.get("k7").as_deref(), Some("value 7"));
-        assert!(running.stop().success());
+        proxy.starts_and_serves("k7");
     }
 }
 
@@ -531,9 +535,7 @@ fn a_wrong_key_and_a_smaller_value_size_are_refused_by_name() {
         assert!(error.contains("another --value-size"), "{error}");
 
         // The right settings still start.
-        let running = proxy.start(&[]);
-        assert_eq!(proxy.get("k1").as_deref(), Some("value 1"));
-        assert!(running.stop().success());
+        proxy.starts_and_serves("k1");
     }
 }
 
