@@ -166,6 +166,11 @@ impl Findings {
     }
 }
 
+/// "1 slot", "2 slots".
+fn slots(n: usize) -> String {
+    format!("{n} slot{}", if n == 1 { "" } else { "s" })
+}
+
 /// `first` as a list, with "…" when `count` is larger.
 fn list<T: fmt::Display>(first: impl Iterator<Item = T>, count: usize) -> String {
     let named: Vec<String> = first.take(NAMED).map(|x| x.to_string()).collect();
@@ -205,9 +210,9 @@ impl fmt::Display for Findings {
         if !missing.is_empty() {
             writeln!(
                 f,
-                "  - {} slots the proxy wrote are missing from storage (no element holds them); \
-                 slot (last acknowledged version): {}",
-                missing.len(),
+                "  - missing from storage (no element holds them): {}; slot (last acknowledged \
+                 version): {}",
+                slots(missing.len()),
                 list(
                     missing
                         .iter()
@@ -220,9 +225,9 @@ impl fmt::Display for Findings {
         if !older.is_empty() {
             writeln!(
                 f,
-                "  - {} slots are older than the proxy last wrote them (rolled back, or brought \
-                 back after a DEL); slot key (found version < acknowledged version): {}",
-                older.len(),
+                "  - older than the proxy last wrote them (rolled back, or brought back after a \
+                 DEL): {}; slot key (found version < acknowledged version): {}",
+                slots(older.len()),
                 list(
                     older.iter().map(|s| {
                         let key = s.key.as_ref().map_or_else(
@@ -271,7 +276,7 @@ mod tests {
         assert_eq!(stale, vec![(3, Some(4)), (4, Some(6)), (5, None)]);
         let text = findings.to_string();
         assert!(
-            text.contains("1 slots the proxy wrote are missing"),
+            text.contains("missing from storage (no element holds them): 1 slot;"),
             "{text}"
         );
         assert!(text.contains("5 (v3)"), "{text}");

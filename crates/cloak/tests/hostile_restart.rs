@@ -20,6 +20,9 @@ use cloak_testkit::redis_server::RedisServer;
 use common::{CLOAK, Running, connect, fails, free_port};
 
 const KEYS: usize = 300;
+/// How a refusal introduces slots storage holds older than the proxy wrote them.
+const OLDER: &str =
+    "older than the proxy last wrote them (rolled back, or brought back after a DEL)";
 
 /// Where the elements live, as a hostile server would see and change them.
 enum Server {
@@ -345,7 +348,7 @@ fn one_deleted_element_refuses_the_restart_until_the_loss_is_accepted() {
             server.url()
         );
         assert!(
-            error.contains("1 slots the proxy wrote are missing from storage"),
+            error.contains("missing from storage (no element holds them): 1 slot;"),
             "{error}"
         );
         assert!(error.contains("--accept-data-loss"), "{error}");
@@ -448,10 +451,7 @@ fn a_store_rolled_back_to_an_earlier_copy_refuses_the_restart() {
 
         server.restore(&snapshot);
         let error = proxy.refused(&[]);
-        assert!(
-            error.contains("2 slots are older than the proxy last wrote them"),
-            "{error}"
-        );
+        assert!(error.contains(&format!("{OLDER}: 2 slots;")), "{error}");
         assert!(
             error.contains("\"k5\"") && error.contains("\"k6\""),
             "{error}"
@@ -491,10 +491,7 @@ fn one_element_rolled_back_refuses_the_restart() {
             .clone();
         server.write(vec![(address, old)]);
         let error = proxy.refused(&[]);
-        assert!(
-            error.contains("1 slots are older than the proxy last wrote them"),
-            "{error}"
-        );
+        assert!(error.contains(&format!("{OLDER}: 1 slot;")), "{error}");
         assert!(error.contains("\"k9\""), "{error}");
     }
 }
