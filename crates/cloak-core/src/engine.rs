@@ -27,6 +27,7 @@ use hashbrown::{HashMap, HashSet};
 use crate::command::{Command, CommandError, Outcome, SetCondition};
 use crate::directory::KeyDirectory;
 use crate::element::{Record, Slot};
+use crate::integrity::SlotVersions;
 use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeStats};
 use crate::storage::{RequestId, StorageError, StorageReply, StorageRequest};
 
@@ -70,6 +71,8 @@ struct Route {
     client: ClientId,
     slot: Slot,
     expect: Expect,
+    /// For writes: the version, which becomes the slot's acknowledged version once written.
+    version: Option<u64>,
 }
 
 /// What an op's reply is for.
@@ -102,6 +105,9 @@ pub struct Engine {
     commands_done: u64,
     /// Draws the slots of cover reads; `None` for schemes that need none.
     cover: Option<ChaCha20Rng>,
+    /// The version of every slot's last acknowledged write (`DEL`s too), from recovery on: what
+    /// storage holds once the scheme is drained, for the next start to check storage against.
+    acknowledged: SlotVersions,
 }
 
 impl Engine {
@@ -127,6 +133,7 @@ impl Engine {
             outcomes: VecDeque::new(),
             commands_done: 0,
             cover: scheme_needs_cover.then(ChaCha20Rng::from_os_rng),
+            acknowledged: SlotVersions::new(),
         }
     }
 
@@ -134,6 +141,18 @@ impl Engine {
     pub fn with_next_version(mut self, next: u64) -> Self {
         self.next_version = next.max(1);
         self
+    }
+
+    /// Starts from the slot versions recovery found (what storage holds at the start).
+    pub fn with_acknowledged(mut self, versions: SlotVersions) -> Self {
+        self.acknowledged = versions;
+        self
+    }
+
+    /// The version of every slot's last acknowledged write, recovered ones included. Storage
+    /// holds at least these once [`SchemeStats::unwritten`] is zero.
+    pub fn acknowledged(&self) -> &SlotVersions {
+        &self.acknowledged
     }
 
     pub fn scheme(&self) -> &dyn Scheme {
@@ -481,6 +500,7 @@ impl Engine {
     ) {
         let id = OpId(self.next_op);
         self.next_op += 1;
+        let op = op(slot);
         self.routes.insert(
             id,
             Route {
@@ -488,10 +508,10 @@ impl Engine {
                 client,
                 slot,
                 expect,
+                version: written_version(&op),
             },
         );
         *self.slot_refs.entry(slot).or_default() += 1;
-        let op = op(slot);
         match self.lanes.get_mut(&(client, slot)) {
             Some(lane) => lane.push_back((id, op)),
             None => {
@@ -530,6 +550,9 @@ impl Engine {
                     ),
                     read => read,
                 };
+                if let Some(route) = self.routes.get_mut(&next) {
+                    route.version = written_version(&op);
+                }
                 self.scheme.submit(now, next, op)
             }
             None => {
@@ -545,6 +568,12 @@ impl Engine {
             }
         }
 
+        if matches!(reply, Reply::Written)
+            && let Some(version) = route.version
+        {
+            let known = self.acknowledged.entry(route.slot).or_default();
+            *known = (*known).max(version);
+        }
         let Some(waiting) = self.commands.get_mut(&route.command) else {
             return;
         };
@@ -585,5 +614,13 @@ impl Engine {
     fn finish(&mut self, token: u64, outcome: Outcome) {
         self.commands_done += 1;
         self.outcomes.push_back((token, outcome));
+    }
+}
+
+/// The version a write op carries; `None` for reads.
+fn written_version(op: &Op) -> Option<u64> {
+    match op {
+        Op::Write(_, record) => Some(record.version),
+        Op::Read(_) => None,
     }
 }

@@ -9,21 +9,27 @@
 //!
 //! What the server learns: a scan of every element, then the new instance's initial fill. Both
 //! read and write everything, whatever the workload was, so recovery reveals nothing about it.
-//! What recovery trusts: each element is authenticated (a corrupted one is counted and skipped),
-//! but a server that hides its newest elements during the scan can roll slots back to older
-//! versions it still has; only records in the journal are protected from that.
+//! What recovery trusts: nothing it cannot check. An element that does not open is recorded as
+//! [`Damage`], never skipped, and [`Recovered::findings`] compares every slot with the versions
+//! the proxy last knew storage held, so deleted, rolled-back or resurrected keys show up; the
+//! proxy refuses to start on any finding unless its operator accepts the loss (see
+//! [`crate::integrity`]).
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use crate::element::{ElementCodec, NO_SLOT, Record, RecordLayout, Slot};
+use crate::element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slot};
+use crate::integrity::{Damage, Findings, SlotVersions};
 use crate::storage::{Addr, StorageError, StorageOp, StorageReply};
 
 /// Elements read per scan request.
 const SCAN_CHUNK: u32 = 4096;
 
 /// How a scheme's elements are encoded.
+// One exists per recovery or tool, never in a collection: the size of the sealed variant (the
+// sealer's key schedule and nonce generator) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum ElementFormat {
     Sealed(ElementCodec),
     /// The unsafe baseline's plaintext records.
@@ -57,15 +63,12 @@ impl ElementFormat {
         &self,
         address: Addr,
         element: &Bytes,
-    ) -> Result<(u64, Vec<(Slot, Record)>), String> {
+    ) -> Result<(u64, Vec<(Slot, Record)>), ElementError> {
         match self {
-            ElementFormat::Sealed(codec) => codec
-                .open_found(address, element)
-                .map_err(|e| e.to_string()),
+            ElementFormat::Sealed(codec) => codec.open_found(address, element),
             ElementFormat::Plain(layout) => layout
                 .decode(element)
-                .map(|(slot, record)| (0, vec![(slot, record)]))
-                .map_err(|e| e.to_string()),
+                .map(|(slot, record)| (0, vec![(slot, record)])),
         }
     }
 }
@@ -76,7 +79,7 @@ pub struct Recovery {
     done: bool,
     newest: HashMap<Slot, Record>,
     elements: u64,
-    unreadable: u64,
+    damage: Damage,
     max_generation: u64,
 }
 
@@ -88,7 +91,7 @@ impl Recovery {
             done: false,
             newest: HashMap::new(),
             elements: 0,
-            unreadable: 0,
+            damage: Damage::default(),
             max_generation: 0,
         }
     }
@@ -109,6 +112,9 @@ impl Recovery {
                 reply.summary()
             )));
         };
+        // A short chunk ends the scan, as the storage contract says. A server can end it early to
+        // hide elements; what they held then shows up as missing in `findings`, and asking for
+        // more would change what every restart shows the server.
         if entries.len() < SCAN_CHUNK as usize {
             self.done = true;
         }
@@ -126,8 +132,8 @@ impl Recovery {
                     }
                 }
                 Err(error) => {
-                    self.unreadable += 1;
-                    tracing::warn!(address, %error, "skipping an element recovery cannot read");
+                    tracing::debug!(address, %error, "an element recovery cannot read");
+                    self.damage.record(address, &error);
                 }
             }
         }
@@ -190,7 +196,7 @@ impl Recovery {
             records,
             next_version,
             elements: self.elements,
-            unreadable: self.unreadable,
+            damage: self.damage,
             max_generation: self.max_generation,
         }
     }
@@ -204,12 +210,26 @@ pub struct Recovered {
     /// The version the engine continues from.
     pub next_version: u64,
     pub elements: u64,
-    /// Elements that failed to decrypt or decode; they were skipped.
-    pub unreadable: u64,
+    /// Elements that failed to open or decode; none of their records are in `records`.
+    pub damage: Damage,
     pub max_generation: u64,
 }
 
 impl Recovered {
+    /// What is wrong with the store found, given the version of every slot storage must hold
+    /// (empty when the proxy knows of none: a new store, or no state directory).
+    pub fn findings(&self, expected: &SlotVersions) -> Findings {
+        Findings::new(self.elements, self.damage.clone(), &self.records, expected)
+    }
+
+    /// The version of every slot found, to compare later starts with.
+    pub fn versions(&self) -> SlotVersions {
+        self.records
+            .iter()
+            .map(|(slot, record)| (*slot, record.version))
+            .collect()
+    }
+
     /// Slots holding keys, with their keys.
     pub fn keys(&self) -> impl Iterator<Item = (Slot, &[u8])> {
         self.records

@@ -6,15 +6,18 @@
 //!   that binds each ciphertext to where and when it was written.
 //! - [`Prf`]: pseudorandom 128-bit storage labels for schemes that address storage by label.
 //! - [`KeyHasher`]: a keyed 128-bit hash of client keys for the proxy's key directory.
+//! - [`FileMac`]: tags on the proxy's own state files; [`MasterKey::fingerprint`] names a key.
 //!
 //! Every derived key is separated by an HKDF label, so no two uses share a key.
 
 mod hash;
 mod key;
+mod mac;
 mod prf;
 mod sealer;
 
 pub use hash::KeyHasher;
 pub use key::{KeyError, MasterKey, random_u64};
+pub use mac::FileMac;
 pub use prf::Prf;
 pub use sealer::{Binding, ClearHeader, CryptoError, SEAL_OVERHEAD, Sealer};

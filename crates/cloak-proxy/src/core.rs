@@ -21,6 +21,7 @@ use hdrhistogram::Histogram;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::journal::Journal;
+use crate::ledger::Ledger;
 
 /// Commands taken from the channel in one go, so work that arrives together is sent to storage
 /// together.
@@ -138,6 +139,7 @@ pub fn spawn(
     engine: Engine,
     storage: Arc<dyn Storage>,
     journal: Option<Arc<dyn Journal>>,
+    ledger: Option<Arc<Ledger>>,
 ) -> (CoreHandle, tokio::task::JoinHandle<()>) {
     let (commands_tx, commands) = mpsc::channel(4 * INTAKE);
     let (control_tx, control) = mpsc::unbounded_channel();
@@ -145,6 +147,7 @@ pub fn spawn(
         engine,
         storage,
         journal,
+        ledger,
         journal_queue: Vec::new(),
         journal_busy: false,
         waiting: HashMap::new(),
@@ -167,6 +170,7 @@ struct Core {
     engine: Engine,
     storage: Arc<dyn Storage>,
     journal: Option<Arc<dyn Journal>>,
+    ledger: Option<Arc<Ledger>>,
     /// Journal requests waiting for the commit in progress to finish.
     journal_queue: Vec<(JournalId, JournalOp)>,
     journal_busy: bool,
@@ -193,6 +197,7 @@ impl Core {
             self.flush(&done_tx, &committed_tx);
             if !open && self.drained() {
                 tracing::info!("all acknowledged writes are in storage");
+                self.save_ledger();
                 return;
             }
             let deadline = self.engine.poll_timeout();
@@ -319,6 +324,24 @@ impl Core {
                 self.latency.saturating_record(micros);
                 let _ = reply.send(outcome);
             }
+        }
+    }
+
+    /// Records every slot's acknowledged version, now that storage holds them all: the next start
+    /// refuses a store older than this. Without it, that start checks against the ledger saved
+    /// at this one's start, which still holds (versions only grow) but covers less.
+    fn save_ledger(&self) {
+        let Some(ledger) = &self.ledger else { return };
+        match ledger.save(self.engine.acknowledged()) {
+            Ok(()) => tracing::info!(
+                slots = self.engine.acknowledged().len(),
+                "saved the slot versions storage holds to the ledger"
+            ),
+            Err(error) => tracing::error!(
+                %error,
+                "could not save the ledger; the next start checks storage against the one saved \
+                 at this start"
+            ),
         }
     }
 

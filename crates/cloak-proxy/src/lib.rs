@@ -17,6 +17,7 @@ mod connection;
 pub mod core;
 mod info;
 pub mod journal;
+pub mod ledger;
 pub mod metrics;
 pub mod resp;
 pub mod state;
@@ -33,7 +34,8 @@ use tokio::net::TcpListener;
 
 pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
-pub use state::{RecoveryReport, StateDir, StateError, recover};
+pub use ledger::{Ledger, LedgerError, StoreManifest};
+pub use state::{RecoveryReport, StateDir, StateError, discard_damaged, recover};
 
 /// Front-end settings.
 #[derive(Clone, Default)]
@@ -44,6 +46,9 @@ pub struct ProxyOptions {
     pub drain_timeout: Option<Duration>,
     /// Where records only the proxy holds are kept durably; `None` keeps them in memory only.
     pub journal: Option<Arc<dyn Journal>>,
+    /// The state directory's ledger: a clean stop saves every slot's version there, for the next
+    /// start to check storage against.
+    pub ledger: Option<Arc<Ledger>>,
 }
 
 /// What every connection shares.
@@ -73,7 +78,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let listen = listener.local_addr()?;
-    let (core, core_task) = core::spawn(engine, storage, options.journal);
+    let (core, core_task) = core::spawn(engine, storage, options.journal, options.ledger);
     let front = Arc::new(FrontEnd {
         core: core.clone(),
         password: options.password,

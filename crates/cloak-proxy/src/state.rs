@@ -4,22 +4,28 @@
 //! DIR/key            the master key (hex), made on first start unless --key-file/CLOAK_KEY give one
 //! DIR/incarnation    how many times a proxy started here; generations are unique per start
 //! DIR/journal.redb   records only the proxy held (see `journal`)
+//! DIR/ledger         what the store was created with, and the slot versions storage must hold
+//!                    (see `ledger`)
 //! ```
 //!
 //! Every start rebuilds the store from storage and the journal ([`recover`]): nothing the proxy
 //! keeps in memory (position maps, key directory, reuse-distance sets) has to survive a crash.
+//! What the scan found is checked against the ledger before anything is served.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cloak_core::{ElementFormat, Recovered, Recovery};
+use cloak_core::{
+    Addr, Damage, ElementFormat, Findings, Recovered, Recovery, SlotVersions, StorageOp,
+};
 use cloak_crypto::{KeyError, MasterKey};
 use cloak_storage::Storage;
 use cloak_storage::dir::{DirError, write_synced};
 
 use crate::journal::{DiskJournal, Journal, JournalError};
+use crate::ledger::{Ledger, LedgerError, StoreManifest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -37,6 +43,8 @@ pub enum StateError {
     Key(#[from] KeyError),
     #[error(transparent)]
     Journal(#[from] JournalError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
     #[error("recovery could not read storage: {0}")]
     Storage(#[from] cloak_core::StorageError),
 }
@@ -109,20 +117,34 @@ impl StateDir {
     pub fn journal(&self) -> Result<DiskJournal, StateError> {
         Ok(DiskJournal::open(&self.path.join("journal.redb"))?)
     }
+
+    /// The store's ledger, checked against `master` and the settings in `manifest`.
+    pub fn ledger(
+        &self,
+        master: &MasterKey,
+        manifest: StoreManifest,
+    ) -> Result<Ledger, StateError> {
+        Ok(Ledger::open(&self.path, master, manifest)?)
+    }
 }
 
 /// What a start found, for the log and the operator.
 pub struct RecoveryReport {
     pub recovered: Recovered,
+    /// What is wrong with the store found; the caller refuses to start on any of it unless the
+    /// operator accepts the loss.
+    pub findings: Findings,
     pub journal_records: usize,
     pub took: Duration,
 }
 
-/// Rebuilds the store's records from storage (a full scan) and the journal.
+/// Rebuilds the store's records from storage (a full scan) and the journal, and checks them
+/// against `expected`, the slot versions storage must hold (from the ledger; empty without one).
 pub async fn recover(
     storage: &dyn Storage,
     format: ElementFormat,
     journal: Option<&dyn Journal>,
+    expected: &SlotVersions,
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
     let mut recovery = Recovery::new(format);
@@ -135,11 +157,28 @@ pub async fn recover(
         None => Vec::new(),
     };
     let journal_records = journaled.len();
+    let recovered = recovery.finish(journaled);
     Ok(RecoveryReport {
-        recovered: recovery.finish(journaled),
+        findings: recovered.findings(expected),
+        recovered,
         journal_records,
         took: start.elapsed(),
     })
+}
+
+/// Elements deleted per request by [`discard_damaged`].
+const DISCARD_CHUNK: usize = 4096;
+
+/// Deletes the damaged elements a start accepted losing. The fill rewrites every address a scheme
+/// uses, but not one it does not (a foreign element at a label no scheme instance will write),
+/// and such an element would refuse every later start. What the server learns: the addresses of
+/// elements it altered or placed itself, which it knows already.
+pub async fn discard_damaged(storage: &dyn Storage, damage: &Damage) -> Result<(), StateError> {
+    let addresses: Vec<Addr> = damage.addresses().collect();
+    for chunk in addresses.chunks(DISCARD_CHUNK) {
+        storage.call(StorageOp::Delete(chunk.to_vec())).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -328,6 +328,13 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "MODE")]
     pub durability: Option<String>,
 
+    /// Start even when storage does not hold the whole store as this proxy left it (elements
+    /// missing, altered, from another key, or older than the state directory's ledger says):
+    /// serve what is there, and print what is lost. Without it such a start is refused
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_data_loss: bool,
+
     /// Serve Prometheus metrics at http://ADDR/metrics
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout};
+use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, SlotVersions};
 use cloak_crypto::{KeyHasher, MasterKey};
-use cloak_proxy::{Journal, RecoveryReport};
+use cloak_proxy::{Journal, Ledger, RecoveryReport, StoreManifest};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
 use cloak_schemes::{
     CloakOptions, CuriousOptions, PancakeOptions, PathOramOptions, SchemeName, SchemeOptions,
@@ -150,22 +150,57 @@ impl StoreArgs {
 }
 
 impl Store {
+    /// What the ledger records this store was created with.
+    pub fn manifest(&self) -> StoreManifest {
+        StoreManifest {
+            scheme: self.scheme.to_string(),
+            capacity: self.spec.capacity,
+            key_size: self.spec.layout.max_key,
+            value_size: self.spec.layout.max_value,
+        }
+    }
+
     /// Rebuilds the store from `storage` and `journal` and starts the engine on what was found,
-    /// in `incarnation` (a number no earlier start of this store used).
+    /// in `incarnation` (a number no earlier start of this store used). What was found must be
+    /// the whole store, as new as `ledger` says storage holds it; anything else refuses the
+    /// start unless `accept_data_loss`, which starts on what is there and says what was lost.
+    /// The ledger then records what this start found.
     pub async fn start(
         &self,
         master: &MasterKey,
         storage: &dyn Storage,
         journal: Option<&dyn Journal>,
         incarnation: u64,
+        ledger: Option<&Ledger>,
+        accept_data_loss: bool,
     ) -> anyhow::Result<(Engine, RecoveryReport)> {
+        let nothing_expected = SlotVersions::new();
         let mut report = cloak_proxy::recover(
             storage,
             cloak_schemes::element_format(self.scheme, self.spec.layout, master)?,
             journal,
+            ledger.map_or(&nothing_expected, |l| &l.expected),
         )
         .await
         .context("recovering the store from storage")?;
+        if !report.findings.is_clean() {
+            if !accept_data_loss {
+                bail!(
+                    "{}\nthe proxy refuses to start, so that no key silently reads as missing or \
+                     old. To start anyway on what storage holds, and lose what is listed above, \
+                     pass --accept-data-loss",
+                    report.findings
+                );
+            }
+            tracing::warn!(findings = %report.findings, "starting with data loss (--accept-data-loss)");
+            eprintln!(
+                "--accept-data-loss: starting on what storage holds; this is lost:\n{}",
+                report.findings
+            );
+            cloak_proxy::discard_damaged(storage, &report.findings.damage)
+                .await
+                .context("deleting the damaged elements")?;
+        }
         let recovered = &report.recovered;
         let capacity =
             usize::try_from(self.spec.capacity).context("capacity does not fit in memory")?;
@@ -180,6 +215,7 @@ impl Store {
         }
         let mut directory =
             KeyDirectory::restore(KeyHasher::new(master), capacity, recovered.keys());
+        let versions = recovered.versions();
         // The records move into the scheme (one copy of the store in memory, not two).
         let start = Start {
             records: std::mem::take(&mut report.recovered.records),
@@ -192,23 +228,22 @@ impl Store {
                 Some(self.read_distribution(path, *format, &mut directory)?);
         }
         let scheme = cloak_schemes::build(self.scheme, &self.spec, &options, master, start)?;
-        let engine =
-            Engine::new(scheme, directory, self.limits).with_next_version(recovered.next_version);
+        let engine = Engine::new(scheme, directory, self.limits)
+            .with_next_version(recovered.next_version)
+            .with_acknowledged(versions);
+        if let Some(ledger) = ledger {
+            ledger
+                .save(engine.acknowledged())
+                .context("saving what this start found to the ledger")?;
+        }
         if recovered.elements > 0 {
             tracing::info!(
                 elements = recovered.elements,
                 keys = engine.stats().keys,
                 journal = report.journal_records,
-                unreadable = recovered.unreadable,
+                damaged = recovered.damage.count(),
                 took = ?report.took,
                 "recovered the store from storage"
-            );
-        }
-        if recovered.unreadable > 0 {
-            tracing::warn!(
-                unreadable = recovered.unreadable,
-                "some elements in storage could not be authenticated and were skipped (another \
-                 key, another store, or tampering)"
             );
         }
         Ok((engine, report))

@@ -145,6 +145,7 @@ impl Setup {
             password: self.password,
             drain_timeout: Some(Duration::from_secs(5)),
             journal: None,
+            ledger: None,
         };
         let proxy = tokio::spawn(cloak_proxy::run(
             listener,

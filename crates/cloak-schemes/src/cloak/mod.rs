@@ -126,6 +126,10 @@ pub struct Cloak {
 
     /// Records the initial fill places (recovered after a crash), by slot.
     initial: HashMap<u32, Record>,
+    /// How many recovered records the fill places. Until every chunk has landed, storage may
+    /// hold some of them nowhere (a chunk overwrote a record's old address before the one with
+    /// its new address landed), so they count as unwritten and a clean stop waits for the fill.
+    recovered: u64,
     /// Addresses not yet written by the initial fill, and fill requests unanswered.
     fill: Fill,
     next_batch_at: Option<Instant>,
@@ -197,6 +201,7 @@ impl Cloak {
             queued: 0,
             corrupt: HashSet::new(),
             flight: None,
+            recovered: start.records.iter().filter(|(_, r)| r.version > 0).count() as u64,
             initial: start
                 .records
                 .into_iter()
@@ -678,9 +683,10 @@ impl Scheme for Cloak {
             .filter(|w| matches!(w, Some(Waiting::Write(_))))
             .count() as u64;
         let writing_back = self.flight.as_ref().map_or(0, |f| f.written.len()) as u64;
+        let filling = if self.filled() { 0 } else { self.recovered };
         SchemeStats {
             queued: self.queued as u64,
-            unwritten: pending_writes + writing_back,
+            unwritten: pending_writes + writing_back + filling,
             ..self.stats.clone()
         }
     }

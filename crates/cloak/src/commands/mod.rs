@@ -36,27 +36,37 @@ pub fn serve_metrics(listener: Option<tokio::net::TcpListener>, proxy: &cloak_pr
     }
 }
 
-/// Resolves when the process is asked to stop (Ctrl-C or SIGTERM).
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
+/// Resolves when the process is asked to stop (Ctrl-C or SIGTERM). The handlers are installed
+/// at the call, not when the future is first polled: a proxy says it is listening before its
+/// loop first polls this, and a SIGTERM in between would otherwise end it at once, without
+/// draining acknowledged writes or saving its ledger.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    let handlers = {
+        use tokio::signal::unix::{SignalKind, signal};
+        [SignalKind::terminate(), SignalKind::interrupt()].map(|kind| signal(kind).ok())
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let [terminate, interrupt] = handlers;
+            let received = |handler: Option<tokio::signal::unix::Signal>| async move {
+                match handler {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = received(terminate) => {}
+                () = received(interrupt) => {}
+            }
+        }
+        #[cfg(not(unix))]
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
+        tracing::info!("shutting down");
     }
-    tracing::info!("shutting down");
 }

@@ -36,9 +36,21 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let Some(url) = args.storage.as_deref() else {
         bail!("no storage: pass --storage {}", backend::SCHEMES);
     };
+    let ledger = state
+        .as_ref()
+        .map(|state| state.ledger(&master, store.manifest()))
+        .transpose()?
+        .map(Arc::new);
     let storage = backend::connect(url, args.storage_connections.unwrap_or(4)).await?;
     let (engine, _) = store
-        .start(&master, storage.as_ref(), journal.as_deref(), incarnation)
+        .start(
+            &master,
+            storage.as_ref(),
+            journal.as_deref(),
+            incarnation,
+            ledger.as_deref(),
+            args.accept_data_loss,
+        )
         .await?;
     let summary = store.summary(&engine);
     // Described by the backend: a Redis URL's password stays out of the output.
@@ -53,6 +65,7 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         password: args.password,
         drain_timeout: None,
         journal,
+        ledger,
     };
     cloak_proxy::run(
         listener,

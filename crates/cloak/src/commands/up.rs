@@ -41,7 +41,14 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let storage = Arc::new(TcpStorage::connect(&storage_addr.to_string(), 4).await?);
 
     let (engine, _) = store
-        .start(&master, storage.as_ref(), None, random_incarnation()?)
+        .start(
+            &master,
+            storage.as_ref(),
+            None,
+            random_incarnation()?,
+            None,
+            false,
+        )
         .await?;
     let summary = store.summary(&engine);
     let bind = args.bind.as_deref().unwrap_or("127.0.0.1");
@@ -59,6 +66,7 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
         password: args.password,
         drain_timeout: None,
         journal: None,
+        ledger: None,
     };
     cloak_proxy::run(
         listener,
