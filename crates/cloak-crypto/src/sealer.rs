@@ -91,7 +91,9 @@ pub struct Sealer {
     sealed: u64,
     nonces: Nonces,
     /// Draws epochs and seeds nonces.
-    rng: ChaCha20Rng,
+    /// Boxed, as the nonces' generator is: a codec holding a sealer stays small enough to sit
+    /// beside small values in enums (`ElementFormat`).
+    rng: Box<ChaCha20Rng>,
     /// Keys of epochs seen while opening, so each is derived once.
     known: RwLock<HashMap<u64, Arc<LessSafeKey>>>,
 }
@@ -128,7 +130,7 @@ impl Sealer {
             key,
             sealed: 0,
             nonces,
-            rng,
+            rng: Box::new(rng),
             known: RwLock::new(known),
         }
     }
