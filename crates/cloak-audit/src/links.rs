@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 
 use cloak_core::{AccessKind, Addr};
+use cloak_crypto::ClearHeader;
 
 use crate::truth::Keys;
 use crate::view::{ServerRequest, ServerView};
@@ -28,13 +29,44 @@ pub struct Elements {
     pub count: u32,
 }
 
+/// A field of the clear header an attacker may order a write-back's elements by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderField {
+    Epoch,
+    Nonce,
+    Generation,
+}
+
+impl HeaderField {
+    pub const ALL: [HeaderField; 3] = [
+        HeaderField::Epoch,
+        HeaderField::Nonce,
+        HeaderField::Generation,
+    ];
+
+    /// The field of `header`, as a number to order by.
+    pub fn of(self, header: &ClearHeader) -> u64 {
+        match self {
+            HeaderField::Epoch => header.epoch,
+            HeaderField::Nonce => header.nonce_number(),
+            HeaderField::Generation => header.generation,
+        }
+    }
+}
+
 /// The position each written element of `request` takes in nonce order (ties in request
 /// order); `None` for writes whose values have no header.
 pub fn nonce_ranks(view: &ServerView, request: &ServerRequest) -> Option<Vec<usize>> {
+    ranks(view, request, HeaderField::Nonce)
+}
+
+/// The position each written element of `request` takes in the order of `field` (ties in
+/// request order, which the server sees anyway); `None` for writes whose values have no header.
+pub fn ranks(view: &ServerView, request: &ServerRequest, field: HeaderField) -> Option<Vec<usize>> {
     let numbers: Vec<u64> = view
         .accesses_of(request)
         .iter()
-        .map(|a| a.header().map(|h| h.nonce_number()))
+        .map(|a| a.header().map(|h| field.of(&h)))
         .collect::<Option<_>>()?;
     let mut order: Vec<usize> = (0..numbers.len()).collect();
     order.sort_by_key(|&j| numbers[j]);
@@ -55,9 +87,8 @@ pub fn follow(view: &ServerView) -> Elements {
         *count += 1;
         *count - 1
     };
-    // The element each address holds now, and the elements the batch's read found, in order.
+    // The element each address holds now.
     let mut holds: HashMap<Addr, u32> = HashMap::new();
-    let mut read: (u32, Vec<u32>) = (0, Vec::new());
     for request in &view.requests {
         let accesses = view.accesses_of(request);
         match request.kind {
@@ -71,15 +102,15 @@ pub fn follow(view: &ServerView) -> Elements {
                     })
                     .collect();
                 elements.of_access.extend(&found);
-                read = (request.batch, found);
             }
             AccessKind::Write => {
-                // Only a write of the batch whose read it follows can be its write-back.
-                let from_read = if read.0 == request.batch {
-                    &read.1[..]
-                } else {
-                    &[]
-                };
+                // The elements the read it writes back found, in read order.
+                let from_read: Vec<u32> = request
+                    .source
+                    .map(|r| {
+                        elements.of_access[view.requests[r as usize].accesses.clone()].to_vec()
+                    })
+                    .unwrap_or_default();
                 let ranks = nonce_ranks(view, request).unwrap_or_default();
                 for (j, access) in accesses.iter().enumerate() {
                     let linked = ranks.get(j).and_then(|&r| from_read.get(r)).copied();
@@ -101,13 +132,15 @@ pub fn follow(view: &ServerView) -> Elements {
     elements
 }
 
-/// How well nonce order names where written elements were read from, checked against what the
-/// elements held (which only the key holder knows).
+/// How well the order of a header field names where written elements were read from, checked
+/// against what the elements held (which only the key holder knows). Only elements that moved
+/// count: one written back where it was read from was read at a position the server saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LinkCheck {
-    /// Written elements of write-backs whose content was found in the batch's read.
+    /// Written elements of write-backs whose content was found in the read, at an address other
+    /// than the one written.
     pub elements: u64,
-    /// Of those, how many had a nonce rank equal to a read position that held their content.
+    /// Of those, how many had a rank equal to a read position that held their content.
     pub named: u64,
     /// How many a random rank would name, in expectation.
     pub chance: f64,
@@ -126,41 +159,41 @@ impl LinkCheck {
 }
 
 /// Checks every write-back of `view` against `truth` (what each access's element held, indexed
-/// like `view.accesses`): does the nonce rank of each written element name the position it was
-/// read from? Elements holding no key (empty slots, dummies) are left out.
-pub fn check_nonce_links(view: &ServerView, truth: &[Keys]) -> LinkCheck {
+/// like `view.accesses`): does the rank of each written element in the order of `field` name
+/// the position it was read from? Elements holding no key (empty slots, dummies) are left out.
+pub fn check_links(view: &ServerView, truth: &[Keys], field: HeaderField) -> LinkCheck {
     let mut check = LinkCheck::default();
-    let mut read: Option<&ServerRequest> = None;
-    for request in &view.requests {
-        match request.kind {
-            AccessKind::Read => read = Some(request),
-            AccessKind::Write => {
-                let Some(read) = read.filter(|r| r.batch == request.batch) else {
-                    continue;
-                };
-                let Some(ranks) = nonce_ranks(view, request) else {
-                    continue;
-                };
-                let read_truth = truth.get(read.accesses.clone()).unwrap_or_default();
-                for (index, rank) in request.accesses.clone().zip(ranks) {
-                    let Some(held) = truth.get(index).filter(|k| !k.is_empty()) else {
-                        continue;
-                    };
-                    let from: Vec<usize> = read_truth
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, keys)| keys.iter().any(|k| held.contains(k)))
-                        .map(|(p, _)| p)
-                        .collect();
-                    if from.is_empty() {
-                        continue;
-                    }
-                    check.elements += 1;
-                    check.named += u64::from(from.contains(&rank));
-                    check.chance += from.len() as f64 / read_truth.len() as f64;
-                }
+    for (read, write) in view.write_backs() {
+        let Some(ranks) = ranks(view, write, field) else {
+            continue;
+        };
+        let read_truth = truth.get(read.accesses.clone()).unwrap_or_default();
+        let read_addrs: Vec<Addr> = view.accesses_of(read).iter().map(|a| a.addr).collect();
+        for (index, rank) in write.accesses.clone().zip(ranks) {
+            let Some(held) = truth.get(index).filter(|k| !k.is_empty()) else {
+                continue;
+            };
+            let holds_it = |p: usize| read_truth[p].iter().any(|k| held.contains(k));
+            let addr = view.accesses[index].addr;
+            let stayed = read_addrs
+                .iter()
+                .zip(0..read_truth.len())
+                .any(|(&a, p)| a == addr && holds_it(p));
+            if stayed {
+                continue;
             }
-            AccessKind::Delete | AccessKind::Scan => {}
+            let from: Vec<usize> = read_truth
+                .iter()
+                .enumerate()
+                .map(|(p, _)| p)
+                .filter(|&p| holds_it(p))
+                .collect();
+            if from.is_empty() {
+                continue;
+            }
+            check.elements += 1;
+            check.named += u64::from(from.contains(&rank));
+            check.chance += from.len() as f64 / read_truth.len() as f64;
         }
     }
     check
@@ -226,7 +259,7 @@ mod tests {
                 op(1, Write, &[1, 2, 3], nonces),
             ];
             let view = ServerView::new(&trace, Duration::ZERO, Duration::from_secs(1));
-            check_nonce_links(&view, &truth)
+            check_links(&view, &truth, HeaderField::Nonce)
         };
         // Sealed in read order: 10 (now at 3) first, 20 (at 1) second, 30 (at 2) third.
         let leaky = check(&[101, 102, 100]);
@@ -234,6 +267,13 @@ mod tests {
         assert!((leaky.chance_share() - 1.0 / 3.0).abs() < 1e-12);
         // Sealed in destination order: no element's rank is its read position.
         assert_eq!(check(&[100, 101, 102]).named, 0);
+        // The elements carry no generation, epoch or order but their place in the request.
+        let trace = [
+            op(0, Read, &[1, 2, 3], &[]),
+            op(1, Write, &[1, 2, 3], &[101, 102, 100]),
+        ];
+        let view = ServerView::new(&trace, Duration::ZERO, Duration::from_secs(1));
+        assert_eq!(check_links(&view, &truth, HeaderField::Generation).named, 0);
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //!
 //! - a **batch** is a read request, numbered from 1 as they arrive (a write belongs to the batch
 //!   of the last read before it, as a write-back does);
+//! - a write's **source** is the read it writes back: the latest read of exactly the same
+//!   addresses (Cloak, Pancake, a CURIOUS path, with other accesses in flight meanwhile), or
+//!   else the read of its own batch (Waffle writes under fresh labels);
 //! - an address's **reuse distance** at a read is the number of batches since the address was
 //!   last seen (read or written); the addresses at distance `d` are Cloak's set `S_d`;
 //! - a read's **write-to-read distance** is the number of batches since the address was last
@@ -34,6 +37,8 @@ pub struct ServerRequest {
     pub accesses: Range<usize>,
     /// The batch it belongs to (0 for writes before the first read).
     pub batch: u32,
+    /// For a write: the read it writes back (index into [`ServerView::requests`]), if any.
+    pub source: Option<u32>,
 }
 
 /// One address in one request.
@@ -82,6 +87,9 @@ impl ServerView {
             ..ServerView::default()
         };
         let mut batch = 0u32;
+        // The latest read of each set of addresses, by its hash, and the latest read of all.
+        let mut read_of_set: HashMap<u64, u32> = HashMap::new();
+        let mut last_read: Option<u32> = None;
         let mut last_seen: HashMap<Addr, u32> = HashMap::new();
         let mut last_written: HashMap<Addr, u32> = HashMap::new();
         for seen in trace.iter().filter(|o| o.at >= start && o.at < end) {
@@ -112,12 +120,25 @@ impl ServerView {
                     value: seen.values.get(i).cloned(),
                 });
             }
+            let source = match seen.kind {
+                AccessKind::Read => {
+                    read_of_set.insert(address_set(&seen.addrs), request);
+                    last_read = Some(request);
+                    None
+                }
+                AccessKind::Write => read_of_set
+                    .get(&address_set(&seen.addrs))
+                    .copied()
+                    .or(last_read.filter(|&r| view.requests[r as usize].batch == batch)),
+                AccessKind::Delete | AccessKind::Scan => None,
+            };
             view.requests.push(ServerRequest {
                 at: seen.at - start,
                 answered: seen.answered.map(|t| t.saturating_sub(start)),
                 kind: seen.kind,
                 accesses: first..view.accesses.len(),
                 batch,
+                source,
             });
         }
         view
@@ -135,6 +156,13 @@ impl ServerView {
         &self.accesses[request.accesses.clone()]
     }
 
+    /// Every write that writes back a read, with that read: `(read, write)`.
+    pub fn write_backs(&self) -> impl Iterator<Item = (&ServerRequest, &ServerRequest)> {
+        self.requests
+            .iter()
+            .filter_map(|w| w.source.map(|r| (&self.requests[r as usize], w)))
+    }
+
     /// The whole window.
     pub fn span(&self) -> Range<Duration> {
         Duration::ZERO..self.window
@@ -144,6 +172,14 @@ impl ServerView {
     pub fn batches(&self) -> u32 {
         self.requests.last().map_or(0, |r| r.batch)
     }
+}
+
+/// A hash of a set of addresses, the same in any order.
+fn address_set(addrs: &[Addr]) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let mut sorted = addrs.to_vec();
+    sorted.sort_unstable();
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(&sorted)
 }
 
 #[cfg(test)]
@@ -181,6 +217,9 @@ mod tests {
         assert_eq!(view.batches(), 3);
         assert_eq!(view.requests[0].at, Duration::ZERO);
         assert_eq!(view.requests[0].answered, Some(Duration::from_millis(1)));
+        // The write of batch 1 writes back its read; the first write has no read to write back.
+        let sources: Vec<Option<u32>> = view.requests.iter().map(|r| r.source).collect();
+        assert_eq!(sources, [None, None, Some(1), None, None]);
         let read = |r: usize| -> Vec<(Option<u32>, Option<u32>)> {
             view.accesses_of(&view.requests[r])
                 .iter()

@@ -9,22 +9,24 @@ use cloak_audit::{Game, SchemeAudit, Setup, Workloads, audit_scheme};
 use cloak_bench::run::Load;
 use cloak_schemes::{CloakOptions, SchemeName, SchemeOptions};
 
-fn audit(
-    scheme: SchemeName,
-    a: &str,
-    b: &str,
-    keys: u64,
-    requests: u64,
-    clients: usize,
-) -> SchemeAudit {
-    audit_cloak_sealing(false, scheme, a, b, keys, requests, clients)
+/// Small budgets for a small store (b_j = 1 for every set), a short interval.
+// `..SchemeOptions::default()` keeps this building as other schemes' options join the struct,
+// and `..CloakOptions::default()` fills the leak-demo field.
+#[allow(clippy::needless_update)]
+fn small() -> SchemeOptions {
+    SchemeOptions {
+        cloak: CloakOptions {
+            first_budget: 1,
+            batch_interval: Duration::from_millis(5),
+            cache_size: 1,
+            ..CloakOptions::default()
+        },
+        ..SchemeOptions::default()
+    }
 }
 
-/// [`audit`], with Cloak sealing with counter nonces when `leaky` (the leak-demo variant).
-// `..SchemeOptions::default()` keeps this building as other schemes' options join the struct.
-#[allow(clippy::needless_update)]
-fn audit_cloak_sealing(
-    leaky: bool,
+fn audit(
+    options: SchemeOptions,
     scheme: SchemeName,
     a: &str,
     b: &str,
@@ -40,17 +42,6 @@ fn audit_cloak_sealing(
         seed: 5,
     };
     let workloads = Workloads::draw(&game).unwrap();
-    let options = SchemeOptions {
-        // Small budgets for a small store (b_j = 1 for every set), a short interval.
-        cloak: CloakOptions {
-            first_budget: 1,
-            batch_interval: Duration::from_millis(5),
-            cache_size: 1,
-            leak_demo_counter_nonces: leaky,
-            ..CloakOptions::default()
-        },
-        ..SchemeOptions::default()
-    };
     let setup = Setup {
         scheme,
         options,
@@ -65,6 +56,20 @@ fn audit_cloak_sealing(
         seed: 9,
     };
     audit_scheme(&setup, &workloads).unwrap()
+}
+
+/// Cloak on one hot key against uniform keys: 200 keys with b_j = 1 make 20 sets, so the run
+/// covers many generations of sets.
+fn cloak_one_key_vs_uniform(options: SchemeOptions) -> SchemeAudit {
+    audit(
+        options,
+        SchemeName::Cloak,
+        "one-key",
+        "uniform",
+        200,
+        2000,
+        4,
+    )
 }
 
 fn finding<'a>(audit: &'a SchemeAudit, name: &str) -> &'a cloak_audit::distinguish::Finding {
@@ -83,6 +88,7 @@ fn frequency_analysis_recovers_zipf_keys_from_encrypted() {
     let h: f64 = (1..=200).map(|r| f64::from(r).powf(-0.99)).sum();
     let top_two = (1.0 + 2f64.powf(-0.99)) / h;
     let audit = audit(
+        small(),
         SchemeName::Encrypted,
         "ycsb-c:zipfian",
         "uniform",
@@ -109,7 +115,15 @@ fn frequency_analysis_recovers_zipf_keys_from_encrypted() {
 
 #[test]
 fn unsafe_views_differ_trivially() {
-    let audit = audit(SchemeName::Unsafe, "one-key", "uniform", 200, 2000, 4);
+    let audit = audit(
+        small(),
+        SchemeName::Unsafe,
+        "one-key",
+        "uniform",
+        200,
+        2000,
+        4,
+    );
     for name in [
         "reuse-distance sets",
         "label frequency",
@@ -125,7 +139,7 @@ fn unsafe_views_differ_trivially() {
 
 #[test]
 fn cloak_per_set_counts_do_not_tell_one_key_from_uniform() {
-    let audit = audit(SchemeName::Cloak, "one-key", "uniform", 200, 2000, 4);
+    let audit = cloak_one_key_vs_uniform(small());
     // 200 keys with b_j = 1: 20 sets, so the run covers many generations of sets.
     assert!(audit.batches[0] > 100, "{:?}", audit.batches);
     let sets = finding(&audit, "reuse-distance sets");
@@ -157,7 +171,15 @@ fn cloak_per_set_counts_do_not_tell_one_key_from_uniform() {
 
 #[test]
 fn correlated_query_attack_beats_chance_and_frequency_on_encrypted() {
-    let audit = audit(SchemeName::Encrypted, "markov", "uniform", 100, 3000, 1);
+    let audit = audit(
+        small(),
+        SchemeName::Encrypted,
+        "markov",
+        "uniform",
+        100,
+        3000,
+        1,
+    );
     let correlated = &audit.attack("correlated queries (IHOP)")[0];
     let frequency = &audit.attack("frequency analysis")[0];
     assert!(
@@ -172,7 +194,15 @@ fn correlated_query_attack_beats_chance_and_frequency_on_encrypted() {
 
 #[test]
 fn cloak_frequency_analysis_is_no_better_than_guessing() {
-    let audit = audit(SchemeName::Cloak, "ycsb-c:zipfian", "uniform", 200, 2000, 4);
+    let audit = audit(
+        small(),
+        SchemeName::Cloak,
+        "ycsb-c:zipfian",
+        "uniform",
+        200,
+        2000,
+        4,
+    );
     let attack = &audit.attack("frequency analysis")[0];
     // Within the spread of a guesser that never saw the view (z counts that spread).
     assert!(attack.score.z() < 5.0, "{attack:?}");
@@ -190,6 +220,7 @@ fn path_oram_root_bucket_beats_chance_but_not_a_blind_guess() {
     // same attack on the other workload's view makes that guess too: the auditor finds the view
     // adds nothing.
     let audit = audit(
+        small(),
         SchemeName::PathOram,
         "ycsb-c:zipfian",
         "uniform",
@@ -209,7 +240,15 @@ fn a_distinguisher_that_tells_any_two_waffle_runs_apart_accuses_no_workload() {
     // classifier trained on some stretches of a run recognises the labels of the others: two
     // runs of the same workload are told apart as easily as two workloads. The control run
     // shows it, and the finding does not count against Waffle.
-    let audit = audit(SchemeName::Waffle, "ycsb-c:zipfian", "uniform", 200, 600, 4);
+    let audit = audit(
+        small(),
+        SchemeName::Waffle,
+        "ycsb-c:zipfian",
+        "uniform",
+        200,
+        600,
+        4,
+    );
     let address = finding(&audit, "address distribution");
     assert!(address.differs_run_to_run(), "{address:?}");
     assert!(!address.differs(), "{address:?}");
@@ -223,7 +262,9 @@ fn counter_nonces_give_cloak_away_and_the_auditor_sees_it() {
     // elements that way, the one key clients keep reading is the element re-read in every
     // batch: the linking attack names it, and reuse along followed elements tells one-key
     // from uniform.
-    let leaky = audit_cloak_sealing(true, SchemeName::Cloak, "one-key", "uniform", 200, 2000, 4);
+    let mut options = small();
+    options.cloak.leak_demo_counter_nonces = true;
+    let leaky = cloak_one_key_vs_uniform(options);
     let linking = &leaky.attack("linking (headers)")[0];
     assert!(linking.score.z() >= 5.0, "{linking:?}");
     assert!(
@@ -243,7 +284,7 @@ fn counter_nonces_give_cloak_away_and_the_auditor_sees_it() {
     );
 
     // The same audit of Cloak as built: nothing to follow, nothing told apart.
-    let fixed = audit(SchemeName::Cloak, "one-key", "uniform", 200, 2000, 4);
+    let fixed = cloak_one_key_vs_uniform(small());
     let linking = &fixed.attack("linking (headers)")[0];
     assert!(linking.score.z() < 5.0, "{linking:?}");
     assert!(!finding(&fixed, "followed-element reuse").differs());

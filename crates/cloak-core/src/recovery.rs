@@ -27,9 +27,6 @@ use crate::storage::{Addr, StorageError, StorageOp, StorageReply};
 const SCAN_CHUNK: u32 = 4096;
 
 /// How a scheme's elements are encoded.
-// One exists per recovery or tool, never in a collection: the size of the sealed variant (the
-// sealer's key schedule and nonce generator) costs nothing worth a box.
-#[allow(clippy::large_enum_variant)]
 pub enum ElementFormat {
     Sealed(ElementCodec),
     /// The unsafe baseline's plaintext records.

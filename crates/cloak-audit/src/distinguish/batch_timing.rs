@@ -22,25 +22,18 @@ pub fn batch_intervals(view: &ServerView) -> Vec<(Duration, u64)> {
         .collect()
 }
 
-/// For every write, the time from its batch's read being answered to the write going out, in
-/// µs (writes of batches whose read was not seen answered are left out).
+/// For every write-back, the time from its read being answered to the write going out, in µs
+/// (write-backs whose read was not seen answered are left out).
 pub fn write_back_delays(view: &ServerView) -> Vec<(Duration, u64)> {
-    let mut answered: Option<(u32, Duration)> = None;
-    let mut delays = Vec::new();
-    for request in &view.requests {
-        match request.kind {
-            AccessKind::Read => answered = request.answered.map(|at| (request.batch, at)),
-            AccessKind::Write => {
-                if let Some((batch, at)) = answered
-                    && batch == request.batch
-                {
-                    delays.push((request.at, request.at.saturating_sub(at).as_micros() as u64));
-                }
-            }
-            AccessKind::Delete | AccessKind::Scan => {}
-        }
-    }
-    delays
+    view.write_backs()
+        .filter_map(|(read, write)| {
+            let answered = read.answered?;
+            Some((
+                write.at,
+                write.at.saturating_sub(answered).as_micros() as u64,
+            ))
+        })
+        .collect()
 }
 
 /// The 10th, 50th, 90th and 99th percentiles of `values` (nearest rank); zeros when empty.

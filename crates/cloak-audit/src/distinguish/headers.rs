@@ -77,26 +77,10 @@ const STEPS: f64 = 10.0;
 
 pub struct NonceOrder;
 
-/// Every write-back of `view` (a write in the batch of the read before it) with its read.
-fn write_backs(view: &ServerView) -> Vec<(&ServerRequest, &ServerRequest)> {
-    let mut read: Option<&ServerRequest> = None;
-    let mut pairs = Vec::new();
-    for request in &view.requests {
-        match request.kind {
-            AccessKind::Read => read = Some(request),
-            AccessKind::Write => {
-                if let Some(read) = read.filter(|r| r.batch == request.batch) {
-                    pairs.push((read, request));
-                }
-            }
-            AccessKind::Delete | AccessKind::Scan => {}
-        }
-    }
-    pairs
-}
-
 /// Spearman's correlation between the nonce rank of each element of `write` and the position
-/// its address was read at in `read`, over the addresses in both; `None` below 3 of them.
+/// its address was read at in `read`, for a write-back of exactly the addresses read, each
+/// once, and at least 3 (others are left out: how many and which addresses repeat is the
+/// addresses' business, and would pass for something the nonces said).
 fn rank_correlation(view: &ServerView, read: &ServerRequest, write: &ServerRequest) -> Option<f64> {
     let position: HashMap<Addr, usize> = view
         .accesses_of(read)
@@ -104,6 +88,16 @@ fn rank_correlation(view: &ServerView, read: &ServerRequest, write: &ServerReque
         .enumerate()
         .map(|(i, a)| (a.addr, i))
         .collect();
+    let distinct =
+        position.len() == read.accesses.len() && write.accesses.len() == read.accesses.len();
+    if !distinct
+        || view
+            .accesses_of(write)
+            .iter()
+            .any(|a| !position.contains_key(&a.addr))
+    {
+        return None;
+    }
     let ranks = nonce_ranks(view, write)?;
     let pairs: Vec<(f64, f64)> = view
         .accesses_of(write)
@@ -144,15 +138,16 @@ impl Distinguisher for NonceOrder {
     }
 
     fn observe(&self, view: &ServerView, window: Range<Duration>) -> Vec<Event> {
-        write_backs(view)
-            .into_iter()
+        view.write_backs()
             .filter(|(_, write)| window.contains(&write.at))
             .filter_map(|(read, write)| {
                 let rho = rank_correlation(view, read, write)?;
+                // By size too: a correlation's spread under chance depends on it.
+                let size = write.accesses.len().min(255) as Category;
                 Some(Event {
                     at: write.at,
                     group: u64::from(write.batch),
-                    category: ((rho + 1.0) * STEPS).round() as Category,
+                    category: size << 8 | ((rho + 1.0) * STEPS).round() as Category,
                     weight: 1,
                 })
             })
@@ -160,20 +155,21 @@ impl Distinguisher for NonceOrder {
     }
 
     fn label(&self, category: Category) -> String {
-        format!("ρ≈{:.1}", category as f64 / STEPS - 1.0)
+        let rho = (category & 255) as f64 / STEPS - 1.0;
+        format!("{} elements, ρ≈{rho:.1}", category >> 8)
     }
 
     fn about(&self, view: &ServerView) -> Option<String> {
-        let pairs = write_backs(view);
-        let consecutive = pairs
-            .iter()
-            .filter(|(_, write)| consecutive_nonces(view, write))
-            .count();
+        let (mut consecutive, mut write_backs) = (0, 0);
+        for (_, write) in view.write_backs() {
+            write_backs += 1;
+            consecutive += usize::from(consecutive_nonces(view, write));
+        }
         (consecutive > 0).then(|| {
             format!(
                 "nonces consecutive in {consecutive} of {} write-backs: the sealing order is \
                  readable",
-                pairs.len()
+                write_backs
             )
         })
     }

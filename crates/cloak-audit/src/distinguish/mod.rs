@@ -1,6 +1,7 @@
 //! Distinguishers: statistics the server computes from its view to tell which of two workloads
 //! a run served (the paper's §5 game: the adversary picks two query sequences and must say
-//! which one it is watching).
+//! which one it is watching). Besides addresses and sizes they read the bytes written (the
+//! elements' clear headers) and the times requests are sent and answered.
 //!
 //! Each distinguisher only says what it observes: a stream of weighted categories
 //! ([`Distinguisher::observe`]). Judging is shared ([`evaluate`]), so every distinguisher applies
@@ -8,9 +9,6 @@
 //!
 //! - **identical**: the two streams are equal event for event (times included): no difference at
 //!   all, whatever the statistics;
-//! Besides addresses and sizes they read the bytes written (the elements' clear headers) and
-//! the times requests are sent and answered.
-//!
 //! - a chi-square test of homogeneity between the two runs' histograms: statistic and p-value,
 //!   corrected for the dependence between the observations of one group (the levels of one
 //!   tree path, the slots of one batch and its write-back): the groups of both runs are pooled
