@@ -40,7 +40,7 @@ impl Distinguisher for GenerationLag {
             let generations: Vec<u64> = view
                 .accesses_of(request)
                 .iter()
-                .filter_map(|a| a.header().map(|h| h.generation))
+                .filter_map(|a| a.header.map(|h| h.generation))
                 .collect();
             newest = generations.iter().copied().fold(newest, u64::max);
             if !window.contains(&request.at) {
@@ -64,7 +64,7 @@ impl Distinguisher for GenerationLag {
         let mut epochs: Vec<u64> = view
             .accesses
             .iter()
-            .filter_map(|a| a.header().map(|h| h.epoch))
+            .filter_map(|a| a.header.map(|h| h.epoch))
             .collect();
         epochs.sort_unstable();
         epochs.dedup();
@@ -160,7 +160,9 @@ impl Distinguisher for NonceOrder {
 
     fn label(&self, category: Category) -> String {
         let bin = (category & 255) as usize;
-        let from = bin.checked_sub(1).map_or("-∞".into(), |i| BINS[i].to_string());
+        let from = bin
+            .checked_sub(1)
+            .map_or("-∞".into(), |i| BINS[i].to_string());
         let to = BINS.get(bin).map_or("∞".into(), |e| e.to_string());
         format!("{} elements, ρ√(n−1) in [{from}, {to})", category >> 8)
     }
@@ -186,7 +188,7 @@ pub fn consecutive_nonces(view: &ServerView, write: &ServerRequest) -> bool {
     let Some(mut numbers) = view
         .accesses_of(write)
         .iter()
-        .map(|a| a.header().map(|h| h.nonce_number()))
+        .map(|a| a.header.map(|h| h.nonce_number()))
         .collect::<Option<Vec<u64>>>()
     else {
         return false;
