@@ -66,7 +66,7 @@ pub fn ranks(view: &ServerView, request: &ServerRequest, field: HeaderField) -> 
     let numbers: Vec<u64> = view
         .accesses_of(request)
         .iter()
-        .map(|a| a.header().map(|h| field.of(&h)))
+        .map(|a| a.header.map(|h| field.of(&h)))
         .collect::<Option<_>>()?;
     let mut order: Vec<usize> = (0..numbers.len()).collect();
     order.sort_by_key(|&j| numbers[j]);

@@ -21,7 +21,6 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::Duration;
 
-use bytes::Bytes;
 use cloak_core::{AccessKind, Addr, Observed};
 use cloak_crypto::ClearHeader;
 
@@ -51,21 +50,12 @@ pub struct Access {
     pub reuse_distance: Option<u32>,
     /// Batches since the address was last written; for reads only.
     pub since_written: Option<u32>,
-    /// The element written there, byte for byte (shared with the trace); for writes only.
-    pub value: Option<Bytes>,
-}
-
-impl Access {
     /// Bytes written there; for writes only.
-    pub fn value_len(&self) -> Option<u32> {
-        self.value.as_ref().map(|v| v.len() as u32)
-    }
-
+    pub value_len: Option<u32>,
     /// The clear header of the element written there, read as the server reads it; for writes
-    /// of sealed elements only (of anything else it reads whatever bytes sit there).
-    pub fn header(&self) -> Option<ClearHeader> {
-        self.value.as_deref().and_then(ClearHeader::read)
-    }
+    /// only (of anything but a sealed element it holds whatever bytes sit there). The rest of an
+    /// element is ciphertext: the trace keeps it, the view keeps what can be read.
+    pub header: Option<ClearHeader>,
 }
 
 /// What the server saw during one observation window.
@@ -117,7 +107,8 @@ impl ServerView {
                     request,
                     reuse_distance: reuse_distance.filter(|_| read),
                     since_written: since_written.filter(|_| read),
-                    value: seen.values.get(i).cloned(),
+                    value_len: seen.values.get(i).map(|v| v.len() as u32),
+                    header: seen.values.get(i).and_then(|v| ClearHeader::read(v)),
                 });
             }
             let source = match seen.kind {
@@ -185,6 +176,7 @@ fn address_set(addrs: &[Addr]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn op(ms: u64, kind: AccessKind, addrs: &[Addr]) -> Observed {
         Observed {
@@ -232,7 +224,7 @@ mod tests {
         assert_eq!(read(3), [(Some(2), Some(2))]);
         // Batch 3 reads 1 and 3, both written back in batch 1.
         assert_eq!(read(4), [(Some(2), Some(2)), (Some(2), Some(2))]);
-        assert_eq!(view.accesses_of(&view.requests[2])[0].value_len(), Some(10));
+        assert_eq!(view.accesses_of(&view.requests[2])[0].value_len, Some(10));
         assert_eq!(
             view.requests_in(&(Duration::from_millis(10)..Duration::from_millis(30)))
                 .len(),

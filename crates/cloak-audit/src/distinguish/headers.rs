@@ -40,7 +40,7 @@ impl Distinguisher for GenerationLag {
             let generations: Vec<u64> = view
                 .accesses_of(request)
                 .iter()
-                .filter_map(|a| a.header().map(|h| h.generation))
+                .filter_map(|a| a.header.map(|h| h.generation))
                 .collect();
             newest = generations.iter().copied().fold(newest, u64::max);
             if !window.contains(&request.at) {
@@ -64,7 +64,7 @@ impl Distinguisher for GenerationLag {
         let mut epochs: Vec<u64> = view
             .accesses
             .iter()
-            .filter_map(|a| a.header().map(|h| h.epoch))
+            .filter_map(|a| a.header.map(|h| h.epoch))
             .collect();
         epochs.sort_unstable();
         epochs.dedup();
@@ -72,8 +72,10 @@ impl Distinguisher for GenerationLag {
     }
 }
 
-/// Steps of nonce-order correlation told apart: −1, −0.9, …, 1.
-const STEPS: f64 = 10.0;
+/// Bins of the correlation scaled by `√(n − 1)`, which chance spreads as a standard normal
+/// whatever the write-back's size: below −2, −2 to −1, …, 2 and above. Coarse bins keep every
+/// category well filled, so chance differences between runs stay small.
+const BINS: [f64; 5] = [-2.0, -1.0, 0.0, 1.0, 2.0];
 
 pub struct NonceOrder;
 
@@ -142,12 +144,14 @@ impl Distinguisher for NonceOrder {
             .filter(|(_, write)| window.contains(&write.at))
             .filter_map(|(read, write)| {
                 let rho = rank_correlation(view, read, write)?;
-                // By size too: a correlation's spread under chance depends on it.
+                // By size too: small write-backs take only a few values of the correlation.
                 let size = write.accesses.len().min(255) as Category;
+                let z = rho * ((write.accesses.len() - 1) as f64).sqrt();
+                let bin = BINS.iter().filter(|&&edge| z >= edge).count() as Category;
                 Some(Event {
                     at: write.at,
                     group: u64::from(write.batch),
-                    category: size << 8 | ((rho + 1.0) * STEPS).round() as Category,
+                    category: size << 8 | bin,
                     weight: 1,
                 })
             })
@@ -155,8 +159,12 @@ impl Distinguisher for NonceOrder {
     }
 
     fn label(&self, category: Category) -> String {
-        let rho = (category & 255) as f64 / STEPS - 1.0;
-        format!("{} elements, ρ≈{rho:.1}", category >> 8)
+        let bin = (category & 255) as usize;
+        let from = bin
+            .checked_sub(1)
+            .map_or("-∞".into(), |i| BINS[i].to_string());
+        let to = BINS.get(bin).map_or("∞".into(), |e| e.to_string());
+        format!("{} elements, ρ√(n−1) in [{from}, {to})", category >> 8)
     }
 
     fn about(&self, view: &ServerView) -> Option<String> {
@@ -180,7 +188,7 @@ pub fn consecutive_nonces(view: &ServerView, write: &ServerRequest) -> bool {
     let Some(mut numbers) = view
         .accesses_of(write)
         .iter()
-        .map(|a| a.header().map(|h| h.nonce_number()))
+        .map(|a| a.header.map(|h| h.nonce_number()))
         .collect::<Option<Vec<u64>>>()
     else {
         return false;

@@ -70,7 +70,7 @@ impl Distinguisher for ElementSizes {
         let mut events = Vec::new();
         for request in view.requests_in(&window) {
             for access in view.accesses_of(request) {
-                if let Some(len) = access.value_len() {
+                if let Some(len) = access.value_len {
                     events.push(Event {
                         at: request.at,
                         group: u64::from(request.batch),
