@@ -17,7 +17,7 @@ use crate::command::{Command, CommandError, Outcome, SetCondition};
 use crate::directory::KeyDirectory;
 use crate::element::{Record, Slot};
 use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeStats};
-use crate::storage::{RequestId, StorageError, StorageReply, StorageRequest};
+use crate::storage::{ExpectedReply, RequestId, StorageError, StorageReply, StorageRequest};
 
 /// Identifies a client (a connection) for per-client ordering.
 pub type ClientId = u64;
@@ -78,6 +78,8 @@ pub struct Engine {
     slot_refs: HashMap<Slot, u32>,
     /// Slots of deleted keys waiting for their last op.
     releasing: HashSet<Slot>,
+    /// What answers each storage request the scheme has sent and storage not yet answered.
+    in_flight: HashMap<RequestId, ExpectedReply>,
     outcomes: VecDeque<(u64, Outcome)>,
     commands_done: u64,
 }
@@ -101,6 +103,7 @@ impl Engine {
             lanes: HashMap::new(),
             slot_refs: HashMap::new(),
             releasing: HashSet::new(),
+            in_flight: HashMap::new(),
             outcomes: VecDeque::new(),
             commands_done: 0,
         }
@@ -110,6 +113,11 @@ impl Engine {
     pub fn with_next_version(mut self, next: u64) -> Self {
         self.next_version = next.max(1);
         self
+    }
+
+    /// The sizes and counts commands must stay within.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     pub fn scheme(&self) -> &dyn Scheme {
@@ -142,13 +150,20 @@ impl Engine {
         self.drain_replies(now);
     }
 
+    /// Hands storage's answer to the scheme, checked first: a reply of the wrong kind or size
+    /// for its request reaches the scheme as an error (see [`ExpectedReply`]), and a reply to a
+    /// request that is not in flight (never sent, or answered already) is dropped.
     pub fn handle_storage(
         &mut self,
         now: Instant,
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
-        self.scheme.handle_storage(now, id, result);
+        let Some(expected) = self.in_flight.remove(&id) else {
+            tracing::warn!(?id, "dropped a storage reply to no request in flight");
+            return;
+        };
+        self.scheme.handle_storage(now, id, expected.check(result));
         self.drain_replies(now);
     }
 
@@ -168,7 +183,10 @@ impl Engine {
     }
 
     pub fn poll_storage(&mut self) -> Option<StorageRequest> {
-        self.scheme.poll_storage()
+        let request = self.scheme.poll_storage()?;
+        self.in_flight
+            .insert(request.id, request.op.expected_reply());
+        Some(request)
     }
 
     pub fn poll_journal(&mut self) -> Option<JournalRequest> {

@@ -52,6 +52,17 @@ impl StorageOp {
         self.len() == 0
     }
 
+    /// The kind of answer this request calls for.
+    pub fn expected_reply(&self) -> ExpectedReply {
+        match self {
+            StorageOp::Read(addrs) => ExpectedReply::Values(addrs.len()),
+            StorageOp::Write(_) | StorageOp::Delete(_) => {
+                ExpectedReply::Done(self.kind(), self.len())
+            }
+            StorageOp::Scan { limit, .. } => ExpectedReply::Entries(*limit as usize),
+        }
+    }
+
     /// Bytes of addresses and values this request sends (16 per address).
     pub fn sent_bytes(&self) -> u64 {
         let addresses = 16 * self.len() as u64;
@@ -97,6 +108,61 @@ impl StorageReply {
             StorageReply::Done => "done".into(),
             StorageReply::Entries(e) => format!("{} scanned entries", e.len()),
         }
+    }
+}
+
+/// The kind of answer a request calls for, small enough to keep while the request is in flight.
+///
+/// Storage is untrusted: a reply of the wrong kind (say `Done` for a read, which a scheme could
+/// take for "nothing stored" and answer nil) is turned into a [`StorageError`] by
+/// [`ExpectedReply::check`] before any scheme sees it, so a hostile server can make requests
+/// fail but never make a scheme give a wrong answer. The engine checks every reply this way.
+/// What the server sees next is what it would see after any failed request (a retry): it
+/// depends only on what the server itself answered, so it learns nothing from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpectedReply {
+    /// One value or absence for each of this many addresses read.
+    Values(usize),
+    /// An acknowledgement of this kind of request (write or delete) of this many addresses.
+    Done(&'static str, usize),
+    /// At most this many scanned entries.
+    Entries(usize),
+}
+
+impl ExpectedReply {
+    /// `result` if it is an error or an answer of the expected kind and size; otherwise an error
+    /// saying what storage answered.
+    pub fn check(
+        self,
+        result: Result<StorageReply, StorageError>,
+    ) -> Result<StorageReply, StorageError> {
+        let reply = result?;
+        let fits = match (self, &reply) {
+            (ExpectedReply::Values(n), StorageReply::Values(values)) => values.len() == n,
+            (ExpectedReply::Done(..), StorageReply::Done) => true,
+            (ExpectedReply::Entries(limit), StorageReply::Entries(entries)) => {
+                entries.len() <= limit
+            }
+            _ => false,
+        };
+        if fits {
+            Ok(reply)
+        } else {
+            Err(self.malformed(&reply))
+        }
+    }
+
+    /// The error for `reply` arriving where this kind of answer was expected.
+    pub fn malformed(self, reply: &StorageReply) -> StorageError {
+        let request = match self {
+            ExpectedReply::Values(n) => format!("read of {n} addresses"),
+            ExpectedReply::Done(kind, n) => format!("{kind} of {n} addresses"),
+            ExpectedReply::Entries(limit) => format!("scan of up to {limit} elements"),
+        };
+        StorageError(format!(
+            "storage gave a malformed answer to a {request}: {}",
+            reply.summary()
+        ))
     }
 }
 
