@@ -24,7 +24,7 @@ pub mod state;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use cloak_core::Engine;
@@ -90,6 +90,8 @@ pub struct FrontEnd {
     listen: SocketAddr,
     connected: AtomicU64,
     next_client: AtomicU64,
+    /// Connections refused because `max_clients` were connected.
+    rejected: AtomicU64,
 }
 
 /// A running proxy.
@@ -123,6 +125,7 @@ pub async fn run(
         listen,
         connected: AtomicU64::new(0),
         next_client: AtomicU64::new(0),
+        rejected: AtomicU64::new(0),
     });
     ready(Proxy {
         stats: core.stats(),
@@ -140,7 +143,9 @@ pub async fn run(
                     // A fresh socket's send buffer is empty, so this cannot block; if it fails
                     // the client is closed all the same.
                     let _ = stream.try_write(TOO_MANY_CLIENTS.as_bytes());
-                    tracing::warn!(max_clients = options.max_clients, "refused a client: max number of clients reached");
+                    // Counted for INFO rather than logged: a flood of connections must not
+                    // become a flood of log lines.
+                    front.rejected.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok((stream, _)) => {
                     connections.spawn(connection::serve(stream, front.clone()));

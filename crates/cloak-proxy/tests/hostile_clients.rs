@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use cloak_core::{Command, Outcome, SetCondition};
+use cloak_core::Outcome;
 use cloak_schemes::SchemeName;
-use common::{Setup, TestProxy, run};
+use cloak_testkit::commands::{get, set};
+use common::{MAX_VALUE, Setup, TestProxy, run};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::timeout;
@@ -25,18 +25,6 @@ const ANNOUNCED: usize = 60_000_000;
 /// Growth of this process's RSS the flood may cause. Unbounded, 40 connections streaming
 /// toward 60 MB each reach gigabytes within a second; bounded, each holds at most a few KiB.
 const FLOOD_RSS_BOUND: u64 = 64 << 20;
-
-fn set(key: &str, value: &str) -> Command {
-    Command::Set {
-        key: Bytes::from(key.to_string()),
-        value: Bytes::from(value.to_string()),
-        condition: SetCondition::Always,
-    }
-}
-
-fn get(key: &str) -> Command {
-    Command::Get(Bytes::from(key.to_string()))
-}
 
 /// This process's resident memory (the proxy under test runs in it).
 fn rss_bytes() -> u64 {
@@ -137,12 +125,15 @@ async fn unauthenticated_floods_of_huge_bulks_stay_bounded_and_others_are_served
     proxy.shutdown().await;
 }
 
-/// One `ECHO` of `len` bytes, and its reply's length.
-fn echo(len: usize) -> (Vec<u8>, usize) {
-    let mut request = format!("*2\r\n$4\r\nECHO\r\n${len}\r\n").into_bytes();
-    request.extend(std::iter::repeat_n(b'e', len));
-    request.extend_from_slice(b"\r\n");
-    (request, format!("${len}\r\n").len() + len + 2)
+/// `count` pipelined `ECHO`s of a value-sized message (longer arguments are refused), and the
+/// bytes of their replies.
+fn echoes(count: usize) -> (Vec<u8>, usize) {
+    let message = vec![b'e'; MAX_VALUE];
+    let mut one = format!("*2\r\n$4\r\nECHO\r\n${MAX_VALUE}\r\n").into_bytes();
+    one.extend_from_slice(&message);
+    one.extend_from_slice(b"\r\n");
+    let reply = format!("${MAX_VALUE}\r\n").len() + MAX_VALUE + 2;
+    (one.repeat(count), reply * count)
 }
 
 async fn connected_clients(proxy: &TestProxy) -> u64 {
@@ -169,12 +160,12 @@ async fn a_client_that_never_reads_is_disconnected_at_its_reply_limit() {
     let socket = TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut stream = socket.connect(proxy.addr).await.unwrap();
-    let (request, _) = echo(16 * 1024);
+    let (requests, _) = echoes(1000);
     let mut sent = 0usize;
     let closed = timeout(Duration::from_secs(30), async {
         // Writes fail once the proxy has closed the connection.
-        while stream.write_all(&request).await.is_ok() {
-            sent += request.len();
+        while stream.write_all(&requests).await.is_ok() {
+            sent += requests.len();
             assert!(sent < 1 << 30, "1 GiB sent and the proxy still reads");
         }
     })
@@ -183,6 +174,9 @@ async fn a_client_that_never_reads_is_disconnected_at_its_reply_limit() {
         closed.is_ok(),
         "a client that never reads was not disconnected ({sent} bytes sent)"
     );
+    // Each reply is shorter than its request: less than this, and the proxy closed the
+    // connection for another reason than the reply limit.
+    assert!(sent > REPLY_LIMIT, "closed after only {sent} bytes sent");
     // Only the connection asking is left.
     let gone = timeout(Duration::from_secs(5), async {
         while connected_clients(&proxy).await != 1 {
@@ -201,17 +195,17 @@ async fn a_client_that_reads_gets_far_more_than_the_reply_limit() {
     let proxy = setup.start().await;
     let stream = TcpStream::connect(proxy.addr).await.unwrap();
     let (mut reader, mut writer) = stream.into_split();
-    let (request, reply_len) = echo(16 * 1024);
-    let requests = 64 * REPLY_LIMIT / reply_len;
+    let (requests, replies_len) = echoes(1000);
+    let batches = 64 * REPLY_LIMIT / replies_len;
     let sending = tokio::spawn(async move {
-        for _ in 0..requests {
-            writer.write_all(&request).await.unwrap();
+        for _ in 0..batches {
+            writer.write_all(&requests).await.unwrap();
         }
         writer
     });
     let mut received = 0;
     let mut buf = vec![0u8; 64 * 1024];
-    let expected = requests * reply_len;
+    let expected = batches * replies_len;
     timeout(Duration::from_secs(60), async {
         while received < expected {
             let n = reader.read(&mut buf).await.unwrap();
@@ -238,7 +232,7 @@ async fn clients_over_max_clients_are_told_and_closed() {
         stream
     };
     let first = ping(TcpStream::connect(proxy.addr).await.unwrap()).await;
-    let _second = ping(TcpStream::connect(proxy.addr).await.unwrap()).await;
+    let mut second = ping(TcpStream::connect(proxy.addr).await.unwrap()).await;
 
     let mut third = TcpStream::connect(proxy.addr).await.unwrap();
     let mut reply = Vec::new();
@@ -247,6 +241,12 @@ async fn clients_over_max_clients_are_told_and_closed() {
         .expect("closed at once")
         .unwrap();
     assert_eq!(reply, cloak_proxy::TOO_MANY_CLIENTS.as_bytes());
+    drop(third);
+    second.write_all(b"INFO clients\r\n").await.unwrap();
+    let mut info = vec![0u8; 4096];
+    let n = second.read(&mut info).await.unwrap();
+    let info = String::from_utf8_lossy(&info[..n]);
+    assert!(info.contains("rejected_connections:1\r\n"), "{info}");
 
     // A place frees up once a client leaves.
     drop(first);
