@@ -171,3 +171,39 @@ impl ExpectedReply {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct StorageError(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_must_answer_the_kind_and_size_of_their_request() {
+        let read = StorageOp::Read(vec![1, 2]).expected_reply();
+        let write = StorageOp::Write(vec![(1, Bytes::new())]).expected_reply();
+        let scan = StorageOp::Scan {
+            after: None,
+            limit: 1,
+        }
+        .expected_reply();
+        let values = |n| Ok(StorageReply::Values(vec![None; n]));
+        let entries = |n| Ok(StorageReply::Entries(vec![(0, Bytes::new()); n]));
+        assert_eq!(read.check(values(2)), values(2));
+        assert_eq!(write.check(Ok(StorageReply::Done)), Ok(StorageReply::Done));
+        assert_eq!(scan.check(entries(1)), entries(1));
+        let down = Err(StorageError("down".into()));
+        assert_eq!(read.check(down.clone()), down);
+        for (expected, reply) in [
+            (read, Ok(StorageReply::Done)),
+            (read, values(1)),
+            (write, values(1)),
+            (scan, Ok(StorageReply::Done)),
+            (scan, entries(2)),
+        ] {
+            let error = expected.check(reply).unwrap_err();
+            assert!(
+                error.0.starts_with("storage gave a malformed answer"),
+                "{error}"
+            );
+        }
+    }
+}

@@ -23,8 +23,9 @@ use crate::resp::{Reply, RequestDecoder, RequestLimits};
 /// Most requests of one client in flight at once; a client pipelining deeper waits.
 const PIPELINE: usize = 1024;
 
-/// Replies gathered for one write at most. A client that keeps sending never lets the queue run
-/// dry, so waiting for that would hold its replies back (and in memory) until it paused.
+/// Replies gathered before a write is tried even though more are ready. A client that keeps
+/// sending never lets the queue run dry, so waiting for that would hold its replies back (and
+/// in memory) until it paused.
 pub const FLUSH_BYTES: usize = 64 * 1024;
 
 /// A reply, ready now or once the engine answers.
