@@ -29,7 +29,7 @@ use crate::directory::KeyDirectory;
 use crate::element::{Record, Slot};
 use crate::integrity::SlotVersions;
 use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeStats};
-use crate::storage::{RequestId, StorageError, StorageReply, StorageRequest};
+use crate::storage::{ExpectedReply, RequestId, StorageError, StorageReply, StorageRequest};
 
 /// Identifies a client (a connection) for per-client ordering.
 pub type ClientId = u64;
@@ -101,6 +101,8 @@ pub struct Engine {
     slot_refs: HashMap<Slot, u32>,
     /// Slots of deleted keys waiting for their last op.
     releasing: HashSet<Slot>,
+    /// What answers each storage request the scheme has sent and storage not yet answered.
+    in_flight: HashMap<RequestId, ExpectedReply>,
     outcomes: VecDeque<(u64, Outcome)>,
     commands_done: u64,
     /// Draws the slots of cover reads; `None` for schemes that need none.
@@ -130,6 +132,7 @@ impl Engine {
             lanes: HashMap::new(),
             slot_refs: HashMap::new(),
             releasing: HashSet::new(),
+            in_flight: HashMap::new(),
             outcomes: VecDeque::new(),
             commands_done: 0,
             cover: scheme_needs_cover.then(ChaCha20Rng::from_os_rng),
@@ -153,6 +156,11 @@ impl Engine {
     /// holds at least these once [`SchemeStats::unwritten`] is zero.
     pub fn acknowledged(&self) -> &SlotVersions {
         &self.acknowledged
+    }
+
+    /// The sizes and counts commands must stay within.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     pub fn scheme(&self) -> &dyn Scheme {
@@ -185,13 +193,20 @@ impl Engine {
         self.drain_replies(now);
     }
 
+    /// Hands storage's answer to the scheme, checked first: a reply of the wrong kind or size
+    /// for its request reaches the scheme as an error (see [`ExpectedReply`]), and a reply to a
+    /// request that is not in flight (never sent, or answered already) is dropped.
     pub fn handle_storage(
         &mut self,
         now: Instant,
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
-        self.scheme.handle_storage(now, id, result);
+        let Some(expected) = self.in_flight.remove(&id) else {
+            tracing::warn!(?id, "dropped a storage reply to no request in flight");
+            return;
+        };
+        self.scheme.handle_storage(now, id, expected.check(result));
         self.drain_replies(now);
     }
 
@@ -211,7 +226,10 @@ impl Engine {
     }
 
     pub fn poll_storage(&mut self) -> Option<StorageRequest> {
-        self.scheme.poll_storage()
+        let request = self.scheme.poll_storage()?;
+        self.in_flight
+            .insert(request.id, request.op.expected_reply());
+        Some(request)
     }
 
     pub fn poll_journal(&mut self) -> Option<JournalRequest> {

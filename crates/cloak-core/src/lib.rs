@@ -33,5 +33,7 @@ pub use scheme::{
     JournalId, JournalOp, JournalRequest, Op, OpId, Reply, Scheme, SchemeError, SchemeStats,
 };
 pub use sim::Simulator;
-pub use storage::{Addr, RequestId, StorageError, StorageOp, StorageReply, StorageRequest};
+pub use storage::{
+    Addr, ExpectedReply, RequestId, StorageError, StorageOp, StorageReply, StorageRequest,
+};
 pub use trace::{AccessKind, Observed, Trace};

@@ -137,7 +137,10 @@ pub trait Scheme: Send {
     /// Takes a client op; its reply comes later from [`Scheme::poll_reply`].
     fn submit(&mut self, now: Instant, id: OpId, op: Op);
 
-    /// Takes storage's answer to a request from [`Scheme::poll_storage`].
+    /// Takes storage's answer to a request from [`Scheme::poll_storage`]. Through the
+    /// [`Engine`](crate::Engine), an `Ok` answer is always of the request's kind and size
+    /// (values for each address read, `Done` for a write or delete, at most `limit` scanned
+    /// entries); anything else arrives as an error (see [`crate::ExpectedReply`]).
     fn handle_storage(
         &mut self,
         now: Instant,

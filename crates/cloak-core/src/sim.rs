@@ -30,6 +30,8 @@ pub struct Simulator {
     storage_down: bool,
     /// Storage serves reads but refuses writes and deletes (a full disk).
     storage_full: bool,
+    /// Storage applies nothing and answers every request with a reply of another kind.
+    storage_confused: bool,
     in_flight: VecDeque<(Instant, RequestId, Result<StorageReply, StorageError>)>,
     journal: JournalMap,
     journal_delay: Duration,
@@ -58,6 +60,7 @@ impl Simulator {
             storage_delay: Duration::ZERO,
             storage_down: false,
             storage_full: false,
+            storage_confused: false,
             in_flight: VecDeque::new(),
             journal,
             journal_delay: Duration::ZERO,
@@ -142,6 +145,13 @@ impl Simulator {
     /// server whose disk is full does.
     pub fn set_storage_full(&mut self, full: bool) {
         self.storage_full = full;
+    }
+
+    /// While confused, storage applies nothing and answers each request with a reply of the
+    /// wrong kind, as a buggy or hostile server might: `Done` to a read or a scan, a value per
+    /// address to a write or a delete.
+    pub fn set_storage_confused(&mut self, confused: bool) {
+        self.storage_confused = confused;
     }
 
     pub fn now(&self) -> Instant {
@@ -261,6 +271,11 @@ impl Simulator {
                     && matches!(request.op, StorageOp::Write(_) | StorageOp::Delete(_));
                 let result = if self.storage_down {
                     Err(StorageError("simulated storage outage".into()))
+                } else if self.storage_confused {
+                    Ok(match &request.op {
+                        StorageOp::Read(_) | StorageOp::Scan { .. } => StorageReply::Done,
+                        op => StorageReply::Values(vec![None; op.len()]),
+                    })
                 } else if refused {
                     Err(StorageError(
                         "simulated full disk: No space left on device".into(),

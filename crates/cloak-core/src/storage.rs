@@ -52,6 +52,17 @@ impl StorageOp {
         self.len() == 0
     }
 
+    /// The kind of answer this request calls for.
+    pub fn expected_reply(&self) -> ExpectedReply {
+        match self {
+            StorageOp::Read(addrs) => ExpectedReply::Values(addrs.len()),
+            StorageOp::Write(_) | StorageOp::Delete(_) => {
+                ExpectedReply::Done(self.kind(), self.len())
+            }
+            StorageOp::Scan { limit, .. } => ExpectedReply::Entries(*limit as usize),
+        }
+    }
+
     /// Bytes of addresses and values this request sends (16 per address).
     pub fn sent_bytes(&self) -> u64 {
         let addresses = 16 * self.len() as u64;
@@ -100,8 +111,99 @@ impl StorageReply {
     }
 }
 
+/// The kind of answer a request calls for, small enough to keep while the request is in flight.
+///
+/// Storage is untrusted: a reply of the wrong kind (say `Done` for a read, which a scheme could
+/// take for "nothing stored" and answer nil) is turned into a [`StorageError`] by
+/// [`ExpectedReply::check`] before any scheme sees it, so a hostile server can make requests
+/// fail but never make a scheme give a wrong answer. The engine checks every reply this way.
+/// What the server sees next is what it would see after any failed request (a retry): it
+/// depends only on what the server itself answered, so it learns nothing from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpectedReply {
+    /// One value or absence for each of this many addresses read.
+    Values(usize),
+    /// An acknowledgement of this kind of request (write or delete) of this many addresses.
+    Done(&'static str, usize),
+    /// At most this many scanned entries.
+    Entries(usize),
+}
+
+impl ExpectedReply {
+    /// `result` if it is an error or an answer of the expected kind and size; otherwise an error
+    /// saying what storage answered.
+    pub fn check(
+        self,
+        result: Result<StorageReply, StorageError>,
+    ) -> Result<StorageReply, StorageError> {
+        let reply = result?;
+        let fits = match (self, &reply) {
+            (ExpectedReply::Values(n), StorageReply::Values(values)) => values.len() == n,
+            (ExpectedReply::Done(..), StorageReply::Done) => true,
+            (ExpectedReply::Entries(limit), StorageReply::Entries(entries)) => {
+                entries.len() <= limit
+            }
+            _ => false,
+        };
+        if fits {
+            Ok(reply)
+        } else {
+            Err(self.malformed(&reply))
+        }
+    }
+
+    /// The error for `reply` arriving where this kind of answer was expected.
+    pub fn malformed(self, reply: &StorageReply) -> StorageError {
+        let request = match self {
+            ExpectedReply::Values(n) => format!("read of {n} addresses"),
+            ExpectedReply::Done(kind, n) => format!("{kind} of {n} addresses"),
+            ExpectedReply::Entries(limit) => format!("scan of up to {limit} elements"),
+        };
+        StorageError(format!(
+            "storage gave a malformed answer to a {request}: {}",
+            reply.summary()
+        ))
+    }
+}
+
 /// Storage could not serve a request. The message is for people; schemes treat every failure
 /// alike (the request had no effect they can rely on) and retry or report.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct StorageError(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_must_answer_the_kind_and_size_of_their_request() {
+        let read = StorageOp::Read(vec![1, 2]).expected_reply();
+        let write = StorageOp::Write(vec![(1, Bytes::new())]).expected_reply();
+        let scan = StorageOp::Scan {
+            after: None,
+            limit: 1,
+        }
+        .expected_reply();
+        let values = |n| Ok(StorageReply::Values(vec![None; n]));
+        let entries = |n| Ok(StorageReply::Entries(vec![(0, Bytes::new()); n]));
+        assert_eq!(read.check(values(2)), values(2));
+        assert_eq!(write.check(Ok(StorageReply::Done)), Ok(StorageReply::Done));
+        assert_eq!(scan.check(entries(1)), entries(1));
+        let down = Err(StorageError("down".into()));
+        assert_eq!(read.check(down.clone()), down);
+        for (expected, reply) in [
+            (read, Ok(StorageReply::Done)),
+            (read, values(1)),
+            (write, values(1)),
+            (scan, Ok(StorageReply::Done)),
+            (scan, entries(2)),
+        ] {
+            let error = expected.check(reply).unwrap_err();
+            assert!(
+                error.0.starts_with("storage gave a malformed answer"),
+                "{error}"
+            );
+        }
+    }
+}

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use cloak_core::{ClientId, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -18,14 +18,15 @@ use tokio::sync::{mpsc, oneshot};
 use crate::FrontEnd;
 use crate::cmd::{self, CommandQuery, Request};
 use crate::info;
-use crate::resp::{Reply, RequestDecoder};
+use crate::resp::{Reply, RequestDecoder, RequestLimits};
 
 /// Most requests of one client in flight at once; a client pipelining deeper waits.
 const PIPELINE: usize = 1024;
 
-/// Replies gathered for one write at most. A client that keeps sending never lets the queue run
-/// dry, so waiting for that would hold its replies back (and in memory) until it paused.
-const FLUSH_BYTES: usize = 64 * 1024;
+/// Replies gathered before a write is tried even though more are ready. A client that keeps
+/// sending never lets the queue run dry, so waiting for that would hold its replies back (and
+/// in memory) until it paused.
+pub const FLUSH_BYTES: usize = 64 * 1024;
 
 /// A reply, ready now or once the engine answers.
 enum Pending {
@@ -41,9 +42,16 @@ pub async fn serve(stream: TcpStream, front: Arc<FrontEnd>) {
     let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.into_split();
     let (replies, queue) = mpsc::channel(PIPELINE);
-    let writing = tokio::spawn(write_replies(writer, queue));
-    read_requests(reader, &front, client, replies).await;
-    let _ = writing.await;
+    let mut writing = tokio::spawn(write_replies(writer, queue, front.reply_limit));
+    tokio::select! {
+        // The client stopped sending (or sent its last request): its replies still go out.
+        () = read_requests(reader, &front, client, replies) => {
+            let _ = writing.await;
+        }
+        // The writer gave up (the client stopped reading, or the socket failed): stop reading
+        // too, which drops the read half and so closes the connection.
+        _ = &mut writing => {}
+    }
     front.connected.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -54,12 +62,23 @@ async fn read_requests(
     replies: mpsc::Sender<Pending>,
 ) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
-    let mut decoder = RequestDecoder::default();
     let mut authenticated = front.password.is_none();
+    let mut decoder = RequestDecoder::new(if authenticated {
+        front.request_limits
+    } else {
+        RequestLimits::UNAUTHENTICATED
+    });
     loop {
         loop {
             let pending = match decoder.decode(&mut buf) {
-                Ok(Some(args)) => respond(front, client, &mut authenticated, args).await,
+                Ok(Some(args)) => {
+                    let was_authenticated = authenticated;
+                    let pending = respond(front, client, &mut authenticated, args).await;
+                    if authenticated && !was_authenticated {
+                        decoder.set_limits(front.request_limits);
+                    }
+                    pending
+                }
                 Ok(None) => break,
                 Err(error) => Pending::Close(Reply::err(error)),
             };
@@ -68,6 +87,8 @@ async fn read_requests(
                 return;
             }
         }
+        // `read_buf` grows the buffer only by what arrives (doubling as it fills), never by
+        // what a header announces.
         match reader.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
@@ -137,30 +158,86 @@ async fn respond(
     Pending::Now(reply)
 }
 
-async fn write_replies(mut writer: impl AsyncWrite + Unpin, mut queue: mpsc::Receiver<Pending>) {
+/// What the writer saw happen first.
+enum Event {
+    Wrote(std::io::Result<usize>),
+    /// The next reply in order, and whether it is the last; `None` once the reader is gone.
+    Reply(Option<(Reply, bool)>),
+}
+
+/// Writes replies in request order. Replies that are ready are gathered (up to [`FLUSH_BYTES`])
+/// and written together; while the socket will not take more, replies keep being gathered, and
+/// once `reply_limit` bytes wait unwritten the client is disconnected: it is not reading, and
+/// would otherwise hold its replies (and the engine's outcomes behind them) forever. One reply
+/// alone is always allowed, however large, so the limit never refuses a client that reads.
+async fn write_replies(
+    mut writer: impl AsyncWrite + Unpin,
+    mut queue: mpsc::Receiver<Pending>,
+    reply_limit: usize,
+) {
     let mut out = BytesMut::with_capacity(16 * 1024);
-    while let Some(pending) = queue.recv().await {
-        let (reply, last) = match pending {
-            Pending::Now(reply) => (reply, false),
-            Pending::Later(outcome) => (
-                outcome
-                    .await
-                    .map_or_else(|_| Reply::err("the proxy is shutting down"), to_reply),
-                false,
-            ),
-            Pending::Close(reply) => (reply, true),
-        };
-        reply.encode(&mut out);
-        if last || queue.is_empty() || out.len() >= FLUSH_BYTES {
-            if writer.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
-        }
-        if last {
+    let mut head = None;
+    let mut closing = false;
+    loop {
+        if closing && out.is_empty() {
             let _ = writer.shutdown().await;
             return;
         }
+        // Both branches are cancel-safe: `write` writes nothing when cancelled, and the
+        // reply being waited for stays in `head`.
+        let event = if out.len() >= FLUSH_BYTES || closing {
+            tokio::select! {
+                biased;
+                wrote = writer.write(&out) => Event::Wrote(wrote),
+                next = next_reply(&mut queue, &mut head), if !closing => Event::Reply(next),
+            }
+        } else {
+            tokio::select! {
+                biased;
+                next = next_reply(&mut queue, &mut head) => Event::Reply(next),
+                wrote = writer.write(&out), if !out.is_empty() => Event::Wrote(wrote),
+            }
+        };
+        match event {
+            Event::Wrote(Ok(0) | Err(_)) => return,
+            Event::Wrote(Ok(n)) => out.advance(n),
+            Event::Reply(None) => closing = true,
+            Event::Reply(Some((reply, last))) => {
+                if out.len() >= reply_limit {
+                    tracing::warn!(
+                        unread = out.len(),
+                        reply_limit,
+                        "disconnected a client that does not read its replies"
+                    );
+                    return;
+                }
+                reply.encode(&mut out);
+                closing = last;
+            }
+        }
+    }
+}
+
+/// The next reply in request order, waiting for the engine if needed. Cancel-safe: a request
+/// taken from the queue waits in `head` until its outcome is there.
+async fn next_reply(
+    queue: &mut mpsc::Receiver<Pending>,
+    head: &mut Option<Pending>,
+) -> Option<(Reply, bool)> {
+    let pending = match head {
+        Some(pending) => pending,
+        None => head.insert(queue.recv().await?),
+    };
+    if let Pending::Later(outcome) = pending {
+        let reply = outcome
+            .await
+            .map_or_else(|_| Reply::err("the proxy is shutting down"), to_reply);
+        *pending = Pending::Now(reply);
+    }
+    match head.take() {
+        Some(Pending::Now(reply)) => Some((reply, false)),
+        Some(Pending::Close(reply)) => Some((reply, true)),
+        Some(Pending::Later(_)) | None => unreachable!("the head was taken or resolved above"),
     }
 }
 
@@ -222,7 +299,7 @@ mod tests {
                 .unwrap();
         }
         let writes = Writes::default();
-        let writer = tokio::spawn(write_replies(writes.clone(), queue));
+        let writer = tokio::spawn(write_replies(writes.clone(), queue, usize::MAX));
         drop(replies);
         writer.await.unwrap();
         let sizes = writes.0.lock().unwrap().clone();

@@ -33,6 +33,10 @@ pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
                 "total_connections_received",
                 front.next_client.load(Ordering::Relaxed).to_string(),
             ),
+            kv(
+                "rejected_connections",
+                front.rejected.load(Ordering::Relaxed).to_string(),
+            ),
             kv("commands_processed", s.engine.commands.to_string()),
         ],
     ));

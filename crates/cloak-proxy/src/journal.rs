@@ -41,6 +41,15 @@ pub struct DiskJournal {
 
 impl DiskJournal {
     pub fn open(path: &Path) -> Result<Self, JournalError> {
+        // The records are keys and values in plaintext: the file is made owner-only before redb
+        // opens it (redb would create it with the umask's permissions).
+        let mut private = std::fs::OpenOptions::new();
+        private.write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut private, 0o600);
+        private
+            .open(path)
+            .map_err(|e| JournalError(format!("cannot create {}: {e}", path.display())))?;
         let db = Database::create(path)
             .map_err(|e| JournalError(format!("cannot open {}: {e}", path.display())))?;
         // Create the table now so reads of an empty journal work.

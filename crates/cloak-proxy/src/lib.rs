@@ -25,20 +25,38 @@ pub mod state;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use cloak_core::Engine;
 use cloak_storage::Storage;
 use tokio::net::TcpListener;
 
+use crate::resp::RequestLimits;
+
 pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
 pub use ledger::{Ledger, LedgerError, StoreManifest};
 pub use state::{RecoveryReport, StateDir, StateError, discard_damaged, recover};
 
+/// How many clients may be connected at once unless `--max-clients` says otherwise (Redis's
+/// default too).
+pub const DEFAULT_MAX_CLIENTS: usize = 10_000;
+
+/// Bytes of replies a client may leave unread before it is disconnected, unless
+/// `--client-reply-limit` says otherwise. A client that reads keeps far less waiting (replies
+/// go out as they are ready); one that never reads would otherwise hold its replies forever.
+pub const DEFAULT_REPLY_LIMIT: usize = 64 << 20;
+
+/// The smallest reply limit that never disconnects a client that reads: replies are gathered
+/// up to this many bytes before they are written.
+pub const MIN_REPLY_LIMIT: usize = connection::FLUSH_BYTES;
+
+/// What a client that connects while `max_clients` are connected is told before it is closed.
+pub const TOO_MANY_CLIENTS: &str = "-ERR max number of clients reached\r\n";
+
 /// Front-end settings.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ProxyOptions {
     /// Clients must `AUTH` with this before anything else.
     pub password: Option<String>,
@@ -49,15 +67,37 @@ pub struct ProxyOptions {
     /// The state directory's ledger: a clean stop saves every slot's version there, for the next
     /// start to check storage against.
     pub ledger: Option<Arc<Ledger>>,
+    /// Most clients connected at once; one more is refused with an error.
+    pub max_clients: usize,
+    /// Bytes of unread replies after which a client is disconnected.
+    pub reply_limit: usize,
+}
+
+impl Default for ProxyOptions {
+    fn default() -> Self {
+        Self {
+            password: None,
+            drain_timeout: None,
+            journal: None,
+            ledger: None,
+            max_clients: DEFAULT_MAX_CLIENTS,
+            reply_limit: DEFAULT_REPLY_LIMIT,
+        }
+    }
 }
 
 /// What every connection shares.
 pub struct FrontEnd {
     core: CoreHandle,
     password: Option<String>,
+    /// Request limits once a client is authenticated (before, [`RequestLimits::UNAUTHENTICATED`]).
+    request_limits: RequestLimits,
+    reply_limit: usize,
     listen: SocketAddr,
     connected: AtomicU64,
     next_client: AtomicU64,
+    /// Connections refused because `max_clients` were connected.
+    rejected: AtomicU64,
 }
 
 /// A running proxy.
@@ -69,6 +109,9 @@ pub struct Proxy {
 /// Serves RESP clients on `listener` with `engine` over `storage` until `shutdown` completes;
 /// then stops accepting, closes connections and waits (up to the drain timeout) until every
 /// acknowledged write is in storage. `ready` receives the running proxy's handle.
+///
+/// If the core task dies (a bug: it panicked), the proxy stops listening, closes every
+/// connection and returns an error rather than answering "shutting down" forever.
 pub async fn run(
     listener: TcpListener,
     engine: Engine,
@@ -78,13 +121,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let listen = listener.local_addr()?;
-    let (core, core_task) = core::spawn(engine, storage, options.journal, options.ledger);
+    let request_limits = RequestLimits::for_store(&engine.limits());
+    let (core, mut core_task) = core::spawn(engine, storage, options.journal, options.ledger);
     let front = Arc::new(FrontEnd {
         core: core.clone(),
         password: options.password,
+        request_limits,
+        reply_limit: options.reply_limit,
         listen,
         connected: AtomicU64::new(0),
         next_client: AtomicU64::new(0),
+        rejected: AtomicU64::new(0),
     });
     ready(Proxy {
         stats: core.stats(),
@@ -98,6 +145,14 @@ pub async fn run(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
+                Ok((stream, _)) if connections.len() >= options.max_clients => {
+                    // A fresh socket's send buffer is empty, so this cannot block; if it fails
+                    // the client is closed all the same.
+                    let _ = stream.try_write(TOO_MANY_CLIENTS.as_bytes());
+                    // Counted for INFO rather than logged: a flood of connections must not
+                    // become a flood of log lines.
+                    front.rejected.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok((stream, _)) => {
                     connections.spawn(connection::serve(stream, front.clone()));
                 }
@@ -107,6 +162,19 @@ pub async fn run(
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            // The front end holds a handle, so the core cannot have finished normally.
+            ended = &mut core_task => {
+                drop(listener);
+                connections.shutdown().await;
+                let why = match ended {
+                    Err(error) if error.is_panic() => "panicked",
+                    _ => "stopped",
+                };
+                tracing::error!("the core task {why}; the proxy stops");
+                return Err(std::io::Error::other(format!(
+                    "the proxy's core task {why}; no command can be served"
+                )));
+            }
             () = &mut shutdown => break,
         }
     }

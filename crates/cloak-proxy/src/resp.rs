@@ -7,15 +7,46 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-/// Most arguments in one request (Redis: 1024 * 1024).
-pub const MAX_ARGS: usize = 1024 * 1024;
-/// Longest single argument: 64 MiB. Larger values than `--value-size` still arrive whole, so the
-/// client gets the precise "value is N bytes" error rather than a closed connection.
-pub const MAX_BULK: usize = 64 << 20;
-/// Longest inline request or length line.
+/// Longest inline request or length line (Redis: 64 KiB).
 pub const MAX_INLINE: usize = 64 * 1024;
-/// Most bytes of arguments in one request.
+/// Most bytes of arguments in one request, whatever the per-argument limits allow.
 pub const MAX_REQUEST: usize = 256 << 20;
+
+/// How many arguments one request may have and how long each may be. A connection starts with
+/// [`RequestLimits::UNAUTHENTICATED`] when a password is set and moves to the store's limits
+/// once `AUTH` succeeds, so a client that does not know the password can make the proxy hold
+/// only a few KiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestLimits {
+    pub max_args: usize,
+    pub max_bulk: usize,
+    /// Where each limit comes from, for the error a client gets when it crosses one.
+    pub args_source: &'static str,
+    pub bulk_source: &'static str,
+}
+
+impl RequestLimits {
+    /// Redis's limits for clients that have not authenticated: 10 arguments of 16 KiB.
+    pub const UNAUTHENTICATED: Self = Self {
+        max_args: 10,
+        max_bulk: 16 * 1024,
+        args_source: "before AUTH",
+        bulk_source: "before AUTH",
+    };
+
+    /// Limits that fit every command the store can take: an argument is at most a value or a
+    /// key (their sum leaves room for a password or an `ECHO` message), and the longest command
+    /// is an `MSET` of `max_keys_per_command` pairs (never fewer than the 10 arguments allowed
+    /// before `AUTH`, so `SET k v NX` always fits).
+    pub fn for_store(limits: &cloak_core::Limits) -> Self {
+        Self {
+            max_args: (2 * limits.max_keys_per_command + 1).max(Self::UNAUTHENTICATED.max_args),
+            max_bulk: limits.max_value + limits.max_key,
+            args_source: "an MSET of --max-keys-per-command pairs",
+            bulk_source: "--value-size plus --key-size",
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("Protocol error: {0}")]
@@ -36,8 +67,12 @@ enum State {
     Bulk { remaining_args: usize, len: usize },
 }
 
-#[derive(Debug, Default)]
+/// Decodes requests incrementally. It never reserves memory for bytes a header only announces:
+/// the buffer grows as the bytes arrive, so a `$60000000` header followed by silence or a slow
+/// trickle costs what was really sent, and the limits cap what may be sent.
+#[derive(Debug)]
 pub struct RequestDecoder {
+    limits: RequestLimits,
     state: State,
     args: Vec<Bytes>,
     bytes: usize,
@@ -64,6 +99,20 @@ fn number(digits: &[u8]) -> Option<i64> {
 }
 
 impl RequestDecoder {
+    pub fn new(limits: RequestLimits) -> Self {
+        Self {
+            limits,
+            state: State::Start,
+            args: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Applies from the next argument on (after a successful `AUTH`).
+    pub fn set_limits(&mut self, limits: RequestLimits) {
+        self.limits = limits;
+    }
+
     /// The next complete request's arguments, `None` if more bytes are needed.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
         loop {
@@ -81,10 +130,16 @@ impl RequestDecoder {
                     let Some(header) = line(buf)? else {
                         return Ok(None);
                     };
-                    let count = match number(&header[1..]) {
-                        Some(n) if n <= MAX_ARGS as i64 => n,
-                        _ => return error("invalid multibulk length"),
+                    let Some(count) = number(&header[1..]) else {
+                        return error("invalid multibulk length");
                     };
+                    let max = self.limits.max_args;
+                    if count > max as i64 {
+                        return error(format!(
+                            "invalid multibulk length {count}: at most {max} arguments ({})",
+                            self.limits.args_source
+                        ));
+                    }
                     if count <= 0 {
                         continue; // `*0` and `*-1` are empty requests, ignored like Redis does.
                     }
@@ -107,9 +162,17 @@ impl RequestDecoder {
                         return error(format!("expected '$', got {got}"));
                     }
                     let len = match number(&header[1..]) {
-                        Some(n) if (0..=MAX_BULK as i64).contains(&n) => n as usize,
+                        Some(n) if n >= 0 => n,
                         _ => return error("invalid bulk length"),
                     };
+                    let max = self.limits.max_bulk;
+                    if len > max as i64 {
+                        return error(format!(
+                            "invalid bulk length {len}: at most {max} bytes ({})",
+                            self.limits.bulk_source
+                        ));
+                    }
+                    let len = len as usize;
                     self.bytes += len;
                     if self.bytes > MAX_REQUEST {
                         return error(format!("request larger than {MAX_REQUEST} bytes"));
@@ -124,7 +187,7 @@ impl RequestDecoder {
                     len,
                 } => {
                     if buf.len() < len + 2 {
-                        buf.reserve(len + 2 - buf.len());
+                        // No reservation for the rest: the reader's buffer grows as bytes come.
                         return Ok(None);
                     }
                     if &buf[len..len + 2] != b"\r\n" {
@@ -215,8 +278,19 @@ impl Reply {
 mod tests {
     use super::*;
 
+    const LIMITS: RequestLimits = RequestLimits {
+        max_args: 64,
+        max_bulk: 64 << 20,
+        args_source: "test",
+        bulk_source: "test",
+    };
+
     fn decode_all(input: &[u8]) -> Result<Vec<Vec<Bytes>>, ProtocolError> {
-        let mut decoder = RequestDecoder::default();
+        decode_with(LIMITS, input)
+    }
+
+    fn decode_with(limits: RequestLimits, input: &[u8]) -> Result<Vec<Vec<Bytes>>, ProtocolError> {
+        let mut decoder = RequestDecoder::new(limits);
         let mut buf = BytesMut::from(input);
         let mut out = Vec::new();
         while let Some(args) = decoder.decode(&mut buf)? {
@@ -250,7 +324,7 @@ mod tests {
     fn requests_split_at_every_byte_decode_the_same() {
         let input = b"*3\r\n$3\r\nSET\r\n$5\r\nhello\r\n$11\r\nwith\r\nCRLF!\r\nECHO hi\r\n";
         let whole = decode_all(input).unwrap();
-        let mut decoder = RequestDecoder::default();
+        let mut decoder = RequestDecoder::new(LIMITS);
         let mut buf = BytesMut::new();
         let mut got = Vec::new();
         for &b in input.iter() {
@@ -267,17 +341,78 @@ mod tests {
     fn malformed_requests_get_redis_errors() {
         let err = |input: &[u8]| decode_all(input).unwrap_err().0;
         assert_eq!(err(b"*x\r\n"), "invalid multibulk length");
-        assert_eq!(err(b"*99999999999\r\n"), "invalid multibulk length");
+        assert_eq!(
+            err(b"*99999999999\r\n"),
+            "invalid multibulk length 99999999999: at most 64 arguments (test)"
+        );
         assert_eq!(err(b"*1\r\n+OK\r\n"), "expected '$', got '+'");
         assert_eq!(err(b"*1\r\n$-5\r\n"), "invalid bulk length");
-        assert_eq!(err(b"*1\r\n$999999999999\r\n"), "invalid bulk length");
+        assert_eq!(
+            err(b"*1\r\n$999999999999\r\n"),
+            "invalid bulk length 999999999999: at most 67108864 bytes (test)"
+        );
         assert_eq!(
             err(b"*1\r\n$1\r\nabc\r\n"),
             "bulk string is not terminated by CRLF"
         );
         assert_eq!(err(&vec![b'a'; MAX_INLINE + 1]), "too big inline request");
-        // A declared length alone does not allocate: the decoder waits for the bytes.
-        assert!(decode_all(b"*1\r\n$67108864\r\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_declared_length_alone_reserves_nothing() {
+        let mut decoder = RequestDecoder::new(LIMITS);
+        let mut buf = BytesMut::with_capacity(64);
+        buf.put_slice(b"*1\r\n$67108864\r\nabc");
+        assert_eq!(decoder.decode(&mut buf), Ok(None));
+        assert!(buf.capacity() < 4096, "reserved {} bytes", buf.capacity());
+    }
+
+    #[test]
+    fn before_auth_only_small_requests_pass() {
+        let limits = RequestLimits::UNAUTHENTICATED;
+        let err = |input: &[u8]| decode_with(limits, input).unwrap_err().0;
+        assert_eq!(
+            err(b"*11\r\n"),
+            "invalid multibulk length 11: at most 10 arguments (before AUTH)"
+        );
+        assert_eq!(
+            err(b"*2\r\n$4\r\nAUTH\r\n$60000000\r\n"),
+            "invalid bulk length 60000000: at most 16384 bytes (before AUTH)"
+        );
+        let password = vec![b'p'; 16 * 1024];
+        let mut request = b"*2\r\n$4\r\nAUTH\r\n$16384\r\n".to_vec();
+        request.extend_from_slice(&password);
+        request.extend_from_slice(b"\r\n");
+        assert_eq!(decode_with(limits, &request).unwrap()[0][1], password);
+
+        // After AUTH the store's limits apply, from the next argument on.
+        let mut decoder = RequestDecoder::new(limits);
+        let mut buf = BytesMut::from(&b"*1\r\n$20000\r\n"[..]);
+        assert!(decoder.decode(&mut buf).is_err());
+        decoder = RequestDecoder::new(limits);
+        decoder.set_limits(LIMITS);
+        let mut buf = BytesMut::from(&b"*1\r\n$20000\r\n"[..]);
+        assert_eq!(decoder.decode(&mut buf), Ok(None));
+    }
+
+    #[test]
+    fn store_limits_fit_the_largest_command() {
+        let store = cloak_core::Limits {
+            max_key: 128,
+            max_value: 100_000,
+            max_keys_per_command: 1000,
+        };
+        let limits = RequestLimits::for_store(&store);
+        assert_eq!((limits.max_args, limits.max_bulk), (2001, 100_128));
+        let tiny = cloak_core::Limits {
+            max_key: 8,
+            max_value: 8,
+            max_keys_per_command: 1,
+        };
+        assert_eq!(
+            RequestLimits::for_store(&tiny).max_args,
+            RequestLimits::UNAUTHENTICATED.max_args
+        );
     }
 
     #[test]

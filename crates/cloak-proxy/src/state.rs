@@ -70,6 +70,9 @@ impl StateDir {
             path: path.display().to_string(),
             source,
         };
+        if !path.exists() {
+            create_private(path).map_err(io)?;
+        }
         cloak_storage::dir::prepare(path)?;
 
         let counter = path.join("incarnation");
@@ -126,6 +129,16 @@ impl StateDir {
     ) -> Result<Ledger, StateError> {
         Ok(Ledger::open(&self.path, master, manifest)?)
     }
+}
+
+/// Creates `path` (and missing parents) readable by this user only: it holds the master key
+/// and a journal of keys and values in plaintext.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(path)
 }
 
 /// What a start found, for the log and the operator.
@@ -193,6 +206,19 @@ mod tests {
         let second = StateDir::open(dir.path()).unwrap();
         assert_eq!((first.incarnation, second.incarnation), (1, 2));
         assert_eq!(second.key().unwrap().to_hex(), key.to_hex());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_directory_and_the_journal_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state");
+        let state = StateDir::open(&path).unwrap();
+        let _journal = state.journal().unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o700);
+        assert_eq!(mode(&path.join("journal.redb")), 0o600);
     }
 
     #[test]

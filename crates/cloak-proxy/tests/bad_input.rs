@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cloak_core::{Command, Outcome, SetCondition};
 use cloak_schemes::SchemeName;
-use common::{MAX_VALUE, Setup, TestProxy, run};
+use common::{MAX_KEY, MAX_VALUE, Setup, TestProxy, run};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -59,7 +59,21 @@ async fn malformed_frames_close_only_their_connection() {
     let reply = raw(&proxy, b"*2\r\n$3\r\nGET\r\n$-7\r\n").await;
     assert_eq!(reply, "-ERR Protocol error: invalid bulk length\r\n");
     let reply = raw(&proxy, b"*3000000000\r\n").await;
-    assert_eq!(reply, "-ERR Protocol error: invalid multibulk length\r\n");
+    assert_eq!(
+        reply,
+        "-ERR Protocol error: invalid multibulk length 3000000000: at most 129 arguments \
+         (an MSET of --max-keys-per-command pairs)\r\n"
+    );
+    // An argument longer than a value and a key is refused on its header, before its bytes.
+    let reply = raw(&proxy, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$60000000\r\n").await;
+    assert_eq!(
+        reply,
+        format!(
+            "-ERR Protocol error: invalid bulk length 60000000: at most {} bytes \
+             (--value-size plus --key-size)\r\n",
+            MAX_VALUE + MAX_KEY
+        )
+    );
     // Replies to the well-formed requests before the bad one still arrive, in order.
     let reply = raw(&proxy, b"PING\r\n*1\r\n$4\r\nPING\r\n*1\r\n:1\r\n").await;
     assert_eq!(
@@ -105,9 +119,14 @@ async fn oversized_values_and_keys_are_refused_without_effect() {
         )),
         "{error}"
     );
-    let long_key = "k".repeat(100);
+    // Longer than a key but within a key plus a value: the request arrives whole and gets the
+    // precise error (anything longer is refused on its header, see above).
+    let long_key = "k".repeat(MAX_KEY + 10);
     let error = run(&mut con, &set(&long_key, "v")).await.unwrap_err();
-    assert!(error.contains("key is 100 bytes"), "{error}");
+    assert!(
+        error.contains(&format!("key is {} bytes", MAX_KEY + 10)),
+        "{error}"
+    );
     assert_eq!(
         run(&mut con, &get("k")).await,
         Ok(Outcome::Value(Some("small".into())))

@@ -56,21 +56,11 @@ impl<P> Outgoing<P> {
         result: Result<StorageReply, StorageError>,
     ) -> Option<Answered<P>> {
         let (purpose, op) = self.outstanding.remove(&id)?;
-        let values = match (&op, result) {
-            (_, Err(error)) => Err(error),
-            (StorageOp::Read(addrs), Ok(StorageReply::Values(values)))
-                if values.len() == addrs.len() =>
-            {
-                Ok(values)
-            }
-            (StorageOp::Write(_) | StorageOp::Delete(_), Ok(StorageReply::Done)) => Ok(Vec::new()),
-            (_, Ok(reply)) => Err(StorageError(format!(
-                "storage gave a malformed answer to a {} of {} addresses: {}",
-                op.kind(),
-                op.len(),
-                reply.summary()
-            ))),
-        };
+        let values = op.expected_reply().check(result).map(|reply| match reply {
+            StorageReply::Values(values) => values,
+            // A write's or delete's acknowledgement (schemes using this never scan).
+            StorageReply::Done | StorageReply::Entries(_) => Vec::new(),
+        });
         Some(Answered {
             purpose,
             op,

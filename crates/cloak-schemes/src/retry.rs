@@ -71,12 +71,7 @@ impl<T> Retry<T> {
 
 /// Storage answered `op` with a reply of the wrong kind or size: treated like a failure.
 pub fn malformed(op: &StorageOp, reply: &StorageReply) -> StorageError {
-    StorageError(format!(
-        "storage gave a malformed answer to a {} of {} addresses: {}",
-        op.kind(),
-        op.len(),
-        reply.summary()
-    ))
+    op.expected_reply().malformed(reply)
 }
 
 #[cfg(test)]

@@ -78,6 +78,11 @@ macro_rules! conformance {
             }
 
             #[test]
+            fn replies_of_the_wrong_kind_are_errors_never_answers() {
+                suite::wrong_reply_kinds(&mut simulator($name, 100, 4), 40);
+            }
+
+            #[test]
             fn limits_and_full_store() {
                 suite::limits(&mut simulator($name, 20, 1), MAX_KEY, MAX_VALUE, 20);
             }

@@ -63,8 +63,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
                 buf.advance(4);
                 return Ok(buf.split_to(len).freeze());
             }
-            buf.reserve(4 + len - buf.len());
         }
+        // No reservation for the announced length: a peer could announce `MAX_FRAME` and send
+        // nothing. `read_buf` grows the buffer as bytes arrive (doubling), so a frame costs at
+        // most about twice what was really received.
         if reader.read_buf(buf).await? == 0 {
             return Err(if buf.is_empty() {
                 WireError::Closed
@@ -437,5 +439,18 @@ mod tests {
         assert!(decode_request(lying.freeze()).is_err());
         assert!(decode_request(Bytes::from_static(&[0; 9])).is_err());
         assert!(decode_response(Bytes::from_static(b"short")).is_err());
+    }
+
+    #[tokio::test]
+    async fn an_announced_length_alone_reserves_nothing() {
+        let mut header = BytesMut::new();
+        header.put_u32_le(MAX_FRAME as u32);
+        header.put_slice(b"a few bytes of the frame");
+        let mut buf = BytesMut::new();
+        assert!(matches!(
+            read_frame(&mut &header[..], &mut buf).await,
+            Err(WireError::Malformed(_))
+        ));
+        assert!(buf.capacity() < 4096, "reserved {} bytes", buf.capacity());
     }
 }

@@ -288,6 +288,48 @@ pub fn full_disk(sim: &mut Simulator, keys: usize) {
     }
 }
 
+/// Storage that answers with replies of the wrong kind (`Done` to a read, values to a write)
+/// makes commands fail or wait, never answer wrongly: no read comes back empty or with another
+/// value. Once storage answers properly again, every key reads back what was written.
+pub fn wrong_reply_kinds(sim: &mut Simulator, keys: usize) {
+    let key = |i: usize| format!("kind{i}");
+    let written = |i: usize| format!("v{i}");
+    for i in 0..keys {
+        assert_eq!(sim.execute(1, set(&key(i), &written(i))), Some(Outcome::Ok));
+    }
+    sim.run_for(Duration::from_secs(2));
+
+    sim.set_storage_confused(true);
+    let reads: Vec<(usize, u64)> = (0..keys)
+        .map(|i| (i, sim.submit(10 + (i % 4) as u64, get(&key(i)))))
+        .collect();
+    sim.run_for(Duration::from_secs(5));
+    let mut answered = Vec::new();
+    for (i, token) in &reads {
+        answered.push((*i, sim.outcome(*token)));
+    }
+    sim.set_storage_confused(false);
+    sim.run_for(Duration::from_secs(10));
+    for (i, early) in answered {
+        let token = reads[i].1;
+        let outcome = early.or_else(|| sim.outcome(token));
+        let failed = matches!(outcome, Some(Outcome::Error(_)));
+        assert!(
+            outcome == value(&written(i)) || failed,
+            "reading {} while storage gave wrong kinds of replies gave {outcome:?}",
+            key(i)
+        );
+    }
+    for i in 0..keys {
+        assert_eq!(
+            sim.execute(30, get(&key(i))),
+            value(&written(i)),
+            "{} once storage answered properly again",
+            key(i)
+        );
+    }
+}
+
 /// Oversized keys and values and too-long commands are refused without effect; a full store
 /// refuses new keys but still updates and deletes.
 pub fn limits(sim: &mut Simulator, max_key: usize, max_value: usize, capacity: usize) {

@@ -242,6 +242,23 @@ pub struct StoreArgs {
     pub max_keys_per_command: Option<usize>,
 }
 
+fn max_clients_help() -> String {
+    format!(
+        "Most clients connected at once; one more gets \"-ERR max number of clients reached\" \
+         and is closed [default: {}]",
+        cloak_proxy::DEFAULT_MAX_CLIENTS
+    )
+}
+
+fn client_reply_limit_help() -> String {
+    format!(
+        "Bytes of replies a client may leave unread before it is disconnected, like Redis's \
+         client-output-buffer-limit; at least {} [default: {}]",
+        cloak_proxy::MIN_REPLY_LIMIT,
+        cloak_proxy::DEFAULT_REPLY_LIMIT
+    )
+}
+
 /// TOML: `[up]`.
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -261,6 +278,14 @@ pub struct UpArgs {
     /// Require clients to AUTH with this password
     #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+
+    /// Most clients connected at once; one more gets "-ERR max number of clients reached"
+    #[arg(long, value_name = "N", help = max_clients_help())]
+    pub max_clients: Option<usize>,
+
+    /// Bytes of replies a client may leave unread before it is disconnected
+    #[arg(long, value_name = "BYTES", help = client_reply_limit_help())]
+    pub client_reply_limit: Option<usize>,
 
     /// Encryption key file; without one, an ephemeral key is made (and the data dies with it)
     #[arg(long, value_name = "FILE")]
@@ -312,6 +337,14 @@ pub struct ProxyArgs {
     /// Require clients to AUTH with this password
     #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+
+    /// Most clients connected at once; one more gets "-ERR max number of clients reached"
+    #[arg(long, value_name = "N", help = max_clients_help())]
+    pub max_clients: Option<usize>,
+
+    /// Bytes of replies a client may leave unread before it is disconnected
+    #[arg(long, value_name = "BYTES", help = client_reply_limit_help())]
+    pub client_reply_limit: Option<usize>,
 
     /// Connections to the storage server [default: 4]
     #[arg(long, value_name = "N")]

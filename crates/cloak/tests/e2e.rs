@@ -7,7 +7,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{CLOAK, Running, connect, free_port};
+use common::{CLOAK, Running, connect, fails, free_port};
 
 /// Runs a Redis command-line tool if it is installed; CI installs it, so there it must be.
 fn redis_tool(name: &str, args: &[&str]) -> Option<String> {
@@ -574,4 +574,36 @@ fn pancake_starts_from_a_distribution_file() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("line 2"), "{stderr}");
+}
+
+#[test]
+fn client_limits_are_flags() {
+    let error = fails(&["up", "--port", "0", "--client-reply-limit", "1000"]);
+    assert!(
+        error.contains("--client-reply-limit must be at least 65536 bytes"),
+        "{error}"
+    );
+    let port = free_port();
+    let up = Running::start(
+        &[
+            "up",
+            "--port",
+            &port.to_string(),
+            "--capacity",
+            "100",
+            "--max-clients",
+            "1",
+            "--client-reply-limit",
+            "1048576",
+        ],
+        "Stop with Ctrl-C",
+    );
+    let mut first = connect(port);
+    let pong: String = redis::cmd("PING").query(&mut first).unwrap();
+    assert_eq!(pong, "PONG");
+    let mut second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut second, &mut reply).unwrap();
+    assert_eq!(reply, "-ERR max number of clients reached\r\n");
+    assert!(up.stop().success());
 }

@@ -74,6 +74,8 @@ pub struct Setup {
     pub capacity: u64,
     pub options: SchemeOptions,
     pub password: Option<String>,
+    pub max_clients: usize,
+    pub reply_limit: usize,
 }
 
 impl Setup {
@@ -89,6 +91,8 @@ impl Setup {
             capacity,
             options,
             password: None,
+            max_clients: cloak_proxy::DEFAULT_MAX_CLIENTS,
+            reply_limit: cloak_proxy::DEFAULT_REPLY_LIMIT,
         }
     }
 
@@ -144,8 +148,9 @@ impl Setup {
         let options = ProxyOptions {
             password: self.password,
             drain_timeout: Some(Duration::from_secs(5)),
-            journal: None,
-            ledger: None,
+            max_clients: self.max_clients,
+            reply_limit: self.reply_limit,
+            ..ProxyOptions::default()
         };
         let proxy = tokio::spawn(cloak_proxy::run(
             listener,

@@ -7,6 +7,33 @@ pub mod proxy;
 pub mod server;
 pub mod up;
 
+/// The front end's settings shared by `cloak up` and `cloak proxy`, defaults applied.
+pub fn front_end(
+    password: Option<String>,
+    max_clients: Option<usize>,
+    reply_limit: Option<usize>,
+) -> anyhow::Result<cloak_proxy::ProxyOptions> {
+    let defaults = cloak_proxy::ProxyOptions::default();
+    let max_clients = max_clients.unwrap_or(defaults.max_clients);
+    let reply_limit = reply_limit.unwrap_or(defaults.reply_limit);
+    if max_clients == 0 {
+        anyhow::bail!("--max-clients must be at least 1");
+    }
+    if reply_limit < cloak_proxy::MIN_REPLY_LIMIT {
+        anyhow::bail!(
+            "--client-reply-limit must be at least {} bytes ({reply_limit} given): replies are \
+             gathered up to that size before they are written",
+            cloak_proxy::MIN_REPLY_LIMIT
+        );
+    }
+    Ok(cloak_proxy::ProxyOptions {
+        password,
+        max_clients,
+        reply_limit,
+        ..defaults
+    })
+}
+
 /// Binds the metrics listener if `--metrics` asks for one.
 pub async fn metrics_listener(
     addr: Option<&str>,

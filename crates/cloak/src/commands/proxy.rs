@@ -14,6 +14,12 @@ use crate::store::{load_key, random_incarnation};
 pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let store = config.merge(&args.store, &["store"])?.resolve()?;
     let args = config.merge(&args, &["proxy"])?;
+    // Checked before anything starts, so a bad flag fails at once.
+    let front = super::front_end(
+        args.password.clone(),
+        args.max_clients,
+        args.client_reply_limit,
+    )?;
     let state = args.state_dir.as_deref().map(StateDir::open).transpose()?;
     let master = match (load_key(args.key_file.as_deref())?, &state) {
         (Some(key), _) => key,
@@ -62,10 +68,9 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let durability = if journal.is_some() { "wal" } else { "none" };
     let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
     let options = ProxyOptions {
-        password: args.password,
-        drain_timeout: None,
         journal,
         ledger,
+        ..front
     };
     cloak_proxy::run(
         listener,

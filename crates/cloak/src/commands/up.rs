@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use cloak_crypto::MasterKey;
-use cloak_proxy::ProxyOptions;
 use cloak_storage::{MemoryStorage, TcpStorage, server};
 use tokio::net::TcpListener;
 
@@ -18,6 +17,12 @@ use crate::store::{load_key, random_incarnation};
 pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let store = config.merge(&args.store, &["store"])?.resolve()?;
     let args = config.merge(&args, &["up"])?;
+    // Checked before anything starts, so a bad flag fails at once.
+    let options = super::front_end(
+        args.password.clone(),
+        args.max_clients,
+        args.client_reply_limit,
+    )?;
     let (master, key_note) = match load_key(args.key_file.as_deref())? {
         Some(key) => (key, "from your key file".to_string()),
         None => (
@@ -61,12 +66,6 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
         " -a PASSWORD"
     } else {
         ""
-    };
-    let options = ProxyOptions {
-        password: args.password,
-        drain_timeout: None,
-        journal: None,
-        ledger: None,
     };
     cloak_proxy::run(
         listener,

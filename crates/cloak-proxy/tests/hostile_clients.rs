@@ -1,0 +1,269 @@
+//! Clients that do not play by the rules: floods before AUTH, clients that never read their
+//! replies, more clients than allowed. Each costs the proxy bounded memory, and well-behaved
+//! clients keep being served.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cloak_core::Outcome;
+use cloak_schemes::SchemeName;
+use cloak_testkit::commands::{get, set};
+use common::{MAX_VALUE, Setup, TestProxy, run};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::timeout;
+
+/// How long the unauthenticated flood lasts.
+const FLOOD: Duration = Duration::from_secs(3);
+/// Unauthenticated connections flooding at once (the measurement in issue 13 used 40).
+const FLOODERS: usize = 40;
+/// What each flooder's AUTH argument announces: the 60 MB of the measurement in issue 13.
+const ANNOUNCED: usize = 60_000_000;
+/// Growth of this process's RSS the flood may cause. Unbounded, 40 connections streaming
+/// toward 60 MB each reach gigabytes within a second; bounded, each holds at most a few KiB.
+const FLOOD_RSS_BOUND: u64 = 64 << 20;
+
+/// This process's resident memory (the proxy under test runs in it).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// Until `stop`: connects, announces a huge AUTH argument, and streams bytes toward it until
+/// the proxy closes the connection; then again. Counts the refusals that name the limit.
+async fn flood(proxy: std::net::SocketAddr, stop: Arc<AtomicBool>, refused: Arc<AtomicU64>) {
+    let chunk = vec![b'x'; 64 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(mut stream) = TcpStream::connect(proxy).await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let header = format!("*2\r\n$4\r\nAUTH\r\n${ANNOUNCED}\r\n");
+        if stream.write_all(header.as_bytes()).await.is_err() {
+            continue;
+        }
+        let mut reply = [0u8; 256];
+        if let Ok(Ok(n)) = timeout(Duration::from_millis(300), stream.read(&mut reply)).await {
+            let expected = format!(
+                "-ERR Protocol error: invalid bulk length {ANNOUNCED}: at most 16384 bytes (before AUTH)\r\n"
+            );
+            if reply[..n] == *expected.as_bytes() {
+                refused.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut left = ANNOUNCED;
+        while left > 0 && !stop.load(Ordering::Relaxed) {
+            let n = left.min(chunk.len());
+            if stream.write_all(&chunk[..n]).await.is_err() {
+                break;
+            }
+            left -= n;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_floods_of_huge_bulks_stay_bounded_and_others_are_served() {
+    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    setup.password = Some("s3cret".into());
+    let proxy = setup.start().await;
+    let client = redis::Client::open(format!("redis://:s3cret@{}/", proxy.addr)).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    assert_eq!(run(&mut con, &set("k", "start")).await, Ok(Outcome::Ok));
+
+    let baseline = rss_bytes();
+    let stop = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(AtomicU64::new(0));
+    let flooders: Vec<_> = (0..FLOODERS)
+        .map(|_| tokio::spawn(flood(proxy.addr, stop.clone(), refused.clone())))
+        .collect();
+    let mut peak = baseline;
+    let mut served = 0;
+    let until = Instant::now() + FLOOD;
+    while Instant::now() < until {
+        let value = format!("v{served}");
+        let wrote = timeout(Duration::from_secs(2), run(&mut con, &set("k", &value)))
+            .await
+            .expect("an authenticated SET waited over 2 s during the flood");
+        assert_eq!(wrote, Ok(Outcome::Ok));
+        let read = timeout(Duration::from_secs(2), run(&mut con, &get("k")))
+            .await
+            .expect("an authenticated GET waited over 2 s during the flood");
+        assert_eq!(read, Ok(Outcome::Value(Some(value.into()))));
+        served += 1;
+        peak = peak.max(rss_bytes());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for flooder in flooders {
+        flooder.await.unwrap();
+    }
+    let grown = peak.saturating_sub(baseline);
+    eprintln!(
+        "flood: RSS {} MiB before, peak {} MiB; {served} authenticated SET+GET; {} refusals",
+        baseline >> 20,
+        peak >> 20,
+        refused.load(Ordering::Relaxed)
+    );
+    assert!(
+        grown < FLOOD_RSS_BOUND,
+        "the flood grew RSS by {} MiB (bound {} MiB)",
+        grown >> 20,
+        FLOOD_RSS_BOUND >> 20
+    );
+    assert!(
+        refused.load(Ordering::Relaxed) >= FLOODERS as u64,
+        "every flooder is refused with the limit named"
+    );
+    assert!(served >= 10, "only {served} authenticated round trips");
+    proxy.shutdown().await;
+}
+
+/// `count` pipelined `ECHO`s of a value-sized message (longer arguments are refused), and the
+/// bytes of their replies.
+fn echoes(count: usize) -> (Vec<u8>, usize) {
+    let message = vec![b'e'; MAX_VALUE];
+    let mut one = format!("*2\r\n$4\r\nECHO\r\n${MAX_VALUE}\r\n").into_bytes();
+    one.extend_from_slice(&message);
+    one.extend_from_slice(b"\r\n");
+    let reply = format!("${MAX_VALUE}\r\n").len() + MAX_VALUE + 2;
+    (one.repeat(count), reply * count)
+}
+
+async fn connected_clients(proxy: &TestProxy) -> u64 {
+    let mut con = proxy.connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let line = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .unwrap();
+    line.trim().parse().unwrap()
+}
+
+const REPLY_LIMIT: usize = 256 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_disconnected_at_its_reply_limit() {
+    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    setup.reply_limit = REPLY_LIMIT;
+    let proxy = setup.start().await;
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(proxy.addr).await.unwrap();
+    let (requests, _) = echoes(1000);
+    let mut sent = 0usize;
+    let closed = timeout(Duration::from_secs(30), async {
+        // Writes fail once the proxy has closed the connection.
+        while stream.write_all(&requests).await.is_ok() {
+            sent += requests.len();
+            assert!(sent < 1 << 30, "1 GiB sent and the proxy still reads");
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "a client that never reads was not disconnected ({sent} bytes sent)"
+    );
+    // Each reply is shorter than its request: less than this, and the proxy closed the
+    // connection for another reason than the reply limit.
+    assert!(sent > REPLY_LIMIT, "closed after only {sent} bytes sent");
+    // Only the connection asking is left.
+    let gone = timeout(Duration::from_secs(5), async {
+        while connected_clients(&proxy).await != 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the disconnected client is still counted");
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_gets_far_more_than_the_reply_limit() {
+    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    setup.reply_limit = REPLY_LIMIT;
+    let proxy = setup.start().await;
+    let stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let (requests, replies_len) = echoes(1000);
+    let batches = 64 * REPLY_LIMIT / replies_len;
+    let sending = tokio::spawn(async move {
+        for _ in 0..batches {
+            writer.write_all(&requests).await.unwrap();
+        }
+        writer
+    });
+    let mut received = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    let expected = batches * replies_len;
+    timeout(Duration::from_secs(60), async {
+        while received < expected {
+            let n = reader.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed after {received} of {expected} reply bytes");
+            received += n;
+        }
+    })
+    .await
+    .expect("all replies within 60 s");
+    sending.await.unwrap();
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_over_max_clients_are_told_and_closed() {
+    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    setup.max_clients = 2;
+    let proxy = setup.start().await;
+    let ping = |mut stream: TcpStream| async move {
+        stream.write_all(b"PING\r\n").await.unwrap();
+        let mut reply = [0u8; 64];
+        let n = stream.read(&mut reply).await.unwrap();
+        assert_eq!(&reply[..n], b"+PONG\r\n");
+        stream
+    };
+    let first = ping(TcpStream::connect(proxy.addr).await.unwrap()).await;
+    let mut second = ping(TcpStream::connect(proxy.addr).await.unwrap()).await;
+
+    let mut third = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut reply = Vec::new();
+    timeout(Duration::from_secs(5), third.read_to_end(&mut reply))
+        .await
+        .expect("closed at once")
+        .unwrap();
+    assert_eq!(reply, cloak_proxy::TOO_MANY_CLIENTS.as_bytes());
+    drop(third);
+    second.write_all(b"INFO clients\r\n").await.unwrap();
+    let mut info = vec![0u8; 4096];
+    let n = second.read(&mut info).await.unwrap();
+    let info = String::from_utf8_lossy(&info[..n]);
+    assert!(info.contains("rejected_connections:1\r\n"), "{info}");
+
+    // A place frees up once a client leaves.
+    drop(first);
+    let admitted = timeout(Duration::from_secs(5), async {
+        loop {
+            let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+            stream.write_all(b"PING\r\n").await.unwrap();
+            let mut reply = [0u8; 64];
+            if let Ok(n) = stream.read(&mut reply).await
+                && &reply[..n] == b"+PONG\r\n"
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(admitted.is_ok(), "no client admitted after one left");
+    proxy.shutdown().await;
+}
