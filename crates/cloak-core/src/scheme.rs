@@ -113,6 +113,13 @@ pub struct SchemeStats {
     pub unwritten: u64,
     pub integrity_failures: u64,
     pub storage_failures: u64,
+    /// Batch times a fixed schedule skipped because the batch before was unfinished when they
+    /// came (storage or the proxy overran the interval).
+    pub missed_batches: u64,
+    /// Write-backs that left after their scheduled time because the batch's read was answered or
+    /// re-encrypted too late: each shows the server how late the proxy was (see
+    /// `cloak_schemes::schedule`).
+    pub late_write_backs: u64,
 }
 
 impl SchemeStats {

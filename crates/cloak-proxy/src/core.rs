@@ -23,9 +23,13 @@ use tokio::sync::{mpsc, oneshot};
 use crate::journal::Journal;
 use crate::ledger::Ledger;
 
-/// Commands taken from the channel in one go, so work that arrives together is sent to storage
-/// together.
-const INTAKE: usize = 256;
+/// Most commands taken from the channel per turn of the loop. Work that arrives together is
+/// still sent to storage together (it waits for the next batch anyway), and a due timer (a batch
+/// start, a write-back's release: times the storage server sees) waits behind at most this many
+/// commands, however many clients send.
+const INTAKE: usize = 32;
+/// Commands the channel holds before connections wait.
+const CHANNEL: usize = 1024;
 
 struct Submission {
     client: ClientId,
@@ -141,7 +145,7 @@ pub fn spawn(
     journal: Option<Arc<dyn Journal>>,
     ledger: Option<Arc<Ledger>>,
 ) -> (CoreHandle, tokio::task::JoinHandle<()>) {
-    let (commands_tx, commands) = mpsc::channel(4 * INTAKE);
+    let (commands_tx, commands) = mpsc::channel(CHANNEL);
     let (control_tx, control) = mpsc::unbounded_channel();
     let core = Core {
         engine,
@@ -200,12 +204,23 @@ impl Core {
                 self.save_ledger();
                 return;
             }
+            // A due timer goes before everything else. Checking the clock here, not only through
+            // the runtime's timer, catches it even while the loop never sleeps (a flood of
+            // commands keeps every branch below ready).
             let deadline = self.engine.poll_timeout();
+            let now = Instant::now();
+            if deadline.is_some_and(|at| at <= now) {
+                self.engine.handle_timeout(now);
+                continue;
+            }
             let sleep = tokio::time::sleep_until(
                 deadline.map_or_else(far_future, tokio::time::Instant::from_std),
             );
             tokio::select! {
                 biased;
+                () = sleep, if deadline.is_some() => {
+                    self.engine.handle_timeout(Instant::now());
+                }
                 Some((id, result, received)) = done.recv() => {
                     self.io.bytes_received += received;
                     if result.is_err() {
@@ -226,13 +241,16 @@ impl Core {
                 Some(Control::Snapshot(reply)) = control.recv() => {
                     let _ = reply.send(self.snapshot());
                 }
-                () = sleep, if deadline.is_some() => {
-                    self.engine.handle_timeout(Instant::now());
-                }
                 submission = commands.recv(), if open && self.engine.accepts() => match submission {
                     Some(first) => {
                         self.submit(first);
-                        while self.engine.accepts() && let Ok(next) = commands.try_recv() {
+                        for _ in 1..INTAKE {
+                            if !self.engine.accepts() {
+                                break;
+                            }
+                            let Ok(next) = commands.try_recv() else {
+                                break;
+                            };
                             self.submit(next);
                         }
                     }

@@ -72,6 +72,8 @@ pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
         kv("queue_depth", stats.queued.to_string()),
         kv("integrity_failures", stats.integrity_failures.to_string()),
         kv("storage_failures", stats.storage_failures.to_string()),
+        kv("missed_batches", stats.missed_batches.to_string()),
+        kv("late_write_backs", stats.late_write_backs.to_string()),
     ]);
     sections.push(("Scheme", scheme));
     let l = &s.latency;

@@ -147,6 +147,18 @@ pub fn render(s: &Snapshot) -> String {
         st.storage_failures.to_string(),
     );
     metric(
+        "missed_batches_total",
+        "counter",
+        "Batch times skipped because the batch before was unfinished.",
+        st.missed_batches.to_string(),
+    );
+    metric(
+        "late_write_backs_total",
+        "counter",
+        "Write-backs that left after their scheduled time (each shows the server the delay).",
+        st.late_write_backs.to_string(),
+    );
+    metric(
         "storage_requests_total",
         "counter",
         "Requests sent to storage.",

@@ -22,6 +22,7 @@ pub mod pancake;
 pub mod path_oram;
 mod plaintext;
 mod retry;
+pub mod schedule;
 pub mod waffle;
 
 use std::fmt;
@@ -129,6 +130,9 @@ pub struct CloakOptions {
     /// Explicit budgets `b_1, b_2, …`; overrides `first_budget` and `zipf_exponent`.
     pub budgets: Option<Vec<u32>>,
     pub batch_interval: Duration,
+    /// When a batch's write-back leaves, as a fraction of `batch_interval` after the batch's
+    /// start on the schedule (see [`schedule`]).
+    pub write_back_at: f64,
     pub cache_size: usize,
     pub max_pending: Option<usize>,
     /// Seal with counter nonces: Cloak seals each write-back in the order it read, so every
@@ -147,6 +151,7 @@ impl Default for CloakOptions {
             zipf_exponent: 1.0,
             budgets: None,
             batch_interval: Duration::from_millis(20),
+            write_back_at: schedule::DEFAULT_WRITE_BACK_AT,
             cache_size: 1000,
             max_pending: None,
             #[cfg(feature = "leak-demo")]
@@ -324,6 +329,8 @@ pub fn build(
             let config = CloakConfig {
                 budgets,
                 batch_interval: o.batch_interval,
+                write_back_hold: schedule::write_back_hold(o.batch_interval, o.write_back_at)
+                    .map_err(BuildError::Invalid)?,
                 cache_size: o.cache_size,
                 max_pending: o.max_pending,
             };

@@ -28,6 +28,7 @@ fn options(cache_size: usize, max_pending: Option<usize>) -> CloakOptions {
         zipf_exponent: 1.0,
         budgets: None,
         batch_interval: DELTA,
+        write_back_at: 0.5,
         cache_size,
         max_pending,
         ..CloakOptions::default()
@@ -62,6 +63,11 @@ fn master() -> MasterKey {
 }
 
 fn simulator_from(cloak: CloakOptions, seed: u64, start: Start) -> Simulator {
+    simulator_over(cloak, seed, start, RTT)
+}
+
+/// A recording simulator whose storage answers every request `rtt` after it is sent.
+fn simulator_over(cloak: CloakOptions, seed: u64, start: Start, rtt: Duration) -> Simulator {
     let master = master();
     let scheme = scheme(cloak, seed, start);
     let directory = KeyDirectory::new(KeyHasher::new(&master), CAPACITY as usize);
@@ -70,7 +76,7 @@ fn simulator_from(cloak: CloakOptions, seed: u64, start: Start) -> Simulator {
         max_value: 32,
         max_keys_per_command: 64,
     };
-    let mut sim = Simulator::new(Engine::new(scheme, directory, limits)).with_storage_delay(RTT);
+    let mut sim = Simulator::new(Engine::new(scheme, directory, limits)).with_storage_delay(rtt);
     sim.record();
     // Let the initial fill finish so tests start on the batch schedule.
     sim.run_for(Duration::from_millis(50));
@@ -239,6 +245,92 @@ fn batches_are_sent_when_idle() {
         reads,
         (Duration::from_secs(1).as_micros() / DELTA.as_micros()) as usize
     );
+}
+
+/// When the server receives each batch read and its write-back.
+fn batch_times(trace: &[Observed]) -> Vec<(Duration, Duration)> {
+    batches(trace)
+        .into_iter()
+        .map(|(read, write)| (read.at, write.at))
+        .collect()
+}
+
+/// Batch starts on the grid and each write-back a fixed hold after its batch, whether the batch
+/// was all dummies (idle) or mostly real (a flood of commands), and whether storage answers
+/// the read long before the write-back's time or just before it: the server's clock sees the
+/// same two numbers every batch. (Checked to fail when the write-back is sent as soon as it is
+/// sealed, as it was: the offset is then the storage round trip.)
+#[test]
+fn batches_stay_on_the_grid_and_write_backs_keep_their_offset_whatever_the_load() {
+    let hold = DELTA / 2;
+    for rtt in [Duration::from_micros(200), Duration::from_millis(2)] {
+        let mut sim = simulator_over(options(8, None), 7, Start::default(), rtt);
+        sim.take_trace();
+        sim.run_for(20 * DELTA);
+        assert_eq!(
+            sim.engine().scheme_stats().real_accesses,
+            0,
+            "idle: all dummies"
+        );
+        drive(&mut sim, 16, 8, 40 * DELTA, |rng| {
+            let key = format!("k{}", rng.random_range(0..CAPACITY));
+            if rng.random_bool(0.5) {
+                set(&key, "v")
+            } else {
+                get(&key)
+            }
+        });
+        let stats = sim.engine().scheme_stats();
+        let flood_slots = 40 * budgets().batch_size() as u64;
+        assert!(
+            stats.real_accesses > flood_slots / 2,
+            "the flood filled {} of {flood_slots} slots",
+            stats.real_accesses
+        );
+
+        let times = batch_times(sim.observed());
+        assert!(times.len() >= 59, "{} batches", times.len());
+        let first = times[0].0;
+        for (k, &(read, write)) in times.iter().enumerate() {
+            assert_eq!(
+                read,
+                first + DELTA * k as u32,
+                "batch {k} left the grid ({rtt:?})"
+            );
+            assert_eq!(write - read, hold, "batch {k}'s write-back ({rtt:?})");
+        }
+        assert_eq!((stats.missed_batches, stats.late_write_backs), (0, 0));
+    }
+}
+
+/// Storage too slow for the schedule: a read answered after the write-back's time makes the
+/// write-back late (it leaves as soon as it is sealed, and is counted), and a grid point that
+/// comes while the write-back is unanswered is skipped, never run late: batches stay on the grid.
+#[test]
+fn slow_storage_makes_late_write_backs_and_skipped_batches_never_an_off_grid_batch() {
+    let rtt = DELTA * 3 / 5;
+    let mut sim = simulator_over(options(8, None), 8, Start::default(), rtt);
+    sim.take_trace();
+    sim.run_for(40 * DELTA);
+    let times = batch_times(sim.observed());
+    assert!(times.len() >= 19, "{} batches", times.len());
+    let first = times[0].0;
+    for (k, &(read, write)) in times.iter().enumerate() {
+        // The write-back is answered at 2·rtt > Δ, so every other grid point is skipped.
+        assert_eq!(
+            read,
+            first + 2 * DELTA * k as u32,
+            "batch {k} left the grid"
+        );
+        assert_eq!(
+            write - read,
+            rtt,
+            "batch {k}: a late write-back leaves once sealed"
+        );
+    }
+    let stats = sim.engine().scheme_stats();
+    assert!(stats.late_write_backs >= times.len() as u64);
+    assert!(stats.missed_batches >= times.len() as u64 - 1);
 }
 
 #[test]

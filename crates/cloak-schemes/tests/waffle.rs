@@ -397,6 +397,40 @@ fn deletes_follow_writes_at_the_same_delay_whatever_the_load() {
     );
 }
 
+/// With fixed timing every write-back leaves half an interval after its batch's read, idle or
+/// busy: the time the server sees between the two says nothing about the load. (Fails when the
+/// write-back leaves as soon as it is sealed: the offset is then the storage round trip.)
+#[test]
+fn fixed_timing_holds_each_write_back_to_its_place_on_the_schedule() {
+    let mut sim = simulator(defaults(), 300, 23);
+    sim.take_trace();
+    sim.run_for(10 * DELTA);
+    for round in 0..20 {
+        for k in 0..60 {
+            sim.submit(k as u64 % 8, set(k, &format!("{round}")));
+            sim.submit(k as u64 % 8, get((k * 7 + round) % 300));
+        }
+        sim.run_for(Duration::from_millis(25));
+    }
+    let times = |kind| -> Vec<Duration> {
+        let trace = sim.observed().iter();
+        trace.filter(|o| o.kind == kind).map(|o| o.at).collect()
+    };
+    let (reads, writes) = (times(AccessKind::Read), times(AccessKind::Write));
+    assert!(reads.len() > 100, "{} batches", reads.len());
+    for (k, (read, write)) in reads.iter().zip(&writes).enumerate() {
+        assert_eq!(
+            *read,
+            reads[0] + DELTA * k as u32,
+            "batch {k} left the grid"
+        );
+        assert_eq!(*write - *read, DELTA / 2, "batch {k}'s write-back");
+    }
+    let stats = sim.engine().scheme_stats();
+    assert!(stats.real_accesses > 0);
+    assert_eq!((stats.missed_batches, stats.late_write_backs), (0, 0));
+}
+
 /// Time for a burst of GETs of every key, once every key is in the store.
 fn burst(timing: BatchTiming) -> Duration {
     let waffle = WaffleOptions {

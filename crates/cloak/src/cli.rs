@@ -121,6 +121,13 @@ pub struct StoreArgs {
     #[arg(long, value_name = "DURATION")]
     pub batch_interval: Option<String>,
 
+    /// Cloak and Waffle (fixed timing): when a batch's write-back leaves, as a fraction of the
+    /// batch interval after the batch's scheduled start (at least 0, below 1). The read's answer
+    /// and re-encryption must be done by then; a write-back that is late leaves at once and the
+    /// server sees the delay (counted as late_write_backs in INFO) [default: 0.5]
+    #[arg(long, value_name = "FRACTION")]
+    pub write_back_at: Option<f64>,
+
     /// Cloak: records cached at the proxy to answer reads at once; 0 disables [default: 1000]
     #[arg(long, value_name = "N")]
     pub cache_size: Option<usize>,

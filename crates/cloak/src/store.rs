@@ -79,6 +79,7 @@ impl StoreArgs {
                     .map_err(|e: String| anyhow::anyhow!("--waffle-timing: {e}"))?,
                 None => waffle_defaults.timing,
             },
+            write_back_at: self.write_back_at.unwrap_or(waffle_defaults.write_back_at),
             max_pending: self.max_pending,
         };
         let pancake = PancakeOptions::default();
@@ -112,6 +113,7 @@ impl StoreArgs {
                     zipf_exponent: self.zipf_exponent.unwrap_or(defaults.zipf_exponent),
                     budgets,
                     batch_interval,
+                    write_back_at: self.write_back_at.unwrap_or(defaults.write_back_at),
                     cache_size: self.cache_size.unwrap_or(defaults.cache_size),
                     max_pending: self.max_pending,
                     ..defaults

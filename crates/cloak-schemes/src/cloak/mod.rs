@@ -39,6 +39,7 @@ use crate::Start;
 use crate::fill::Fill;
 use crate::outgoing::Outgoing;
 use crate::retry::Retry;
+use crate::schedule::Schedule;
 
 /// Elements written per request while the store is first filled.
 const INIT_CHUNK: u64 = 1024;
@@ -50,6 +51,9 @@ pub struct CloakConfig {
     pub budgets: Budgets,
     /// Fixed time between batch starts (`Δ`).
     pub batch_interval: Duration,
+    /// From a batch's start on the grid to its write-back leaving (below `Δ`; see
+    /// [`crate::schedule`]).
+    pub write_back_hold: Duration,
     /// Records kept at the proxy to answer reads without a batch; 0 disables the cache.
     pub cache_size: usize,
     /// Most slots with an op waiting for a batch; `None` means twice the batch size (§7.1).
@@ -76,6 +80,8 @@ struct Pending {
 /// The batch the server is serving.
 struct Flight {
     batch: u64,
+    /// The batch's point on the schedule's grid; its write-back leaves a fixed hold after it.
+    due: Instant,
     /// Addresses in ascending order, as sent.
     addrs: Vec<u32>,
     /// The slot each address held, and the batch that wrote it, before this batch.
@@ -97,7 +103,6 @@ enum Purpose {
 
 pub struct Cloak {
     budgets: Budgets,
-    interval: Duration,
     max_pending: usize,
     codec: ElementCodec,
     rng: ChaCha20Rng,
@@ -132,7 +137,8 @@ pub struct Cloak {
     recovered: u64,
     /// Addresses not yet written by the initial fill, and fill requests unanswered.
     fill: Fill,
-    next_batch_at: Option<Instant>,
+    /// When batches start and write-backs leave, held until then.
+    schedule: Schedule<StorageOp>,
     retry: Retry<(Purpose, StorageOp)>,
 
     storage: Outgoing<Purpose>,
@@ -184,7 +190,6 @@ impl Cloak {
 
         let batch_size = budgets.batch_size();
         Self {
-            interval: config.batch_interval,
             max_pending: config.max_pending.unwrap_or(2 * batch_size).max(1),
             cache: NonZeroUsize::new(config.cache_size).map(LruCache::new),
             budgets,
@@ -208,7 +213,7 @@ impl Cloak {
                 .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
                 .collect(),
             fill: Fill::new(n as u64, INIT_CHUNK, INIT_WINDOW),
-            next_batch_at: None,
+            schedule: Schedule::new(config.batch_interval, Some(config.write_back_hold)),
             retry: Retry::default(),
             storage: Outgoing::default(),
             out: Outbox::default(),
@@ -253,10 +258,10 @@ impl Cloak {
         }
         if let Some(now) = now
             && self.filled()
-            && self.next_batch_at.is_none()
+            && !self.schedule.started()
         {
             tracing::info!(elements = self.pos.len(), "storage filled, batches start");
-            self.next_batch_at = Some(now);
+            self.schedule.start(now);
             // A recovery handed over every record; the emptied table would keep its peak size.
             self.initial = HashMap::new();
         }
@@ -389,19 +394,16 @@ impl Cloak {
         self.answer(id, slot, Reply::Written);
     }
 
+    /// Starts the batch due on the grid, unless the one before is unfinished (then that grid
+    /// point is skipped: see [`crate::schedule`]).
     fn maybe_start_batch(&mut self, now: Instant) {
-        let Some(due) = self.next_batch_at else {
-            return;
-        };
-        if self.flight.is_some() || self.retry.is_waiting() || now < due {
-            return;
+        let busy = self.flight.is_some() || self.retry.is_waiting();
+        if let Some(due) = self.schedule.due(now, busy) {
+            self.start_batch(due);
         }
-        // A fixed schedule; a batch that overran delays the next one, never crowds two together.
-        self.next_batch_at = Some((due + self.interval).max(now));
-        self.start_batch();
     }
 
-    fn start_batch(&mut self) {
+    fn start_batch(&mut self, due: Instant) {
         let batch = self.batch;
         let size = self.budgets.batch_size();
         let mut addrs = Vec::with_capacity(size);
@@ -463,6 +465,7 @@ impl Cloak {
         let read = StorageOp::Read(addrs.iter().map(|&a| Addr::from(a)).collect());
         self.flight = Some(Flight {
             batch,
+            due,
             addrs,
             old_slots,
             old_generations,
@@ -472,8 +475,9 @@ impl Cloak {
         self.send(Purpose::BatchRead, read);
     }
 
-    /// The server answered the batch read: answer clients, apply writes, re-encrypt, write back.
-    fn finish_read(&mut self, values: Vec<Option<Bytes>>) {
+    /// The server answered the batch read: answer clients, apply writes, re-encrypt, and hold
+    /// the write-back for its time on the schedule (or send it now if that has passed).
+    fn finish_read(&mut self, now: Instant, values: Vec<Option<Bytes>>) {
         let mut flight = self.flight.take().expect("a batch is in flight");
         // Where each element goes: `addrs[perm[j]]`'s element moves to `addrs[j]`. Sealing each
         // element for its new address as soon as it is decrypted keeps no batch of plaintexts.
@@ -564,8 +568,13 @@ impl Cloak {
                 self.codec.seal(binding, Slot::from(slot), &content),
             );
         }
+        let due = flight.due;
         self.flight = Some(flight);
-        self.send(Purpose::BatchWrite, StorageOp::Write(writes));
+        // Sealing is done: what the write-back carries, and when it leaves, no longer depends
+        // on which slots were real (only an overrun makes it late; see `crate::schedule`).
+        if let Some(op) = self.schedule.hold(now, due, StorageOp::Write(writes)) {
+            self.send(Purpose::BatchWrite, op);
+        }
     }
 
     /// Storage failed a request: every client waiting to read learns now, whether its read is
@@ -633,7 +642,7 @@ impl Scheme for Cloak {
                 self.fill.written(recovered, &mut self.out);
                 self.pump_fill(Some(now));
             }
-            Purpose::BatchRead => self.finish_read(reply),
+            Purpose::BatchRead => self.finish_read(now, reply),
             Purpose::BatchWrite => {
                 let flight = self.flight.take().expect("a batch is in flight");
                 for (slot, version) in flight.written {
@@ -649,18 +658,17 @@ impl Scheme for Cloak {
         for (purpose, op) in self.retry.due(now) {
             self.send(purpose, op);
         }
+        if let Some(op) = self.schedule.release(now) {
+            self.send(Purpose::BatchWrite, op);
+        }
         self.maybe_start_batch(now);
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        if let Some(at) = self.retry.at() {
-            return Some(at);
-        }
-        if self.flight.is_none() {
-            self.next_batch_at
-        } else {
-            None
-        }
+        [self.retry.at(), self.schedule.next_wake()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn poll_storage(&mut self) -> Option<StorageRequest> {
@@ -687,6 +695,8 @@ impl Scheme for Cloak {
         SchemeStats {
             queued: self.queued as u64,
             unwritten: pending_writes + writing_back + filling,
+            missed_batches: self.schedule.missed(),
+            late_write_backs: self.schedule.late(),
             ..self.stats.clone()
         }
     }
@@ -698,7 +708,14 @@ impl Scheme for Cloak {
             ("batch_size", self.budgets.batch_size().to_string()),
             (
                 "batch_interval_ms",
-                format!("{}", self.interval.as_secs_f64() * 1e3),
+                format!("{}", self.schedule.interval().as_secs_f64() * 1e3),
+            ),
+            (
+                "write_back_after_ms",
+                format!(
+                    "{}",
+                    self.schedule.hold_time().unwrap_or_default().as_secs_f64() * 1e3
+                ),
             ),
             ("elements", self.pos.len().to_string()),
             ("element_bytes", self.codec.element_len().to_string()),

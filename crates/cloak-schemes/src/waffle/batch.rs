@@ -27,34 +27,32 @@ use super::params::BatchTiming;
 use super::{Flight, FlightRead, Purpose, Stage, Waffle};
 
 impl Waffle {
-    /// Starts a batch if one is due (or, with eager timing, if `R` slots wait).
+    /// Starts a batch if one is due on the schedule's grid (see [`crate::schedule`]: a grid
+    /// point the previous batch is still busy at is skipped) or, with eager timing, if `R` slots
+    /// wait.
     pub(super) fn maybe_start_batch(&mut self, now: Instant) {
-        if self.stage != Stage::Running || self.flight.is_some() || self.retry.is_waiting() {
+        if self.stage != Stage::Running {
             return;
         }
-        let Some(due) = self.next_batch_at else {
+        let busy = self.flight.is_some() || self.retry.is_waiting();
+        let full = self.params.timing == BatchTiming::Eager && self.queue.len() >= self.params.real;
+        let due = if full && !busy {
+            Some(self.schedule.restart(now))
+        } else {
+            self.schedule.due(now, busy)
+        };
+        let Some(due) = due else {
             return;
         };
-        let timing = self.params.timing;
-        let full = timing == BatchTiming::Eager && self.queue.len() >= self.params.real;
-        if now < due && !full {
-            return;
-        }
         if self.draining && self.queue.is_empty() {
             self.flush();
             return;
         }
-        let interval = self.params.batch_interval;
-        self.next_batch_at = Some(match timing {
-            // A fixed schedule; a batch that overran delays the next one, never crowds two.
-            BatchTiming::Fixed => (due + interval).max(now),
-            BatchTiming::Eager => now + interval,
-        });
         self.retry_rekeeps();
-        self.start_batch();
+        self.start_batch(due);
     }
 
-    fn start_batch(&mut self) {
+    fn start_batch(&mut self, due: Instant) {
         let t = self.batch + 1;
         self.batch = t;
         let mut reads = Vec::with_capacity(self.params.batch);
@@ -110,7 +108,11 @@ impl Waffle {
         self.stats.real_accesses += requested as u64;
         self.stats.dummy_accesses += (reads.len() - requested) as u64;
         let op = StorageOp::Read(reads.iter().map(|r| r.label).collect());
-        self.flight = Some(Flight { batch: t, reads });
+        self.flight = Some(Flight {
+            batch: t,
+            due,
+            reads,
+        });
         self.send(Purpose::BatchRead, op);
     }
 
@@ -132,8 +134,9 @@ impl Waffle {
         }
     }
 
-    /// The write phase: the server answered the batch's reads.
-    pub(super) fn finish_read(&mut self, values: Vec<Option<Bytes>>) {
+    /// The write phase: the server answered the batch's reads. The write-back is sealed now and
+    /// held for its time on the schedule (sent now if that has passed).
+    pub(super) fn finish_read(&mut self, now: Instant, values: Vec<Option<Bytes>>) {
         let Some(flight) = self.flight.take() else {
             tracing::error!("a batch read answered with no batch in flight");
             return;
@@ -175,7 +178,10 @@ impl Waffle {
         }
         writes.sort_unstable_by_key(|(address, _)| *address);
         self.unstored += written.len();
-        self.send(Purpose::BatchWrite(written), StorageOp::Write(writes));
+        let write_back = (Purpose::BatchWrite(written), StorageOp::Write(writes));
+        if let Some((purpose, op)) = self.schedule.hold(now, flight.due, write_back) {
+            self.send(purpose, op);
+        }
         let labels = flight.reads.iter().map(|r| r.label).collect();
         self.delete_once_kept(cached_now, labels);
         self.flight = Some(flight);

@@ -70,6 +70,7 @@ pub use params::{BatchTiming, PAPER_BATCH, ParamError, Params, WaffleOptions};
 
 use crate::Start;
 use crate::retry::{Retry, malformed};
+use crate::schedule::Schedule;
 use labels::Labels;
 use startup::Startup;
 use trees::{DummyTree, RealTree};
@@ -125,6 +126,8 @@ struct FlightRead {
 /// The batch the server is serving.
 struct Flight {
     batch: u64,
+    /// The batch's point on the schedule; a fixed-timing write-back leaves a fixed hold after it.
+    due: Instant,
     /// In the order sent (ascending labels).
     reads: Vec<FlightRead>,
 }
@@ -165,7 +168,8 @@ pub struct Waffle {
     /// Timestamp of the last batch started (0: the fill).
     batch: u64,
     flight: Option<Flight>,
-    next_batch_at: Option<Instant>,
+    /// When batches start and write-backs leave (with the write-back held until then).
+    schedule: Schedule<(Purpose, StorageOp)>,
     draining: bool,
     deletions: Vec<Deletion>,
     /// Deletions whose journal request failed: kept again when the next batch starts.
@@ -269,7 +273,7 @@ impl Scheme for Waffle {
                 None
             }
             (Purpose::BatchRead, StorageReply::Values(values)) if values.len() == op.len() => {
-                self.finish_read(values);
+                self.finish_read(now, values);
                 None
             }
             (
@@ -296,17 +300,18 @@ impl Scheme for Waffle {
         for (purpose, op) in self.retry.due(now) {
             self.send(purpose, op);
         }
+        if let Some((purpose, op)) = self.schedule.release(now) {
+            self.send(purpose, op);
+        }
         self.maybe_start_batch(now);
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        if let Some(at) = self.retry.at() {
-            return Some(at);
-        }
-        match self.stage {
-            Stage::Running if self.flight.is_none() => self.next_batch_at,
+        let schedule = match self.stage {
+            Stage::Running => self.schedule.next_wake(),
             _ => None,
-        }
+        };
+        [self.retry.at(), schedule].into_iter().flatten().min()
     }
 
     fn poll_storage(&mut self) -> Option<StorageRequest> {
@@ -335,6 +340,8 @@ impl Scheme for Waffle {
         SchemeStats {
             queued: self.queue.len() as u64,
             unwritten: self.unwritten(),
+            missed_batches: self.schedule.missed(),
+            late_write_backs: self.schedule.late(),
             ..self.stats.clone()
         }
     }

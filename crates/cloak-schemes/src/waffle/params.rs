@@ -73,6 +73,9 @@ pub struct WaffleOptions {
     /// Longest time between batches (the only time between them with [`BatchTiming::Fixed`]).
     pub batch_interval: Duration,
     pub timing: BatchTiming,
+    /// With fixed timing, when a batch's write-back leaves, as a fraction of `batch_interval`
+    /// after the batch's start on the schedule (see [`crate::schedule`]).
+    pub write_back_at: f64,
     /// Most slots waiting for a batch before clients are slowed down; `None`: `4R`.
     pub max_pending: Option<usize>,
 }
@@ -87,6 +90,7 @@ impl Default for WaffleOptions {
             dummies: None,
             batch_interval: Duration::from_millis(20),
             timing: BatchTiming::Fixed,
+            write_back_at: crate::schedule::DEFAULT_WRITE_BACK_AT,
             max_pending: None,
         }
     }
@@ -150,6 +154,8 @@ pub enum ParamError {
     },
     #[error("--waffle-interval must be positive")]
     ZeroInterval,
+    #[error("{0}")]
+    WriteBackAt(String),
 }
 
 /// Resolved and checked parameters.
@@ -169,6 +175,9 @@ pub struct Params {
     pub dummies: usize,
     pub batch_interval: Duration,
     pub timing: BatchTiming,
+    /// From a batch's start on the schedule to its write-back leaving; `None` (eager timing):
+    /// as soon as it is sealed.
+    pub write_back_hold: Option<Duration>,
     pub max_pending: usize,
 }
 
@@ -277,6 +286,13 @@ impl Params {
             dummies: dummies as usize,
             batch_interval: options.batch_interval,
             timing: options.timing,
+            write_back_hold: match options.timing {
+                BatchTiming::Fixed => Some(
+                    crate::schedule::write_back_hold(options.batch_interval, options.write_back_at)
+                        .map_err(ParamError::WriteBackAt)?,
+                ),
+                BatchTiming::Eager => None,
+            },
             max_pending: options.max_pending.unwrap_or(4 * real as usize).max(1),
         })
     }

@@ -26,6 +26,7 @@ use super::trees::{DummyTree, RealTree};
 use super::{Deletion, Purpose, Stage, Waffle};
 use crate::Start;
 use crate::retry::Retry;
+use crate::schedule::Schedule;
 
 /// Elements per scan request.
 const SCAN_CHUNK: u32 = 4096;
@@ -94,6 +95,7 @@ impl Startup {
         order.shuffle(&mut rng);
         let dummies = DummyTree::new(params.dummies, params.fake_dummy, alpha, &mut rng);
 
+        let schedule = Schedule::new(params.batch_interval, params.write_back_hold);
         let mut waffle = Waffle {
             params,
             alpha,
@@ -120,7 +122,7 @@ impl Startup {
             },
             batch: 0,
             flight: None,
-            next_batch_at: None,
+            schedule,
             draining: false,
             deletions: Vec::new(),
             rekeep: Vec::new(),
@@ -215,7 +217,7 @@ impl Waffle {
         );
         self.startup.order = Vec::new();
         self.stage = Stage::Running;
-        self.next_batch_at = Some(now);
+        self.schedule.start(now);
         let slots = mem::take(&mut self.startup.cached_recovered);
         let stale = mem::take(&mut self.startup.stale);
         self.delete_once_kept(slots, stale);
