@@ -192,10 +192,15 @@ async fn write_replies(
                 next = next_reply(&mut queue, &mut head), if !closing => Event::Reply(next),
             }
         } else {
+            // Below FLUSH_BYTES, replies are written once no more are queued: a client that
+            // pipelines gets them in few large writes, not one write per outcome as it lands.
+            let nothing_queued = head.is_none() && queue.is_empty();
             tokio::select! {
                 biased;
                 next = next_reply(&mut queue, &mut head) => Event::Reply(next),
-                wrote = writer.write(&out), if !out.is_empty() => Event::Wrote(wrote),
+                wrote = writer.write(&out), if nothing_queued && !out.is_empty() => {
+                    Event::Wrote(wrote)
+                }
             }
         };
         match event {
