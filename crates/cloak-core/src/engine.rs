@@ -481,9 +481,19 @@ impl Engine {
         let Some(rng) = self.cover.as_mut() else {
             return;
         };
-        // Multiply-shift: uniform up to a bias of capacity / 2^64.
+        // Multiply-shift: uniform up to a bias of capacity / 2^64. A slot this client already
+        // has an op on is drawn again: the cover would wait behind that op in its lane, where
+        // the reads of distinct keys it stands in for run at once (so storage would see the
+        // accesses one after the other). Bounded, for a client with ops on almost every slot.
         let capacity = self.directory.capacity() as u128;
-        let slot = ((u128::from(rng.next_u64()) * capacity) >> 64) as Slot;
+        let mut draw = || ((u128::from(rng.next_u64()) * capacity) >> 64) as Slot;
+        let mut slot = draw();
+        for _ in 0..64 {
+            if !self.lanes.contains_key(&(client, slot)) {
+                break;
+            }
+            slot = draw();
+        }
         self.start_op(now, client, command, slot, Expect::Cover, Op::Read);
     }
 

@@ -12,7 +12,11 @@
 //! starts the batch late but keeps the grid: the batch after it is due on the grid again.
 //!
 //! *Write-back.* The read's answer is opened and every element re-sealed as soon as it arrives,
-//! and the sealed write-back is held until `grid point + hold`. The server sees the hold as the
+//! and the sealed write-back is held until `start + hold`, where `start` is when the batch's read
+//! really left (its grid point, or later when the driver woke late). Counting from the grid point
+//! instead would show a late wake-up twice: once in the batch interval and again as a shorter
+//! gap before the write-back (measured on Redis: gap medians 10.1 ms idle, 8.9 ms under load).
+//! The server sees the hold as the
 //! time from a batch read to its write-back, whatever the batch carried and whatever the proxy
 //! was doing. If the answer arrives and is sealed only after that instant (an overrun: storage
 //! answered slowly, or the proxy's CPU was busy), the write-back leaves as soon as it is sealed.
@@ -108,13 +112,13 @@ impl<T> Schedule<T> {
         now
     }
 
-    /// The write-back of the batch due at `grid_point` is sealed: returns it to send now if its
+    /// The write-back of the batch whose read left at `started` is sealed: returns it to send now if its
     /// release time has come (late if it has passed), or holds it for [`Schedule::release`].
-    pub fn hold(&mut self, now: Instant, grid_point: Instant, write_back: T) -> Option<T> {
+    pub fn hold(&mut self, now: Instant, started: Instant, write_back: T) -> Option<T> {
         let Some(hold) = self.hold else {
             return Some(write_back);
         };
-        let at = grid_point + hold;
+        let at = started + hold;
         if now < at {
             debug_assert!(self.held.is_none(), "one batch at a time");
             self.held = Some((at, write_back));

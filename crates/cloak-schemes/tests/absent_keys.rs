@@ -55,7 +55,9 @@ fn key(name: &str) -> Bytes {
     Bytes::copy_from_slice(name.as_bytes())
 }
 
-/// What storage saw of one command: its requests' kinds and sizes, in order.
+/// What storage saw of one command: its requests' kinds and sizes, sorted. Not in the order
+/// sent: two of Pancake's concurrent batches that happen to draw one label run one after the
+/// other, whichever keys they serve, so the interleaving is chance either way.
 type Shape = Vec<(AccessKind, usize)>;
 
 /// Runs `command` alone on a settled store and returns what storage saw of it and its outcome.
@@ -64,11 +66,12 @@ fn traffic(sim: &mut Simulator, command: Command) -> (Shape, Outcome) {
     sim.take_trace();
     let outcome = sim.execute(1, command).expect("the command completes");
     sim.run_until(Duration::from_secs(60), Simulator::storage_idle);
-    let shape = sim
+    let mut shape: Shape = sim
         .take_trace()
         .iter()
         .map(|seen| (seen.kind, seen.addrs.len()))
         .collect();
+    shape.sort_unstable_by_key(|&(kind, len)| (kind as u8, len));
     (shape, outcome)
 }
 

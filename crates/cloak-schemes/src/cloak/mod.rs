@@ -80,8 +80,9 @@ struct Pending {
 /// The batch the server is serving.
 struct Flight {
     batch: u64,
-    /// The batch's point on the schedule's grid; its write-back leaves a fixed hold after it.
-    due: Instant,
+    /// When the batch's read left (its grid point, or later when the driver woke late); its
+    /// write-back leaves a fixed hold after it.
+    started: Instant,
     /// Addresses in ascending order, as sent.
     addrs: Vec<u32>,
     /// The slot each address held, and the batch that wrote it, before this batch.
@@ -398,12 +399,13 @@ impl Cloak {
     /// point is skipped: see [`crate::schedule`]).
     fn maybe_start_batch(&mut self, now: Instant) {
         let busy = self.flight.is_some() || self.retry.is_waiting();
-        if let Some(due) = self.schedule.due(now, busy) {
-            self.start_batch(due);
+        if self.schedule.due(now, busy).is_some() {
+            // The hold counts from when the read really leaves (see `crate::schedule`).
+            self.start_batch(now);
         }
     }
 
-    fn start_batch(&mut self, due: Instant) {
+    fn start_batch(&mut self, started: Instant) {
         let batch = self.batch;
         let size = self.budgets.batch_size();
         let mut addrs = Vec::with_capacity(size);
@@ -465,7 +467,7 @@ impl Cloak {
         let read = StorageOp::Read(addrs.iter().map(|&a| Addr::from(a)).collect());
         self.flight = Some(Flight {
             batch,
-            due,
+            started,
             addrs,
             old_slots,
             old_generations,
@@ -568,11 +570,11 @@ impl Cloak {
                 self.codec.seal(binding, Slot::from(slot), &content),
             );
         }
-        let due = flight.due;
+        let started = flight.started;
         self.flight = Some(flight);
         // Sealing is done: what the write-back carries, and when it leaves, no longer depends
         // on which slots were real (only an overrun makes it late; see `crate::schedule`).
-        if let Some(op) = self.schedule.hold(now, due, StorageOp::Write(writes)) {
+        if let Some(op) = self.schedule.hold(now, started, StorageOp::Write(writes)) {
             self.send(Purpose::BatchWrite, op);
         }
     }

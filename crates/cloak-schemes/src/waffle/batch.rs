@@ -41,18 +41,19 @@ impl Waffle {
         } else {
             self.schedule.due(now, busy)
         };
-        let Some(due) = due else {
+        if due.is_none() {
             return;
-        };
+        }
         if self.draining && self.queue.is_empty() {
             self.flush();
             return;
         }
         self.retry_rekeeps();
-        self.start_batch(due);
+        // The hold counts from when the read really leaves (see `crate::schedule`).
+        self.start_batch(now);
     }
 
-    fn start_batch(&mut self, due: Instant) {
+    fn start_batch(&mut self, started: Instant) {
         let t = self.batch + 1;
         self.batch = t;
         let mut reads = Vec::with_capacity(self.params.batch);
@@ -110,7 +111,7 @@ impl Waffle {
         let op = StorageOp::Read(reads.iter().map(|r| r.label).collect());
         self.flight = Some(Flight {
             batch: t,
-            due,
+            started,
             reads,
         });
         self.send(Purpose::BatchRead, op);
@@ -179,7 +180,7 @@ impl Waffle {
         writes.sort_unstable_by_key(|(address, _)| *address);
         self.unstored += written.len();
         let write_back = (Purpose::BatchWrite(written), StorageOp::Write(writes));
-        if let Some((purpose, op)) = self.schedule.hold(now, flight.due, write_back) {
+        if let Some((purpose, op)) = self.schedule.hold(now, flight.started, write_back) {
             self.send(purpose, op);
         }
         let labels = flight.reads.iter().map(|r| r.label).collect();

@@ -126,8 +126,8 @@ struct FlightRead {
 /// The batch the server is serving.
 struct Flight {
     batch: u64,
-    /// The batch's point on the schedule; a fixed-timing write-back leaves a fixed hold after it.
-    due: Instant,
+    /// When the batch's read left; a fixed-timing write-back leaves a fixed hold after it.
+    started: Instant,
     /// In the order sent (ascending labels).
     reads: Vec<FlightRead>,
 }
