@@ -4,9 +4,13 @@
 //! Contents are hidden; the access pattern is not: the same key always touches the same label,
 //! so the server sees exact access frequencies (the auditor's frequency attack breaks it).
 //!
-//! Each element is bound to its label and to a generation made of this run's base and the
-//! version of the write that produced it, and the proxy remembers the last acknowledged version
-//! of every slot, so a replayed old element is detected. That needs writes to a slot to land in
+//! Each element is bound to its label and to a generation made of this run's base and the number
+//! of write requests sent so far (the same for every element of a request), and the proxy
+//! remembers the generation of every slot's last acknowledged write, so a replayed old element is
+//! detected. The generation travels in the clear, so it counts what the server itself sees: the
+//! write requests. (It used to be the client write's version, which the engine assigns as writes
+//! arrive and again when they leave a client's queue: its gaps told the server that a client had
+//! more writes to that key waiting.) That needs writes to a slot to land in
 //! order, so each slot has at most one storage access in flight; later ops on it wait their turn
 //! (reads join a read already in flight). Records recovered after a crash are rewritten under
 //! this run's generations before any op on their slot runs.
@@ -47,12 +51,15 @@ pub struct Encrypted {
     prf: Prf,
     codec: ElementCodec,
     generation_base: u64,
-    /// Version of the last acknowledged write of each slot in this run (0: none).
-    versions: Vec<u64>,
+    /// Generation of each slot's last acknowledged write in this run (0: none).
+    generations: Vec<u64>,
+    /// Write requests sent so far in this run.
+    writes_sent: u64,
     lanes: HashMap<Slot, Lane>,
     /// Slots whose active op is not yet sent.
     unsent: VecDeque<Slot>,
-    outstanding: HashMap<RequestId, Vec<Slot>>,
+    /// Each request's slots, and the generation its elements were sealed with (writes).
+    outstanding: HashMap<RequestId, (Vec<Slot>, u64)>,
     next_request: u64,
     /// Recovered records whose rewrite failed, to send again.
     retry: Retry<Slot>,
@@ -66,7 +73,8 @@ impl Encrypted {
             prf,
             codec,
             generation_base: start.generation_base,
-            versions: vec![0; slots as usize],
+            generations: vec![0; slots as usize],
+            writes_sent: 0,
             lanes: HashMap::new(),
             unsent: VecDeque::new(),
             outstanding: HashMap::new(),
@@ -88,10 +96,10 @@ impl Encrypted {
         self.prf.label(slot, 0)
     }
 
-    fn binding(&self, slot: Slot, version: u64) -> Binding {
+    fn binding(&self, slot: Slot, generation: u64) -> Binding {
         Binding {
             address: self.label(slot),
-            generation: self.generation_base + version,
+            generation,
         }
     }
 
@@ -127,15 +135,15 @@ impl Encrypted {
     }
 
     fn read_reply(&mut self, slot: Slot, value: Option<bytes::Bytes>) -> Reply {
-        let version = self.versions[slot as usize];
+        let generation = self.generations[slot as usize];
         // Nothing written in this run: whatever storage holds there is from an earlier run
         // (recovered slots are rewritten before any op on them), so the slot is empty.
-        if version == 0 {
+        if generation == 0 {
             return Reply::Value(Record::empty());
         }
         match self
             .codec
-            .open(self.binding(slot, version), value.as_ref(), Some(slot))
+            .open(self.binding(slot, generation), value.as_ref(), Some(slot))
         {
             Ok((_, record)) => Reply::Value(record),
             Err(error) => {
@@ -145,10 +153,10 @@ impl Encrypted {
         }
     }
 
-    fn written(&mut self, slot: Slot) {
+    fn written(&mut self, slot: Slot, generation: u64) {
         let lane = self.lanes.get(&slot).expect("slot has a lane");
         if let Some(Active::Write(op, record)) = &lane.active {
-            self.versions[slot as usize] = record.version;
+            self.generations[slot as usize] = generation;
             if op.is_none() {
                 self.out.release(slot, record.version);
             }
@@ -166,12 +174,12 @@ impl Encrypted {
         self.advance(slot, Reply::Failed(SchemeError::StorageUnavailable(error)));
     }
 
-    fn request(&mut self, slots: Vec<Slot>, op: StorageOp) -> StorageRequest {
+    fn request(&mut self, slots: Vec<Slot>, generation: u64, op: StorageOp) -> StorageRequest {
         let id = RequestId(self.next_request);
         self.next_request += 1;
         self.stats.batches += 1;
         self.stats.real_accesses += slots.len() as u64;
-        self.outstanding.insert(id, slots);
+        self.outstanding.insert(id, (slots, generation));
         StorageRequest { id, op }
     }
 }
@@ -182,7 +190,7 @@ impl Scheme for Encrypted {
     }
 
     fn slots(&self) -> u64 {
-        self.versions.len() as u64
+        self.generations.len() as u64
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
@@ -209,7 +217,7 @@ impl Scheme for Encrypted {
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
-        let Some(slots) = self.outstanding.remove(&id) else {
+        let Some((slots, generation)) = self.outstanding.remove(&id) else {
             return;
         };
         match result {
@@ -223,7 +231,7 @@ impl Scheme for Encrypted {
             Ok(StorageReply::Done) => {
                 self.retry.succeeded();
                 for slot in slots {
-                    self.written(slot);
+                    self.written(slot, generation);
                 }
             }
             other => {
@@ -264,20 +272,22 @@ impl Scheme for Encrypted {
         // One kind per request; the other kind waits for the next poll.
         if !writes.is_empty() {
             self.unsent.extend(reads);
+            self.writes_sent += 1;
+            let generation = self.generation_base + self.writes_sent;
             let elements = writes
                 .iter()
                 .map(|&slot| {
                     let Some(Active::Write(_, record)) = &self.lanes[&slot].active else {
                         unreachable!("partitioned as a write")
                     };
-                    let binding = self.binding(slot, record.version);
+                    let binding = self.binding(slot, generation);
                     (binding.address, self.codec.seal(binding, slot, record))
                 })
                 .collect();
-            return Some(self.request(writes, StorageOp::Write(elements)));
+            return Some(self.request(writes, generation, StorageOp::Write(elements)));
         }
         let labels = reads.iter().map(|&slot| self.label(slot)).collect();
-        Some(self.request(reads, StorageOp::Read(labels)))
+        Some(self.request(reads, 0, StorageOp::Read(labels)))
     }
 
     fn outbox(&mut self) -> &mut Outbox {
