@@ -427,7 +427,12 @@ impl Cloak {
                 taken += 1;
             }
             reals += taken as u64;
-            // Dummies: the rest of the budget, most recently touched first (§4.2).
+            // Dummies: the rest of the budget, most recently touched first (§4.2). Which slots
+            // this picks (touched or untouched, ties in slot order) is invisible to the server:
+            // every batch moved its slots to addresses by a fresh uniform permutation, and no
+            // header field links an address to the one its element came from (random nonces;
+            // one generation per write-back), so the addresses taken from a set are a uniform
+            // random subset of it whatever rule chose the slots behind them.
             for _ in taken..budget {
                 let addr = self
                     .sets
