@@ -202,11 +202,11 @@ impl Sealer {
     /// whose address and generation match (runs whose generation bases collide would otherwise
     /// accept each other's elements).
     pub fn open(&self, binding: Binding, sealed: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        let header = ClearHeader::read(sealed).ok_or(CryptoError::Truncated(sealed.len()))?;
+        let header = Self::header(sealed)?;
         if !self.own.contains(&header.epoch) {
             return Err(CryptoError::NotThisRun);
         }
-        self.open_at(binding, sealed)
+        self.open_at(binding, header, sealed)
     }
 
     /// Decrypts and authenticates an element found at `address` without knowing which
@@ -214,28 +214,31 @@ impl Sealer {
     /// plaintext. A replayed older element passes: callers that know the generation use
     /// [`Sealer::open`].
     pub fn open_found(&self, address: u128, sealed: &[u8]) -> Result<(u64, Vec<u8>), CryptoError> {
-        let generation = Self::generation(sealed)?;
+        let header = Self::header(sealed)?;
         let binding = Binding {
             address,
-            generation,
+            generation: header.generation,
         };
-        Ok((generation, self.open_at(binding, sealed)?))
+        Ok((header.generation, self.open_at(binding, header, sealed)?))
     }
 
-    fn generation(sealed: &[u8]) -> Result<u64, CryptoError> {
-        ClearHeader::read(sealed)
-            .map(|header| header.generation)
-            .ok_or(CryptoError::Truncated(sealed.len()))
+    fn header(sealed: &[u8]) -> Result<ClearHeader, CryptoError> {
+        ClearHeader::read(sealed).ok_or(CryptoError::Truncated(sealed.len()))
     }
 
-    fn open_at(&self, binding: Binding, sealed: &[u8]) -> Result<Vec<u8>, CryptoError> {
+    /// Opens `sealed`, whose header `header` was read from it, bound to `binding`.
+    fn open_at(
+        &self,
+        binding: Binding,
+        header: ClearHeader,
+        sealed: &[u8],
+    ) -> Result<Vec<u8>, CryptoError> {
         // The clear generation must be the one authenticated; a mismatch fails below anyway,
         // this only gives the clearer error first.
-        if Self::generation(sealed)? != binding.generation {
+        if header.generation != binding.generation {
             return Err(CryptoError::Tampered);
         }
-        let ClearHeader { epoch, nonce, .. } =
-            ClearHeader::read(sealed).ok_or(CryptoError::Truncated(sealed.len()))?;
+        let ClearHeader { epoch, nonce, .. } = header;
         let rest = &sealed[HEADER_LEN..];
         let (ciphertext, tag) = rest.split_at(rest.len() - TAG_LEN);
         let tag: [u8; TAG_LEN] = tag.try_into().expect("16 bytes");
