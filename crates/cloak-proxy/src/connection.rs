@@ -16,6 +16,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::FrontEnd;
+use crate::budget::{self, Budget, CONNECTION_PENDING_BYTES, Charge};
 use crate::cmd::{self, CommandQuery, Request};
 use crate::info;
 use crate::resp::{Reply, RequestDecoder, RequestLimits};
@@ -31,7 +32,8 @@ pub const FLUSH_BYTES: usize = 64 * 1024;
 /// A reply, ready now or once the engine answers.
 enum Pending {
     Now(Reply),
-    Later(oneshot::Receiver<Outcome>),
+    /// Holds the request's charge against the budgets until the outcome is in.
+    Later(oneshot::Receiver<Outcome>, Charge),
     /// The last reply on this connection.
     Close(Reply),
 }
@@ -62,6 +64,7 @@ async fn read_requests(
     replies: mpsc::Sender<Pending>,
 ) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
+    let budget = Budget::new(CONNECTION_PENDING_BYTES);
     let mut authenticated = front.password.is_none();
     let mut decoder = RequestDecoder::new(if authenticated {
         front.request_limits
@@ -73,7 +76,9 @@ async fn read_requests(
             let pending = match decoder.decode(&mut buf) {
                 Ok(Some(args)) => {
                     let was_authenticated = authenticated;
-                    let pending = respond(front, client, &mut authenticated, args).await;
+                    let bytes = args.iter().map(Bytes::len).sum();
+                    let charge = budget::charge(&budget, &front.pending, bytes).await;
+                    let pending = respond(front, client, &mut authenticated, args, charge).await;
                     if authenticated && !was_authenticated {
                         decoder.set_limits(front.request_limits);
                     }
@@ -101,6 +106,7 @@ async fn respond(
     client: ClientId,
     authenticated: &mut bool,
     args: Vec<Bytes>,
+    charge: Charge,
 ) -> Pending {
     let request = match cmd::parse(args) {
         Ok(request) => request,
@@ -112,7 +118,7 @@ async fn respond(
     let reply = match request {
         Request::Data(command) => {
             return match front.core.submit(client, command).await {
-                Ok(outcome) => Pending::Later(outcome),
+                Ok(outcome) => Pending::Later(outcome, charge),
                 Err(stopped) => Pending::Now(Reply::err(stopped)),
             };
         }
@@ -233,16 +239,18 @@ async fn next_reply(
         Some(pending) => pending,
         None => head.insert(queue.recv().await?),
     };
-    if let Pending::Later(outcome) = pending {
+    if let Pending::Later(outcome, _charge) = pending {
         let reply = outcome
             .await
             .map_or_else(|_| Reply::err("the proxy is shutting down"), to_reply);
+        // Returns the charge: the request is done with, and its reply is bounded by the
+        // client's reply limit from here on.
         *pending = Pending::Now(reply);
     }
     match head.take() {
         Some(Pending::Now(reply)) => Some((reply, false)),
         Some(Pending::Close(reply)) => Some((reply, true)),
-        Some(Pending::Later(_)) | None => unreachable!("the head was taken or resolved above"),
+        Some(Pending::Later(..)) | None => unreachable!("the head was taken or resolved above"),
     }
 }
 

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::journal::Journal;
 use crate::ledger::Ledger;
+use crate::wake::DeadlineTimer;
 
 /// Most commands taken from the channel per turn of the loop. Work that arrives together is
 /// still sent to storage together (it waits for the next batch anyway), and a due timer (a batch
@@ -198,6 +199,14 @@ impl Core {
         let (done_tx, mut done) = mpsc::unbounded_channel::<Done>();
         let (committed_tx, mut committed) = mpsc::unbounded_channel::<Committed>();
         let mut open = true;
+        let mut timer = match DeadlineTimer::start() {
+            Ok(timer) => timer,
+            Err(error) => {
+                // Without it no batch would ever start; dropping the channels stops the proxy.
+                tracing::error!(%error, "could not start the deadline timer thread");
+                return;
+            }
+        };
         loop {
             self.flush(&done_tx, &committed_tx);
             if !open && self.drained() {
@@ -211,16 +220,14 @@ impl Core {
             let deadline = self.engine.poll_timeout();
             let now = Instant::now();
             if deadline.is_some_and(|at| at <= now) {
-                self.engine.handle_timeout(now);
+                self.fire_timeout(&done_tx, &committed_tx).await;
                 continue;
             }
-            let sleep = tokio::time::sleep_until(
-                deadline.map_or_else(far_future, tokio::time::Instant::from_std),
-            );
+            timer.arm(deadline);
             tokio::select! {
                 biased;
-                () = sleep, if deadline.is_some() => {
-                    self.engine.handle_timeout(Instant::now());
+                () = timer.expired(), if deadline.is_some() => {
+                    self.fire_timeout(&done_tx, &committed_tx).await;
                 }
                 Some((id, result, received)) = done.recv() => {
                     self.io.bytes_received += received;
@@ -264,6 +271,21 @@ impl Core {
                 },
             }
         }
+    }
+
+    /// Handles a due deadline and sends what it produced, then lets the runtime run the send
+    /// tasks before this loop takes more commands. A deadline's requests (a batch read, a held
+    /// write-back) leave at a time the storage server sees: without the yield they would wait in
+    /// this worker's queue until the loop, busy with a flood of commands, used up its budget,
+    /// which delays them by more the more load there is.
+    async fn fire_timeout(
+        &mut self,
+        done: &mpsc::UnboundedSender<Done>,
+        committed: &mpsc::UnboundedSender<Committed>,
+    ) {
+        self.engine.handle_timeout(Instant::now());
+        self.flush(done, committed);
+        tokio::task::yield_now().await;
     }
 
     fn submit(&mut self, submission: Submission) {
@@ -395,8 +417,4 @@ impl Core {
             uptime: self.started.elapsed(),
         }
     }
-}
-
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
 }

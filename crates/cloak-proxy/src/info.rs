@@ -38,6 +38,7 @@ pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
                 front.rejected.load(Ordering::Relaxed).to_string(),
             ),
             kv("commands_processed", s.engine.commands.to_string()),
+            kv("pending_request_bytes", front.pending.used().to_string()),
         ],
     ));
     sections.push((

@@ -12,6 +12,7 @@
 //!
 //! [`run`] wires them to a listener and returns on shutdown, after draining.
 
+mod budget;
 pub mod cmd;
 mod connection;
 pub mod core;
@@ -21,6 +22,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod resp;
 pub mod state;
+mod wake;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -34,6 +36,7 @@ use tokio::net::TcpListener;
 
 use crate::resp::RequestLimits;
 
+pub use budget::{CONNECTION_PENDING_BYTES, DEFAULT_PROXY_PENDING_BYTES};
 pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
 pub use ledger::{Ledger, LedgerError, StoreManifest};
@@ -71,6 +74,8 @@ pub struct ProxyOptions {
     pub max_clients: usize,
     /// Bytes of unread replies after which a client is disconnected.
     pub reply_limit: usize,
+    /// Bytes of requests the proxy holds between reading them and writing their replies.
+    pub pending_limit: usize,
 }
 
 impl Default for ProxyOptions {
@@ -82,6 +87,7 @@ impl Default for ProxyOptions {
             ledger: None,
             max_clients: DEFAULT_MAX_CLIENTS,
             reply_limit: DEFAULT_REPLY_LIMIT,
+            pending_limit: DEFAULT_PROXY_PENDING_BYTES,
         }
     }
 }
@@ -93,6 +99,8 @@ pub struct FrontEnd {
     /// Request limits once a client is authenticated (before, [`RequestLimits::UNAUTHENTICATED`]).
     request_limits: RequestLimits,
     reply_limit: usize,
+    /// Request bytes held by every connection together.
+    pending: budget::Budget,
     listen: SocketAddr,
     connected: AtomicU64,
     next_client: AtomicU64,
@@ -128,6 +136,7 @@ pub async fn run(
         password: options.password,
         request_limits,
         reply_limit: options.reply_limit,
+        pending: budget::Budget::new(options.pending_limit),
         listen,
         connected: AtomicU64::new(0),
         next_client: AtomicU64::new(0),

@@ -26,6 +26,10 @@ const ANNOUNCED: usize = 60_000_000;
 /// toward 60 MB each reach gigabytes within a second; bounded, each holds at most a few KiB.
 const FLOOD_RSS_BOUND: u64 = 64 << 20;
 
+/// Tests that measure this process's memory run one at a time: each one's flood would show in
+/// the other's figures.
+static MEMORY_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// This process's resident memory (the proxy under test runs in it).
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -70,6 +74,7 @@ async fn flood(proxy: std::net::SocketAddr, stop: Arc<AtomicBool>, refused: Arc<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_floods_of_huge_bulks_stay_bounded_and_others_are_served() {
+    let _alone = MEMORY_TESTS.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
     setup.password = Some("s3cret".into());
     let proxy = setup.start().await;
@@ -265,5 +270,114 @@ async fn clients_over_max_clients_are_told_and_closed() {
     })
     .await;
     assert!(admitted.is_ok(), "no client admitted after one left");
+    proxy.shutdown().await;
+}
+
+/// Connections pipelining large `MSET`s as fast as they can write, never reading.
+const WRITERS: usize = 20;
+/// The proxy-wide budget of request bytes the test sets.
+const PENDING_LIMIT: usize = 2 << 20;
+
+/// An `MSET` of as many value-sized pairs as one command may name.
+fn large_mset(round: usize) -> Vec<u8> {
+    let pairs = 64;
+    let mut out = format!("*{}\r\n$4\r\nMSET\r\n", 1 + 2 * pairs).into_bytes();
+    for i in 0..pairs {
+        let key = format!("w{:03}-{i:02}", round % 1000);
+        out.extend_from_slice(format!("${}\r\n{key}\r\n${MAX_VALUE}\r\n", key.len()).as_bytes());
+        out.extend_from_slice(&[b'v'; MAX_VALUE]);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authenticated_floods_of_large_writes_are_held_to_the_pending_budget() {
+    let _alone = MEMORY_TESTS.lock().await;
+    // Batches that write a dozen slots every 2 ms take a few hundred of these MSETs a second:
+    // the rest wait in the proxy, as long as it keeps reading them.
+    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    setup.pending_limit = PENDING_LIMIT;
+    let proxy = setup.start().await;
+    let baseline = rss_bytes();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let stop = stop.clone();
+            let addr = proxy.addr;
+            tokio::spawn(async move {
+                let mut stream = TcpStream::connect(addr).await.unwrap();
+                let mut round = w * 1000;
+                while !stop.load(Ordering::Relaxed) {
+                    let request = large_mset(round);
+                    // The proxy stops reading once the budget is spent: the write blocks.
+                    if timeout(Duration::from_millis(100), stream.write_all(&request))
+                        .await
+                        .is_ok_and(|r| r.is_err())
+                    {
+                        return;
+                    }
+                    round += 1;
+                }
+            })
+        })
+        .collect();
+    let mut peak = baseline;
+    let mut most_pending = 0u64;
+    let mut con = proxy.connection().await;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        peak = peak.max(rss_bytes());
+        let info: String = timeout(
+            Duration::from_secs(5),
+            redis::cmd("INFO").arg("clients").query_async(&mut con),
+        )
+        .await
+        .expect("INFO waited over 5 s during the flood")
+        .unwrap();
+        let pending: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("pending_request_bytes:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        most_pending = most_pending.max(pending);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let grown = peak.saturating_sub(baseline);
+    eprintln!(
+        "write flood: RSS {} MiB before, peak {} MiB; at most {} KiB of requests pending",
+        baseline >> 20,
+        peak >> 20,
+        most_pending >> 10
+    );
+    assert!(
+        most_pending as usize <= PENDING_LIMIT,
+        "{most_pending} bytes pending, over the budget of {PENDING_LIMIT}"
+    );
+    // Unbounded, these writers park 1,024 MSETs each (about 200 MiB in all) within a second.
+    assert!(
+        grown < 48 << 20,
+        "the flood grew RSS by {} MiB",
+        grown >> 20
+    );
+    assert!(
+        most_pending as usize > PENDING_LIMIT / 2,
+        "the flood never filled the budget ({most_pending} bytes): it tests nothing"
+    );
+    // The budget frees up as the writes finish: a new client is served.
+    let mut fresh = proxy.connection().await;
+    let reply = timeout(
+        Duration::from_secs(10),
+        run(&mut fresh, &set("after", "flood")),
+    )
+    .await
+    .expect("a SET after the flood waited over 10 s");
+    assert_eq!(reply, Ok(Outcome::Ok));
     proxy.shutdown().await;
 }

@@ -266,6 +266,16 @@ fn client_reply_limit_help() -> String {
     )
 }
 
+fn max_pending_bytes_help() -> String {
+    format!(
+        "Bytes of requests the whole proxy holds between reading them and writing their replies \
+         (each request counts at least 1 KiB); a connection past it, or past its own {} MiB, \
+         stops being read until replies go out [default: {}]",
+        cloak_proxy::CONNECTION_PENDING_BYTES >> 20,
+        cloak_proxy::DEFAULT_PROXY_PENDING_BYTES
+    )
+}
+
 /// TOML: `[up]`.
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -293,6 +303,10 @@ pub struct UpArgs {
     /// Bytes of replies a client may leave unread before it is disconnected
     #[arg(long, value_name = "BYTES", help = client_reply_limit_help())]
     pub client_reply_limit: Option<usize>,
+
+    /// Bytes of requests the proxy holds between reading them and writing their replies
+    #[arg(long, value_name = "BYTES", help = max_pending_bytes_help())]
+    pub max_pending_bytes: Option<usize>,
 
     /// Encryption key file; without one, an ephemeral key is made (and the data dies with it)
     #[arg(long, value_name = "FILE")]
@@ -352,6 +366,10 @@ pub struct ProxyArgs {
     /// Bytes of replies a client may leave unread before it is disconnected
     #[arg(long, value_name = "BYTES", help = client_reply_limit_help())]
     pub client_reply_limit: Option<usize>,
+
+    /// Bytes of requests the proxy holds between reading them and writing their replies
+    #[arg(long, value_name = "BYTES", help = max_pending_bytes_help())]
+    pub max_pending_bytes: Option<usize>,
 
     /// Connections to the storage server [default: 4]
     #[arg(long, value_name = "N")]

@@ -76,6 +76,7 @@ pub struct Setup {
     pub password: Option<String>,
     pub max_clients: usize,
     pub reply_limit: usize,
+    pub pending_limit: usize,
 }
 
 impl Setup {
@@ -93,6 +94,7 @@ impl Setup {
             password: None,
             max_clients: cloak_proxy::DEFAULT_MAX_CLIENTS,
             reply_limit: cloak_proxy::DEFAULT_REPLY_LIMIT,
+            pending_limit: cloak_proxy::DEFAULT_PROXY_PENDING_BYTES,
         }
     }
 
@@ -150,6 +152,7 @@ impl Setup {
             drain_timeout: Some(Duration::from_secs(5)),
             max_clients: self.max_clients,
             reply_limit: self.reply_limit,
+            pending_limit: self.pending_limit,
             ..ProxyOptions::default()
         };
         let proxy = tokio::spawn(cloak_proxy::run(

@@ -12,10 +12,12 @@ pub fn front_end(
     password: Option<String>,
     max_clients: Option<usize>,
     reply_limit: Option<usize>,
+    pending_limit: Option<usize>,
 ) -> anyhow::Result<cloak_proxy::ProxyOptions> {
     let defaults = cloak_proxy::ProxyOptions::default();
     let max_clients = max_clients.unwrap_or(defaults.max_clients);
     let reply_limit = reply_limit.unwrap_or(defaults.reply_limit);
+    let pending_limit = pending_limit.unwrap_or(defaults.pending_limit);
     if max_clients == 0 {
         anyhow::bail!("--max-clients must be at least 1");
     }
@@ -26,10 +28,18 @@ pub fn front_end(
             cloak_proxy::MIN_REPLY_LIMIT
         );
     }
+    if pending_limit < cloak_proxy::CONNECTION_PENDING_BYTES {
+        anyhow::bail!(
+            "--max-pending-bytes must be at least {} bytes ({pending_limit} given), what one \
+             connection may hold",
+            cloak_proxy::CONNECTION_PENDING_BYTES
+        );
+    }
     Ok(cloak_proxy::ProxyOptions {
         password,
         max_clients,
         reply_limit,
+        pending_limit,
         ..defaults
     })
 }

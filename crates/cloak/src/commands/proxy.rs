@@ -19,6 +19,7 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         args.password.clone(),
         args.max_clients,
         args.client_reply_limit,
+        args.max_pending_bytes,
     )?;
     let state = args.state_dir.as_deref().map(StateDir::open).transpose()?;
     let master = match (load_key(args.key_file.as_deref())?, &state) {

@@ -22,6 +22,7 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
         args.password.clone(),
         args.max_clients,
         args.client_reply_limit,
+        args.max_pending_bytes,
     )?;
     let (master, key_note) = match load_key(args.key_file.as_deref())? {
         Some(key) => (key, "from your key file".to_string()),
