@@ -22,6 +22,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod resp;
 pub mod state;
+pub mod storage_io;
 mod wake;
 
 use std::future::Future;
@@ -41,6 +42,7 @@ pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
 pub use ledger::{Ledger, LedgerError, StoreManifest};
 pub use state::{RecoveryReport, StateDir, StateError, discard_damaged, recover};
+pub use storage_io::StorageIo;
 
 /// How many clients may be connected at once unless `--max-clients` says otherwise (Redis's
 /// default too).
@@ -76,6 +78,8 @@ pub struct ProxyOptions {
     pub reply_limit: usize,
     /// Bytes of requests the proxy holds between reading them and writing their replies.
     pub pending_limit: usize,
+    /// The runtime storage requests run on ([`storage_io::StorageIo`]); `None`: the caller's.
+    pub storage_io: Option<tokio::runtime::Handle>,
 }
 
 impl Default for ProxyOptions {
@@ -88,6 +92,7 @@ impl Default for ProxyOptions {
             max_clients: DEFAULT_MAX_CLIENTS,
             reply_limit: DEFAULT_REPLY_LIMIT,
             pending_limit: DEFAULT_PROXY_PENDING_BYTES,
+            storage_io: None,
         }
     }
 }
@@ -130,7 +135,15 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let listen = listener.local_addr()?;
     let request_limits = RequestLimits::for_store(&engine.limits());
-    let (core, mut core_task) = core::spawn(engine, storage, options.journal, options.ledger);
+    let (core, mut core_task) = core::spawn(
+        engine,
+        storage,
+        options.journal,
+        options.ledger,
+        options
+            .storage_io
+            .unwrap_or_else(tokio::runtime::Handle::current),
+    );
     let front = Arc::new(FrontEnd {
         core: core.clone(),
         password: options.password,

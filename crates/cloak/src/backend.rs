@@ -8,7 +8,8 @@ use cloak_storage::{MemoryStorage, RedisStorage, RedisTarget, Storage, TcpStorag
 pub const SCHEMES: &str = "tcp://HOST:PORT (a cloak server), redis://HOST:PORT[?prefix=P], \
                            redis+cluster://HOST:PORT,HOST:PORT,…[?prefix=P] or memory";
 
-pub async fn connect(url: &str, connections: usize) -> anyhow::Result<Arc<dyn Storage>> {
+pub async fn connect(url: String, connections: usize) -> anyhow::Result<Arc<dyn Storage>> {
+    let url = url.as_str();
     if url == "memory" {
         return Ok(Arc::new(MemoryStorage::new()));
     }

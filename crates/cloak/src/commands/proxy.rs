@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use cloak_proxy::{DiskJournal, Journal, ProxyOptions, StateDir};
+use cloak_proxy::{DiskJournal, Journal, ProxyOptions, StateDir, StorageIo};
 use tokio::net::TcpListener;
 
 use crate::backend;
@@ -48,7 +48,13 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         .map(|state| state.ledger(&master, store.manifest()))
         .transpose()?
         .map(Arc::new);
-    let storage = backend::connect(url, args.storage_connections.unwrap_or(4)).await?;
+    let storage_io = StorageIo::start().context("cannot start the storage traffic's thread")?;
+    let storage = storage_io
+        .connect(backend::connect(
+            url.to_string(),
+            args.storage_connections.unwrap_or(4),
+        ))
+        .await?;
     let (engine, _) = store
         .start(
             &master,
@@ -71,6 +77,7 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let options = ProxyOptions {
         journal,
         ledger,
+        storage_io: Some(storage_io.handle()),
         ..front
     };
     cloak_proxy::run(

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use cloak_crypto::MasterKey;
+use cloak_proxy::StorageIo;
 use cloak_storage::{MemoryStorage, TcpStorage, server};
 use tokio::net::TcpListener;
 
@@ -44,7 +45,12 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
             let _ = storage_stopped.await;
         },
     ));
-    let storage = Arc::new(TcpStorage::connect(&storage_addr.to_string(), 4).await?);
+    let storage_io = StorageIo::start().context("cannot start the storage traffic's thread")?;
+    let storage = Arc::new(
+        storage_io
+            .connect(async move { TcpStorage::connect(&storage_addr.to_string(), 4).await })
+            .await?,
+    );
 
     let (engine, _) = store
         .start(
@@ -67,6 +73,10 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
         " -a PASSWORD"
     } else {
         ""
+    };
+    let options = cloak_proxy::ProxyOptions {
+        storage_io: Some(storage_io.handle()),
+        ..options
     };
     cloak_proxy::run(
         listener,
