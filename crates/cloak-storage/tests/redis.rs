@@ -217,3 +217,70 @@ async fn an_unreachable_redis_fails_at_connect_with_the_address() {
     assert!(error.0.contains("cannot connect"), "{error}");
     assert!(error.0.contains(&port.to_string()), "{error}");
 }
+
+/// A server that speaks just enough RESP to look like Redis, and answers SCAN with a cursor
+/// that never returns to 0: a hostile storage server holding recovery forever.
+async fn endless_scan_server() -> std::net::SocketAddr {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (reader, mut writer) = stream.into_split();
+                let mut reader = BufReader::new(reader);
+                let mut line = String::new();
+                loop {
+                    // A request: *N, then N bulk strings ($len, bytes).
+                    line.clear();
+                    if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let Some(count) = line.trim().strip_prefix('*') else {
+                        return;
+                    };
+                    let mut args = Vec::new();
+                    for _ in 0..count.parse::<usize>().unwrap() {
+                        line.clear();
+                        reader.read_line(&mut line).await.unwrap();
+                        let len: usize = line.trim()[1..].parse().unwrap();
+                        let mut arg = vec![0; len + 2];
+                        reader.read_exact(&mut arg).await.unwrap();
+                        arg.truncate(len);
+                        args.push(String::from_utf8_lossy(&arg).to_uppercase());
+                    }
+                    let reply: &[u8] = match args.first().map(String::as_str) {
+                        Some("SCAN") => b"*2\r\n$1\r\n7\r\n*0\r\n",
+                        Some("DBSIZE") => b":3\r\n",
+                        Some("PING") => b"+PONG\r\n",
+                        _ => b"+OK\r\n",
+                    };
+                    if writer.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_scan_that_never_ends_is_refused_by_name() {
+    let addr = endless_scan_server().await;
+    let storage = RedisStorage::connect(target(&format!("redis://{addr}")))
+        .await
+        .unwrap();
+    let scan = tokio::time::timeout(
+        Duration::from_secs(30),
+        storage.call(StorageOp::Scan {
+            after: None,
+            limit: 100,
+        }),
+    )
+    .await
+    .expect("the scan of a hostile server must end");
+    let error = scan.expect_err("an endless SCAN is an error").to_string();
+    assert!(error.contains("SCAN did not finish"), "{error}");
+    assert!(error.contains("(DBSIZE)"), "{error}");
+}

@@ -244,11 +244,21 @@ impl RedisStorage {
     }
 
     /// SCANs one server (a cluster master when `node` is given) for this store's keys.
+    ///
+    /// A hostile server could answer SCAN forever (a cursor that never comes back to 0) or
+    /// with endless keys, which would hold recovery and its memory without bound. A real Redis
+    /// finishes a full iteration in about (keys in the database ÷ COUNT) calls, a few times more
+    /// while its table is resizing, and returns each key a few times at most; past generous
+    /// bounds on both, counted from its own DBSIZE, the scan is refused by name.
     async fn scan_node(
         &self,
         node: Option<(String, u16)>,
         addrs: &mut Vec<Addr>,
     ) -> Result<(), StorageError> {
+        let size: u64 = self.query_on(&node, redis::cmd("DBSIZE")).await?;
+        let max_calls = size / SCAN_COUNT as u64 * 8 + 64;
+        let max_keys = size.saturating_mul(4) + SCAN_COUNT as u64;
+        let (mut calls, mut keys_seen) = (0u64, 0u64);
         let mut cursor = 0u64;
         loop {
             let mut scan = redis::cmd("SCAN");
@@ -257,26 +267,45 @@ impl RedisStorage {
                 .arg(self.target.pattern())
                 .arg("COUNT")
                 .arg(SCAN_COUNT);
-            let (next, keys): (u64, Vec<Vec<u8>>) = match (&self.connection, &node) {
-                (Connection::Cluster(c), Some((host, port))) => {
-                    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: host.clone(),
-                        port: *port,
-                    });
-                    let value = c
-                        .clone()
-                        .route_command(scan, routing)
-                        .await
-                        .map_err(|e| self.error(e))?;
-                    redis::from_redis_value(value).map_err(|e| self.error(e.into()))?
-                }
-                _ => self.query(&scan).await?,
-            };
+            let (next, keys): (u64, Vec<Vec<u8>>) = self.query_on(&node, scan).await?;
+            calls += 1;
+            keys_seen += keys.len() as u64;
+            if calls > max_calls || keys_seen > max_keys {
+                return Err(StorageError(format!(
+                    "{}{}: SCAN did not finish as Redis does: {calls} calls returned {keys_seen}                      keys from a database of {size} (DBSIZE); refusing to go on (a server that                      is not Redis, or one that is lying)",
+                    self.target.describe(),
+                    node.as_ref()
+                        .map_or(String::new(), |(host, port)| format!(" ({host}:{port})")),
+                )));
+            }
             addrs.extend(keys.iter().filter_map(|k| self.target.addr(k)));
             if next == 0 {
                 return Ok(());
             }
             cursor = next;
+        }
+    }
+
+    /// Runs `cmd` on one server of a cluster (`node`), or on the server when `None`.
+    async fn query_on<T: FromRedisValue>(
+        &self,
+        node: &Option<(String, u16)>,
+        cmd: Cmd,
+    ) -> Result<T, StorageError> {
+        match (&self.connection, node) {
+            (Connection::Cluster(c), Some((host, port))) => {
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                let value = c
+                    .clone()
+                    .route_command(cmd, routing)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                redis::from_redis_value(value).map_err(|e| self.error(e.into()))
+            }
+            _ => self.query(&cmd).await,
         }
     }
 
