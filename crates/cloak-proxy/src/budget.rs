@@ -9,6 +9,13 @@
 //! one, stops reading its socket until replies go out (TCP pushes back on the client). Smaller
 //! clients are not starved: the proxy-wide pool hands out permits in the order they were asked
 //! for, and no connection may hold more than its own share.
+//!
+//! Not charged: the request a connection is reading (its bytes in the read buffer) and the one
+//! decoded and waiting for its charge, each at most the largest request the limits allow
+//! (`--max-keys-per-command` pairs of `--value-size` plus `--key-size`). So the proxy holds at
+//! most this budget plus two such requests per connection, bounded through `--max-clients`.
+//! Charging the read buffer too would let partly read requests hold the whole pool while each
+//! waits for more of it to finish reading: a deadlock among connections.
 
 use std::sync::Arc;
 
