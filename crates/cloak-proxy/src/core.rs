@@ -177,7 +177,7 @@ pub fn spawn(
 struct Core {
     engine: Engine,
     storage: Arc<dyn Storage>,
-    /// Where storage requests run: see [`crate::storage_io`].
+    /// Where storage requests run: see [`crate::own_thread`].
     storage_io: tokio::runtime::Handle,
     journal: Option<Arc<dyn Journal>>,
     ledger: Option<Arc<Ledger>>,

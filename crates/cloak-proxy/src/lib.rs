@@ -20,9 +20,9 @@ mod info;
 pub mod journal;
 pub mod ledger;
 pub mod metrics;
+pub mod own_thread;
 pub mod resp;
 pub mod state;
-pub mod storage_io;
 mod wake;
 
 use std::future::Future;
@@ -41,8 +41,8 @@ pub use budget::{CONNECTION_PENDING_BYTES, DEFAULT_PROXY_PENDING_BYTES};
 pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
 pub use ledger::{Ledger, LedgerError, StoreManifest};
+pub use own_thread::OwnThread;
 pub use state::{RecoveryReport, StateDir, StateError, discard_damaged, recover};
-pub use storage_io::StorageIo;
 
 /// How many clients may be connected at once unless `--max-clients` says otherwise (Redis's
 /// default too).
@@ -78,7 +78,8 @@ pub struct ProxyOptions {
     pub reply_limit: usize,
     /// Bytes of requests the proxy holds between reading them and writing their replies.
     pub pending_limit: usize,
-    /// The runtime storage requests run on ([`storage_io::StorageIo`]); `None`: the caller's.
+    /// Where the storage traffic runs ([`own_thread`]); `None`: on the caller's runtime
+    /// (tests, where timing does not matter).
     pub storage_io: Option<tokio::runtime::Handle>,
 }
 

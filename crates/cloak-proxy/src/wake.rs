@@ -8,7 +8,9 @@
 //! idle seconds from loaded ones every time (medians 11.4 ms idle, 10.0 ms under a SET load, with
 //! a 10 ms hold). A thread of its own waits for the exact deadline on a condition variable (the
 //! kernel's high-resolution timers, tens of microseconds of slack) and wakes the core through a
-//! [`Notify`], so both cases wake on time.
+//! [`Notify`]. The woken core still needs one of the runtime's workers: under a heavy client load
+//! it can wait behind connection tasks for a while (a loaded core mostly notices the deadline
+//! itself, as its loop reads the clock every turn).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;

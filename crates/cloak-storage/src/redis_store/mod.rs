@@ -249,15 +249,18 @@ impl RedisStorage {
     /// with endless keys, which would hold recovery and its memory without bound. A real Redis
     /// finishes a full iteration in about (keys in the database ÷ COUNT) calls, a few times more
     /// while its table is resizing, and returns each key a few times at most; past generous
-    /// bounds on both, counted from its own DBSIZE, the scan is refused by name.
+    /// bounds on both, counted from its own DBSIZE, the scan is refused by name. What this does
+    /// not bound: a server that lies about DBSIZE gets as many calls as it claims keys for, and a
+    /// single reply is parsed whole before it is counted.
     async fn scan_node(
         &self,
         node: Option<(String, u16)>,
         addrs: &mut Vec<Addr>,
     ) -> Result<(), StorageError> {
         let size: u64 = self.query_on(&node, redis::cmd("DBSIZE")).await?;
-        let max_calls = size / SCAN_COUNT as u64 * 8 + 64;
-        let max_keys = size.saturating_mul(4) + SCAN_COUNT as u64;
+        // Saturating: a lying DBSIZE near u64::MAX must not wrap the bounds to small numbers.
+        let max_calls = (size / SCAN_COUNT as u64).saturating_mul(8).saturating_add(64);
+        let max_keys = size.saturating_mul(4).saturating_add(SCAN_COUNT as u64);
         let (mut calls, mut keys_seen) = (0u64, 0u64);
         let mut cursor = 0u64;
         loop {

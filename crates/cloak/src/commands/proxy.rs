@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use cloak_proxy::{DiskJournal, Journal, ProxyOptions, StateDir, StorageIo};
+use cloak_proxy::{DiskJournal, Journal, OwnThread, ProxyOptions, StateDir};
 use tokio::net::TcpListener;
 
 use crate::backend;
@@ -48,9 +48,10 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         .map(|state| state.ledger(&master, store.manifest()))
         .transpose()?
         .map(Arc::new);
-    let storage_io = StorageIo::start().context("cannot start the storage traffic's thread")?;
+    let storage_io = OwnThread::start("cloak-storage-io")
+        .context("cannot start the storage traffic's thread")?;
     let storage = storage_io
-        .connect(backend::connect(
+        .run(backend::connect(
             url.to_string(),
             args.storage_connections.unwrap_or(4),
         ))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use cloak_crypto::MasterKey;
-use cloak_proxy::StorageIo;
+use cloak_proxy::OwnThread;
 use cloak_storage::{MemoryStorage, TcpStorage, server};
 use tokio::net::TcpListener;
 
@@ -45,10 +45,11 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
             let _ = storage_stopped.await;
         },
     ));
-    let storage_io = StorageIo::start().context("cannot start the storage traffic's thread")?;
+    let storage_io = OwnThread::start("cloak-storage-io")
+        .context("cannot start the storage traffic's thread")?;
     let storage = Arc::new(
         storage_io
-            .connect(async move { TcpStorage::connect(&storage_addr.to_string(), 4).await })
+            .run(async move { TcpStorage::connect(&storage_addr.to_string(), 4).await })
             .await?,
     );
 
