@@ -16,6 +16,7 @@
 //! [`crate::integrity`]).
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -25,6 +26,54 @@ use crate::storage::{Addr, StorageError, StorageOp, StorageReply};
 
 /// Elements read per scan request.
 const SCAN_CHUNK: u32 = 4096;
+
+/// The `tracing` target of the scan's progress lines (see [`ScanProgress`]). Tools that wait for
+/// a proxy to start, like the benchmark, follow these lines.
+pub const PROGRESS_TARGET: &str = "cloak::recovery";
+
+/// Time between two progress lines of a long scan.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
+
+/// Logs how far a recovery scan got, every [`PROGRESS_INTERVAL`]: a large store takes minutes
+/// to scan, and a start-up that says nothing for that long looks hung.
+pub struct ScanProgress {
+    started: Instant,
+    last: Instant,
+    /// The elements storage holds, when it can say.
+    total: Option<u64>,
+}
+
+impl ScanProgress {
+    pub fn new(total: Option<u64>) -> Self {
+        let now = Instant::now();
+        Self {
+            started: now,
+            last: now,
+            total,
+        }
+    }
+
+    /// `scanned` elements are read: logs a line if the last was long enough ago.
+    pub fn scanned(&mut self, scanned: u64) {
+        if self.last.elapsed() < PROGRESS_INTERVAL {
+            return;
+        }
+        self.last = Instant::now();
+        let per_second = (scanned as f64 / self.started.elapsed().as_secs_f64()) as u64;
+        match self.total {
+            Some(total) => tracing::info!(
+                target: PROGRESS_TARGET,
+                scanned,
+                total,
+                per_second,
+                "scanning storage"
+            ),
+            None => {
+                tracing::info!(target: PROGRESS_TARGET, scanned, per_second, "scanning storage")
+            }
+        }
+    }
+}
 
 /// How a scheme's elements are encoded.
 pub enum ElementFormat {
@@ -91,6 +140,11 @@ impl Recovery {
             damage: Damage::default(),
             max_generation: 0,
         }
+    }
+
+    /// Elements read so far.
+    pub fn scanned(&self) -> u64 {
+        self.elements
     }
 
     /// The next scan request, or `None` once storage has been read to the end.

@@ -17,6 +17,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use cloak_core::recovery::ScanProgress;
 use cloak_core::{
     Addr, Damage, ElementFormat, Findings, Recovered, Recovery, SlotVersions, StorageOp,
 };
@@ -161,9 +162,11 @@ pub async fn recover(
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
     let mut recovery = Recovery::new(format);
+    let mut progress = ScanProgress::new(None);
     while let Some(op) = recovery.next_request() {
         let reply = storage.call(op).await?;
         recovery.handle(reply)?;
+        progress.scanned(recovery.scanned());
     }
     let journaled = match journal {
         Some(journal) => journal.records()?,
