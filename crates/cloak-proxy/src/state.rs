@@ -162,7 +162,7 @@ pub async fn recover(
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
     let mut recovery = Recovery::new(format);
-    let mut progress = ScanProgress::new(None);
+    let mut progress = ScanProgress::every(ScanProgress::INTERVAL);
     while let Some(op) = recovery.next_request() {
         let reply = storage.call(op).await?;
         recovery.handle(reply)?;
