@@ -15,6 +15,8 @@ pub use cloak_core::recovery::PROGRESS_TARGET as LOG_TARGET;
 pub struct Progress {
     /// The bar for the recovery scan, when there is one and a terminal to draw it on.
     bar: Option<ProgressBar>,
+    /// The elements the recovery scan will find, when there is one.
+    elements: Option<u64>,
     /// What the lines are about, as a prefix for them.
     label: String,
 }
@@ -24,17 +26,20 @@ impl Progress {
     pub fn lines(label: &str) -> Self {
         Self {
             bar: None,
+            elements: None,
             label: label.to_string(),
         }
     }
 
-    /// A recovery scan of about `elements` elements: a bar on a terminal, else the lines.
+    /// A recovery scan of `elements` elements: a bar on a terminal, else a line for each of the
+    /// proxy's progress lines, with the total it cannot know.
     pub fn recovery(label: &str, elements: u64) -> Self {
         let bar = std::io::stderr()
             .is_terminal()
             .then(|| crate::run::bar(elements, format!("{label}: proxy scanning storage")));
         Self {
             bar,
+            elements: Some(elements),
             label: label.to_string(),
         }
     }
@@ -51,20 +56,25 @@ impl Progress {
         let mut lines = BufReader::new(log).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let plain = without_colours(&line);
-            match (&self.bar, scanned(&plain)) {
-                (Some(bar), Some(scanned)) => bar.set_position(scanned),
-                _ => eprintln!("  {}: {}", self.label, plain.trim_start()),
+            let label = &self.label;
+            match (&self.bar, field(&plain, "scanned"), self.elements) {
+                (Some(bar), Some(scanned), _) => bar.set_position(scanned),
+                (None, Some(scanned), Some(elements)) => eprintln!(
+                    "  {label}: the proxy scanned {scanned} of {elements} elements ({}/s)",
+                    field(&plain, "per_second").unwrap_or(0)
+                ),
+                _ => eprintln!("  {label}: {}", plain.trim_start()),
             }
         }
     }
 }
 
-/// The `scanned=N` of a recovery progress line; `None` for any other line.
-fn scanned(line: &str) -> Option<u64> {
+/// The `NAME=N` of a recovery progress line; `None` for any other line.
+fn field(line: &str, name: &str) -> Option<u64> {
     if !line.contains(LOG_TARGET) {
         return None;
     }
-    let (_, rest) = line.split_once("scanned=")?;
+    let (_, rest) = line.split_once(&format!(" {name}="))?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
 }
@@ -100,9 +110,11 @@ mod tests {
         );
         let plain = without_colours(&line);
         assert!(plain.ends_with("scanning storage scanned=8192 per_second=4000"));
-        assert_eq!(scanned(&plain), Some(8192));
+        assert_eq!(field(&plain, "scanned"), Some(8192));
+        assert_eq!(field(&plain, "per_second"), Some(4000));
+        assert_eq!(field(&plain, "second"), None);
         assert_eq!(
-            scanned("WARN cloak_proxy: scanned=5 but another target"),
+            field("WARN cloak_proxy: scanned=5 but another target", "scanned"),
             None
         );
     }
