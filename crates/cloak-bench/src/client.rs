@@ -3,10 +3,12 @@
 //! it shares the cores with the proxy and the storage server it measures).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// A reply, reduced to what a benchmark needs to know.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,13 +32,19 @@ pub enum ClientError {
     Malformed { addr: SocketAddr },
     #[error("{addr} closed the connection")]
     Closed { addr: SocketAddr },
+    #[error(
+        "{addr} sent no reply for {waited:?} while requests were waiting (a stalled server; \
+         --reply-timeout sets how long to wait)"
+    )]
+    NoReply { addr: SocketAddr, waited: Duration },
+    #[error("{addr} answered {error}")]
+    Refused { addr: SocketAddr, error: String },
 }
 
+/// A connection whose two directions can be driven apart: see [`Connection::split`].
 pub struct Connection {
-    addr: SocketAddr,
-    stream: TcpStream,
-    input: BytesMut,
-    output: Vec<u8>,
+    requests: Requests,
+    replies: Replies,
 }
 
 impl Connection {
@@ -45,15 +53,45 @@ impl Connection {
             .await
             .map_err(|source| ClientError::Io { addr, source })?;
         let _ = stream.set_nodelay(true);
+        let (read, write) = stream.into_split();
         Ok(Self {
-            addr,
-            stream,
-            input: BytesMut::with_capacity(64 * 1024),
-            output: Vec::with_capacity(64 * 1024),
+            requests: Requests {
+                addr,
+                write,
+                output: Vec::with_capacity(64 * 1024),
+            },
+            replies: Replies {
+                addr,
+                read,
+                input: BytesMut::with_capacity(64 * 1024),
+            },
         })
     }
 
-    /// Adds a command to the next [`Connection::flush`].
+    /// The sending and the receiving half. A load generator must drive both at once: a server
+    /// that blocks writing replies nobody reads stops reading requests, and a client that only
+    /// reads once its write is done then waits forever with both directions full.
+    pub fn split(self) -> (Requests, Replies) {
+        (self.requests, self.replies)
+    }
+
+    /// Sends one command and waits for its reply.
+    pub async fn call(&mut self, args: &[&[u8]]) -> Result<Reply, ClientError> {
+        self.requests.queue(args);
+        self.requests.flush().await?;
+        self.replies.next().await
+    }
+}
+
+/// The sending half of a [`Connection`].
+pub struct Requests {
+    addr: SocketAddr,
+    write: OwnedWriteHalf,
+    output: Vec<u8>,
+}
+
+impl Requests {
+    /// Adds a command to the next [`Requests::flush`].
     pub fn queue(&mut self, args: &[&[u8]]) {
         let out = &mut self.output;
         out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
@@ -64,10 +102,15 @@ impl Connection {
         }
     }
 
+    /// Bytes queued and not yet flushed.
+    pub fn queued(&self) -> usize {
+        self.output.len()
+    }
+
     pub async fn flush(&mut self) -> Result<(), ClientError> {
         if !self.output.is_empty() {
             let addr = self.addr;
-            self.stream
+            self.write
                 .write_all(&self.output)
                 .await
                 .map_err(|source| ClientError::Io { addr, source })?;
@@ -75,19 +118,26 @@ impl Connection {
         }
         Ok(())
     }
+}
 
-    /// The next reply, reading from the socket only when none is buffered.
-    pub async fn reply(&mut self) -> Result<Reply, ClientError> {
+/// The receiving half of a [`Connection`].
+pub struct Replies {
+    addr: SocketAddr,
+    read: OwnedReadHalf,
+    input: BytesMut,
+}
+
+impl Replies {
+    /// The next reply, reading from the socket only when none is buffered. Cancel-safe: bytes
+    /// read stay in the buffer for the next call.
+    pub async fn next(&mut self) -> Result<Reply, ClientError> {
         loop {
-            if let Some((reply, used)) =
-                parse(&self.input).ok_or(ClientError::Malformed { addr: self.addr })?
-            {
-                self.input.advance(used);
+            if let Some(reply) = self.buffered()? {
                 return Ok(reply);
             }
             let addr = self.addr;
             let read = self
-                .stream
+                .read
                 .read_buf(&mut self.input)
                 .await
                 .map_err(|source| ClientError::Io { addr, source })?;
@@ -97,8 +147,19 @@ impl Connection {
         }
     }
 
+    /// The next reply, or [`ClientError::NoReply`] when none comes within `patience`.
+    pub async fn next_within(&mut self, patience: Duration) -> Result<Reply, ClientError> {
+        match tokio::time::timeout(patience, self.next()).await {
+            Ok(reply) => reply,
+            Err(_) => Err(ClientError::NoReply {
+                addr: self.addr,
+                waited: patience,
+            }),
+        }
+    }
+
     /// A reply already read from the socket, if there is one (no I/O).
-    pub fn buffered_reply(&mut self) -> Result<Option<Reply>, ClientError> {
+    pub fn buffered(&mut self) -> Result<Option<Reply>, ClientError> {
         match parse(&self.input).ok_or(ClientError::Malformed { addr: self.addr })? {
             Some((reply, used)) => {
                 self.input.advance(used);
@@ -106,13 +167,6 @@ impl Connection {
             }
             None => Ok(None),
         }
-    }
-
-    /// Sends one command and waits for its reply.
-    pub async fn call(&mut self, args: &[&[u8]]) -> Result<Reply, ClientError> {
-        self.queue(args);
-        self.flush().await?;
-        self.reply().await
     }
 }
 

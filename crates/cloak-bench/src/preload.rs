@@ -5,8 +5,10 @@
 //! workload being measured. So the benchmark hands each scheme a store that already holds the
 //! keys, through the same path a restarted proxy takes: in process, the records go to the scheme
 //! as its [`Start`]; over sockets, sealed elements are written straight to the storage server and
-//! the proxy recovers them with its ordinary storage scan, then lays them out afresh.
+//! the proxy recovers them with its ordinary storage scan, then lays them out afresh. The Redis
+//! baseline gets its keys as a client would write them, with MSET.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,6 +17,7 @@ use cloak_storage::Storage;
 use indicatif::ProgressBar;
 use tokio::task::JoinSet;
 
+use crate::client::{ClientError, Connection, Reply};
 use crate::workload::key_name;
 
 /// Elements per storage request while preloading.
@@ -69,6 +72,42 @@ pub async fn write(
     }
     while let Some(done) = tasks.join_next().await {
         finished(Some(done))?;
+    }
+    Ok(())
+}
+
+/// Writes every key with `value` to the Redis at `addr`, `CHUNK` keys per MSET, `DEPTH` in
+/// flight.
+pub async fn set(
+    addr: SocketAddr,
+    keys: u64,
+    value: &[u8],
+    progress: &ProgressBar,
+) -> Result<(), ClientError> {
+    let (mut requests, mut replies) = Connection::connect(addr).await?.split();
+    let mut in_flight = 0;
+    let mut start = 0;
+    while start < keys || in_flight > 0 {
+        if start < keys && in_flight < DEPTH {
+            let end = (start + CHUNK).min(keys);
+            let names: Vec<String> = (start..end).map(key_name).collect();
+            let mut args: Vec<&[u8]> = vec![b"MSET"];
+            for name in &names {
+                args.extend([name.as_bytes(), value]);
+            }
+            requests.queue(&args);
+            requests.flush().await?;
+            progress.inc(end - start);
+            in_flight += 1;
+            start = end;
+            continue;
+        }
+        // One MSET is small next to the socket buffers, so the writes above never block on
+        // replies left unread here.
+        if let Reply::Error(error) = replies.next().await? {
+            return Err(ClientError::Refused { addr, error });
+        }
+        in_flight -= 1;
     }
     Ok(())
 }

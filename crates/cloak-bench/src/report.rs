@@ -64,8 +64,12 @@ fn share(part: u64, whole: u64) -> Option<f64> {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Measurement {
+    /// The scheme, or `redis` for the plain Redis baseline.
     pub scheme: String,
     pub mode: Mode,
+    /// Where the proxy kept its elements (`cloak-server` or `redis`); `None` in process and for
+    /// the Redis baseline, which has no proxy.
+    pub backend: Option<String>,
     pub workload: String,
     pub keys: u64,
     pub ops: u64,
@@ -84,6 +88,12 @@ pub struct Measurement {
     pub cache_hit_rate: Option<f64>,
     pub proxy_rss_bytes: Option<u64>,
     pub proxy_rss_bytes_per_key: Option<f64>,
+    /// CPU seconds (user and system, all threads) the proxy process used per operation over the
+    /// measured window; `None` in process and for the Redis baseline.
+    pub proxy_cpu_seconds_per_op: Option<f64>,
+    /// The same for the storage process: `cloak server`, or the `redis-server` behind the proxy
+    /// (for the baseline, the Redis the clients use).
+    pub storage_cpu_seconds_per_op: Option<f64>,
     /// The swept parameter and its value, in a sweep.
     pub parameter: Option<(String, f64)>,
     /// The scheme's parameters and counters as it reports them (`INFO scheme`) at the end of
@@ -128,6 +138,7 @@ impl Measurement {
         Self {
             scheme: subject.scheme,
             mode: subject.mode,
+            backend: None,
             workload: subject.workload,
             keys,
             ops,
@@ -145,9 +156,24 @@ impl Measurement {
             ),
             proxy_rss_bytes,
             proxy_rss_bytes_per_key: proxy_rss_bytes.map(|rss| rss as f64 / keys.max(1) as f64),
+            proxy_cpu_seconds_per_op: None,
+            storage_cpu_seconds_per_op: None,
             parameter: None,
             scheme_info: BTreeMap::new(),
         }
+    }
+}
+
+impl Measurement {
+    /// Records the CPU seconds the proxy and the storage process used over the measured window.
+    pub fn set_cpu(&mut self, proxy_seconds: Option<f64>, storage_seconds: Option<f64>) {
+        let per_op = |seconds: Option<f64>| {
+            seconds
+                .filter(|_| self.ops > 0)
+                .map(|s| s / self.ops as f64)
+        };
+        self.proxy_cpu_seconds_per_op = per_op(proxy_seconds);
+        self.storage_cpu_seconds_per_op = per_op(storage_seconds);
     }
 }
 
@@ -155,37 +181,57 @@ fn opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
     value.map_or_else(|| "-".into(), f)
 }
 
-/// The results as an aligned table, with each scheme's throughput as a share of `unsafe`'s when
-/// `unsafe` ran in the same group.
+/// The results as an aligned table, with each scheme's throughput as a share of `unsafe`'s and
+/// of plain Redis's when they ran in the same group.
 pub fn table(results: &[Measurement]) -> String {
-    let baseline = |m: &Measurement| {
-        results
+    let ratio = |m: &Measurement, baseline: &str| {
+        let base = results
             .iter()
-            .find(|b| b.scheme == "unsafe" && b.parameter == m.parameter)
-            .and_then(|b| b.throughput)
+            .find(|b| b.scheme == baseline && b.parameter == m.parameter)
+            .and_then(|b| b.throughput);
+        m.throughput.zip(base).map(|(t, b)| t / b)
     };
     let mut out = String::new();
     let header = [
-        "scheme", "param", "ops/s", "×unsafe", "p50 ms", "p95 ms", "p99 ms", "max ms", "util",
-        "dummy", "B/op", "hits", "RSS/key", "errors",
+        "scheme",
+        "backend",
+        "param",
+        "ops/s",
+        "×redis",
+        "×unsafe",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "proxy CPU µs/op",
+        "storage CPU µs/op",
+        "util",
+        "dummy",
+        "B/op",
+        "hits",
+        "RSS/key",
+        "errors",
     ];
     let rows: Vec<Vec<String>> = results
         .iter()
         .map(|m| {
             let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
+            let micros = |s: f64| format!("{:.1}", s * 1e6);
             vec![
                 m.scheme.clone(),
+                m.backend.clone().unwrap_or_else(|| "-".into()),
                 m.parameter
                     .as_ref()
                     .map_or_else(|| "-".into(), |(name, v)| format!("{name}={v}")),
                 opt(m.throughput, |t| format!("{t:.0}")),
-                opt(m.throughput.zip(baseline(m)).map(|(t, b)| t / b), |r| {
-                    format!("{r:.2}")
-                }),
+                opt(ratio(m, "redis"), |r| format!("{r:.2}")),
+                opt(ratio(m, "unsafe"), |r| format!("{r:.2}")),
                 ms(m.latency_us.p50),
                 ms(m.latency_us.p95),
                 ms(m.latency_us.p99),
                 ms(m.latency_us.max),
+                opt(m.proxy_cpu_seconds_per_op, micros),
+                opt(m.storage_cpu_seconds_per_op, micros),
                 opt(m.utilisation, |u| format!("{:.3}", u)),
                 opt(m.dummy_fraction, |d| format!("{:.3}", d)),
                 opt(m.storage_bytes_per_op, |b| format!("{:.0}", b)),
@@ -198,8 +244,9 @@ pub fn table(results: &[Measurement]) -> String {
     let widths: Vec<usize> = (0..header.len())
         .map(|i| {
             rows.iter()
-                .map(|r| r[i].len())
-                .chain([header[i].len()])
+                // Characters, not bytes: "×" and "µ" are one column wide.
+                .map(|r| r[i].chars().count())
+                .chain([header[i].chars().count()])
                 .max()
                 .unwrap_or(0)
         })
@@ -210,7 +257,7 @@ pub fn table(results: &[Measurement]) -> String {
             .zip(&widths)
             .enumerate()
             .map(|(i, (c, w))| {
-                if i < 2 {
+                if i < 3 {
                     format!("{c:<w$}")
                 } else {
                     format!("{c:>w$}")

@@ -16,6 +16,7 @@
 //! [`crate::integrity`]).
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -25,6 +26,51 @@ use crate::storage::{Addr, StorageError, StorageOp, StorageReply};
 
 /// Elements read per scan request.
 const SCAN_CHUNK: u32 = 4096;
+
+/// The `tracing` target of the scan's progress lines (see [`ScanProgress`]). Tools that wait for
+/// a proxy to start, like the benchmark, follow these lines.
+pub const PROGRESS_TARGET: &str = "cloak::recovery";
+
+/// Logs how far a recovery scan got, every few seconds: a large store takes minutes to scan, and
+/// a start-up that says nothing for that long looks hung. The line gives the elements scanned
+/// and the rate; not a total, which storage cannot say before the scan ends.
+pub struct ScanProgress {
+    every: Duration,
+    started: Instant,
+    last: Instant,
+}
+
+impl ScanProgress {
+    /// Time between two lines of a long scan.
+    pub const INTERVAL: Duration = Duration::from_secs(3);
+
+    /// A line every `every`.
+    pub fn every(every: Duration) -> Self {
+        let now = Instant::now();
+        Self {
+            every,
+            started: now,
+            last: now,
+        }
+    }
+
+    /// `scanned` elements are read: logs a line if the last was long enough ago, and says
+    /// whether it did.
+    pub fn scanned(&mut self, scanned: u64) -> bool {
+        if self.last.elapsed() < self.every {
+            return false;
+        }
+        self.last = Instant::now();
+        let seconds = self.started.elapsed().as_secs_f64();
+        let per_second = if seconds > 0.0 {
+            (scanned as f64 / seconds) as u64
+        } else {
+            0
+        };
+        tracing::info!(target: PROGRESS_TARGET, scanned, per_second, "scanning storage");
+        true
+    }
+}
 
 /// How a scheme's elements are encoded.
 pub enum ElementFormat {
@@ -91,6 +137,11 @@ impl Recovery {
             damage: Damage::default(),
             max_generation: 0,
         }
+    }
+
+    /// Elements read so far.
+    pub fn scanned(&self) -> u64 {
+        self.elements
     }
 
     /// The next scan request, or `None` once storage has been read to the end.
@@ -233,5 +284,18 @@ impl Recovered {
             .iter()
             .filter(|(_, r)| !r.is_empty())
             .map(|(slot, r)| (*slot, &r.key[..]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_progress_line_comes_once_the_interval_has_passed_and_not_before() {
+        let mut often = ScanProgress::every(Duration::ZERO);
+        assert!(often.scanned(4096) && often.scanned(8192));
+        let mut rarely = ScanProgress::every(Duration::from_secs(3600));
+        assert!(!rarely.scanned(4096));
     }
 }

@@ -17,6 +17,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use cloak_core::recovery::ScanProgress;
 use cloak_core::{
     Addr, Damage, ElementFormat, Findings, Recovered, Recovery, SlotVersions, StorageOp,
 };
@@ -161,9 +162,13 @@ pub async fn recover(
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
     let mut recovery = Recovery::new(format);
+    // Progress is only logged here: the scan's requests are the same full scan in address order
+    // as without it, so the server sees nothing new.
+    let mut progress = ScanProgress::every(ScanProgress::INTERVAL);
     while let Some(op) = recovery.next_request() {
         let reply = storage.call(op).await?;
         recovery.handle(reply)?;
+        progress.scanned(recovery.scanned());
     }
     let journaled = match journal {
         Some(journal) => journal.records()?,

@@ -58,8 +58,11 @@ const BENCH_ABOUT: &str = "\
 Measure schemes side by side on one workload, on this machine, in one run.
 
 Each scheme runs in turn behind its own `cloak proxy` and `cloak server` (child processes, over
-loopback); the keys are preloaded, then the workload's requests are sent and timed. Ratios against
-`unsafe` (plaintext pass-through) are printed when it is part of the run.
+loopback), or with --backend redis a `redis-server`; the keys are preloaded, then the workload's
+requests are sent and timed. `redis` in --scheme is a plain `redis-server` with the clients
+straight to it: what a user has without Cloak. Ratios against `redis` and `unsafe` (plaintext
+pass-through) are printed when they are part of the run, and so are the CPU seconds the proxy and
+the storage process used per operation (from /proc).
 
 Workloads:
   temporal   the Cloak paper's synthetic workload: each request picks the key whose recency rank
@@ -74,6 +77,7 @@ Load:
 
 Examples:
   cloak bench --scheme cloak,unsafe,encrypted --workload temporal --keys 1000000 --requests 2000000
+  cloak bench --scheme redis,unsafe,cloak --backend redis
   cloak bench --scheme cloak,unsafe --workload ycsb-a --json out.json --plot out.png
   cloak bench --scheme cloak --rate 50000 --requests 500000
   cloak bench --scheme cloak,unsafe --sweep zipf-exponent=0,0.5,1,1.5,2 --plot skew.png
@@ -400,9 +404,20 @@ pub struct ProxyArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Schemes to run, comma-separated, in order [default: cloak,unsafe]
+    /// Schemes to run, comma-separated, in order; `redis` is a plain redis-server with the
+    /// clients straight to it, the baseline [default: cloak,unsafe]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub scheme: Vec<String>,
+
+    /// Where each scheme's proxy keeps its elements: cloak-server (`cloak server`) or redis (a
+    /// plain redis-server started by the bench, persistence off) [default: cloak-server]
+    #[arg(long, value_name = "NAME")]
+    pub backend: Option<String>,
+
+    /// Give up when a connection has waited this long for a reply (a stalled server) [default:
+    /// 60s]
+    #[arg(long, value_name = "DURATION")]
+    pub reply_timeout: Option<String>,
 
     /// temporal, ycsb-a, ycsb-b, ycsb-c, ycsb-f, or trace [default: temporal]
     #[arg(long, value_name = "NAME")]
@@ -476,7 +491,8 @@ pub struct BenchArgs {
     #[arg(long = "proxy-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub proxy_args: Vec<String>,
 
-    /// More flags for every `cloak server`, e.g. --server-arg=--data-dir=/tmp/d (repeat)
+    /// More flags for every storage server, e.g. --server-arg=--data-dir=/tmp/d (repeat): for
+    /// `cloak server`, or for `redis-server` with --backend redis and the redis baseline
     #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
 

@@ -83,6 +83,10 @@ fn schemes_side_by_side_through_real_processes() {
         assert!(number(m, "storage_bytes_per_op") > 0.0);
         assert!(number(m, "proxy_rss_bytes") > 0.0);
         assert_eq!(m["mode"], "sockets");
+        assert_eq!(m["backend"], "cloak-server");
+        // Thousands of requests through a debug-built proxy take far more than a 10 ms tick.
+        assert!(number(m, "proxy_cpu_seconds_per_op") > 0.0, "{m}");
+        assert!(number(m, "storage_cpu_seconds_per_op") >= 0.0, "{m}");
     }
     let cloak = &results[0];
     let utilisation = number(cloak, "utilisation");
@@ -101,6 +105,50 @@ fn schemes_side_by_side_through_real_processes() {
     );
     let svg = std::fs::read_to_string(&plot).expect("the plot was drawn");
     assert!(svg.contains("<svg") && svg.contains("Throughput"));
+}
+
+#[test]
+fn a_plain_redis_baseline_beside_a_proxy_over_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("redis.json");
+    let out = bench_ok(&[
+        "--scheme",
+        "redis,unsafe",
+        "--backend",
+        "redis",
+        "--keys",
+        "300",
+        "--requests",
+        "2000",
+        "--clients",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("×redis"), "{stdout}");
+    let results = results(&json);
+    let names: Vec<&str> = results
+        .iter()
+        .map(|m| m["scheme"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["redis", "unsafe"]);
+    for m in &results {
+        assert_eq!(number(m, "ops"), 2000.0, "every request answered: {m}");
+        assert_eq!(number(m, "errors"), 0.0, "{m}");
+        assert!(number(m, "storage_cpu_seconds_per_op") >= 0.0, "{m}");
+    }
+    let (redis, unsafe_) = (&results[0], &results[1]);
+    // The baseline has no proxy: the clients talk to the redis-server itself.
+    assert!(redis["backend"].is_null() && redis["proxy_cpu_seconds_per_op"].is_null());
+    assert!(redis["storage_bytes_per_op"].is_null(), "{redis}");
+    // The proxy kept its elements in Redis, and moved them there during the run.
+    assert_eq!(unsafe_["backend"], "redis");
+    assert!(number(unsafe_, "storage_bytes_per_op") > 0.0, "{unsafe_}");
+    assert!(
+        number(unsafe_, "proxy_cpu_seconds_per_op") > 0.0,
+        "{unsafe_}"
+    );
 }
 
 #[test]
@@ -248,6 +296,12 @@ fn bad_benchmark_settings_get_clear_errors() {
         (&["--workload", "ycsb-z"][..], "unknown workload"),
         (&["--scheme", "rot13"][..], "unknown scheme"),
         (&["--write-ratio", "2"][..], "--write-ratio"),
+        (&["--backend", "s3"][..], "unknown backend"),
+        (&["--reply-timeout", "soon"][..], "--reply-timeout"),
+        (
+            &["--scheme", "redis", "--in-process"][..],
+            "without --in-process",
+        ),
     ] {
         let out = bench(args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use cloak_bench::plan::{Parameter, Sweep, WorkloadKind, WorkloadSpec, parse_distribution};
 use cloak_bench::plot;
 use cloak_bench::report::{self, Measurement};
-use cloak_bench::run::{self, Load, Setup};
+use cloak_bench::run::{self, Backend, Contender, Load, Setup};
 use cloak_bench::simulate::Simulation;
 use cloak_bench::trace_stats::TraceStats;
 use cloak_bench::workload::{KEY_SIZE, Request, Trace, key_name};
@@ -28,7 +28,21 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
     if let Some(path) = &args.trace_stats {
         return trace_stats(&args, path);
     }
-    let schemes = schemes(&args.scheme)?;
+    let contenders = contenders(&args.scheme)?;
+    let backend: Backend = args
+        .backend
+        .as_deref()
+        .unwrap_or("cloak-server")
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--backend: {e}"))?;
+    let reply_timeout = match &args.reply_timeout {
+        Some(text) => humantime::parse_duration(text)
+            .with_context(|| format!("--reply-timeout: {text:?} is not a duration like 60s"))?,
+        None => Duration::from_secs(60),
+    };
+    if args.in_process && contenders.contains(&Contender::Redis) {
+        bail!("the redis baseline is a real redis-server: run it without --in-process");
+    }
     let flags = StoreArgs {
         first_budget: args.first_budget,
         zipf_exponent: args.budget_exponent,
@@ -110,21 +124,23 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                 format!(", after {} to warm up", warm.len())
             },
         );
-        for &scheme in &schemes {
+        for &contender in &contenders {
             let mut store = point.store.clone();
-            store.scheme = Some(scheme.to_string());
+            store.scheme = Some(contender.to_string());
             store.capacity = Some(keys);
             store.key_size = Some(KEY_SIZE);
             store.value_size = Some(point.value_size);
             if parameter.is_some_and(|(p, _)| p == Parameter::BatchSize)
-                && scheme != SchemeName::Cloak
+                && contender != Contender::Scheme(SchemeName::Cloak)
             {
                 // A batch-size sweep varies Cloak; the others are measured once as references.
-                if results.iter().any(|m| m.scheme == scheme.as_str()) {
+                if results.iter().any(|m| m.scheme == contender.to_string()) {
                     continue;
                 }
             }
-            let mut measurement = if args.in_process {
+            let mut measurement = if let (true, Contender::Scheme(scheme)) =
+                (args.in_process, contender)
+            {
                 let resolved = store.resolve()?;
                 let simulation = Simulation {
                     scheme,
@@ -140,7 +156,9 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                 simulation.measure_on(&mut sim, &warm, point.load);
                 simulation.measure_on(&mut sim, &requests, point.load)
             } else {
-                if scheme == SchemeName::Pancake && store.pancake_distribution.is_none() {
+                if contender == Contender::Scheme(SchemeName::Pancake)
+                    && store.pancake_distribution.is_none()
+                {
                     // Pancake assumes the proxy knows the access distribution (its paper's
                     // model); unless told otherwise, it gets this run's key frequencies.
                     let weights = config_dir.path().join("pancake-weights.txt");
@@ -148,8 +166,10 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                     store.pancake_distribution = Some(weights);
                     store.pancake_distribution_format = Some("weights".into());
                 }
-                let file = config_dir.path().join(format!("{scheme}.toml"));
-                write_store_config(&file, &store)?;
+                let file = config_dir.path().join(format!("{contender}.toml"));
+                if contender != Contender::Redis {
+                    write_store_config(&file, &store)?;
+                }
                 let mut proxy_args = vec!["--config".to_string(), file.display().to_string()];
                 proxy_args.extend(args.proxy_args.iter().cloned());
                 let mut server_args = args.server_args.clone();
@@ -160,25 +180,34 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                 };
                 if let Some(dir) = &durable_dir {
                     let (data, state) = (dir.path().join("data"), dir.path().join("state"));
-                    server_args.push(format!("--data-dir={}", data.display()));
+                    if contender == Contender::Redis || backend == Backend::Redis {
+                        // Redis's own durability: every write fsynced to its log before the reply.
+                        server_args.extend(
+                            ["--appendonly", "yes", "--appendfsync", "always"].map(String::from),
+                        );
+                    } else {
+                        server_args.push(format!("--data-dir={}", data.display()));
+                    }
                     proxy_args.push(format!("--state-dir={}", state.display()));
                 }
                 let setup = Setup {
                     cloak: cloak.clone(),
-                    scheme,
+                    contender,
+                    backend,
                     keys,
                     value_size: point.value_size,
                     proxy_args,
                     server_args,
                     workload: point.workload.describe(),
+                    reply_timeout,
                 };
                 run::measure(&setup, warm.clone(), requests.clone(), point.load)
                     .await
-                    .with_context(|| format!("benchmarking {scheme}"))?
+                    .with_context(|| format!("benchmarking {contender}"))?
             };
             measurement.parameter = parameter.map(|(p, v)| (p.to_string(), v));
             eprintln!(
-                "  {scheme}: {} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+                "  {contender}: {} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
                 measurement
                     .throughput
                     .map_or("unbounded".into(), |t| format!("{t:.0}")),
@@ -242,18 +271,21 @@ impl Point {
     }
 }
 
-/// `--scheme` as scheme names; `all` for every scheme.
-fn schemes(list: &[String]) -> anyhow::Result<Vec<SchemeName>> {
+/// `--scheme` as what to run: scheme names and `redis`; `all` for every scheme.
+fn contenders(list: &[String]) -> anyhow::Result<Vec<Contender>> {
     if list.is_empty() {
-        return Ok(vec![SchemeName::Cloak, SchemeName::Unsafe]);
+        return Ok(vec![
+            Contender::Scheme(SchemeName::Cloak),
+            Contender::Scheme(SchemeName::Unsafe),
+        ]);
     }
     if list.iter().any(|s| s == "all") {
-        return Ok(SchemeName::ALL.to_vec());
+        return Ok(SchemeName::ALL.map(Contender::Scheme).to_vec());
     }
     Ok(list
         .iter()
         .map(|s| s.trim().parse())
-        .collect::<Result<Vec<SchemeName>, _>>()?)
+        .collect::<Result<Vec<Contender>, _>>()?)
 }
 
 /// The proxy's `[store]` table for one run.
