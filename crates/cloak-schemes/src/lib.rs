@@ -16,13 +16,11 @@
 pub mod cloak;
 pub mod curious;
 mod encrypted;
-mod fill;
-mod outgoing;
 pub mod pancake;
 pub mod path_oram;
 mod plaintext;
-mod retry;
 pub mod schedule;
+pub mod shell;
 pub mod waffle;
 
 use std::fmt;
@@ -40,6 +38,7 @@ pub use encrypted::Encrypted;
 pub use pancake::{Pancake, PancakeOptions};
 pub use path_oram::{PathOram, PathOramConfig};
 pub use plaintext::Unsafe;
+pub use shell::Shell;
 pub use waffle::{BatchTiming, Waffle, WaffleOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -342,7 +341,7 @@ pub fn build(
                     false => codec()?,
                 })
             };
-            Box::new(Cloak::new(config, codec()?, rng, start))
+            Box::new(Shell::new(Cloak::new(config, codec()?, rng, start)))
         }
         SchemeName::Pancake => {
             let o = &options.pancake;
@@ -397,13 +396,15 @@ pub fn build(
             let layout = config.layout().map_err(BuildError::Invalid)?;
             Box::new(Curious::new(config, layout, codec()?, rng, start))
         }
-        SchemeName::Encrypted => Box::new(Encrypted::new(
+        SchemeName::Encrypted => Box::new(Shell::new(Encrypted::new(
             store.capacity,
             Prf::new(master, "encrypted"),
             codec()?,
             start,
-        )),
-        SchemeName::Unsafe => Box::new(Unsafe::new(store.capacity, store.layout, start)),
+        ))),
+        SchemeName::Unsafe => {
+            Box::new(Shell::new(Unsafe::new(store.capacity, store.layout, start)))
+        }
         SchemeName::PathOram => {
             let o = &options.path_oram;
             check_path_oram(store, o)?;

@@ -106,9 +106,9 @@ use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
 use crate::Start;
-use crate::fill::Fill;
-use crate::outgoing::Outgoing;
-use crate::retry::Retry;
+use crate::shell::fill::Fill;
+use crate::shell::in_flight::InFlight as Outgoing;
+use crate::shell::retry::Retry;
 
 use bucket::BucketCodec;
 use cache::{Assignment, Entry, EvictionCache};
@@ -123,8 +123,6 @@ pub use params::{CuriousConfig, default_cache_limit, default_partitions, default
 
 /// Buckets written per request while the store is first filled.
 const FILL_CHUNK: u64 = 256;
-/// Fill requests in flight at once.
-const FILL_WINDOW: usize = 4;
 
 /// One access: a path read of one subORAM, then its write-back.
 struct Access {
@@ -259,7 +257,7 @@ impl Curious {
             next_generation: fill_generation + 1,
             staged: HashMap::new(),
             fill_gate: None,
-            fill: Fill::new(layout.elements(), FILL_CHUNK, FILL_WINDOW),
+            fill: Fill::new(layout.elements(), FILL_CHUNK),
             filled: false,
             draining: false,
             drain_in_flight: false,
@@ -687,7 +685,7 @@ impl Scheme for Curious {
             return;
         };
         let (purpose, op) = (answered.purpose, answered.op);
-        let values = match answered.values {
+        let values = match answered.result.map(crate::shell::Answer::values) {
             Ok(values) => values,
             Err(error) => return self.failed(now, purpose, op, error),
         };

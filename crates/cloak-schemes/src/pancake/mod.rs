@@ -52,7 +52,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_distr::weighted::WeightedAliasIndex;
 
 use crate::Start;
-use crate::retry::Retry;
+use crate::shell::retry::Retry;
 pub use estimate::{
     ChangeDetector, DistributionError, DistributionFormat, Estimate, EstimateError, KeyWeights,
     KeyWeightsError, estimate_for_keys, parse_distribution,

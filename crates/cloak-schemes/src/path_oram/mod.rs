@@ -95,7 +95,7 @@ use hashbrown::HashMap;
 use rand_chacha::ChaCha20Rng;
 
 use crate::Start;
-use crate::retry::Retry;
+use crate::shell::retry::Retry;
 use bucket::BucketCodec;
 use fill::Fill;
 use position::PositionMap;

@@ -69,8 +69,8 @@ pub use labels::{LabelKey, Object};
 pub use params::{BatchTiming, PAPER_BATCH, ParamError, Params, WaffleOptions};
 
 use crate::Start;
-use crate::retry::{Retry, malformed};
 use crate::schedule::Schedule;
+use crate::shell::retry::{Retry, malformed};
 use labels::Labels;
 use startup::Startup;
 use trees::{DummyTree, RealTree};

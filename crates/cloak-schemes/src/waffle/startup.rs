@@ -25,8 +25,8 @@ use super::params::Params;
 use super::trees::{DummyTree, RealTree};
 use super::{Deletion, Purpose, Stage, Waffle};
 use crate::Start;
-use crate::retry::Retry;
 use crate::schedule::Schedule;
+use crate::shell::retry::Retry;
 
 /// Elements per scan request.
 const SCAN_CHUNK: u32 = 4096;
