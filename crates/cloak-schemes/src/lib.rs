@@ -394,7 +394,13 @@ pub fn build(
             let config = CuriousConfig::new(store.capacity, &options.curious)
                 .map_err(BuildError::Invalid)?;
             let layout = config.layout().map_err(BuildError::Invalid)?;
-            Box::new(Curious::new(config, layout, codec()?, rng, start))
+            Box::new(Shell::new(Curious::new(
+                config,
+                layout,
+                codec()?,
+                rng,
+                start,
+            )))
         }
         SchemeName::Encrypted => Box::new(Shell::new(Encrypted::new(
             store.capacity,
