@@ -388,7 +388,13 @@ pub fn build(
         }
         SchemeName::Waffle => {
             let params = waffle::Params::resolve(store.capacity, &options.waffle)?;
-            Box::new(Waffle::new(params, codec()?, master, rng, start))
+            Box::new(Shell::new(Waffle::new(
+                params,
+                codec()?,
+                master,
+                rng,
+                start,
+            )))
         }
         SchemeName::Curious => {
             let config = CuriousConfig::new(store.capacity, &options.curious)
