@@ -377,14 +377,14 @@ pub fn build(
                     "the pancake idle batch interval must be positive".into(),
                 ));
             }
-            Box::new(Pancake::new(
+            Box::new(Shell::new(Pancake::new(
                 o,
                 estimate,
                 Prf::new(master, "pancake"),
                 codec()?,
                 rng,
                 start,
-            ))
+            )))
         }
         SchemeName::Waffle => {
             let params = waffle::Params::resolve(store.capacity, &options.waffle)?;
