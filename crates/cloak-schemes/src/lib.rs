@@ -424,7 +424,13 @@ pub fn build(
                 bucket_size: o.bucket_size,
                 stash_limit: o.stash_limit,
             };
-            Box::new(PathOram::new(config, store.capacity, codec()?, rng, start))
+            Box::new(Shell::new(PathOram::new(
+                config,
+                store.capacity,
+                codec()?,
+                rng,
+                start,
+            )))
         }
     })
 }

@@ -78,10 +78,8 @@ impl<P> Io<P> {
         self.retry.at()
     }
 
-    /// Sends again the failed requests whose backoff has passed.
-    pub(super) fn resend_due(&mut self, now: Instant) {
-        for (purpose, op) in self.retry.due(now) {
-            self.storage.send(purpose, op);
-        }
+    /// The failed requests whose backoff has passed, to send again.
+    pub(super) fn due(&mut self, now: Instant) -> Vec<(P, StorageOp)> {
+        self.retry.due(now)
     }
 }

@@ -80,6 +80,9 @@ pub trait Algorithm: Send {
     /// the clients that cannot wait, and say whether the request is to be repeated.
     fn failed(&mut self, now: Instant, purpose: &Self::Purpose, error: &StorageError) -> OnFailure;
 
+    /// A request storage failed goes out again, unchanged (just before [`Algorithm::timeout`]).
+    fn resending(&mut self, _purpose: &Self::Purpose) {}
+
     /// When the algorithm next needs [`Algorithm::timeout`], if ever.
     fn deadline(&self) -> Option<Instant> {
         None
@@ -203,7 +206,10 @@ impl<A: Algorithm> Scheme for Shell<A> {
 
     fn handle_timeout(&mut self, now: Instant) {
         if self.timers.is_expired(Timer::StorageRetry, now) {
-            self.algorithm.io().resend_due(now);
+            for (purpose, op) in self.algorithm.io().due(now) {
+                self.algorithm.resending(&purpose);
+                self.algorithm.io().send(purpose, op);
+            }
         }
         self.algorithm.timeout(now);
         self.set_timers();

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use cloak_core::{StorageError, StorageOp, StorageReply};
+use cloak_core::StorageError;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -67,11 +67,6 @@ impl<T> Retry<T> {
     pub fn failing(&self) -> Option<StorageError> {
         self.failing.clone()
     }
-}
-
-/// Storage answered `op` with a reply of the wrong kind or size: treated like a failure.
-pub fn malformed(op: &StorageOp, reply: &StorageReply) -> StorageError {
-    op.expected_reply().malformed(reply)
 }
 
 #[cfg(test)]
