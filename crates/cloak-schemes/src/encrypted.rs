@@ -197,13 +197,7 @@ impl Algorithm for Encrypted {
     type Purpose = Access;
     const NAME: &'static str = "encrypted";
 
-    fn io(&mut self) -> &mut Io<Access> {
-        &mut self.io
-    }
-
-    fn io_ref(&self) -> &Io<Access> {
-        &self.io
-    }
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.generations.len() as u64

@@ -115,13 +115,7 @@ impl Algorithm for Unsafe {
     type Purpose = Purpose;
     const NAME: &'static str = "unsafe";
 
-    fn io(&mut self) -> &mut Io<Purpose> {
-        &mut self.io
-    }
-
-    fn io_ref(&self) -> &Io<Purpose> {
-        &self.io
-    }
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.slots

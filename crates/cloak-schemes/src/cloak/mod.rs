@@ -581,13 +581,7 @@ impl Algorithm for Cloak {
     type Purpose = Purpose;
     const NAME: &'static str = "cloak";
 
-    fn io(&mut self) -> &mut Io<Purpose> {
-        &mut self.io
-    }
-
-    fn io_ref(&self) -> &Io<Purpose> {
-        &self.io
-    }
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.pos.len() as u64

@@ -614,13 +614,7 @@ impl Algorithm for Curious {
     type Purpose = Purpose;
     const NAME: &'static str = "curious";
 
-    fn io(&mut self) -> &mut Io<Purpose> {
-        &mut self.io
-    }
-
-    fn io_ref(&self) -> &Io<Purpose> {
-        &self.io
-    }
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.positions.len() as u64

@@ -602,13 +602,7 @@ impl Algorithm for Pancake {
     type Purpose = Purpose;
     const NAME: &'static str = "pancake";
 
-    fn io(&mut self) -> &mut Io<Purpose> {
-        &mut self.io
-    }
-
-    fn io_ref(&self) -> &Io<Purpose> {
-        &self.io
-    }
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.keys as u64

@@ -667,13 +667,7 @@ impl Algorithm for PathOram {
     type Purpose = Purpose;
     const NAME: &'static str = "path-oram";
 
-    fn io(&mut self) -> &mut Io<Purpose> {
-        &mut self.io
-    }
-
-    fn io_ref(&self) -> &Io<Purpose> {
-        &self.io
-    }
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.positions.slots() as u64

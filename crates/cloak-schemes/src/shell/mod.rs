@@ -116,6 +116,21 @@ pub trait Algorithm: Send {
     fn describe(&self) -> Vec<(&'static str, String)>;
 }
 
+/// The two [`Algorithm`] accessors of an algorithm that keeps its [`Io`] in a field `io`, as
+/// every scheme here does.
+macro_rules! io_in_field {
+    () => {
+        fn io(&mut self) -> &mut $crate::shell::Io<Self::Purpose> {
+            &mut self.io
+        }
+
+        fn io_ref(&self) -> &$crate::shell::Io<Self::Purpose> {
+            &self.io
+        }
+    };
+}
+pub(crate) use io_in_field;
+
 /// A running scheme: an [`Algorithm`] in the shell that implements [`Scheme`] for it.
 pub struct Shell<A> {
     algorithm: A,

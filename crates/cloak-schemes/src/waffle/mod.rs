@@ -220,13 +220,7 @@ impl Algorithm for Waffle {
     type Purpose = Purpose;
     const NAME: &'static str = "waffle";
 
-    fn io(&mut self) -> &mut Io<Purpose> {
-        &mut self.io
-    }
-
-    fn io_ref(&self) -> &Io<Purpose> {
-        &self.io
-    }
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.params.objects
