@@ -16,6 +16,7 @@
 //! a new instance starts from those records ([`Start`]) under a fresh random layout.
 
 mod budgets;
+mod options;
 mod sets;
 
 use std::num::NonZeroUsize;
@@ -33,6 +34,10 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
 
 pub use budgets::{BudgetError, Budgets};
+pub use options::{
+    CloakOptions, DEFAULT_BATCH_INTERVAL, DEFAULT_CACHE_SIZE, DEFAULT_FIRST_BUDGET,
+    DEFAULT_ZIPF_EXPONENT,
+};
 use sets::Sets;
 
 use crate::Start;
@@ -43,6 +48,7 @@ use crate::shell::{Algorithm, Answer, Io, OnFailure};
 /// Elements written per request while the store is first filled.
 const FILL_CHUNK: u64 = 1024;
 
+/// Cloak's parameters, checked (see [`CloakOptions::config`]).
 #[derive(Clone, Debug)]
 pub struct CloakConfig {
     pub budgets: Budgets,

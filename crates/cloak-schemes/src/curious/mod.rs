@@ -119,7 +119,10 @@ use position::{Place, PositionMap};
 use requests::{Answer, Requests};
 use retention::Retention;
 
-pub use params::{CuriousConfig, default_cache_limit, default_partitions, default_retention};
+pub use params::{
+    CuriousConfig, CuriousOptions, DEFAULT_ARITY, DEFAULT_BUCKET_SIZE, DEFAULT_EVICTIONS,
+    DEFAULT_MAX_IN_FLIGHT, default_cache_limit, default_partitions, default_retention,
+};
 
 /// Buckets written per request while the store is first filled.
 const FILL_CHUNK: u64 = 256;

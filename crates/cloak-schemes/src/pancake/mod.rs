@@ -31,6 +31,7 @@
 mod adapt;
 pub mod estimate;
 mod locks;
+mod options;
 mod replicas;
 pub mod smoothing;
 mod update_cache;
@@ -58,46 +59,16 @@ pub use estimate::{
     KeyWeightsError, estimate_for_keys, parse_distribution,
 };
 use locks::Locks;
+pub use options::{
+    DEFAULT_BATCH_SIZE, DEFAULT_IDLE_BATCH_INTERVAL, DEFAULT_MAX_QUEUED, DEFAULT_SIGNIFICANCE,
+    DEFAULT_WINDOW, PancakeOptions,
+};
 use replicas::{DUMMY, Replicas, element_slot};
 use smoothing::{Plan, Threshold};
 use update_cache::UpdateCache;
 
 /// Labels written per request while the store is first filled.
 const FILL_CHUNK: u64 = 1024;
-
-/// Pancake's parameters (paper §4–6; defaults are the paper's: `B = 3`, `α = 1/n` so `δ = 1/2`,
-/// a KS test at 95% confidence over windows of 10 million requests).
-#[derive(Clone, Debug)]
-pub struct PancakeOptions {
-    /// `π̂` per slot at start; `None` is uniform.
-    pub estimate: Option<Estimate>,
-    /// Accesses per client request (`B`).
-    pub batch_size: usize,
-    /// Detect drift and swap replicas (§5); without it `π̂` never changes.
-    pub adapt: bool,
-    /// Requests per detection window (`w`).
-    pub window: u64,
-    /// KS test significance (the paper's 95% confidence is 0.05).
-    pub significance: f64,
-    /// Batches also go out on this fixed schedule, so queued requests drain when clients pause.
-    pub idle_batch_interval: Duration,
-    /// Most requests waiting for batches before clients are slowed down.
-    pub max_queued: usize,
-}
-
-impl Default for PancakeOptions {
-    fn default() -> Self {
-        Self {
-            estimate: None,
-            batch_size: 3,
-            adapt: true,
-            window: 10_000_000,
-            significance: 0.05,
-            idle_batch_interval: Duration::from_millis(10),
-            max_queued: 10_000,
-        }
-    }
-}
 
 /// The distributions accesses are drawn from, for `π̂` and, during a swap, its transition.
 struct Phase {

@@ -78,6 +78,7 @@
 
 mod bucket;
 mod fill;
+mod options;
 mod position;
 mod stash;
 mod tree;
@@ -100,6 +101,7 @@ use crate::shell::retry::Retry;
 use crate::shell::{Algorithm, Answer, Io, OnFailure};
 use bucket::BucketCodec;
 use fill::Fill;
+pub use options::{DEFAULT_BUCKET_SIZE, DEFAULT_STASH_LIMIT, MAX_CAPACITY, PathOramOptions};
 use position::PositionMap;
 use stash::{Block, Eviction, Stash, evict};
 pub use tree::Tree;
@@ -107,6 +109,7 @@ pub use tree::Tree;
 /// Accesses owed to client ops beyond which the driver stops submitting (backpressure).
 const MAX_QUEUED: usize = 1024;
 
+/// Path ORAM's parameters, checked (see [`PathOramOptions::config`]).
 #[derive(Clone, Debug)]
 pub struct PathOramConfig {
     /// Blocks per bucket, `Z`.

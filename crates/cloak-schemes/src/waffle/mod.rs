@@ -66,7 +66,9 @@ use rand_chacha::ChaCha20Rng;
 
 pub use analysis::{BatchShape, Observation, observe};
 pub use labels::{LabelKey, Object};
-pub use params::{BatchTiming, PAPER_BATCH, ParamError, Params, WaffleOptions};
+pub use params::{
+    BatchTiming, DEFAULT_BATCH_INTERVAL, PAPER_BATCH, ParamError, Params, WaffleOptions,
+};
 
 use crate::Start;
 use crate::schedule::Schedule;

@@ -23,6 +23,15 @@
 
 use std::time::Duration;
 
+use cloak_crypto::MasterKey;
+use rand_chacha::ChaCha20Rng;
+
+use super::Waffle;
+use crate::{BuildError, Start, StoreSpec};
+
+/// The longest time between batches (the only time between them with fixed timing).
+pub const DEFAULT_BATCH_INTERVAL: Duration = Duration::from_millis(20);
+
 /// When batches go out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BatchTiming {
@@ -88,11 +97,26 @@ impl Default for WaffleOptions {
             fake_dummy: None,
             cache: None,
             dummies: None,
-            batch_interval: Duration::from_millis(20),
+            batch_interval: DEFAULT_BATCH_INTERVAL,
             timing: BatchTiming::Fixed,
             write_back_at: crate::schedule::DEFAULT_WRITE_BACK_AT,
             max_pending: None,
         }
+    }
+}
+
+impl WaffleOptions {
+    /// A Waffle store for `store` under `master`'s keys, holding `start`'s records.
+    pub(crate) fn build(
+        &self,
+        store: &StoreSpec,
+        master: &MasterKey,
+        rng: ChaCha20Rng,
+        start: Start,
+    ) -> Result<Waffle, BuildError> {
+        let params = Params::resolve(store.capacity, self)?;
+        let codec = crate::sealed_codec(store, master)?;
+        Ok(Waffle::new(params, codec, master, rng, start))
     }
 }
 
