@@ -13,6 +13,8 @@
 //! [`build`] turns a name and options into a running scheme; adding a scheme is one module and
 //! one arm there.
 
+#![warn(missing_docs)]
+
 pub mod cloak;
 pub mod curious;
 mod encrypted;
@@ -41,18 +43,27 @@ use shell::Algorithm;
 pub use shell::Shell;
 pub use waffle::{BatchTiming, Waffle, WaffleOptions};
 
+/// The schemes `--scheme` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchemeName {
+    /// `cloak`: this paper's scheme.
     Cloak,
+    /// `waffle`: Waffle (Maiyya et al.).
     Waffle,
+    /// `pancake`: Pancake (Grubbs et al.).
     Pancake,
+    /// `curious`: CURIOUS, tree-based.
     Curious,
+    /// `encrypted`: sealed values under fixed labels, no hiding of accesses.
     Encrypted,
+    /// `unsafe`: plaintext pass-through.
     Unsafe,
+    /// `path-oram`: Path ORAM.
     PathOram,
 }
 
 impl SchemeName {
+    /// Every scheme, in the order listings show them.
     pub const ALL: [SchemeName; 7] = [
         SchemeName::Cloak,
         SchemeName::Waffle,
@@ -63,6 +74,7 @@ impl SchemeName {
         SchemeName::Unsafe,
     ];
 
+    /// The name `--scheme` takes.
     pub fn as_str(self) -> &'static str {
         match self {
             SchemeName::Cloak => "cloak",
@@ -98,6 +110,7 @@ impl FromStr for SchemeName {
 pub struct StoreSpec {
     /// Keys the store must hold.
     pub capacity: u64,
+    /// The largest key and value every element holds.
     pub layout: RecordLayout,
     /// Seed for the scheme's CSPRNG; `None` seeds it from the operating system. Fixed seeds are
     /// for reproducible tests and simulations, never for deployments.
@@ -124,32 +137,55 @@ impl Start {
 /// Parameters of every scheme, each used only by its scheme.
 #[derive(Clone, Debug, Default)]
 pub struct SchemeOptions {
+    /// Cloak's.
     pub cloak: CloakOptions,
+    /// Pancake's.
     pub pancake: PancakeOptions,
+    /// Waffle's.
     pub waffle: WaffleOptions,
+    /// CURIOUS's.
     pub curious: CuriousOptions,
+    /// Path ORAM's.
     pub path_oram: PathOramOptions,
 }
 
+/// Why a scheme cannot be built with these options.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error(
         "unknown scheme {0:?}; choose one of: cloak, waffle, pancake, path-oram, curious, \
          encrypted, unsafe"
     )]
+    /// No scheme has this name.
     UnknownScheme(String),
+    /// The store is empty or larger than the scheme supports.
     #[error("capacity must be between 1 and {max}, got {got}")]
-    Capacity { got: u64, max: u64 },
+    Capacity {
+        /// The capacity asked for.
+        got: u64,
+        /// The largest supported.
+        max: u64,
+    },
+    /// Cloak's budgets are invalid.
     #[error(transparent)]
     Budgets(#[from] BudgetError),
     #[error(
         "the budgets give {given} elements but the store needs {needed}; add budgets or raise them"
     )]
-    BudgetsTooSmall { given: u64, needed: u64 },
+    /// Cloak's budgets give fewer elements than the store needs.
+    BudgetsTooSmall {
+        /// Elements the budgets give.
+        given: u64,
+        /// Keys the store needs.
+        needed: u64,
+    },
+    /// An option is out of range (the message names it).
     #[error("{0}")]
     Invalid(String),
+    /// Waffle's parameters do not fit together.
     #[error(transparent)]
     Waffle(#[from] waffle::ParamError),
+    /// The key material cannot be derived.
     #[error(transparent)]
     Key(#[from] KeyError),
 }

@@ -51,6 +51,7 @@ const FILL_CHUNK: u64 = 1024;
 /// Cloak's parameters, checked (see [`CloakOptions::config`]).
 #[derive(Clone, Debug)]
 pub struct CloakConfig {
+    /// The budgets every batch takes.
     pub budgets: Budgets,
     /// Fixed time between batch starts (`Δ`).
     pub batch_interval: Duration,
@@ -102,10 +103,13 @@ struct Flight {
 pub enum Purpose {
     /// Part of the initial fill, carrying recovered records as (slot, version).
     Fill(Vec<(u32, u64)>),
+    /// A batch's read.
     BatchRead,
+    /// A batch's write-back.
     BatchWrite,
 }
 
+/// The Cloak algorithm (run it in a [`crate::Shell`]).
 pub struct Cloak {
     budgets: Budgets,
     max_pending: usize,

@@ -191,6 +191,7 @@ impl Moving {
     }
 }
 
+/// The CURIOUS algorithm (run it in a [`crate::Shell`]).
 pub struct Curious {
     config: CuriousConfig,
     layout: Layout,

@@ -87,12 +87,19 @@ impl CuriousOptions {
 /// A CURIOUS store's parameters, checked.
 #[derive(Clone, Debug)]
 pub struct CuriousConfig {
+    /// Keys the store holds, `n`.
     pub capacity: u64,
+    /// Number of subORAMs, `m`.
     pub partitions: u32,
+    /// Children per tree node, `b`.
     pub arity: u32,
+    /// Blocks per bucket, `z`.
     pub bucket_size: usize,
+    /// Cached blocks evicted to the subORAM of every access, `c`.
     pub evictions: usize,
+    /// Most accesses scheduled at once.
     pub max_in_flight: usize,
+    /// Most blocks in the eviction cache before ops are refused.
     pub cache_limit: usize,
     /// Accesses a block stays readable at the proxy after its subORAM is drawn (`retention`).
     pub retention: u64,
@@ -123,6 +130,8 @@ pub fn default_cache_limit(partitions: u32) -> usize {
 }
 
 impl CuriousConfig {
+    /// The options for a store of `capacity` keys with the defaults applied, checked; the
+    /// error says which flag is wrong.
     pub fn new(capacity: u64, o: &CuriousOptions) -> Result<Self, String> {
         if o.arity < 2 {
             return Err(format!(

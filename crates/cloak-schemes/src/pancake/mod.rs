@@ -110,6 +110,7 @@ struct Seen {
     record: Result<Record, String>,
 }
 
+/// The Pancake algorithm (run it in a [`crate::Shell`]).
 pub struct Pancake {
     batch_size: usize,
     interval: Duration,

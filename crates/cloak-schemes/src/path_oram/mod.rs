@@ -183,6 +183,7 @@ pub enum Purpose {
     Write,
 }
 
+/// The Path ORAM algorithm (run it in a [`crate::Shell`]).
 pub struct PathOram {
     tree: Tree,
     stash_limit: usize,
@@ -276,6 +277,7 @@ impl PathOram {
         scheme
     }
 
+    /// The tree storage holds.
     pub fn tree(&self) -> Tree {
         self.tree
     }

@@ -55,10 +55,12 @@ impl<T> Retry<T> {
         }
     }
 
+    /// When the waiting requests go out again, if any wait.
     pub fn at(&self) -> Option<Instant> {
         self.at
     }
 
+    /// Whether requests wait to be repeated.
     pub fn is_waiting(&self) -> bool {
         !self.waiting.is_empty()
     }

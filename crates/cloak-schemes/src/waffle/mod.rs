@@ -144,6 +144,7 @@ struct Deletion {
     labels: Vec<Addr>,
 }
 
+/// The Waffle algorithm (run it in a [`crate::Shell`]).
 pub struct Waffle {
     params: Params,
     alpha: u64,
@@ -201,6 +202,7 @@ impl Waffle {
         Startup::begin(params, alpha, beta, codec, labels, rng, start)
     }
 
+    /// The parameters in force.
     pub fn params(&self) -> &Params {
         &self.params
     }
