@@ -28,6 +28,7 @@ const SCAN_CHUNK: u32 = 4096;
 
 /// How a scheme's elements are encoded.
 pub enum ElementFormat {
+    /// Sealed single-record elements.
     Sealed(ElementCodec),
     /// The unsafe baseline's plaintext records.
     Plain(RecordLayout),
@@ -70,6 +71,7 @@ impl ElementFormat {
     }
 }
 
+/// Rebuilds the store's records from a scan of storage (see the module docs).
 pub struct Recovery {
     format: ElementFormat,
     after: Option<Addr>,
@@ -81,6 +83,7 @@ pub struct Recovery {
 }
 
 impl Recovery {
+    /// A recovery of elements in `format`.
     pub fn new(format: ElementFormat) -> Self {
         Self {
             format,
@@ -206,9 +209,11 @@ pub struct Recovered {
     pub records: Vec<(Slot, Record)>,
     /// The version the engine continues from.
     pub next_version: u64,
+    /// Elements the scan read.
     pub elements: u64,
     /// Elements that failed to open or decode; none of their records are in `records`.
     pub damage: Damage,
+    /// The highest generation any element carried.
     pub max_generation: u64,
 }
 
