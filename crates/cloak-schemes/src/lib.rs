@@ -212,6 +212,15 @@ pub fn element_format(
     })
 }
 
+/// What every scheme is built from: the store, the master key its keys derive from, its CSPRNG
+/// and the records it starts with.
+pub(crate) struct Founding<'a> {
+    store: &'a StoreSpec,
+    master: &'a MasterKey,
+    rng: ChaCha20Rng,
+    start: Start,
+}
+
 /// The sealed-element codec every scheme but `unsafe` stores its elements with.
 fn sealed_codec(store: &StoreSpec, master: &MasterKey) -> Result<ElementCodec, BuildError> {
     Ok(ElementCodec::new(store.layout, Sealer::new(master)?))
@@ -247,19 +256,25 @@ pub fn build(
         Some(seed) => ChaCha20Rng::seed_from_u64(seed),
         None => ChaCha20Rng::from_os_rng(),
     };
+    let from = Founding {
+        store,
+        master,
+        rng,
+        start,
+    };
     Ok(match name {
-        SchemeName::Cloak => running(options.cloak.build(store, master, rng, start)?),
-        SchemeName::Pancake => running(options.pancake.build(store, master, rng, start)?),
-        SchemeName::Waffle => running(options.waffle.build(store, master, rng, start)?),
-        SchemeName::Curious => running(options.curious.build(store, master, rng, start)?),
-        SchemeName::PathOram => running(options.path_oram.build(store, master, rng, start)?),
+        SchemeName::Cloak => running(options.cloak.build(from)?),
+        SchemeName::Pancake => running(options.pancake.build(from)?),
+        SchemeName::Waffle => running(options.waffle.build(from)?),
+        SchemeName::Curious => running(options.curious.build(from)?),
+        SchemeName::PathOram => running(options.path_oram.build(from)?),
         SchemeName::Encrypted => running(Encrypted::new(
             store.capacity,
             Prf::new(master, "encrypted"),
             sealed_codec(store, master)?,
-            start,
+            from.start,
         )),
-        SchemeName::Unsafe => running(Unsafe::new(store.capacity, store.layout, start)),
+        SchemeName::Unsafe => running(Unsafe::new(store.capacity, store.layout, from.start)),
     })
 }
 

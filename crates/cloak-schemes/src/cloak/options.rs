@@ -4,11 +4,10 @@
 use std::time::Duration;
 
 use cloak_core::ElementCodec;
-use cloak_crypto::{MasterKey, Sealer};
-use rand_chacha::ChaCha20Rng;
+use cloak_crypto::Sealer;
 
 use super::{Budgets, Cloak, CloakConfig};
-use crate::{BuildError, MAX_CAPACITY, Start, StoreSpec, schedule};
+use crate::{BuildError, Founding, MAX_CAPACITY, schedule};
 
 /// The paper's first budget `b_1` for a million keys (§7.1: a batch of about 4,000).
 pub const DEFAULT_FIRST_BUDGET: u32 = 433;
@@ -97,13 +96,8 @@ impl CloakOptions {
     }
 
     /// A Cloak store for `store` under `master`'s keys, holding `start`'s records.
-    pub(crate) fn build(
-        &self,
-        store: &StoreSpec,
-        master: &MasterKey,
-        rng: ChaCha20Rng,
-        start: Start,
-    ) -> Result<Cloak, BuildError> {
+    pub(crate) fn build(&self, from: Founding<'_>) -> Result<Cloak, BuildError> {
+        let (store, master) = (from.store, from.master);
         let config = self.config(store.capacity)?;
         let sealer = Sealer::new(master)?;
         #[cfg(feature = "leak-demo")]
@@ -114,6 +108,6 @@ impl CloakOptions {
             false => sealer,
         };
         let codec = ElementCodec::new(store.layout, sealer);
-        Ok(Cloak::new(config, codec, rng, start))
+        Ok(Cloak::new(config, codec, from.rng, from.start))
     }
 }

@@ -17,12 +17,9 @@
 //! - Retention `16m` accesses (not in the paper; see `retention`): blocks stay readable at the
 //!   proxy that long after their subORAM is drawn, about `16m` blocks at most.
 
-use cloak_crypto::MasterKey;
-use rand_chacha::ChaCha20Rng;
-
 use super::Curious;
 use super::geometry::{Layout, Tree};
-use crate::{BuildError, Start, StoreSpec};
+use crate::{BuildError, Founding};
 
 /// Children per tree node, `b` (Table 7).
 pub const DEFAULT_ARITY: u32 = 3;
@@ -70,17 +67,12 @@ impl Default for CuriousOptions {
 
 impl CuriousOptions {
     /// A CURIOUS store for `store` under `master`'s keys, holding `start`'s records.
-    pub(crate) fn build(
-        &self,
-        store: &StoreSpec,
-        master: &MasterKey,
-        rng: ChaCha20Rng,
-        start: Start,
-    ) -> Result<Curious, BuildError> {
+    pub(crate) fn build(&self, from: Founding<'_>) -> Result<Curious, BuildError> {
+        let (store, master) = (from.store, from.master);
         let config = CuriousConfig::new(store.capacity, self).map_err(BuildError::Invalid)?;
         let layout = config.layout().map_err(BuildError::Invalid)?;
         let codec = crate::sealed_codec(store, master)?;
-        Ok(Curious::new(config, layout, codec, rng, start))
+        Ok(Curious::new(config, layout, codec, from.rng, from.start))
     }
 }
 

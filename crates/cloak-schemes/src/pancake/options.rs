@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use cloak_crypto::{MasterKey, Prf};
-use rand_chacha::ChaCha20Rng;
+use cloak_crypto::Prf;
 
 use super::{Estimate, Pancake};
-use crate::{BuildError, Start, StoreSpec};
+use crate::{BuildError, Founding};
 
 /// Accesses per client request, `B`.
 pub const DEFAULT_BATCH_SIZE: usize = 3;
@@ -94,16 +93,13 @@ impl PancakeOptions {
     }
 
     /// A Pancake store for `store` under `master`'s keys, holding `start`'s records.
-    pub(crate) fn build(
-        &self,
-        store: &StoreSpec,
-        master: &MasterKey,
-        rng: ChaCha20Rng,
-        start: Start,
-    ) -> Result<Pancake, BuildError> {
+    pub(crate) fn build(&self, from: Founding<'_>) -> Result<Pancake, BuildError> {
+        let (store, master) = (from.store, from.master);
         let estimate = self.estimate(store.capacity)?;
         let prf = Prf::new(master, "pancake");
         let codec = crate::sealed_codec(store, master)?;
-        Ok(Pancake::new(self, estimate, prf, codec, rng, start))
+        Ok(Pancake::new(
+            self, estimate, prf, codec, from.rng, from.start,
+        ))
     }
 }

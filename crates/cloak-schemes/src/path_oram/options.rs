@@ -1,11 +1,8 @@
 //! Path ORAM's options, their defaults (`Z = 4` and the stash bound 89 that CURIOUS §3.2 takes
 //! from Path ORAM's Table 3) and their validation.
 
-use cloak_crypto::MasterKey;
-use rand_chacha::ChaCha20Rng;
-
 use super::{PathOram, PathOramConfig, Tree};
-use crate::{BuildError, Start, StoreSpec};
+use crate::{BuildError, Founding, StoreSpec};
 
 /// Blocks per bucket, `Z`.
 pub const DEFAULT_BUCKET_SIZE: usize = 4;
@@ -76,15 +73,16 @@ impl PathOramOptions {
     }
 
     /// A Path ORAM store for `store` under `master`'s keys, holding `start`'s records.
-    pub(crate) fn build(
-        &self,
-        store: &StoreSpec,
-        master: &MasterKey,
-        rng: ChaCha20Rng,
-        start: Start,
-    ) -> Result<PathOram, BuildError> {
+    pub(crate) fn build(&self, from: Founding<'_>) -> Result<PathOram, BuildError> {
+        let (store, master) = (from.store, from.master);
         let config = self.config(store)?;
         let codec = crate::sealed_codec(store, master)?;
-        Ok(PathOram::new(config, store.capacity, codec, rng, start))
+        Ok(PathOram::new(
+            config,
+            store.capacity,
+            codec,
+            from.rng,
+            from.start,
+        ))
     }
 }

@@ -23,11 +23,8 @@
 
 use std::time::Duration;
 
-use cloak_crypto::MasterKey;
-use rand_chacha::ChaCha20Rng;
-
 use super::Waffle;
-use crate::{BuildError, Start, StoreSpec};
+use crate::{BuildError, Founding};
 
 /// The longest time between batches (the only time between them with fixed timing).
 pub const DEFAULT_BATCH_INTERVAL: Duration = Duration::from_millis(20);
@@ -109,16 +106,11 @@ impl Default for WaffleOptions {
 
 impl WaffleOptions {
     /// A Waffle store for `store` under `master`'s keys, holding `start`'s records.
-    pub(crate) fn build(
-        &self,
-        store: &StoreSpec,
-        master: &MasterKey,
-        rng: ChaCha20Rng,
-        start: Start,
-    ) -> Result<Waffle, BuildError> {
+    pub(crate) fn build(&self, from: Founding<'_>) -> Result<Waffle, BuildError> {
+        let (store, master) = (from.store, from.master);
         let params = Params::resolve(store.capacity, self)?;
         let codec = crate::sealed_codec(store, master)?;
-        Ok(Waffle::new(params, codec, master, rng, start))
+        Ok(Waffle::new(params, codec, master, from.rng, from.start))
     }
 }
 
