@@ -10,8 +10,14 @@
 //! | `encrypted` | which label every op touches (contents hidden)           |
 //! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
 //!
-//! [`build`] turns a name and options into a running scheme; adding a scheme is one module and
-//! one arm there.
+//! Each scheme is its algorithm and nothing else: it implements [`shell::Algorithm`] (what to
+//! send, what to do with an answer, what to do when storage is down, its own deadlines), and
+//! the [`Shell`] around it implements [`cloak_core::Scheme`] once for all of them (in-flight
+//! requests, reply checks, retries, timers, the outbox, the fill's pacing, the counters). Each
+//! scheme's options, defaults (one constant each) and validation live in its own module.
+//!
+//! [`build`] turns a name and options into a running scheme; adding a scheme is one module (an
+//! `Algorithm` and its options) and one arm there.
 
 #![warn(missing_docs)]
 

@@ -10,7 +10,7 @@
 //! Client ops are answered as early as correctness allows (§4.1, Algorithm 2): writes as soon as
 //! they are in the proxy's journal (they are kept until written back), reads from the cache, from
 //! a pending write, or by joining a pending read. At most one op per slot waits for a batch; when
-//! too many wait, [`Scheme::accepts`] turns false until a batch completes.
+//! too many wait, [`Scheme::accepts`](cloak_core::Scheme::accepts) turns false until a batch completes.
 //!
 //! After a crash the store is rebuilt from storage and the journal (`cloak_core::recovery`) and
 //! a new instance starts from those records ([`Start`]) under a fresh random layout.

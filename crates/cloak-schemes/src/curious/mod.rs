@@ -75,7 +75,7 @@
 //! write-back that evicted blocks is in storage, their journal entries are released. Recovery
 //! (`cloak_core::recovery`) then finds every block in storage or in the journal.
 //!
-//! Graceful shutdown ([`Scheme::drain`]): the eviction cache would otherwise only empty while
+//! Graceful shutdown ([`Scheme::drain`](cloak_core::Scheme::drain)): the eviction cache would otherwise only empty while
 //! clients keep sending ops, so once the proxy stops taking them and the accesses in flight are
 //! done, CURIOUS writes the whole cache to a *drain area* of storage: always all of it (room for
 //! the cache limit), so the write shows nothing but that the proxy stopped. Recovery reads it

@@ -1,5 +1,5 @@
 //! Path ORAM (Stefanov et al., CCS'13), the tree ORAM the CURIOUS paper evaluates (§3.2: `Z = 4`,
-//! stash 89), as a sans-io [`Scheme`].
+//! stash 89), as a sans-io [`Scheme`](cloak_core::Scheme).
 //!
 //! Storage holds a binary tree of buckets ([`tree`]), each one sealed element of `Z` padded
 //! records ([`bucket`]). The proxy holds the position map, a leaf per slot ([`position`]), and
@@ -51,7 +51,7 @@
 //! the write-back lands. So the eviction keeps every such block in the journal, and the
 //! write-back is sent only once the journal says they are durable. To keep that wait from
 //! telling the server whether anything was kept, every write-back waits for a journal barrier
-//! ([`Outbox::barrier`]), empty or not. A block that was journaled (a stash block, a client
+//! ([`Outbox::barrier`](cloak_core::Outbox::barrier)), empty or not. A block that was journaled (a stash block, a client
 //! write) is released once a write-back that put it in a bucket has landed, unless by then it is
 //! back in the stash (it stays journaled). A client write is kept before it is acknowledged, as
 //! in every scheme. Blocks moving between buckets of one path are not journaled: that assumes a
