@@ -598,8 +598,7 @@ impl Algorithm for Cloak {
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        // The shell passes only slots below `slots()`, which fit in 32 bits.
-        let slot = op.slot() as u32;
+        let slot = crate::shell::slot32(&op);
         self.touch(slot);
         match op {
             Op::Read(_) => self.read(id, slot),

@@ -625,8 +625,7 @@ impl Algorithm for Curious {
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        // The shell passes only slots below `slots()`, which fit in 32 bits.
-        let slot = op.slot() as u32;
+        let slot = crate::shell::slot32(&op);
         if let Some(error) = self.io.unavailable() {
             self.io.out.reply(id, Reply::Failed(error));
             return;

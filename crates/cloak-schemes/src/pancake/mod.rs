@@ -581,8 +581,7 @@ impl Algorithm for Pancake {
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        // The shell passes only slots below `slots()`, which fit in 32 bits.
-        let slot = op.slot() as u32;
+        let slot = crate::shell::slot32(&op);
         match op {
             Op::Write(_, record) => {
                 self.io.out.keep(Slot::from(slot), record.clone());

@@ -679,8 +679,7 @@ impl Algorithm for PathOram {
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        // The shell passes only slots below `slots()`, which fit in 32 bits.
-        let slot = op.slot() as u32;
+        let slot = crate::shell::slot32(&op);
         if self.overflowing() {
             let error = self.overflow_error();
             self.io.out.reply(id, Reply::Failed(error));

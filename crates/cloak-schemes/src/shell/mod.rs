@@ -116,6 +116,13 @@ pub trait Algorithm: Send {
     fn describe(&self) -> Vec<(&'static str, String)>;
 }
 
+/// The slot of an op the shell passed to [`Algorithm::submit`], as the 32-bit slot numbers
+/// the schemes keep: the shell passes only slots below [`Algorithm::slots`], and every scheme
+/// has fewer than 2^32 (`crate::MAX_CAPACITY`).
+pub fn slot32(op: &Op) -> u32 {
+    op.slot() as u32
+}
+
 /// The two [`Algorithm`] accessors of an algorithm that keeps its [`Io`] in a field `io`, as
 /// every scheme here does.
 macro_rules! io_in_field {

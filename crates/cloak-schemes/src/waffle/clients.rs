@@ -25,8 +25,7 @@ impl Waffle {
             self.io.out.reply(id, Reply::Failed(error));
             return;
         }
-        // The shell passes only slots below `slots()`, which fit in 32 bits.
-        let slot = op.slot() as u32;
+        let slot = crate::shell::slot32(&op);
         match op {
             Op::Read(_) => self.read(id, slot),
             Op::Write(_, record) => self.write(id, slot, record),
