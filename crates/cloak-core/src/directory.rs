@@ -78,6 +78,8 @@ impl Slots {
     }
 }
 
+/// Which slot each key has: keys are stored as keyed hashes, slots handed out from a free
+/// list.
 pub struct KeyDirectory {
     hasher: KeyHasher,
     slots: Slots,
@@ -105,18 +107,22 @@ impl KeyDirectory {
         }
     }
 
+    /// Slots it hands out.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
+    /// Keys it holds.
     pub fn len(&self) -> usize {
         self.slots.len()
     }
 
+    /// Whether it holds no key.
     pub fn is_empty(&self) -> bool {
         self.slots.len() == 0
     }
 
+    /// The key's slot, if the key exists.
     pub fn get(&self, key: &[u8]) -> Option<Slot> {
         self.slots.get(&hash(&self.hasher, key)).map(Slot::from)
     }
@@ -147,6 +153,7 @@ impl KeyDirectory {
         self.slots.remove(&hash(&self.hasher, key)).map(Slot::from)
     }
 
+    /// Makes a removed key's slot free again (see [`KeyDirectory::remove`]).
     pub fn release(&mut self, slot: Slot) {
         // A designated slot waits for its own key.
         if !self.designated_slots.contains(&(slot as u32)) {

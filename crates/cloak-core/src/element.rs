@@ -23,11 +23,15 @@ pub type Slot = u64;
 /// The slot of a record that holds no block at all (padding in a bucket, a dummy object).
 pub const NO_SLOT: Slot = Slot::MAX;
 
+/// A slot's content: a key and its value, with the version of the write that made it (an
+/// empty key is a free slot).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Record {
     /// Increases with every client write; the proxy uses it to order copies of a slot.
     pub version: u64,
+    /// The client's key (empty: the slot is free).
     pub key: Bytes,
+    /// The value.
     pub value: Bytes,
 }
 
@@ -37,6 +41,7 @@ impl Record {
         Self::default()
     }
 
+    /// Whether the slot is free.
     pub fn is_empty(&self) -> bool {
         self.key.is_empty()
     }
@@ -45,22 +50,34 @@ impl Record {
 /// Sizes of the fixed-length record encoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordLayout {
+    /// Longest key.
     pub max_key: usize,
+    /// Largest value.
     pub max_value: usize,
 }
 
 const HEADER_LEN: usize = 8 + 8 + 2 + 4;
 
+/// Why an element did not open into a record of its slot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ElementError {
+    /// No element where one must be.
     #[error("storage has no element where one must be")]
     Missing,
+    /// Authentication failed.
     #[error(transparent)]
     Crypto(#[from] CryptoError),
+    /// Authentic but not a record of this layout.
     #[error("element decrypted but is malformed: {0}")]
     Malformed(&'static str),
+    /// A record of another slot.
     #[error("element belongs to slot {found}, expected slot {expected}")]
-    WrongSlot { expected: Slot, found: Slot },
+    WrongSlot {
+        /// The slot the scheme read.
+        expected: Slot,
+        /// The slot the element names.
+        found: Slot,
+    },
 }
 
 impl RecordLayout {
@@ -121,11 +138,14 @@ impl RecordLayout {
 
 /// Seals and opens single-record elements: the format every dense scheme stores.
 pub struct ElementCodec {
+    /// The record layout every element pads to.
     pub layout: RecordLayout,
+    /// What seals and opens the elements.
     pub sealer: Sealer,
 }
 
 impl ElementCodec {
+    /// A codec for `layout` sealing with `sealer`.
     pub fn new(layout: RecordLayout, sealer: Sealer) -> Self {
         Self { layout, sealer }
     }
@@ -135,6 +155,7 @@ impl ElementCodec {
         self.layout.encoded_len() + SEAL_OVERHEAD
     }
 
+    /// The element holding `slot`'s `record`, sealed for `binding`.
     pub fn seal(&mut self, binding: Binding, slot: Slot, record: &Record) -> Bytes {
         let layout = self.layout;
         Bytes::from(self.sealer.seal_with(binding, layout.encoded_len(), |out| {

@@ -34,18 +34,25 @@ use crate::storage::{ExpectedReply, RequestId, StorageError, StorageReply, Stora
 /// Identifies a client (a connection) for per-client ordering.
 pub type ClientId = u64;
 
+/// What a command may carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
+    /// Longest key.
     pub max_key: usize,
+    /// Largest value.
     pub max_value: usize,
     /// Most keys one MGET/MSET/DEL/EXISTS may name, which bounds a single command's memory.
     pub max_keys_per_command: usize,
 }
 
+/// The engine's counters for `INFO`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
+    /// Commands completed.
     pub commands: u64,
+    /// Keys that exist.
     pub keys: u64,
+    /// Keys the store holds.
     pub capacity: u64,
 }
 
@@ -85,6 +92,7 @@ enum Expect {
     Cover,
 }
 
+/// Runs commands on a scheme (see the module docs).
 pub struct Engine {
     scheme: Box<dyn Scheme>,
     directory: KeyDirectory,
@@ -163,10 +171,12 @@ impl Engine {
         self.limits
     }
 
+    /// The scheme it runs on.
     pub fn scheme(&self) -> &dyn Scheme {
         self.scheme.as_ref()
     }
 
+    /// Its counters.
     pub fn stats(&self) -> EngineStats {
         EngineStats {
             commands: self.commands_done,
@@ -175,6 +185,7 @@ impl Engine {
         }
     }
 
+    /// The scheme's counters.
     pub fn scheme_stats(&self) -> SchemeStats {
         self.scheme.stats()
     }
@@ -210,6 +221,7 @@ impl Engine {
         self.drain_replies(now);
     }
 
+    /// Called at (or after) the instant [`Engine::poll_timeout`] returned.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.scheme.handle_timeout(now);
         self.drain_replies(now);
@@ -221,10 +233,12 @@ impl Engine {
         self.drain_replies(now);
     }
 
+    /// When the engine next needs [`Engine::handle_timeout`], if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.scheme.poll_timeout()
     }
 
+    /// The next storage request to send.
     pub fn poll_storage(&mut self) -> Option<StorageRequest> {
         let request = self.scheme.poll_storage()?;
         self.in_flight
@@ -232,15 +246,18 @@ impl Engine {
         Some(request)
     }
 
+    /// The next journal request to make durable.
     pub fn poll_journal(&mut self) -> Option<JournalRequest> {
         self.scheme.outbox().poll_journal()
     }
 
+    /// A journal request is durable (`Ok`) or could not be made durable.
     pub fn handle_journaled(&mut self, now: Instant, id: JournalId, result: Result<(), String>) {
         self.scheme.handle_journaled(now, id, result);
         self.drain_replies(now);
     }
 
+    /// The next finished command, by the token it was submitted with.
     pub fn poll_outcome(&mut self) -> Option<(u64, Outcome)> {
         self.outcomes.pop_front()
     }

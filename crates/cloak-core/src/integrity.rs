@@ -29,10 +29,12 @@ const NAMED: usize = 8;
 /// The addresses of elements with one kind of fault, in scan order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
+    /// The addresses.
     pub addresses: Vec<Addr>,
 }
 
 impl Tally {
+    /// How many.
     pub fn count(&self) -> u64 {
         self.addresses.len() as u64
     }
@@ -50,6 +52,7 @@ pub struct Damage {
 }
 
 impl Damage {
+    /// Counts the element at `address` under the fault `error` names.
     pub fn record(&mut self, address: Addr, error: &ElementError) {
         let tally = match error {
             ElementError::Crypto(CryptoError::Truncated(_)) => &mut self.short,
@@ -60,6 +63,7 @@ impl Damage {
         tally.addresses.push(address);
     }
 
+    /// Damaged elements of every kind.
     pub fn count(&self) -> u64 {
         self.unauthentic.count() + self.short.count() + self.malformed.count()
     }
@@ -71,6 +75,7 @@ impl Damage {
             .flat_map(|tally| tally.addresses.iter().copied())
     }
 
+    /// Whether nothing is damaged.
     pub fn is_empty(&self) -> bool {
         self.count() == 0
     }
@@ -79,6 +84,7 @@ impl Damage {
 /// A slot storage holds older than the proxy last knew it, or not at all.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StaleSlot {
+    /// The slot.
     pub slot: Slot,
     /// The version the proxy last knew storage to hold.
     pub expected: u64,
@@ -93,6 +99,7 @@ pub struct StaleSlot {
 pub struct Findings {
     /// Elements the scan read.
     pub elements: u64,
+    /// Elements that are not this store's.
     pub damage: Damage,
     /// By slot.
     pub stale: Vec<StaleSlot>,
@@ -134,6 +141,7 @@ impl Findings {
         }
     }
 
+    /// Whether storage is whole and current.
     pub fn is_clean(&self) -> bool {
         self.damage.is_empty() && self.stale.is_empty()
     }

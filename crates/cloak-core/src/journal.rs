@@ -8,12 +8,15 @@ use std::collections::HashMap;
 use crate::element::{Record, Slot};
 use crate::scheme::JournalOp;
 
+/// The journal's content: the newest kept record of each slot (in memory; the proxy's
+/// journal file replays into one).
 #[derive(Clone, Debug, Default)]
 pub struct JournalMap {
     records: HashMap<Slot, Record>,
 }
 
 impl JournalMap {
+    /// Applies a journal request: keeps newer records, drops released ones.
     pub fn apply(&mut self, op: JournalOp) {
         match op {
             JournalOp::Keep(records) => {
@@ -37,14 +40,17 @@ impl JournalMap {
         }
     }
 
+    /// Slots with a kept record.
     pub fn len(&self) -> usize {
         self.records.len()
     }
 
+    /// Whether no record is kept.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
 
+    /// Every kept record, by slot.
     pub fn records(&self) -> impl Iterator<Item = (Slot, &Record)> {
         self.records.iter().map(|(s, r)| (*s, r))
     }

@@ -6,6 +6,8 @@
 //! Redis-like command layer on top (key directory, size limits, per-client ordering), so the
 //! network proxy, the in-process simulator and the tests all drive the same code.
 
+#![warn(missing_docs)]
+
 pub mod command;
 pub mod directory;
 pub mod element;

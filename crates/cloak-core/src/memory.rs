@@ -25,6 +25,7 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }
@@ -140,10 +141,12 @@ impl MemoryStore {
         }
     }
 
+    /// Elements held.
     pub fn len(&self) -> usize {
         self.elements
     }
 
+    /// Whether no element is held.
     pub fn is_empty(&self) -> bool {
         self.elements == 0
     }
@@ -159,10 +162,12 @@ impl MemoryStore {
         self.get(addr).cloned()
     }
 
+    /// Puts `bytes` at `addr`, whatever was there (tests that play a malicious server).
     pub fn replace(&mut self, addr: Addr, bytes: &[u8]) {
         self.put(addr, bytes);
     }
 
+    /// Every address that holds an element, in ascending order.
     pub fn addresses(&self) -> Vec<Addr> {
         let dense = (0..self.dense.len())
             .filter(|&i| self.dense[i].is_some())

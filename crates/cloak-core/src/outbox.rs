@@ -15,6 +15,7 @@ use hashbrown::HashMap;
 use crate::element::{Record, Slot};
 use crate::scheme::{JournalId, JournalOp, JournalRequest, OpId, Reply, SchemeError};
 
+/// Replies and journal requests waiting for the driver (see the module docs).
 #[derive(Default)]
 pub struct Outbox {
     replies: VecDeque<(OpId, Reply)>,
@@ -80,10 +81,12 @@ impl Outbox {
         self.releases.push((slot, version));
     }
 
+    /// The next reply to send.
     pub fn poll_reply(&mut self) -> Option<(OpId, Reply)> {
         self.replies.pop_front()
     }
 
+    /// The next journal request, keeps made since the last poll and releases together.
     pub fn poll_journal(&mut self) -> Option<JournalRequest> {
         if let Some((id, records)) = self.collecting.take() {
             return Some(JournalRequest {

@@ -74,6 +74,7 @@ impl ScanProgress {
 
 /// How a scheme's elements are encoded.
 pub enum ElementFormat {
+    /// Sealed single-record elements.
     Sealed(ElementCodec),
     /// The unsafe baseline's plaintext records.
     Plain(RecordLayout),
@@ -116,6 +117,7 @@ impl ElementFormat {
     }
 }
 
+/// Rebuilds the store's records from a scan of storage (see the module docs).
 pub struct Recovery {
     format: ElementFormat,
     after: Option<Addr>,
@@ -127,6 +129,7 @@ pub struct Recovery {
 }
 
 impl Recovery {
+    /// A recovery of elements in `format`.
     pub fn new(format: ElementFormat) -> Self {
         Self {
             format,
@@ -257,9 +260,11 @@ pub struct Recovered {
     pub records: Vec<(Slot, Record)>,
     /// The version the engine continues from.
     pub next_version: u64,
+    /// Elements the scan read.
     pub elements: u64,
     /// Elements that failed to open or decode; none of their records are in `records`.
     pub damage: Damage,
+    /// The highest generation any element carried.
     pub max_generation: u64,
 }
 

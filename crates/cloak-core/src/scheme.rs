@@ -40,12 +40,14 @@ pub struct OpId(pub u64);
 /// A client operation on one logical slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// Read the slot's record.
     Read(Slot),
     /// Replace the slot's record; an empty record frees the slot.
     Write(Slot, Record),
 }
 
 impl Op {
+    /// The slot it is on.
     pub fn slot(&self) -> Slot {
         match self {
             Op::Read(slot) | Op::Write(slot, _) => *slot,
@@ -53,25 +55,32 @@ impl Op {
     }
 }
 
+/// A scheme's answer to an op.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     /// The slot's current record (empty if the slot is free).
     Value(Record),
     /// The write is acknowledged: every later read sees it.
     Written,
+    /// The op failed.
     Failed(SchemeError),
 }
 
+/// Why an op failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SchemeError {
+    /// Storage failed or answered something malformed.
     #[error("storage unavailable: {0}")]
     StorageUnavailable(#[from] StorageError),
     #[error(
         "integrity violation: storage returned a corrupted, swapped or replayed element for this key ({0})"
     )]
+    /// Storage returned an element that is not the slot's current one.
     Integrity(String),
+    /// The scheme refuses the op (full, or the slot does not exist).
     #[error("{0}")]
     Overloaded(String),
+    /// The journal could not keep the write.
     #[error("the proxy could not make this write durable, so it may or may not take effect: {0}")]
     Durability(String),
 }
@@ -80,6 +89,7 @@ pub enum SchemeError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JournalId(pub u64);
 
+/// What a journal request asks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JournalOp {
     /// Keep these records durably; for a slot, the highest version kept wins.
@@ -89,9 +99,12 @@ pub enum JournalOp {
     Release(Vec<(Slot, u64)>),
 }
 
+/// A request to the proxy's journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JournalRequest {
+    /// Its id, for [`Scheme::handle_journaled`].
     pub id: JournalId,
+    /// What it asks.
     pub op: JournalOp,
 }
 
@@ -104,14 +117,18 @@ pub struct SchemeStats {
     pub real_accesses: u64,
     /// Storage accesses made only to hide the real ones.
     pub dummy_accesses: u64,
+    /// Reads answered at the proxy.
     pub cache_hits: u64,
+    /// Reads that needed storage.
     pub cache_misses: u64,
     /// Client ops waiting for storage right now.
     pub queued: u64,
     /// Writes acknowledged to clients that storage does not hold yet; a proxy may stop only
     /// when this is zero.
     pub unwritten: u64,
+    /// Elements that failed authentication or decoding.
     pub integrity_failures: u64,
+    /// Storage requests that failed or were answered malformed.
     pub storage_failures: u64,
     /// Batch times a fixed schedule skipped because the batch before was unfinished when they
     /// came (storage or the proxy overran the interval).
@@ -134,6 +151,7 @@ impl SchemeStats {
     }
 }
 
+/// A sans-io scheme (see the module docs).
 pub trait Scheme: Send {
     /// The name given to `--scheme`.
     fn name(&self) -> &'static str;
@@ -161,6 +179,7 @@ pub trait Scheme: Send {
     /// When the scheme next needs [`Scheme::handle_timeout`], if ever.
     fn poll_timeout(&self) -> Option<Instant>;
 
+    /// The next storage request to send.
     fn poll_storage(&mut self) -> Option<StorageRequest>;
 
     /// Where the scheme's replies and journal requests wait for the driver.
@@ -191,6 +210,7 @@ pub trait Scheme: Send {
     /// until some storage reply arrives.
     fn accepts(&self) -> bool;
 
+    /// The scheme's counters.
     fn stats(&self) -> SchemeStats;
 
     /// Scheme parameters and state for `INFO`, as `(field, value)` pairs.

@@ -21,6 +21,8 @@ use crate::trace::{Observed, Trace};
 /// Sees every storage request, values included, when storage receives it (see [`Simulator::tap`]).
 type Tap = Box<dyn FnMut(Duration, &StorageOp) + Send>;
 
+/// Runs an engine against an in-memory store and journal in virtual time: the tests' and the
+/// auditor's proxy.
 pub struct Simulator {
     engine: Engine,
     store: MemoryStore,
@@ -45,6 +47,7 @@ pub struct Simulator {
 }
 
 impl Simulator {
+    /// A simulation of `engine` on an empty store.
     pub fn new(engine: Engine) -> Self {
         Self::resume(engine, MemoryStore::new(), JournalMap::default())
     }
@@ -91,6 +94,7 @@ impl Simulator {
         (self.store, self.journal)
     }
 
+    /// The journal's content.
     pub fn journal(&self) -> &JournalMap {
         &self.journal
     }
@@ -127,6 +131,7 @@ impl Simulator {
         self.storage_bytes
     }
 
+    /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
@@ -154,10 +159,12 @@ impl Simulator {
         self.storage_confused = confused;
     }
 
+    /// The virtual time now.
     pub fn now(&self) -> Instant {
         self.now
     }
 
+    /// Virtual time since the start.
     pub fn elapsed(&self) -> Duration {
         self.now - self.start
     }
@@ -188,10 +195,12 @@ impl Simulator {
         self.in_flight.is_empty()
     }
 
+    /// Whether command `token` has finished.
     pub fn has_outcome(&self, token: u64) -> bool {
         self.outcomes.contains_key(&token)
     }
 
+    /// Whether any finished command is waiting to be taken.
     pub fn has_outcomes(&self) -> bool {
         !self.outcomes.is_empty()
     }
@@ -212,6 +221,7 @@ impl Simulator {
         self.outcome(token)
     }
 
+    /// Runs `duration` of virtual time.
     pub fn run_for(&mut self, duration: Duration) {
         let deadline = self.now + duration;
         while self.step(deadline) {}

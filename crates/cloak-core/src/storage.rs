@@ -15,6 +15,7 @@ pub type Addr = u128;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub u64);
 
+/// What a scheme asks of storage.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StorageOp {
     /// Read these addresses; absent ones come back as `None`.
@@ -26,10 +27,16 @@ pub enum StorageOp {
     /// Up to `limit` stored elements with addresses above `after` (from the lowest when `None`),
     /// in address order; fewer than `limit` means the scan is complete. Only recovery scans,
     /// and it reads everything, so the server learns nothing from it.
-    Scan { after: Option<Addr>, limit: u32 },
+    Scan {
+        /// List addresses above this one.
+        after: Option<Addr>,
+        /// At most this many.
+        limit: u32,
+    },
 }
 
 impl StorageOp {
+    /// Its kind, for logs.
     pub fn kind(&self) -> &'static str {
         match self {
             StorageOp::Read(_) => "read",
@@ -48,6 +55,7 @@ impl StorageOp {
         }
     }
 
+    /// Whether it names no address.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -75,12 +83,16 @@ impl StorageOp {
     }
 }
 
+/// A storage op with the id its answer comes back with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StorageRequest {
+    /// The id.
     pub id: RequestId,
+    /// The op.
     pub op: StorageOp,
 }
 
+/// Storage's answer to a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StorageReply {
     /// Values for a [`StorageOp::Read`], in request order.

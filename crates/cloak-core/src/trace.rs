@@ -11,11 +11,16 @@ use bytes::Bytes;
 
 use crate::storage::{Addr, StorageOp};
 
+/// A storage request's kind, as the server sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AccessKind {
+    /// A read.
     Read,
+    /// A write.
     Write,
+    /// A delete.
     Delete,
+    /// A scan.
     Scan,
 }
 
@@ -28,7 +33,9 @@ pub struct Observed {
     /// When the answer left storage (time since observation began); `None` while unanswered
     /// or when the request failed.
     pub answered: Option<Duration>,
+    /// Its kind.
     pub kind: AccessKind,
+    /// The addresses it names, in request order.
     pub addrs: Vec<Addr>,
     /// Every value written, byte for byte, in request order (empty for reads and deletes).
     pub values: Vec<Bytes>,
@@ -67,4 +74,5 @@ impl Observed {
     }
 }
 
+/// Requests as the server saw them, in the order it received them.
 pub type Trace = Vec<Observed>;

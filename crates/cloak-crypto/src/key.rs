@@ -8,17 +8,29 @@ use ring::rand::{SecureRandom, SystemRandom};
 /// Length of the master key in bytes.
 const KEY_LEN: usize = 32;
 
+/// Why a master key could not be read or made.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
+    /// The key file could not be read.
     #[error("cannot read key file {path}: {source}")]
     Read {
+        /// The file.
         path: String,
+        /// What the operating system said.
         source: std::io::Error,
     },
+    /// The key has the wrong number of hexadecimal characters.
     #[error("a key must be {expected} hexadecimal characters (32 bytes), found {found} characters")]
-    Length { expected: usize, found: usize },
+    Length {
+        /// Characters a key has.
+        expected: usize,
+        /// Characters found.
+        found: usize,
+    },
+    /// The key is not hexadecimal.
     #[error("a key must be hexadecimal: {0}")]
     NotHex(#[from] hex::FromHexError),
+    /// No randomness for a new key.
     #[error("the operating system's random number generator failed")]
     Random,
 }
@@ -72,6 +84,7 @@ impl MasterKey {
         Self::from_hex(&text)
     }
 
+    /// The key as 64 hexadecimal characters, as key files hold it.
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
     }

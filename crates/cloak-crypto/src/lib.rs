@@ -10,6 +10,8 @@
 //!
 //! Every derived key is separated by an HKDF label, so no two uses share a key.
 
+#![warn(missing_docs)]
+
 mod hash;
 mod key;
 mod mac;

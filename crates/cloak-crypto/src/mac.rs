@@ -19,6 +19,7 @@ pub struct FileMac {
 }
 
 impl FileMac {
+    /// The MAC of the store whose master key is `master`.
     pub fn new(master: &MasterKey) -> Self {
         let key: [u8; 32] = master.derive(&[b"state file mac"]);
         Self {
@@ -26,6 +27,7 @@ impl FileMac {
         }
     }
 
+    /// The tag (HMAC-SHA256) of `data`.
     pub fn tag(&self, data: &[u8]) -> [u8; TAG_LEN] {
         let mut out = [0u8; TAG_LEN];
         out.copy_from_slice(hmac::sign(&self.key, data).as_ref());

@@ -8,6 +8,8 @@ use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 
 use crate::MasterKey;
 
+/// A pseudorandom function from two 64-bit inputs to a 128-bit storage label (one AES-256
+/// block).
 #[derive(Clone)]
 pub struct Prf {
     cipher: Aes256,
@@ -22,6 +24,7 @@ impl Prf {
         }
     }
 
+    /// The label of `(a, b)`: for example a slot and a timestamp or replica number.
     pub fn label(&self, a: u64, b: u64) -> u128 {
         let mut block = [0u8; 16];
         block[..8].copy_from_slice(&a.to_le_bytes());

@@ -52,7 +52,9 @@ pub const MESSAGES_PER_EPOCH: u64 = 1 << 28;
 /// Where and when an element was written; authenticated, not encrypted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Binding {
+    /// The storage address the element was written to.
     pub address: u128,
+    /// Which write put it there; the scheme checks it to reject replays.
     pub generation: u64,
 }
 
@@ -66,16 +68,20 @@ impl Binding {
     }
 }
 
+/// Why an element did not open.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CryptoError {
+    /// Shorter than any sealed element (its length given).
     #[error("element is {0} bytes, shorter than any sealed element")]
     Truncated(usize),
+    /// Authentication failed.
     #[error("element failed authentication (corrupted, swapped or replayed)")]
     Tampered,
     #[error(
         "element was sealed by another run of the proxy, not by this one: storage replayed an \
          element this run never wrote"
     )]
+    /// Sealed under another run's epoch key.
     NotThisRun,
 }
 
@@ -88,6 +94,8 @@ enum Nonces {
     Counter(u64),
 }
 
+/// Seals and opens elements with AES-256-GCM under per-epoch keys derived from the master
+/// key, each bound to its [`Binding`].
 pub struct Sealer {
     master: MasterKey,
     epoch: u64,
@@ -288,8 +296,11 @@ impl Sealer {
 /// reads it to check that nothing in it depends on more than public information.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClearHeader {
+    /// The key epoch the element was sealed in.
     pub epoch: u64,
+    /// The element's nonce.
     pub nonce: [u8; NONCE_LEN],
+    /// The generation of the element's binding, in the clear.
     pub generation: u64,
 }
 

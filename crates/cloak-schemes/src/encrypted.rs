@@ -21,13 +21,14 @@ use hashbrown::HashMap;
 use std::time::Instant;
 
 use cloak_core::{
-    Addr, ElementCodec, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError,
-    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, Op, OpId, Record, Reply, SchemeError, SchemeStats, Slot, StorageError,
+    StorageOp,
 };
 use cloak_crypto::{Binding, Prf};
 
 use crate::Start;
-use crate::retry::Retry;
+use crate::shell::retry::Retry;
+use crate::shell::{Algorithm, Answer, Io, OnFailure};
 
 /// Most slots in one storage request.
 const REQUEST_LIMIT: usize = 1024;
@@ -47,6 +48,14 @@ struct Lane {
     waiting: VecDeque<(OpId, Op)>,
 }
 
+/// A request's slots, in order, and for a write the generation its elements were sealed with.
+#[derive(Debug)]
+pub struct Access {
+    slots: Vec<Slot>,
+    written_as: Option<u64>,
+}
+
+/// The `encrypted` algorithm.
 pub struct Encrypted {
     prf: Prf,
     codec: ElementCodec,
@@ -58,16 +67,15 @@ pub struct Encrypted {
     lanes: HashMap<Slot, Lane>,
     /// Slots whose active op is not yet sent.
     unsent: VecDeque<Slot>,
-    /// Each request's slots, and the generation its elements were sealed with (writes).
-    outstanding: HashMap<RequestId, (Vec<Slot>, u64)>,
-    next_request: u64,
-    /// Recovered records whose rewrite failed, to send again.
-    retry: Retry<Slot>,
-    out: Outbox,
-    stats: SchemeStats,
+    /// Recovered records whose rewrite failed, to seal again under a new generation and send
+    /// (not the failed request: the client ops it carried were answered).
+    requeue: Retry<Slot>,
+    io: Io<Access>,
 }
 
 impl Encrypted {
+    /// A store of `slots` slots under `prf`'s labels whose first requests rewrite `start`'s
+    /// records.
     pub fn new(slots: u64, prf: Prf, codec: ElementCodec, start: Start) -> Self {
         let mut scheme = Self {
             prf,
@@ -77,11 +85,8 @@ impl Encrypted {
             writes_sent: 0,
             lanes: HashMap::new(),
             unsent: VecDeque::new(),
-            outstanding: HashMap::new(),
-            next_request: 0,
-            retry: Retry::default(),
-            out: Outbox::default(),
-            stats: SchemeStats::default(),
+            requeue: Retry::default(),
+            io: Io::default(),
         };
         for (slot, record) in start.records {
             if !record.is_empty() {
@@ -114,10 +119,12 @@ impl Encrypted {
 
     /// The slot's active op is answered; start the next one waiting.
     fn advance(&mut self, slot: Slot, reply: Reply) {
-        let lane = self.lanes.get_mut(&slot).expect("slot has a lane");
+        let Some(lane) = self.lanes.get_mut(&slot) else {
+            return;
+        };
         match lane.active.take() {
-            Some(Active::Read(waiters)) => self.out.reply_all(waiters, reply),
-            Some(Active::Write(Some(id), _)) => self.out.reply(id, reply),
+            Some(Active::Read(waiters)) => self.io.out.reply_all(waiters, reply),
+            Some(Active::Write(Some(id), _)) => self.io.out.reply(id, reply),
             Some(Active::Write(None, _)) | None => {}
         }
         match lane.waiting.pop_front() {
@@ -147,47 +154,50 @@ impl Encrypted {
         {
             Ok((_, record)) => Reply::Value(record),
             Err(error) => {
-                self.stats.integrity_failures += 1;
+                self.io.stats.integrity_failures += 1;
                 Reply::Failed(SchemeError::Integrity(error.to_string()))
             }
         }
     }
 
     fn written(&mut self, slot: Slot, generation: u64) {
-        let lane = self.lanes.get(&slot).expect("slot has a lane");
-        if let Some(Active::Write(op, record)) = &lane.active {
+        if let Some(Active::Write(op, record)) =
+            self.lanes.get(&slot).and_then(|l| l.active.as_ref())
+        {
             self.generations[slot as usize] = generation;
             if op.is_none() {
-                self.out.release(slot, record.version);
+                self.io.out.release(slot, record.version);
             }
         }
         self.advance(slot, Reply::Written);
     }
 
-    fn failed(&mut self, now: Instant, slot: Slot, error: StorageError) {
-        let lane = self.lanes.get(&slot).expect("slot has a lane");
-        if let Some(Active::Write(None, _)) = lane.active {
-            // A recovered record must not be lost: send it again later.
-            self.retry.fail(now, error, slot);
+    fn slot_failed(&mut self, now: Instant, slot: Slot, error: &StorageError) {
+        let recovered = matches!(
+            self.lanes.get(&slot).and_then(|l| l.active.as_ref()),
+            Some(Active::Write(None, _))
+        );
+        if recovered {
+            // A recovered record must not be lost: seal it again and send it later.
+            self.requeue.fail(now, error.clone(), slot);
             return;
         }
-        self.advance(slot, Reply::Failed(SchemeError::StorageUnavailable(error)));
+        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+        self.advance(slot, reply);
     }
 
-    fn request(&mut self, slots: Vec<Slot>, generation: u64, op: StorageOp) -> StorageRequest {
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.stats.batches += 1;
-        self.stats.real_accesses += slots.len() as u64;
-        self.outstanding.insert(id, (slots, generation));
-        StorageRequest { id, op }
+    fn send(&mut self, slots: Vec<Slot>, written_as: Option<u64>, op: StorageOp) {
+        self.io.stats.batches += 1;
+        self.io.stats.real_accesses += slots.len() as u64;
+        self.io.send(Access { slots, written_as }, op);
     }
 }
 
-impl Scheme for Encrypted {
-    fn name(&self) -> &'static str {
-        "encrypted"
-    }
+impl Algorithm for Encrypted {
+    type Purpose = Access;
+    const NAME: &'static str = "encrypted";
+
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.generations.len() as u64
@@ -195,11 +205,6 @@ impl Scheme for Encrypted {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = op.slot();
-        if slot >= self.slots() {
-            let error = SchemeError::Overloaded(format!("slot {slot} does not exist"));
-            self.out.reply(id, Reply::Failed(error));
-            return;
-        }
         match self.lanes.get_mut(&slot) {
             None => self.activate(slot, id, op),
             Some(lane) => match (&mut lane.active, &op) {
@@ -211,98 +216,77 @@ impl Scheme for Encrypted {
         }
     }
 
-    fn handle_storage(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        result: Result<StorageReply, StorageError>,
-    ) {
-        let Some((slots, generation)) = self.outstanding.remove(&id) else {
-            return;
-        };
-        match result {
-            Ok(StorageReply::Values(values)) if values.len() == slots.len() => {
-                self.retry.succeeded();
-                for (slot, value) in slots.into_iter().zip(values) {
+    fn answered(&mut self, _now: Instant, access: Access, answer: Answer) {
+        self.requeue.succeeded();
+        match access.written_as {
+            None => {
+                for (slot, value) in access.slots.into_iter().zip(answer.values()) {
                     let reply = self.read_reply(slot, value);
                     self.advance(slot, reply);
                 }
             }
-            Ok(StorageReply::Done) => {
-                self.retry.succeeded();
-                for slot in slots {
+            Some(generation) => {
+                for slot in access.slots {
                     self.written(slot, generation);
                 }
             }
-            other => {
-                let error = match other {
-                    Err(error) => error,
-                    Ok(reply) => StorageError(format!(
-                        "storage answered {} to a request for {} slots",
-                        reply.summary(),
-                        slots.len()
-                    )),
-                };
-                self.stats.storage_failures += 1;
-                for slot in slots {
-                    self.failed(now, slot, error.clone());
-                }
-            }
         }
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
-        let due = self.retry.due(now);
+    fn failed(&mut self, now: Instant, access: &Access, error: &StorageError) -> OnFailure {
+        for &slot in &access.slots {
+            self.slot_failed(now, slot, error);
+        }
+        OnFailure::GiveUp
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.requeue.at()
+    }
+
+    fn timeout(&mut self, now: Instant) {
+        let due = self.requeue.due(now);
         self.unsent.extend(due);
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.retry.at()
-    }
-
-    fn poll_storage(&mut self) -> Option<StorageRequest> {
+    fn poll(&mut self) {
         if self.unsent.is_empty() {
-            return None;
+            return;
         }
         let take = self.unsent.len().min(REQUEST_LIMIT);
         let batch: Vec<Slot> = self.unsent.drain(..take).collect();
-        let (reads, writes): (Vec<Slot>, Vec<Slot>) = batch
-            .into_iter()
-            .partition(|slot| matches!(self.lanes[slot].active, Some(Active::Read(_))));
+        let (reads, writes): (Vec<Slot>, Vec<Slot>) = batch.into_iter().partition(|slot| {
+            matches!(
+                self.lanes.get(slot).and_then(|l| l.active.as_ref()),
+                Some(Active::Read(_))
+            )
+        });
         // One kind per request; the other kind waits for the next poll.
         if !writes.is_empty() {
             self.unsent.extend(reads);
             self.writes_sent += 1;
+            // Why the server may see it: it counts write requests, which the server counts too.
             let generation = self.generation_base + self.writes_sent;
             let elements = writes
                 .iter()
-                .map(|&slot| {
-                    let Some(Active::Write(_, record)) = &self.lanes[&slot].active else {
-                        unreachable!("partitioned as a write")
+                .filter_map(|&slot| {
+                    let Some(Active::Write(_, record)) =
+                        self.lanes.get(&slot).and_then(|l| l.active.as_ref())
+                    else {
+                        return None;
                     };
                     let binding = self.binding(slot, generation);
-                    (binding.address, self.codec.seal(binding, slot, record))
+                    Some((binding.address, self.codec.seal(binding, slot, record)))
                 })
                 .collect();
-            return Some(self.request(writes, generation, StorageOp::Write(elements)));
+            return self.send(writes, Some(generation), StorageOp::Write(elements));
         }
         let labels = reads.iter().map(|&slot| self.label(slot)).collect();
-        Some(self.request(reads, 0, StorageOp::Read(labels)))
+        self.send(reads, None, StorageOp::Read(labels));
     }
 
-    fn outbox(&mut self) -> &mut Outbox {
-        &mut self.out
-    }
-
-    fn accepts(&self) -> bool {
-        true
-    }
-
-    fn stats(&self) -> SchemeStats {
-        SchemeStats {
-            queued: self.lanes.len() as u64,
-            ..self.stats.clone()
-        }
+    fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.queued = self.lanes.len() as u64;
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

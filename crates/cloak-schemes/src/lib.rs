@@ -10,50 +10,66 @@
 //! | `encrypted` | which label every op touches (contents hidden)           |
 //! | `unsafe`    | everything (plaintext pass-through; the speed ceiling)   |
 //!
-//! [`build`] turns a name and options into a running scheme; adding a scheme is one module and
-//! one arm there.
+//! Each scheme is its algorithm and nothing else: it implements [`shell::Algorithm`] (what to
+//! send, what to do with an answer, what to do when storage is down, its own deadlines), and
+//! the [`Shell`] around it implements [`cloak_core::Scheme`] once for all of them (in-flight
+//! requests, reply checks, retries, timers, the outbox, the fill's pacing, the counters). Each
+//! scheme's options, defaults (one constant each) and validation live in its own module.
+//!
+//! [`build`] turns a name and options into a running scheme; adding a scheme is one module (an
+//! `Algorithm` and its options) and one arm there.
+
+#![warn(missing_docs)]
 
 pub mod cloak;
 pub mod curious;
 mod encrypted;
-mod fill;
-mod outgoing;
 pub mod pancake;
 pub mod path_oram;
 mod plaintext;
-mod retry;
 pub mod schedule;
+pub mod shell;
 pub mod waffle;
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
 
 use cloak_core::{ElementCodec, ElementFormat, Record, RecordLayout, Scheme, Slot};
 use cloak_crypto::{KeyError, MasterKey, Prf, Sealer};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
-pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig};
-pub use curious::{Curious, CuriousConfig};
+pub use cloak::{BudgetError, Budgets, Cloak, CloakConfig, CloakOptions};
+pub use curious::{Curious, CuriousConfig, CuriousOptions};
 pub use encrypted::Encrypted;
 pub use pancake::{Pancake, PancakeOptions};
-pub use path_oram::{PathOram, PathOramConfig};
+pub use path_oram::{PathOram, PathOramConfig, PathOramOptions};
 pub use plaintext::Unsafe;
+use shell::Algorithm;
+pub use shell::Shell;
 pub use waffle::{BatchTiming, Waffle, WaffleOptions};
 
+/// The schemes `--scheme` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchemeName {
+    /// `cloak`: this paper's scheme.
     Cloak,
+    /// `waffle`: Waffle (Maiyya et al.).
     Waffle,
+    /// `pancake`: Pancake (Grubbs et al.).
     Pancake,
+    /// `curious`: CURIOUS, tree-based.
     Curious,
+    /// `encrypted`: sealed values under fixed labels, no hiding of accesses.
     Encrypted,
+    /// `unsafe`: plaintext pass-through.
     Unsafe,
+    /// `path-oram`: Path ORAM.
     PathOram,
 }
 
 impl SchemeName {
+    /// Every scheme, in the order listings show them.
     pub const ALL: [SchemeName; 7] = [
         SchemeName::Cloak,
         SchemeName::Waffle,
@@ -64,6 +80,7 @@ impl SchemeName {
         SchemeName::Unsafe,
     ];
 
+    /// The name `--scheme` takes.
     pub fn as_str(self) -> &'static str {
         match self {
             SchemeName::Cloak => "cloak",
@@ -99,6 +116,7 @@ impl FromStr for SchemeName {
 pub struct StoreSpec {
     /// Keys the store must hold.
     pub capacity: u64,
+    /// The largest key and value every element holds.
     pub layout: RecordLayout,
     /// Seed for the scheme's CSPRNG; `None` seeds it from the operating system. Fixed seeds are
     /// for reproducible tests and simulations, never for deployments.
@@ -122,127 +140,58 @@ impl Start {
     }
 }
 
-/// Cloak's parameters (paper §6–7; defaults are the paper's).
-#[derive(Clone, Debug)]
-pub struct CloakOptions {
-    pub first_budget: u32,
-    pub zipf_exponent: f64,
-    /// Explicit budgets `b_1, b_2, …`; overrides `first_budget` and `zipf_exponent`.
-    pub budgets: Option<Vec<u32>>,
-    pub batch_interval: Duration,
-    /// When a batch's write-back leaves, as a fraction of `batch_interval` after the batch's
-    /// start on the schedule (see [`schedule`]).
-    pub write_back_at: f64,
-    pub cache_size: usize,
-    pub max_pending: Option<usize>,
-    /// Seal with counter nonces: Cloak seals each write-back in the order it read, so every
-    /// nonce names the read position of its element and the server can undo the shuffle. Only
-    /// for tests that show the auditor and the wire checks catch that leak; the `leak-demo`
-    /// feature is enabled by test crates' dev-dependencies alone, never in a build users run.
-    /// [`LEAK_DEMO_ENV`] in the environment does the same (for tests of the built binary).
-    #[cfg(feature = "leak-demo")]
-    pub leak_demo_counter_nonces: bool,
-}
-
-impl Default for CloakOptions {
-    fn default() -> Self {
-        Self {
-            first_budget: 433,
-            zipf_exponent: 1.0,
-            budgets: None,
-            batch_interval: Duration::from_millis(20),
-            write_back_at: schedule::DEFAULT_WRITE_BACK_AT,
-            cache_size: 1000,
-            max_pending: None,
-            #[cfg(feature = "leak-demo")]
-            leak_demo_counter_nonces: false,
-        }
-    }
-}
-
-/// CURIOUS's parameters (paper §6; defaults and derived values in `curious::params`).
-#[derive(Clone, Debug)]
-pub struct CuriousOptions {
-    /// Number of subORAMs `m`; `None`: `⌈√capacity⌉`.
-    pub partitions: Option<u64>,
-    /// Children per tree node, `b` (Table 7: 3).
-    pub arity: u32,
-    /// Blocks per bucket, `z` (Table 7: 5).
-    pub bucket_size: u32,
-    /// Cached blocks evicted to the subORAM of every access, `c` (at least 2).
-    pub evictions: u32,
-    /// Most accesses scheduled at once (the paper's semaphore, 128).
-    pub max_in_flight: usize,
-    /// Most blocks in the eviction cache before ops are refused; `None`: `4m + 256`.
-    pub cache_limit: Option<usize>,
-    /// Accesses a block stays readable at the proxy after its subORAM is drawn; `None`: `16m`.
-    /// Not in the paper: it keeps a hot key's fetch from following its eviction (see
-    /// `curious::retention`); 0 restores the paper's behaviour.
-    pub retention: Option<u64>,
-}
-
-impl Default for CuriousOptions {
-    fn default() -> Self {
-        Self {
-            partitions: None,
-            arity: 3,
-            bucket_size: 5,
-            evictions: 2,
-            max_in_flight: 128,
-            cache_limit: None,
-            retention: None,
-        }
-    }
-}
-
-/// Path ORAM's parameters (defaults: `Z = 4` and the stash bound 89 that CURIOUS §3.2 takes
-/// from Path ORAM's Table 3).
-#[derive(Clone, Debug)]
-pub struct PathOramOptions {
-    /// Blocks per bucket, `Z`.
-    pub bucket_size: usize,
-    /// Most blocks the stash may hold after an access.
-    pub stash_limit: usize,
-}
-
-impl Default for PathOramOptions {
-    fn default() -> Self {
-        Self {
-            bucket_size: 4,
-            stash_limit: 89,
-        }
-    }
-}
-
 /// Parameters of every scheme, each used only by its scheme.
 #[derive(Clone, Debug, Default)]
 pub struct SchemeOptions {
+    /// Cloak's.
     pub cloak: CloakOptions,
+    /// Pancake's.
     pub pancake: PancakeOptions,
+    /// Waffle's.
     pub waffle: WaffleOptions,
+    /// CURIOUS's.
     pub curious: CuriousOptions,
+    /// Path ORAM's.
     pub path_oram: PathOramOptions,
 }
 
+/// Why a scheme cannot be built with these options.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error(
         "unknown scheme {0:?}; choose one of: cloak, waffle, pancake, path-oram, curious, \
          encrypted, unsafe"
     )]
+    /// No scheme has this name.
     UnknownScheme(String),
+    /// The store is empty or larger than the scheme supports.
     #[error("capacity must be between 1 and {max}, got {got}")]
-    Capacity { got: u64, max: u64 },
+    Capacity {
+        /// The capacity asked for.
+        got: u64,
+        /// The largest supported.
+        max: u64,
+    },
+    /// Cloak's budgets are invalid.
     #[error(transparent)]
     Budgets(#[from] BudgetError),
     #[error(
         "the budgets give {given} elements but the store needs {needed}; add budgets or raise them"
     )]
-    BudgetsTooSmall { given: u64, needed: u64 },
+    /// Cloak's budgets give fewer elements than the store needs.
+    BudgetsTooSmall {
+        /// Elements the budgets give.
+        given: u64,
+        /// Keys the store needs.
+        needed: u64,
+    },
+    /// An option is out of range (the message names it).
     #[error("{0}")]
     Invalid(String),
+    /// Waffle's parameters do not fit together.
     #[error(transparent)]
     Waffle(#[from] waffle::ParamError),
+    /// The key material cannot be derived.
     #[error(transparent)]
     Key(#[from] KeyError),
 }
@@ -269,8 +218,22 @@ pub fn element_format(
     })
 }
 
+/// What every scheme is built from: the store, the master key its keys derive from, its CSPRNG
+/// and the records it starts with.
+pub(crate) struct Founding<'a> {
+    store: &'a StoreSpec,
+    master: &'a MasterKey,
+    rng: ChaCha20Rng,
+    start: Start,
+}
+
+/// The sealed-element codec every scheme but `unsafe` stores its elements with.
+fn sealed_codec(store: &StoreSpec, master: &MasterKey) -> Result<ElementCodec, BuildError> {
+    Ok(ElementCodec::new(store.layout, Sealer::new(master)?))
+}
+
 /// Builds the named scheme for `store`, with its keys derived from `master`, holding `start`'s
-/// records.
+/// records: the checks every scheme shares, then the scheme's own options build it.
 pub fn build(
     name: SchemeName,
     store: &StoreSpec,
@@ -299,158 +262,29 @@ pub fn build(
         Some(seed) => ChaCha20Rng::seed_from_u64(seed),
         None => ChaCha20Rng::from_os_rng(),
     };
-    let codec = || -> Result<ElementCodec, BuildError> {
-        Ok(ElementCodec::new(store.layout, Sealer::new(master)?))
+    let from = Founding {
+        store,
+        master,
+        rng,
+        start,
     };
     Ok(match name {
-        SchemeName::Cloak => {
-            let o = &options.cloak;
-            let budgets = match &o.budgets {
-                Some(list) => Budgets::explicit(list.clone())?,
-                None => Budgets::zipf(store.capacity, o.first_budget, o.zipf_exponent)?,
-            };
-            if budgets.capacity() < store.capacity {
-                return Err(BuildError::BudgetsTooSmall {
-                    given: budgets.capacity(),
-                    needed: store.capacity,
-                });
-            }
-            if budgets.capacity() > MAX_CAPACITY {
-                return Err(BuildError::Capacity {
-                    got: budgets.capacity(),
-                    max: MAX_CAPACITY,
-                });
-            }
-            if o.batch_interval.is_zero() {
-                return Err(BuildError::Invalid(
-                    "the batch interval must be positive".into(),
-                ));
-            }
-            let config = CloakConfig {
-                budgets,
-                batch_interval: o.batch_interval,
-                write_back_hold: schedule::write_back_hold(o.batch_interval, o.write_back_at)
-                    .map_err(BuildError::Invalid)?,
-                cache_size: o.cache_size,
-                max_pending: o.max_pending,
-            };
-            #[cfg(feature = "leak-demo")]
-            let codec = || -> Result<ElementCodec, BuildError> {
-                let leaky = o.leak_demo_counter_nonces || std::env::var_os(LEAK_DEMO_ENV).is_some();
-                Ok(match leaky {
-                    true => ElementCodec::new(store.layout, Sealer::with_counter_nonces(master)?),
-                    false => codec()?,
-                })
-            };
-            Box::new(Cloak::new(config, codec()?, rng, start))
-        }
-        SchemeName::Pancake => {
-            let o = &options.pancake;
-            let estimate = match &o.estimate {
-                Some(estimate) => {
-                    estimate
-                        .check_slots(store.capacity)
-                        .map_err(|e| BuildError::Invalid(format!("pancake distribution: {e}")))?;
-                    estimate.clone()
-                }
-                None => pancake::Estimate::uniform(store.capacity as usize),
-            };
-            if !(1..=1024).contains(&o.batch_size) {
-                return Err(BuildError::Invalid(format!(
-                    "the pancake batch size must be between 1 and 1024 (the paper uses 3), got {}",
-                    o.batch_size
-                )));
-            }
-            if o.window == 0 {
-                return Err(BuildError::Invalid(
-                    "the pancake detection window must hold at least one request".into(),
-                ));
-            }
-            if !(o.significance > 0.0 && o.significance < 1.0) {
-                return Err(BuildError::Invalid(format!(
-                    "the pancake KS significance must be strictly between 0 and 1 (the paper \
-                     uses 0.05), got {}",
-                    o.significance
-                )));
-            }
-            if o.idle_batch_interval.is_zero() {
-                return Err(BuildError::Invalid(
-                    "the pancake idle batch interval must be positive".into(),
-                ));
-            }
-            Box::new(Pancake::new(
-                o,
-                estimate,
-                Prf::new(master, "pancake"),
-                codec()?,
-                rng,
-                start,
-            ))
-        }
-        SchemeName::Waffle => {
-            let params = waffle::Params::resolve(store.capacity, &options.waffle)?;
-            Box::new(Waffle::new(params, codec()?, master, rng, start))
-        }
-        SchemeName::Curious => {
-            let config = CuriousConfig::new(store.capacity, &options.curious)
-                .map_err(BuildError::Invalid)?;
-            let layout = config.layout().map_err(BuildError::Invalid)?;
-            Box::new(Curious::new(config, layout, codec()?, rng, start))
-        }
-        SchemeName::Encrypted => Box::new(Encrypted::new(
+        SchemeName::Cloak => running(options.cloak.build(from)?),
+        SchemeName::Pancake => running(options.pancake.build(from)?),
+        SchemeName::Waffle => running(options.waffle.build(from)?),
+        SchemeName::Curious => running(options.curious.build(from)?),
+        SchemeName::PathOram => running(options.path_oram.build(from)?),
+        SchemeName::Encrypted => running(Encrypted::new(
             store.capacity,
             Prf::new(master, "encrypted"),
-            codec()?,
-            start,
+            sealed_codec(store, master)?,
+            from.start,
         )),
-        SchemeName::Unsafe => Box::new(Unsafe::new(store.capacity, store.layout, start)),
-        SchemeName::PathOram => {
-            let o = &options.path_oram;
-            check_path_oram(store, o)?;
-            let config = PathOramConfig {
-                bucket_size: o.bucket_size,
-                stash_limit: o.stash_limit,
-            };
-            Box::new(PathOram::new(config, store.capacity, codec()?, rng, start))
-        }
+        SchemeName::Unsafe => running(Unsafe::new(store.capacity, store.layout, from.start)),
     })
 }
 
-/// Largest Path ORAM store: the proxy keeps a generation per bucket (about `2N` of them).
-pub const PATH_ORAM_MAX_CAPACITY: u64 = 1 << 28;
-/// Largest path read or written in one storage request.
-const PATH_ORAM_MAX_PATH_BYTES: u64 = 256 << 20;
-const PATH_ORAM_MAX_BUCKET_SIZE: usize = 64;
-
-fn check_path_oram(store: &StoreSpec, o: &PathOramOptions) -> Result<(), BuildError> {
-    if !(1..=PATH_ORAM_MAX_BUCKET_SIZE).contains(&o.bucket_size) {
-        return Err(BuildError::Invalid(format!(
-            "--oram-bucket-size must be between 1 and {PATH_ORAM_MAX_BUCKET_SIZE} (Path ORAM \
-             uses 4), got {}",
-            o.bucket_size
-        )));
-    }
-    if o.stash_limit == 0 {
-        return Err(BuildError::Invalid(
-            "--oram-stash-limit must be at least 1 (the default, 89, suits Z = 4)".into(),
-        ));
-    }
-    if store.capacity > PATH_ORAM_MAX_CAPACITY {
-        return Err(BuildError::Capacity {
-            got: store.capacity,
-            max: PATH_ORAM_MAX_CAPACITY,
-        });
-    }
-    let tree = path_oram::Tree::for_capacity(store.capacity);
-    let bucket = (o.bucket_size * store.layout.encoded_len() + cloak_crypto::SEAL_OVERHEAD) as u64;
-    let path = bucket * u64::from(tree.levels());
-    if path > PATH_ORAM_MAX_PATH_BYTES {
-        return Err(BuildError::Invalid(format!(
-            "a Path ORAM path of {} buckets of {bucket} bytes is {path} bytes, more than one \
-             storage request may carry ({PATH_ORAM_MAX_PATH_BYTES}); lower --value-size or \
-             --oram-bucket-size",
-            tree.levels()
-        )));
-    }
-    Ok(())
+/// `algorithm` in its shell, as the driver takes it.
+fn running<A: Algorithm + 'static>(algorithm: A) -> Box<dyn Scheme> {
+    Box::new(Shell::new(algorithm))
 }

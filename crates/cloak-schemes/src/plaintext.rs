@@ -3,46 +3,51 @@
 //! Each op becomes one storage access at address = slot, in the clear, sent as soon as the
 //! driver polls: ops that arrive together go out together (one read request, one write request),
 //! the way any Redis proxy pipelines. No encryption, no padding, no hiding. Records recovered
-//! after a crash are written first (retried until stored); client ops wait for that.
+//! after a crash are written first (repeated until stored); client ops wait for that.
 
-use hashbrown::HashMap;
 use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementError, Op, OpId, Outbox, RecordLayout, Reply, RequestId, Scheme, SchemeError,
-    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, Op, OpId, RecordLayout, Reply, SchemeError, SchemeStats, Slot, StorageError, StorageOp,
 };
 
 use crate::Start;
-use crate::retry::Retry;
+use crate::shell::{Algorithm, Answer, Io, OnFailure};
 
 /// Most recovered records in one storage request.
 const REQUEST_LIMIT: usize = 1024;
 
-/// Recovered records to write, as (slot, version, encoding).
-type Recovered = Vec<(Slot, u64, Bytes)>;
+/// Why a request was sent.
+#[derive(Debug)]
+pub enum Purpose {
+    /// Recovered records, as (slot, version), to release from the journal once stored.
+    Restore(Vec<(Slot, u64)>),
+    /// Client reads, one per address in order.
+    Reads(Vec<OpId>),
+    /// Client writes.
+    Writes(Vec<OpId>),
+}
 
+/// The `unsafe` algorithm.
 pub struct Unsafe {
     slots: u64,
     layout: RecordLayout,
     reads: Vec<(OpId, Slot)>,
     writes: Vec<(OpId, Addr, Bytes)>,
-    outstanding: HashMap<RequestId, Vec<OpId>>,
-    /// Recovered records not yet stored: waiting to be sent, and in flight.
-    recovering: Recovered,
-    restoring: HashMap<RequestId, Recovered>,
-    retry: Retry<Recovered>,
+    /// Client ops sent and not answered.
+    in_flight: u64,
+    /// Restore requests sent and not yet stored (a failed one is repeated, so it stays counted).
+    restoring: usize,
     /// Client ops that arrived before the recovered records were stored.
     held: Vec<(OpId, Op)>,
-    next_request: u64,
-    out: Outbox,
-    stats: SchemeStats,
+    io: Io<Purpose>,
 }
 
 impl Unsafe {
+    /// A pass-through store of `slots` slots whose first requests write `start`'s records.
     pub fn new(slots: u64, layout: RecordLayout, start: Start) -> Self {
-        let recovering = start
+        let recovered: Vec<(Slot, u64, Bytes)> = start
             .records
             .into_iter()
             .filter(|(_, record)| !record.is_empty())
@@ -52,37 +57,28 @@ impl Unsafe {
                 (slot, record.version, Bytes::from(bytes))
             })
             .collect();
-        Self {
+        let mut scheme = Self {
             slots,
             layout,
             reads: Vec::new(),
             writes: Vec::new(),
-            outstanding: HashMap::new(),
-            recovering,
-            restoring: HashMap::new(),
-            retry: Retry::default(),
+            in_flight: 0,
+            restoring: 0,
             held: Vec::new(),
-            next_request: 0,
-            out: Outbox::default(),
-            stats: SchemeStats::default(),
+            io: Io::default(),
+        };
+        for chunk in recovered.chunks(REQUEST_LIMIT) {
+            let versions = chunk.iter().map(|(slot, v, _)| (*slot, *v)).collect();
+            let writes = chunk
+                .iter()
+                .map(|(slot, _, bytes)| (Addr::from(*slot), bytes.clone()))
+                .collect();
+            scheme.restoring += 1;
+            scheme
+                .io
+                .send(Purpose::Restore(versions), StorageOp::Write(writes));
         }
-    }
-
-    fn restored(&self) -> bool {
-        self.recovering.is_empty() && self.restoring.is_empty() && !self.retry.is_waiting()
-    }
-
-    fn next_id(&mut self) -> RequestId {
-        self.next_request += 1;
-        RequestId(self.next_request)
-    }
-
-    fn request(&mut self, ops: Vec<OpId>, op: StorageOp) -> StorageRequest {
-        let id = self.next_id();
-        self.stats.batches += 1;
-        self.stats.real_accesses += ops.len() as u64;
-        self.outstanding.insert(id, ops);
-        StorageRequest { id, op }
+        scheme
     }
 
     fn accept(&mut self, id: OpId, op: Op) {
@@ -96,156 +92,103 @@ impl Unsafe {
         }
     }
 
-    fn restore_answered(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        result: Result<StorageReply, StorageError>,
-    ) {
-        let Some(records) = self.restoring.remove(&id) else {
-            return;
-        };
-        match result {
-            Ok(StorageReply::Done) => {
-                self.retry.succeeded();
-                for (slot, version, _) in records {
-                    self.out.release(slot, version);
-                }
-                if self.restored() {
-                    for (id, op) in std::mem::take(&mut self.held) {
-                        self.accept(id, op);
-                    }
-                }
+    fn send(&mut self, purpose: Purpose, ops: usize, op: StorageOp) {
+        self.io.stats.batches += 1;
+        self.io.stats.real_accesses += ops as u64;
+        self.in_flight += ops as u64;
+        self.io.send(purpose, op);
+    }
+
+    fn read_reply(&mut self, value: Option<Bytes>) -> Reply {
+        match value.map(|v| self.layout.decode(&v)) {
+            None => Reply::Value(Default::default()),
+            Some(Ok((_, record))) => Reply::Value(record),
+            Some(Err(error)) => {
+                self.io.stats.integrity_failures += 1;
+                Reply::Failed(SchemeError::Integrity(error.to_string()))
             }
-            Ok(reply) => {
-                let error =
-                    StorageError(format!("storage answered {} to a write", reply.summary()));
-                self.retry.fail(now, error, records);
-            }
-            Err(error) => self.retry.fail(now, error, records),
         }
     }
 }
 
-impl Scheme for Unsafe {
-    fn name(&self) -> &'static str {
-        "unsafe"
-    }
+impl Algorithm for Unsafe {
+    type Purpose = Purpose;
+    const NAME: &'static str = "unsafe";
+
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.slots
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        if self.restored() {
+        if self.restoring == 0 {
             self.accept(id, op);
         } else {
             self.held.push((id, op));
         }
     }
 
-    fn handle_storage(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        result: Result<StorageReply, StorageError>,
-    ) {
-        if self.restoring.contains_key(&id) {
-            return self.restore_answered(now, id, result);
-        }
-        let Some(ops) = self.outstanding.remove(&id) else {
-            return;
-        };
-        match result {
-            Ok(StorageReply::Values(values)) if values.len() == ops.len() => {
-                for (op, value) in ops.into_iter().zip(values) {
-                    let reply = match value.map(|v| self.layout.decode(&v)) {
-                        None => Reply::Value(Default::default()),
-                        Some(Ok((_, record))) => Reply::Value(record),
-                        Some(Err(error)) => {
-                            self.stats.integrity_failures += 1;
-                            Reply::Failed(SchemeError::Integrity(error.to_string()))
-                        }
-                    };
-                    self.out.reply(op, reply);
-                }
-            }
-            Ok(StorageReply::Done) => self.out.reply_all(ops, Reply::Written),
-            Ok(_) => {
-                let error = SchemeError::Integrity(ElementError::Missing.to_string());
-                self.out.reply_all(ops, Reply::Failed(error));
-            }
-            Err(error) => {
-                self.stats.storage_failures += 1;
-                let error = SchemeError::StorageUnavailable(error);
-                self.out.reply_all(ops, Reply::Failed(error));
-            }
-        }
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        for records in self.retry.due(now) {
-            self.recovering.extend(records);
-        }
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.retry.at()
-    }
-
-    fn poll_storage(&mut self) -> Option<StorageRequest> {
-        if !self.recovering.is_empty() {
-            // From the end: taking from the front would move the rest every time.
-            let rest = self.recovering.len().saturating_sub(REQUEST_LIMIT);
-            let records: Recovered = self.recovering.split_off(rest);
-            if self.recovering.is_empty() {
-                self.recovering = Recovered::new();
-            }
-            let writes = records
-                .iter()
-                .map(|(slot, _, bytes)| (Addr::from(*slot), bytes.clone()))
-                .collect();
-            let id = self.next_id();
-            self.restoring.insert(id, records);
-            return Some(StorageRequest {
-                id,
-                op: StorageOp::Write(writes),
-            });
-        }
+    fn poll(&mut self) {
         if !self.reads.is_empty() {
             let (ops, slots): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut self.reads).into_iter().unzip();
             let addrs = slots.into_iter().map(Addr::from).collect();
-            return Some(self.request(ops, StorageOp::Read(addrs)));
+            let count = ops.len();
+            self.send(Purpose::Reads(ops), count, StorageOp::Read(addrs));
         }
         if !self.writes.is_empty() {
-            let (ops, writes) = std::mem::take(&mut self.writes)
+            let (ops, writes): (Vec<_>, Vec<_>) = std::mem::take(&mut self.writes)
                 .into_iter()
                 .map(|(op, addr, bytes)| (op, (addr, bytes)))
                 .unzip();
-            return Some(self.request(ops, StorageOp::Write(writes)));
+            let count = ops.len();
+            self.send(Purpose::Writes(ops), count, StorageOp::Write(writes));
         }
-        None
     }
 
-    fn outbox(&mut self) -> &mut Outbox {
-        &mut self.out
-    }
-
-    fn accepts(&self) -> bool {
-        true
-    }
-
-    fn stats(&self) -> SchemeStats {
-        SchemeStats {
-            queued: self
-                .outstanding
-                .values()
-                .map(|v| v.len() as u64)
-                .sum::<u64>()
-                + self.held.len() as u64,
-            ..self.stats.clone()
+    fn answered(&mut self, _now: Instant, purpose: Purpose, answer: Answer) {
+        match purpose {
+            Purpose::Restore(records) => {
+                for (slot, version) in records {
+                    self.io.out.release(slot, version);
+                }
+                self.restoring -= 1;
+                if self.restoring == 0 {
+                    for (id, op) in std::mem::take(&mut self.held) {
+                        self.accept(id, op);
+                    }
+                }
+            }
+            Purpose::Reads(ops) => {
+                self.in_flight -= ops.len() as u64;
+                for (op, value) in ops.into_iter().zip(answer.values()) {
+                    let reply = self.read_reply(value);
+                    self.io.out.reply(op, reply);
+                }
+            }
+            Purpose::Writes(ops) => {
+                self.in_flight -= ops.len() as u64;
+                self.io.out.reply_all(ops, Reply::Written);
+            }
         }
+    }
+
+    fn failed(&mut self, _now: Instant, purpose: &Purpose, error: &StorageError) -> OnFailure {
+        match purpose {
+            // A recovered record must not be lost.
+            Purpose::Restore(_) => OnFailure::Repeat,
+            Purpose::Reads(ops) | Purpose::Writes(ops) => {
+                self.in_flight -= ops.len() as u64;
+                let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+                self.io.out.reply_all(ops.iter().copied(), reply);
+                OnFailure::GiveUp
+            }
+        }
+    }
+
+    fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.queued = self.in_flight + self.held.len() as u64;
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

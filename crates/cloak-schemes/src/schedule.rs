@@ -67,6 +67,9 @@ pub struct Schedule<T> {
 }
 
 impl<T> Schedule<T> {
+    /// A schedule with batches `interval` apart and write-backs held `hold` after their batch's
+    /// start (`None`: released as soon as sealed); the first grid point comes with
+    /// [`Schedule::start`].
     pub fn new(interval: Duration, hold: Option<Duration>) -> Self {
         debug_assert!(!interval.is_zero());
         debug_assert!(hold.is_none_or(|h| h < interval));
@@ -85,6 +88,7 @@ impl<T> Schedule<T> {
         self.next.get_or_insert(now);
     }
 
+    /// Whether the grid has started.
     pub fn started(&self) -> bool {
         self.next.is_some()
     }
@@ -158,10 +162,12 @@ impl<T> Schedule<T> {
         self.late
     }
 
+    /// The time between grid points.
     pub fn interval(&self) -> Duration {
         self.interval
     }
 
+    /// From a batch's start to its write-back leaving, if held.
     pub fn hold_time(&self) -> Option<Duration> {
         self.hold
     }

@@ -5,15 +5,25 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 
+/// Why a data or state directory cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum DirError {
+    /// The operating system refused an operation on a file in it.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: String,
+        /// What the operating system said.
         source: std::io::Error,
     },
+    /// It exists but cannot serve (not a directory, locked, from another store…).
     #[error("{path} is not usable: {reason}")]
-    Unusable { path: String, reason: String },
+    Unusable {
+        /// The directory.
+        path: String,
+        /// Why not.
+        reason: String,
+    },
 }
 
 /// Creates `path` if needed and checks that a file written and synced there survives: it fails

@@ -10,6 +10,8 @@
 //!
 //! [`server`] serves any backend over TCP: that is `cloak server`.
 
+#![warn(missing_docs)]
+
 pub mod dir;
 mod disk;
 mod memory;
@@ -33,6 +35,7 @@ pub use tcp::TcpStorage;
 /// (a whole request frame): a backend that keeps them copies them, so it never pins the frame.
 #[async_trait]
 pub trait Storage: Send + Sync + 'static {
+    /// Executes `op`; the reply has the kind and size `op` calls for unless the backend is faulty.
     async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError>;
 
     /// Where the elements are, for logs and `INFO` (never secret).

@@ -7,12 +7,14 @@ use cloak_core::MemoryStore;
 
 use crate::{Storage, StorageError, StorageOp, StorageReply};
 
+/// Elements in this process's memory, lost when it exits.
 #[derive(Default)]
 pub struct MemoryStorage {
     store: Mutex<MemoryStore>,
 }
 
 impl MemoryStorage {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }

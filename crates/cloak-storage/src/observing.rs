@@ -35,10 +35,12 @@ impl TraceHandle {
         trace
     }
 
+    /// Requests held, not yet taken.
     pub fn len(&self) -> usize {
         self.lock().trace.len()
     }
 
+    /// Whether no request is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -62,6 +64,8 @@ impl TraceHandle {
     }
 }
 
+/// A backend that records every request it passes on, with when it was sent and answered:
+/// what the storage server sees.
 pub struct Observing<S> {
     inner: S,
     trace: TraceHandle,
@@ -69,6 +73,7 @@ pub struct Observing<S> {
 }
 
 impl<S: Storage> Observing<S> {
+    /// Wraps `inner`; the handle reads what it records.
     pub fn new(inner: S) -> (Self, TraceHandle) {
         let trace = TraceHandle::default();
         let observing = Self {

@@ -44,6 +44,7 @@ impl Connection {
     }
 }
 
+/// A client for `cloak server` over the [`crate::wire`] protocol, on a few connections.
 pub struct TcpStorage {
     addr: String,
     connections: Vec<tokio::sync::Mutex<Option<Connection>>>,

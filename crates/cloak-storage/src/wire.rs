@@ -36,14 +36,19 @@ const DONE: u8 = 2;
 const ERROR: u8 = 3;
 const ENTRIES: u8 = 4;
 
+/// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
+    /// The peer closed the connection.
     #[error("connection closed")]
     Closed,
+    /// A frame longer than the limit (its length given).
     #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
     TooLarge(usize),
+    /// A frame that does not follow the protocol.
     #[error("malformed frame: {0}")]
     Malformed(&'static str),
+    /// The connection failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -128,6 +133,7 @@ impl Frame {
         self.len
     }
 
+    /// Whether the frame holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -176,6 +182,7 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// The frame of request `id` asking `op`.
 pub fn encode_request(id: u64, op: &StorageOp) -> Frame {
     let mut f = Frame::default();
     f.put(|out| out.put_u64_le(id));
@@ -213,6 +220,7 @@ fn put_entries(f: &mut Frame, entries: &[(u128, Bytes)]) {
     }
 }
 
+/// The frame answering request `id` with `result`.
 pub fn encode_response(id: u64, result: &Result<StorageReply, StorageError>) -> Frame {
     let mut f = Frame::default();
     f.put(|out| out.put_u64_le(id));
@@ -300,6 +308,7 @@ fn done(frame: &Bytes) -> Result<(), WireError> {
     }
 }
 
+/// The request id and op a frame carries.
 pub fn decode_request(mut frame: Bytes) -> Result<(u64, StorageOp), WireError> {
     let (id, tag) = header(&mut frame)?;
     let op = match tag {
@@ -321,6 +330,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<(u64, StorageOp), WireError> {
     Ok((id, op))
 }
 
+/// The request id and result a frame carries.
 pub fn decode_response(
     mut frame: Bytes,
 ) -> Result<(u64, Result<StorageReply, StorageError>), WireError> {

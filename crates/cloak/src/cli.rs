@@ -108,12 +108,16 @@ pub struct StoreArgs {
     #[arg(long, value_name = "BYTES")]
     pub key_size: Option<usize>,
 
-    /// Cloak: budget of reuse-distance set 1, b_1; later budgets follow Zipf [default: 433]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = defaulted(
+        "Cloak: budget of reuse-distance set 1, b_1; later budgets follow Zipf",
+        cloak_schemes::cloak::DEFAULT_FIRST_BUDGET,
+    ))]
     pub first_budget: Option<u32>,
 
-    /// Cloak: Zipf exponent s of the budgets, b_j = ceil(b_1 / j^s) [default: 1.0]
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", help = defaulted(
+        "Cloak: Zipf exponent s of the budgets, b_j = ceil(b_1 / j^s)",
+        format!("{:?}", cloak_schemes::cloak::DEFAULT_ZIPF_EXPONENT),
+    ))]
     pub zipf_exponent: Option<f64>,
 
     /// Cloak: explicit budgets b_1,b_2,… (comma-separated); overrides --first-budget and
@@ -121,19 +125,25 @@ pub struct StoreArgs {
     #[arg(long, value_name = "LIST")]
     pub budgets: Option<String>,
 
-    /// Cloak: time between batches, sent even when idle (e.g. 20ms, 5ms) [default: 20ms]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help = defaulted(
+        "Cloak: time between batches, sent even when idle (e.g. 20ms, 5ms)",
+        humantime::format_duration(cloak_schemes::cloak::DEFAULT_BATCH_INTERVAL),
+    ))]
     pub batch_interval: Option<String>,
 
-    /// Cloak and Waffle (fixed timing): when a batch's write-back leaves, as a fraction of the
-    /// batch interval after the batch's scheduled start (at least 0, below 1). The read's answer
-    /// and re-encryption must be done by then; a write-back that is late leaves at once and the
-    /// server sees the delay (counted as late_write_backs in INFO) [default: 0.5]
-    #[arg(long, value_name = "FRACTION")]
+    #[arg(long, value_name = "FRACTION", help = defaulted(
+        "Cloak and Waffle (fixed timing): when a batch's write-back leaves, as a fraction of \
+         the batch interval after the batch's scheduled start (at least 0, below 1). The read's \
+         answer and re-encryption must be done by then; a write-back that is late leaves at once \
+         and the server sees the delay (counted as late_write_backs in INFO)",
+        cloak_schemes::schedule::DEFAULT_WRITE_BACK_AT,
+    ))]
     pub write_back_at: Option<f64>,
 
-    /// Cloak: records cached at the proxy to answer reads at once; 0 disables [default: 1000]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = defaulted(
+        "Cloak: records cached at the proxy to answer reads at once; 0 disables",
+        cloak_schemes::cloak::DEFAULT_CACHE_SIZE,
+    ))]
     pub cache_size: Option<usize>,
 
     /// Cloak and Waffle: most slots waiting for a batch before clients are slowed down
@@ -162,8 +172,10 @@ pub struct StoreArgs {
     #[arg(long, value_name = "N")]
     pub waffle_dummies: Option<u64>,
 
-    /// Waffle: longest time between batches (e.g. 20ms) [default: 20ms]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help = defaulted(
+        "Waffle: longest time between batches (e.g. 20ms)",
+        humantime::format_duration(cloak_schemes::waffle::DEFAULT_BATCH_INTERVAL),
+    ))]
     pub waffle_interval: Option<String>,
 
     /// Waffle: fixed (a batch every --waffle-interval, loaded or idle: timing reveals nothing)
@@ -183,50 +195,67 @@ pub struct StoreArgs {
     #[arg(long, value_name = "FORMAT")]
     pub pancake_distribution_format: Option<String>,
 
-    /// Pancake: accesses per client request, B [default: 3]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = defaulted(
+        "Pancake: accesses per client request, B",
+        cloak_schemes::pancake::DEFAULT_BATCH_SIZE,
+    ))]
     pub pancake_batch_size: Option<usize>,
 
     /// Pancake: detect when requests leave the estimate and swap replicas (§5) [default: true]
     #[arg(long, value_name = "BOOL")]
     pub pancake_adapt: Option<bool>,
 
-    /// Pancake: requests per drift-detection window, w [default: 10000000]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = defaulted(
+        "Pancake: requests per drift-detection window, w",
+        cloak_schemes::pancake::DEFAULT_WINDOW,
+    ))]
     pub pancake_window: Option<u64>,
 
-    /// Pancake: significance of the Kolmogorov–Smirnov drift test [default: 0.05]
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", help = defaulted(
+        "Pancake: significance of the Kolmogorov–Smirnov drift test",
+        cloak_schemes::pancake::DEFAULT_SIGNIFICANCE,
+    ))]
     pub pancake_significance: Option<f64>,
 
-    /// Pancake: a batch also goes out on this fixed schedule, so queued requests are served when
-    /// clients pause [default: 10ms]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help = defaulted(
+        "Pancake: a batch also goes out on this fixed schedule, so queued requests are served \
+         when clients pause",
+        humantime::format_duration(cloak_schemes::pancake::DEFAULT_IDLE_BATCH_INTERVAL),
+    ))]
     pub pancake_idle_interval: Option<String>,
 
-    /// Pancake: most requests waiting for a batch before clients are slowed down
-    /// [default: 10000]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = defaulted(
+        "Pancake: most requests waiting for a batch before clients are slowed down",
+        cloak_schemes::pancake::DEFAULT_MAX_QUEUED,
+    ))]
     pub pancake_max_queued: Option<usize>,
 
     /// CURIOUS: number of subORAMs m [default: ⌈√capacity⌉]
     #[arg(long, value_name = "M")]
     pub curious_partitions: Option<u64>,
 
-    /// CURIOUS: children per subORAM tree node, b [default: 3]
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", help = defaulted(
+        "CURIOUS: children per subORAM tree node, b",
+        cloak_schemes::curious::DEFAULT_ARITY,
+    ))]
     pub curious_arity: Option<u32>,
 
-    /// CURIOUS: blocks per bucket, z [default: 5]
-    #[arg(long, value_name = "Z")]
+    #[arg(long, value_name = "Z", help = defaulted(
+        "CURIOUS: blocks per bucket, z",
+        cloak_schemes::curious::DEFAULT_BUCKET_SIZE,
+    ))]
     pub curious_bucket_size: Option<u32>,
 
-    /// CURIOUS: cached blocks evicted to the subORAM of every access, at least 2 [default: 2]
-    #[arg(long, value_name = "C")]
+    #[arg(long, value_name = "C", help = defaulted(
+        "CURIOUS: cached blocks evicted to the subORAM of every access, at least 2",
+        cloak_schemes::curious::DEFAULT_EVICTIONS,
+    ))]
     pub curious_evictions: Option<u32>,
 
-    /// CURIOUS: most accesses scheduled at once before clients are slowed down [default: 128]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = defaulted(
+        "CURIOUS: most accesses scheduled at once before clients are slowed down",
+        cloak_schemes::curious::DEFAULT_MAX_IN_FLIGHT,
+    ))]
     pub curious_max_in_flight: Option<usize>,
 
     /// CURIOUS: most blocks in the eviction cache before ops that would add one are refused
@@ -239,18 +268,27 @@ pub struct StoreArgs {
     #[arg(long, value_name = "ACCESSES")]
     pub curious_retention: Option<u64>,
 
-    /// Path ORAM: blocks per tree bucket, Z [default: 4]
-    #[arg(long, value_name = "Z")]
+    #[arg(long, value_name = "Z", help = defaulted(
+        "Path ORAM: blocks per tree bucket, Z",
+        cloak_schemes::path_oram::DEFAULT_BUCKET_SIZE,
+    ))]
     pub oram_bucket_size: Option<usize>,
 
-    /// Path ORAM: most blocks the proxy's stash may hold after an access; above it new requests
-    /// are refused until evictions shrink it [default: 89]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = defaulted(
+        "Path ORAM: most blocks the proxy's stash may hold after an access; above it new \
+         requests are refused until evictions shrink it",
+        cloak_schemes::path_oram::DEFAULT_STASH_LIMIT,
+    ))]
     pub oram_stash_limit: Option<usize>,
 
     /// Most keys one MGET/MSET/DEL/EXISTS may name [default: 10000]
     #[arg(long, value_name = "N")]
     pub max_keys_per_command: Option<usize>,
+}
+
+/// A flag's help ending in its default, read from the constant that sets it.
+fn defaulted(help: &str, default: impl std::fmt::Display) -> String {
+    format!("{help} [default: {default}]")
 }
 
 fn max_clients_help() -> String {
@@ -445,8 +483,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub warmup: Option<u64>,
 
-    /// Temporal workload skew: Zipf exponent of recency ranks [default: 1.0]
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", help = defaulted(
+        "Temporal workload skew: Zipf exponent of recency ranks",
+        format!("{:?}", cloak_schemes::cloak::DEFAULT_ZIPF_EXPONENT),
+    ))]
     pub zipf_exponent: Option<f64>,
 
     /// Fraction of writes in the temporal workload [default: 0.5]
@@ -470,20 +510,28 @@ pub struct BenchArgs {
     #[arg(long, value_name = "R")]
     pub rate: Option<f64>,
 
-    /// Cloak's b_1 [default: 433]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = defaulted(
+        "Cloak's b_1",
+        cloak_schemes::cloak::DEFAULT_FIRST_BUDGET,
+    ))]
     pub first_budget: Option<u32>,
 
-    /// Cloak's budget Zipf exponent (its --zipf-exponent) [default: 1.0]
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", help = defaulted(
+        "Cloak's budget Zipf exponent (its --zipf-exponent)",
+        format!("{:?}", cloak_schemes::cloak::DEFAULT_ZIPF_EXPONENT),
+    ))]
     pub budget_exponent: Option<f64>,
 
-    /// Cloak's batch interval [default: 20ms]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help = defaulted(
+        "Cloak's batch interval",
+        humantime::format_duration(cloak_schemes::cloak::DEFAULT_BATCH_INTERVAL),
+    ))]
     pub batch_interval: Option<String>,
 
-    /// Cloak's cache size [default: 1000]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = defaulted(
+        "Cloak's cache size",
+        cloak_schemes::cloak::DEFAULT_CACHE_SIZE,
+    ))]
     pub cache_size: Option<usize>,
 
     /// More flags for every `cloak proxy`, e.g. --proxy-arg=--durability=none (repeat for
@@ -554,8 +602,10 @@ fn audit_help() -> String {
          --capacity 5000 --report audit.md --plot audit.png\n\n\
          Everything runs in this process with virtual time; nothing is listened on or sent. Store \
          and scheme flags are those of `cloak up` (and the [store] table of --config); Cloak's \
-         first budget and cache default to the paper's (433 and 1000 per million keys) scaled to \
-         --capacity."
+         first budget and cache default to the paper's ({} and {} per million keys) scaled to \
+         --capacity.",
+        cloak_schemes::cloak::DEFAULT_FIRST_BUDGET,
+        cloak_schemes::cloak::DEFAULT_CACHE_SIZE,
     )
 }
 
@@ -570,12 +620,14 @@ fn audit_help() -> String {
         "Keys in the store; the workloads use keys 0..N [default: 1000]"
     )),
     mut_arg("value_size", |a| a.help("Largest value in bytes [default: 64]")),
-    mut_arg("first_budget", |a| a.help(
-        "Cloak: budget of reuse-distance set 1, b_1 [default: 433 per million keys, at least 1]"
-    )),
-    mut_arg("cache_size", |a| a.help(
-        "Cloak: records cached at the proxy [default: 1000 per million keys, at least 1]"
-    )),
+    mut_arg("first_budget", |a| a.help(defaulted(
+        "Cloak: budget of reuse-distance set 1, b_1",
+        format!("{} per million keys, at least 1", cloak_schemes::cloak::DEFAULT_FIRST_BUDGET),
+    ))),
+    mut_arg("cache_size", |a| a.help(defaulted(
+        "Cloak: records cached at the proxy",
+        format!("{} per million keys, at least 1", cloak_schemes::cloak::DEFAULT_CACHE_SIZE),
+    ))),
     mut_arg("key_size", |a| a.hide(true)),
     mut_arg("max_keys_per_command", |a| a.hide(true)),
 )]

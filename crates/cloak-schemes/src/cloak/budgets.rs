@@ -6,21 +6,33 @@
 
 use std::fmt;
 
+/// The budgets `b_1, …, b_T`: how many addresses every batch takes from each reuse-distance
+/// set (§4); set `d` holds `Σ_{j≥d} b_j` addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Budgets(Vec<u32>);
 
+/// Why budgets cannot be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BudgetError {
+    /// No budget given.
     #[error("budgets must not be empty")]
     Empty,
+    /// A budget is 0.
     #[error("every budget must be at least 1 (budget {index} is 0)")]
-    Zero { index: usize },
+    Zero {
+        /// Which budget (from 0).
+        index: usize,
+    },
+    /// The first budget is 0.
     #[error("the first budget must be at least 1")]
     FirstBudget,
+    /// The Zipf exponent is negative or not finite.
     #[error("the Zipf exponent must be a finite number ≥ 0, got {0}")]
     Exponent(f64),
+    /// The store holds no key.
     #[error("capacity must be at least 1")]
     Capacity,
+    /// The budgets make more sets than the proxy tracks.
     #[error("{0} reuse-distance sets are too many (the limit is 2^24); raise the first budget")]
     TooManySets(usize),
 }

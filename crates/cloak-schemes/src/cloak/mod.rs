@@ -10,12 +10,13 @@
 //! Client ops are answered as early as correctness allows (§4.1, Algorithm 2): writes as soon as
 //! they are in the proxy's journal (they are kept until written back), reads from the cache, from
 //! a pending write, or by joining a pending read. At most one op per slot waits for a batch; when
-//! too many wait, [`Scheme::accepts`] turns false until a batch completes.
+//! too many wait, [`Scheme::accepts`](cloak_core::Scheme::accepts) turns false until a batch completes.
 //!
 //! After a crash the store is rebuilt from storage and the journal (`cloak_core::recovery`) and
 //! a new instance starts from those records ([`Start`]) under a fresh random layout.
 
 mod budgets;
+mod options;
 mod sets;
 
 use std::num::NonZeroUsize;
@@ -23,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError,
-    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, Op, OpId, Record, Reply, SchemeError, SchemeStats, Slot, StorageError,
+    StorageOp,
 };
 use cloak_crypto::Binding;
 use hashbrown::{HashMap, HashSet};
@@ -33,21 +34,24 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
 
 pub use budgets::{BudgetError, Budgets};
+pub use options::{
+    CloakOptions, DEFAULT_BATCH_INTERVAL, DEFAULT_CACHE_SIZE, DEFAULT_FIRST_BUDGET,
+    DEFAULT_ZIPF_EXPONENT,
+};
 use sets::Sets;
 
 use crate::Start;
-use crate::fill::Fill;
-use crate::outgoing::Outgoing;
-use crate::retry::Retry;
 use crate::schedule::Schedule;
+use crate::shell::fill::Fill;
+use crate::shell::{Algorithm, Answer, Io, OnFailure};
 
 /// Elements written per request while the store is first filled.
-const INIT_CHUNK: u64 = 1024;
-/// Initial-fill requests in flight at once.
-const INIT_WINDOW: usize = 4;
+const FILL_CHUNK: u64 = 1024;
 
+/// Cloak's parameters, checked (see [`CloakOptions::config`]).
 #[derive(Clone, Debug)]
 pub struct CloakConfig {
+    /// The budgets every batch takes.
     pub budgets: Budgets,
     /// Fixed time between batch starts (`Δ`).
     pub batch_interval: Duration,
@@ -94,14 +98,18 @@ struct Flight {
     written: Vec<(u32, u64)>,
 }
 
+/// Why Cloak sent a storage request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Purpose {
+pub enum Purpose {
     /// Part of the initial fill, carrying recovered records as (slot, version).
     Fill(Vec<(u32, u64)>),
+    /// A batch's read.
     BatchRead,
+    /// A batch's write-back.
     BatchWrite,
 }
 
+/// The Cloak algorithm (run it in a [`crate::Shell`]).
 pub struct Cloak {
     budgets: Budgets,
     max_pending: usize,
@@ -140,11 +148,8 @@ pub struct Cloak {
     fill: Fill,
     /// When batches start and write-backs leave, held until then.
     schedule: Schedule<StorageOp>,
-    retry: Retry<(Purpose, StorageOp)>,
 
-    storage: Outgoing<Purpose>,
-    out: Outbox,
-    stats: SchemeStats,
+    io: Io<Purpose>,
 }
 
 impl Cloak {
@@ -213,16 +218,14 @@ impl Cloak {
                 .into_iter()
                 .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
                 .collect(),
-            fill: Fill::new(n as u64, INIT_CHUNK, INIT_WINDOW),
+            fill: Fill::new(n as u64, FILL_CHUNK),
             schedule: Schedule::new(config.batch_interval, Some(config.write_back_hold)),
-            retry: Retry::default(),
-            storage: Outgoing::default(),
-            out: Outbox::default(),
-            stats: SchemeStats::default(),
+            io: Io::default(),
         }
         .with_fill_started()
     }
 
+    /// The budgets `b_1, …, b_T` every batch takes.
     pub fn budgets(&self) -> &Budgets {
         &self.budgets
     }
@@ -276,7 +279,7 @@ impl Cloak {
     }
 
     fn send(&mut self, purpose: Purpose, op: StorageOp) {
-        self.storage.send(purpose, op);
+        self.io.send(purpose, op);
     }
 
     /// The batch that last wrote `addr`.
@@ -328,29 +331,28 @@ impl Cloak {
         }) = pending.as_deref()
         {
             let reply = Reply::Value(record.clone());
-            self.stats.cache_hits += 1;
+            self.io.stats.cache_hits += 1;
             self.answer(id, slot, reply);
             return;
         }
         if let Some(record) = self.cache.as_mut().and_then(|c| c.get(&slot)) {
             let reply = Reply::Value(record.clone());
-            self.stats.cache_hits += 1;
+            self.io.stats.cache_hits += 1;
             self.answer(id, slot, reply);
             return;
         }
-        self.stats.cache_misses += 1;
+        self.io.stats.cache_misses += 1;
         if self.corrupt.contains(&slot) {
             let error = SchemeError::Integrity(
                 "the element holding this key failed authentication earlier; the value is lost \
                  until the key is written again"
                     .into(),
             );
-            self.out.reply(id, Reply::Failed(error));
+            self.io.out.reply(id, Reply::Failed(error));
             return;
         }
-        if let Some(error) = self.retry.failing() {
-            self.out
-                .reply(id, Reply::Failed(SchemeError::StorageUnavailable(error)));
+        if let Some(error) = self.io.unavailable() {
+            self.io.out.reply(id, Reply::Failed(error));
             return;
         }
         match self.pending.get_mut(&slot) {
@@ -368,7 +370,7 @@ impl Cloak {
 
     /// Replies about `slot`, once whatever was written to it is durable.
     fn answer(&mut self, op: OpId, slot: u32, reply: Reply) {
-        self.out.answer(op, Slot::from(slot), reply);
+        self.io.out.answer(op, Slot::from(slot), reply);
     }
 
     fn write(&mut self, id: OpId, slot: u32, record: Record) {
@@ -376,7 +378,7 @@ impl Cloak {
             cache.put(slot, record.clone());
         }
         self.corrupt.remove(&slot);
-        self.out.keep(Slot::from(slot), record.clone());
+        self.io.out.keep(Slot::from(slot), record.clone());
         let pending = self.pending.entry(slot).or_default();
         let mut waiters = Vec::new();
         for waiting in [&mut pending.queued, &mut pending.flight] {
@@ -398,7 +400,7 @@ impl Cloak {
     /// Starts the batch due on the grid, unless the one before is unfinished (then that grid
     /// point is skipped: see [`crate::schedule`]).
     fn maybe_start_batch(&mut self, now: Instant) {
-        let busy = self.flight.is_some() || self.retry.is_waiting();
+        let busy = self.flight.is_some() || self.io.repeating();
         if self.schedule.due(now, busy).is_some() {
             // The hold counts from when the read really leaves (see `crate::schedule`).
             self.start_batch(now);
@@ -467,8 +469,8 @@ impl Cloak {
         }
 
         self.batch += 1;
-        self.stats.real_accesses += reals;
-        self.stats.dummy_accesses += size as u64 - reals;
+        self.io.stats.real_accesses += reals;
+        self.io.stats.dummy_accesses += size as u64 - reals;
         let read = StorageOp::Read(addrs.iter().map(|&a| Addr::from(a)).collect());
         self.flight = Some(Flight {
             batch,
@@ -528,7 +530,7 @@ impl Cloak {
                 }
                 (waiting, opened) => {
                     if let Err(error) = &opened {
-                        self.stats.integrity_failures += 1;
+                        self.io.stats.integrity_failures += 1;
                         tracing::error!(address = addr, %error, "storage returned a bad element");
                     }
                     // The cache, when it has the slot, holds its newest value: nothing is lost.
@@ -583,44 +585,20 @@ impl Cloak {
             self.send(Purpose::BatchWrite, op);
         }
     }
-
-    /// Storage failed a request: every client waiting to read learns now, whether its read is
-    /// in this batch or queued for a later one (no batch starts until this request succeeds,
-    /// which may take as long as a full disk or a dead server does). The request is repeated
-    /// after a backoff (repeating it shows the server nothing new).
-    fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
-        self.stats.storage_failures += 1;
-        tracing::warn!(%error, ?purpose, "storage request failed; retrying");
-        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-        for pending in self.pending.values_mut() {
-            for waiting in [&mut pending.flight, &mut pending.queued] {
-                if let Some(Waiting::Read(waiters)) = waiting {
-                    self.out.reply_all(waiters.drain(..), reply.clone());
-                }
-            }
-        }
-        self.retry.fail(now, error, (purpose, op));
-    }
 }
 
-impl Scheme for Cloak {
-    fn name(&self) -> &'static str {
-        "cloak"
-    }
+impl Algorithm for Cloak {
+    type Purpose = Purpose;
+    const NAME: &'static str = "cloak";
+
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.pos.len() as u64
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        let Some(slot) = u32::try_from(op.slot())
-            .ok()
-            .filter(|&s| (s as usize) < self.pos.len())
-        else {
-            let error = SchemeError::Overloaded(format!("slot {} does not exist", op.slot()));
-            self.out.reply(id, Reply::Failed(error));
-            return;
-        };
+        let slot = crate::shell::slot32(&op);
         self.touch(slot);
         match op {
             Op::Read(_) => self.read(id, slot),
@@ -628,69 +606,57 @@ impl Scheme for Cloak {
         }
     }
 
-    fn handle_storage(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        result: Result<StorageReply, StorageError>,
-    ) {
-        let Some(answered) = self.storage.answer(id, result) else {
-            tracing::warn!(?id, "reply to an unknown storage request");
-            return;
-        };
-        let (purpose, op) = (answered.purpose, answered.op);
-        let reply = match answered.values {
-            Ok(values) => values,
-            Err(error) => return self.failed(now, purpose, op, error),
-        };
-        self.retry.succeeded();
+    fn answered(&mut self, now: Instant, purpose: Purpose, answer: Answer) {
         match purpose {
             Purpose::Fill(recovered) => {
-                self.fill.written(recovered, &mut self.out);
+                self.fill.written(recovered, &mut self.io.out);
                 self.pump_fill(Some(now));
             }
-            Purpose::BatchRead => self.finish_read(now, reply),
+            Purpose::BatchRead => self.finish_read(now, answer.values()),
             Purpose::BatchWrite => {
-                let flight = self.flight.take().expect("a batch is in flight");
-                for (slot, version) in flight.written {
-                    self.out.release(Slot::from(slot), version);
+                if let Some(flight) = self.flight.take() {
+                    for (slot, version) in flight.written {
+                        self.io.out.release(Slot::from(slot), version);
+                    }
                 }
-                self.stats.batches += 1;
+                self.io.stats.batches += 1;
             }
         }
         self.maybe_start_batch(now);
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
-        for (purpose, op) in self.retry.due(now) {
-            self.send(purpose, op);
+    /// Storage failed a request: every client waiting to read learns now, whether its read is
+    /// in this batch or queued for a later one (no batch starts until this request succeeds,
+    /// which may take as long as a full disk or a dead server does). The request is repeated
+    /// after a backoff (repeating it shows the server nothing new).
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+        for pending in self.pending.values_mut() {
+            for waiting in [&mut pending.flight, &mut pending.queued] {
+                if let Some(Waiting::Read(waiters)) = waiting {
+                    self.io.out.reply_all(waiters.drain(..), reply.clone());
+                }
+            }
         }
+        OnFailure::Repeat
+    }
+
+    fn timeout(&mut self, now: Instant) {
         if let Some(op) = self.schedule.release(now) {
             self.send(Purpose::BatchWrite, op);
         }
         self.maybe_start_batch(now);
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
-        [self.retry.at(), self.schedule.next_wake()]
-            .into_iter()
-            .flatten()
-            .min()
-    }
-
-    fn poll_storage(&mut self) -> Option<StorageRequest> {
-        self.storage.poll()
-    }
-
-    fn outbox(&mut self) -> &mut Outbox {
-        &mut self.out
+    fn deadline(&self) -> Option<Instant> {
+        self.schedule.next_wake()
     }
 
     fn accepts(&self) -> bool {
         self.queued < self.max_pending
     }
 
-    fn stats(&self) -> SchemeStats {
+    fn current_stats(&self, stats: &mut SchemeStats) {
         let pending_writes = self
             .pending
             .values()
@@ -699,13 +665,10 @@ impl Scheme for Cloak {
             .count() as u64;
         let writing_back = self.flight.as_ref().map_or(0, |f| f.written.len()) as u64;
         let filling = if self.filled() { 0 } else { self.recovered };
-        SchemeStats {
-            queued: self.queued as u64,
-            unwritten: pending_writes + writing_back + filling,
-            missed_batches: self.schedule.missed(),
-            late_write_backs: self.schedule.late(),
-            ..self.stats.clone()
-        }
+        stats.queued = self.queued as u64;
+        stats.unwritten = pending_writes + writing_back + filling;
+        stats.missed_batches = self.schedule.missed();
+        stats.late_write_backs = self.schedule.late();
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

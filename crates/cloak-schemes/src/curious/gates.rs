@@ -25,11 +25,11 @@ impl Curious {
         for slot in slots {
             // A block evicted again since (only after a journal failure) is in storage.
             if let Some(record) = self.cache.record(slot).cloned() {
-                journal = Some(self.out.keep(Slot::from(slot), record));
+                journal = Some(self.io.out.keep(Slot::from(slot), record));
             }
         }
         if journal.is_none() && matches!(gate, Gate::Access(_)) {
-            journal = Some(self.out.keep(NO_SLOT, Record::empty()));
+            journal = Some(self.io.out.keep(NO_SLOT, Record::empty()));
         }
         match journal {
             Some(id) => self.gates.entry(id).or_default().push(gate),
@@ -51,7 +51,7 @@ impl Curious {
                     std::mem::replace(&mut access.stage, Stage::Queued)
                 {
                     access.stage = Stage::Writing { evicted };
-                    self.storage.send(Purpose::Write(id), write);
+                    self.io.send(Purpose::Write(id), write);
                 }
             }
         }

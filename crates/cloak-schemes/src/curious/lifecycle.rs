@@ -82,7 +82,7 @@ impl Curious {
                 );
                 writes.push((binding.address, sealed));
             }
-            self.storage
+            self.io
                 .send(Purpose::Fill(recovered), StorageOp::Write(writes));
         }
         if now.is_some() && !self.filled && self.fill.is_done() {
@@ -102,7 +102,7 @@ impl Curious {
             || !self.filled
             || self.drain_in_flight
             || !self.accesses.is_empty()
-            || self.retry.is_waiting()
+            || self.io.repeating()
             || self.unwritten() == 0
         {
             return;
@@ -145,7 +145,7 @@ impl Curious {
             "writing the eviction cache to the drain area"
         );
         self.drain_in_flight = true;
-        self.storage
+        self.io
             .send(Purpose::Drain(saved), StorageOp::Write(writes));
     }
 }

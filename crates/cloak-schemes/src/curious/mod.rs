@@ -75,7 +75,7 @@
 //! write-back that evicted blocks is in storage, their journal entries are released. Recovery
 //! (`cloak_core::recovery`) then finds every block in storage or in the journal.
 //!
-//! Graceful shutdown ([`Scheme::drain`]): the eviction cache would otherwise only empty while
+//! Graceful shutdown ([`Scheme::drain`](cloak_core::Scheme::drain)): the eviction cache would otherwise only empty while
 //! clients keep sending ops, so once the proxy stops taking them and the accesses in flight are
 //! done, CURIOUS writes the whole cache to a *drain area* of storage: always all of it (room for
 //! the cache limit), so the write shows nothing but that the proxy stopped. Recovery reads it
@@ -97,8 +97,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    ElementCodec, JournalId, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError,
-    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    ElementCodec, JournalId, Op, OpId, Record, Reply, SchemeError, SchemeStats, Slot, StorageError,
+    StorageOp,
 };
 use cloak_crypto::Binding;
 use hashbrown::HashMap;
@@ -106,9 +106,9 @@ use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
 use crate::Start;
-use crate::fill::Fill;
-use crate::outgoing::Outgoing;
-use crate::retry::Retry;
+use crate::shell::fill::Fill;
+use crate::shell::retry::Retry;
+use crate::shell::{Algorithm, Answer as ShellAnswer, Io, OnFailure};
 
 use bucket::BucketCodec;
 use cache::{Assignment, Entry, EvictionCache};
@@ -119,12 +119,13 @@ use position::{Place, PositionMap};
 use requests::{Answer, Requests};
 use retention::Retention;
 
-pub use params::{CuriousConfig, default_cache_limit, default_partitions, default_retention};
+pub use params::{
+    CuriousConfig, CuriousOptions, DEFAULT_ARITY, DEFAULT_BUCKET_SIZE, DEFAULT_EVICTIONS,
+    DEFAULT_MAX_IN_FLIGHT, default_cache_limit, default_partitions, default_retention,
+};
 
 /// Buckets written per request while the store is first filled.
 const FILL_CHUNK: u64 = 256;
-/// Fill requests in flight at once.
-const FILL_WINDOW: usize = 4;
 
 /// One access: a path read of one subORAM, then its write-back.
 struct Access {
@@ -155,10 +156,12 @@ enum Stage {
 
 /// What a storage request is for.
 #[derive(Clone, Debug)]
-enum Purpose {
+pub enum Purpose {
     /// Part of the initial fill, carrying recovered blocks as (slot, version).
     Fill(Vec<(u32, u64)>),
+    /// An access's path read.
     Read(AccessId),
+    /// An access's path write-back.
     Write(AccessId),
     /// The drain area, carrying the cache as (slot, version).
     Drain(Vec<(u32, u64)>),
@@ -188,6 +191,7 @@ impl Moving {
     }
 }
 
+/// The CURIOUS algorithm (run it in a [`crate::Shell`]).
 pub struct Curious {
     config: CuriousConfig,
     layout: Layout,
@@ -219,11 +223,7 @@ pub struct Curious {
     /// Accesses and the fill waiting for a journal request, and the blocks they wait for.
     gates: HashMap<JournalId, Vec<Gate>>,
     journal_retry: Retry<Gate>,
-    retry: Retry<(Purpose, StorageOp)>,
-    storage: Outgoing<Purpose>,
-    out: Outbox,
-
-    stats: SchemeStats,
+    io: Io<Purpose>,
     /// Evicted blocks in write-backs storage has not confirmed.
     evicting: usize,
     /// Evicted blocks that did not fit their path, since start.
@@ -259,16 +259,13 @@ impl Curious {
             next_generation: fill_generation + 1,
             staged: HashMap::new(),
             fill_gate: None,
-            fill: Fill::new(layout.elements(), FILL_CHUNK, FILL_WINDOW),
+            fill: Fill::new(layout.elements(), FILL_CHUNK),
             filled: false,
             draining: false,
             drain_in_flight: false,
             gates: HashMap::new(),
             journal_retry: Retry::default(),
-            retry: Retry::default(),
-            storage: Outgoing::default(),
-            out: Outbox::default(),
-            stats: SchemeStats::default(),
+            io: Io::default(),
             evicting: 0,
             overflowed: 0,
             refused: 0,
@@ -312,15 +309,15 @@ impl Curious {
             let access = self.accesses.get_mut(&id).expect("queued accesses exist");
             access.stage = Stage::Reading;
             let path = self.layout.path(access.sub, access.leaf);
-            self.storage.send(Purpose::Read(id), StorageOp::Read(path));
+            self.io.send(Purpose::Read(id), StorageOp::Read(path));
         }
     }
 
     fn answer(&mut self, answer: Option<Answer>) {
         match answer {
-            Some(Answer::Now(op, reply)) => self.out.reply(op, reply),
+            Some(Answer::Now(op, reply)) => self.io.out.reply(op, reply),
             Some(Answer::WhenDurable(op, slot, reply)) => {
-                self.out.answer(op, Slot::from(slot), reply)
+                self.io.out.answer(op, Slot::from(slot), reply)
             }
             None => {}
         }
@@ -342,7 +339,7 @@ impl Curious {
         };
         let journal = write
             .as_ref()
-            .map(|record| self.out.keep(Slot::from(slot), record.clone()));
+            .map(|record| self.io.out.keep(Slot::from(slot), record.clone()));
         self.requests.add(id, slot, write.clone().zip(journal));
         let place = self.positions.get(slot);
         let retained = matches!(place, Place::Stored { .. }) && self.retention.get(slot).is_some();
@@ -350,17 +347,17 @@ impl Curious {
             Place::Stored { sub, leaf } if !retained => {
                 self.positions.set(slot, Place::Fetching { sub, leaf });
                 self.requests.wait_for_block(slot, id);
-                self.stats.cache_misses += 1;
+                self.io.stats.cache_misses += 1;
                 Some((sub, leaf, slot))
             }
             Place::Fetching { .. } => {
                 self.requests.wait_for_block(slot, id);
-                self.stats.cache_misses += 1;
+                self.io.stats.cache_misses += 1;
                 None
             }
             // The proxy knows the record: the op takes effect now.
             Place::Stored { .. } | Place::Cached | Place::Absent | Place::Lost => {
-                self.stats.cache_hits += 1;
+                self.io.stats.cache_hits += 1;
                 let reply = match write {
                     Some(record) => {
                         if place == Place::Cached {
@@ -396,11 +393,11 @@ impl Curious {
         };
         match target {
             Some((sub, leaf, slot)) => {
-                self.stats.real_accesses += 1;
+                self.io.stats.real_accesses += 1;
                 self.start_access(sub, leaf, Some(id), Some(slot));
             }
             None => {
-                self.stats.dummy_accesses += 1;
+                self.io.stats.dummy_accesses += 1;
                 let (sub, leaf) = self.random_position();
                 self.start_access(sub, leaf, Some(id), None);
             }
@@ -479,7 +476,7 @@ impl Curious {
                     }
                 }
                 Err(error) => {
-                    self.stats.integrity_failures += 1;
+                    self.io.stats.integrity_failures += 1;
                     tracing::error!(address, %error, "storage returned a bad bucket");
                     damage = Some(format!(
                         "a bucket on the path failed authentication (storage address {address}): \
@@ -495,7 +492,7 @@ impl Curious {
         if let Some(slot) = target {
             let found = retrieved.ok_or_else(|| {
                 if damage.is_none() {
-                    self.stats.integrity_failures += 1;
+                    self.io.stats.integrity_failures += 1;
                 }
                 SchemeError::Integrity(damage.clone().unwrap_or_else(|| {
                     format!("the block of this key is missing from its path (subORAM {sub})")
@@ -595,10 +592,10 @@ impl Curious {
         if let Stage::Writing { evicted } = access.stage {
             self.evicting -= evicted.len();
             for (slot, version) in evicted {
-                self.out.release(Slot::from(slot), version);
+                self.io.out.release(Slot::from(slot), version);
             }
         }
-        self.stats.batches += 1;
+        self.io.stats.batches += 1;
         self.locks.release(access.sub);
         self.start_next(access.sub);
         self.maybe_drain();
@@ -606,20 +603,6 @@ impl Curious {
 
     fn unwritten(&self) -> usize {
         self.cache.unsaved() + self.evicting + self.requests.transit_writes()
-    }
-
-    /// Storage failed a request: every read not answered yet learns now, whichever request
-    /// failed (a refused write-back holds its subORAM, and reads behind it would otherwise wait
-    /// as long as storage refuses). The request is repeated after a backoff (repeating a
-    /// request shows the server nothing new).
-    fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
-        self.stats.storage_failures += 1;
-        tracing::warn!(%error, ?purpose, "storage request failed; retrying");
-        let failure = SchemeError::StorageUnavailable(error.clone());
-        for answer in self.requests.fail_reads(&failure) {
-            self.answer(Some(answer));
-        }
-        self.retry.fail(now, error, (purpose, op));
     }
 }
 
@@ -631,27 +614,20 @@ fn lost() -> SchemeError {
     )
 }
 
-impl Scheme for Curious {
-    fn name(&self) -> &'static str {
-        "curious"
-    }
+impl Algorithm for Curious {
+    type Purpose = Purpose;
+    const NAME: &'static str = "curious";
+
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.positions.len() as u64
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        let Some(slot) = u32::try_from(op.slot())
-            .ok()
-            .filter(|&s| (s as usize) < self.positions.len())
-        else {
-            let error = SchemeError::Overloaded(format!("slot {} does not exist", op.slot()));
-            self.out.reply(id, Reply::Failed(error));
-            return;
-        };
-        if let Some(error) = self.retry.failing() {
-            let reply = Reply::Failed(SchemeError::StorageUnavailable(error));
-            self.out.reply(id, reply);
+        let slot = crate::shell::slot32(&op);
+        if let Some(error) = self.io.unavailable() {
+            self.io.out.reply(id, Reply::Failed(error));
             return;
         }
         if self.cache.len() >= self.config.cache_limit && self.adds_to_cache(slot, &op) {
@@ -667,8 +643,8 @@ impl Scheme for Curious {
                  --curious-cache-limit or --curious-evictions",
                 self.cache.len()
             ));
-            self.out.reply(id, Reply::Failed(error));
-            self.stats.dummy_accesses += 1;
+            self.io.out.reply(id, Reply::Failed(error));
+            self.io.stats.dummy_accesses += 1;
             let (sub, leaf) = self.random_position();
             self.start_access(sub, leaf, None, None);
             return;
@@ -676,33 +652,18 @@ impl Scheme for Curious {
         self.schedule(id, slot, op);
     }
 
-    fn handle_storage(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        result: Result<StorageReply, StorageError>,
-    ) {
-        let Some(answered) = self.storage.answer(id, result) else {
-            tracing::warn!(?id, "reply to an unknown storage request");
-            return;
-        };
-        let (purpose, op) = (answered.purpose, answered.op);
-        let values = match answered.values {
-            Ok(values) => values,
-            Err(error) => return self.failed(now, purpose, op, error),
-        };
-        self.retry.succeeded();
+    fn answered(&mut self, now: Instant, purpose: Purpose, answer: ShellAnswer) {
         match purpose {
             Purpose::Fill(recovered) => {
-                self.fill.written(recovered, &mut self.out);
+                self.fill.written(recovered, &mut self.io.out);
                 self.pump_fill(Some(now));
             }
-            Purpose::Read(access) => self.finish_read(access, values),
+            Purpose::Read(access) => self.finish_read(access, answer.values()),
             Purpose::Write(access) => self.finish_write(access),
             Purpose::Drain(saved) => {
                 for (slot, version) in saved {
                     self.cache.mark_saved(slot, version);
-                    self.out.release(Slot::from(slot), version);
+                    self.io.out.release(Slot::from(slot), version);
                 }
                 self.drain_in_flight = false;
                 self.maybe_drain();
@@ -710,10 +671,19 @@ impl Scheme for Curious {
         }
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
-        for (purpose, op) in self.retry.due(now) {
-            self.storage.send(purpose, op);
+    /// Storage failed a request: every read not answered yet learns now, whichever request
+    /// failed (a refused write-back holds its subORAM, and reads behind it would otherwise wait
+    /// as long as storage refuses). The request is repeated after a backoff (repeating a
+    /// request shows the server nothing new).
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+        let failure = SchemeError::StorageUnavailable(error.clone());
+        for answer in self.requests.fail_reads(&failure) {
+            self.answer(Some(answer));
         }
+        OnFailure::Repeat
+    }
+
+    fn timeout(&mut self, now: Instant) {
         for gate in self.journal_retry.due(now) {
             let slots = self.gated_slots(gate);
             self.wait_for_journal(gate, slots);
@@ -721,23 +691,11 @@ impl Scheme for Curious {
         self.maybe_drain();
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
-        match (self.retry.at(), self.journal_retry.at()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+    fn deadline(&self) -> Option<Instant> {
+        self.journal_retry.at()
     }
 
-    fn poll_storage(&mut self) -> Option<StorageRequest> {
-        self.storage.poll()
-    }
-
-    fn outbox(&mut self) -> &mut Outbox {
-        &mut self.out
-    }
-
-    fn handle_journaled(&mut self, now: Instant, id: JournalId, result: Result<(), String>) {
-        self.out.handle_journaled(id, result.clone());
+    fn journaled(&mut self, now: Instant, id: JournalId, result: Result<(), String>) {
         let answers = self.requests.journaled(id, &result);
         self.answer_all(answers);
         for gate in self.gates.remove(&id).unwrap_or_default() {
@@ -765,12 +723,9 @@ impl Scheme for Curious {
         self.accesses.len() < self.config.max_in_flight
     }
 
-    fn stats(&self) -> SchemeStats {
-        SchemeStats {
-            queued: self.requests.len() as u64,
-            unwritten: self.unwritten() as u64,
-            ..self.stats.clone()
-        }
+    fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.queued = self.requests.len() as u64;
+        stats.unwritten = self.unwritten() as u64;
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

@@ -17,19 +17,81 @@
 //! - Retention `16m` accesses (not in the paper; see `retention`): blocks stay readable at the
 //!   proxy that long after their subORAM is drawn, about `16m` blocks at most.
 
-use crate::CuriousOptions;
-
+use super::Curious;
 use super::geometry::{Layout, Tree};
+use crate::{BuildError, Founding};
+
+/// Children per tree node, `b` (Table 7).
+pub const DEFAULT_ARITY: u32 = 3;
+/// Blocks per bucket, `z` (Table 7).
+pub const DEFAULT_BUCKET_SIZE: u32 = 5;
+/// Cached blocks evicted to the subORAM of every access, `c` (see above: two keep up).
+pub const DEFAULT_EVICTIONS: u32 = 2;
+/// Most accesses scheduled at once (the paper's semaphore).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 128;
+
+/// CURIOUS's parameters as given (paper §6); unset ones are derived from the capacity.
+#[derive(Clone, Debug)]
+pub struct CuriousOptions {
+    /// Number of subORAMs `m`; `None`: `⌈√capacity⌉`.
+    pub partitions: Option<u64>,
+    /// Children per tree node, `b`.
+    pub arity: u32,
+    /// Blocks per bucket, `z`.
+    pub bucket_size: u32,
+    /// Cached blocks evicted to the subORAM of every access, `c` (at least 2).
+    pub evictions: u32,
+    /// Most accesses scheduled at once.
+    pub max_in_flight: usize,
+    /// Most blocks in the eviction cache before ops are refused; `None`: `4m + 256`.
+    pub cache_limit: Option<usize>,
+    /// Accesses a block stays readable at the proxy after its subORAM is drawn; `None`: `16m`.
+    /// Not in the paper: it keeps a hot key's fetch from following its eviction (see
+    /// `curious::retention`); 0 restores the paper's behaviour.
+    pub retention: Option<u64>,
+}
+
+impl Default for CuriousOptions {
+    fn default() -> Self {
+        Self {
+            partitions: None,
+            arity: DEFAULT_ARITY,
+            bucket_size: DEFAULT_BUCKET_SIZE,
+            evictions: DEFAULT_EVICTIONS,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            cache_limit: None,
+            retention: None,
+        }
+    }
+}
+
+impl CuriousOptions {
+    /// A CURIOUS store for `store` under `master`'s keys, holding `start`'s records.
+    pub(crate) fn build(&self, from: Founding<'_>) -> Result<Curious, BuildError> {
+        let (store, master) = (from.store, from.master);
+        let config = CuriousConfig::new(store.capacity, self).map_err(BuildError::Invalid)?;
+        let layout = config.layout().map_err(BuildError::Invalid)?;
+        let codec = crate::sealed_codec(store, master)?;
+        Ok(Curious::new(config, layout, codec, from.rng, from.start))
+    }
+}
 
 /// A CURIOUS store's parameters, checked.
 #[derive(Clone, Debug)]
 pub struct CuriousConfig {
+    /// Keys the store holds, `n`.
     pub capacity: u64,
+    /// Number of subORAMs, `m`.
     pub partitions: u32,
+    /// Children per tree node, `b`.
     pub arity: u32,
+    /// Blocks per bucket, `z`.
     pub bucket_size: usize,
+    /// Cached blocks evicted to the subORAM of every access, `c`.
     pub evictions: usize,
+    /// Most accesses scheduled at once.
     pub max_in_flight: usize,
+    /// Most blocks in the eviction cache before ops are refused.
     pub cache_limit: usize,
     /// Accesses a block stays readable at the proxy after its subORAM is drawn (`retention`).
     pub retention: u64,
@@ -60,6 +122,8 @@ pub fn default_cache_limit(partitions: u32) -> usize {
 }
 
 impl CuriousConfig {
+    /// The options for a store of `capacity` keys with the defaults applied, checked; the
+    /// error says which flag is wrong.
     pub fn new(capacity: u64, o: &CuriousOptions) -> Result<Self, String> {
         if o.arity < 2 {
             return Err(format!(

@@ -39,7 +39,7 @@ impl Pancake {
                     if owner != DUMMY
                         && let Some(version) = self.cache.forget(owner, cell)
                     {
-                        self.out.release(Slot::from(owner), version);
+                        self.io.out.release(Slot::from(owner), version);
                     }
                     freed.push(cell);
                 }

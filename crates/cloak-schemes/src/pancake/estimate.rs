@@ -26,17 +26,32 @@ pub struct Estimate {
     samples: Option<u64>,
 }
 
+/// Why a distribution cannot serve as `π̂` for this store.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EstimateError {
+    /// It has a weight count other than the store's slot count.
     #[error("the distribution has {got} weights but the store has {slots} slots")]
-    Length { got: usize, slots: u64 },
+    Length {
+        /// Weights given.
+        got: usize,
+        /// Slots of the store.
+        slots: u64,
+    },
+    /// A weight is negative or not finite.
     #[error("weight {weight} of slot {slot} is not a finite non-negative number")]
-    BadWeight { slot: usize, weight: f64 },
+    BadWeight {
+        /// Whose weight.
+        slot: usize,
+        /// The weight.
+        weight: f64,
+    },
+    /// Every weight is zero.
     #[error("every weight of the distribution is zero")]
     AllZero,
 }
 
 impl Estimate {
+    /// The uniform estimate over `slots` slots.
     pub fn uniform(slots: usize) -> Self {
         Self {
             probabilities: vec![1.0 / slots as f64; slots].into(),
@@ -74,10 +89,12 @@ impl Estimate {
         Ok(())
     }
 
+    /// The probability of each slot; they sum to 1.
     pub fn probabilities(&self) -> &[f64] {
         &self.probabilities
     }
 
+    /// How many requests the estimate was observed over (`None`: given, not observed).
     pub fn samples(&self) -> Option<u64> {
         self.samples
     }
@@ -89,7 +106,9 @@ pub enum DistributionFormat {
     /// Weights if every line is `KEY NUMBER`, else a trace.
     #[default]
     Auto,
+    /// `KEY WEIGHT` per line.
     Weights,
+    /// One request per line.
     Trace,
 }
 
@@ -117,16 +136,26 @@ pub struct KeyWeights {
     pub samples: Option<u64>,
 }
 
+/// Why a distribution file cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum DistributionError {
+    /// The file cannot be read.
     #[error("cannot read the distribution: {0}")]
     Read(#[from] std::io::Error),
     #[error(
         "line {line}: a weight file needs `KEY WEIGHT` with a finite non-negative weight, got {text:?}"
     )]
-    BadLine { line: usize, text: String },
+    /// A line of a weight file is not `KEY WEIGHT`.
+    BadLine {
+        /// Its number, from 1.
+        line: usize,
+        /// Its text.
+        text: String,
+    },
+    /// No key in the file.
     #[error("the distribution names no key")]
     Empty,
+    /// Every weight is zero.
     #[error("every weight in the distribution is zero")]
     AllZero,
 }
@@ -221,10 +250,18 @@ pub fn estimate_for_keys(
     Ok((estimate, left_out))
 }
 
+/// Why key weights cannot become an estimate over the store's slots.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyWeightsError {
+    /// A key is longer than the store allows.
     #[error("the distribution names key {key:?}, longer than the key size limit of {max} bytes")]
-    KeyTooLong { key: String, max: usize },
+    KeyTooLong {
+        /// The key.
+        key: String,
+        /// The key size limit.
+        max: usize,
+    },
+    /// No key with a positive weight fits.
     #[error("no key of the distribution with a positive weight fits in the store")]
     NoWeightFits,
 }
@@ -269,6 +306,8 @@ pub struct ChangeDetector {
 }
 
 impl ChangeDetector {
+    /// A detector that tests windows of `window` requests against `estimate` at
+    /// `significance`.
     pub fn new(estimate: Estimate, window: u64, significance: f64) -> Self {
         let slots = estimate.probabilities().len();
         let mut detector = Self {
@@ -297,14 +336,17 @@ impl ChangeDetector {
         self.seen = 0;
     }
 
+    /// The estimate the requests are tested against.
     pub fn estimate(&self) -> &Estimate {
         &self.estimate
     }
 
+    /// Requests per detection window.
     pub fn window(&self) -> u64 {
         self.window
     }
 
+    /// The KS statistic above which a window shows drift.
     pub fn critical(&self) -> f64 {
         self.critical
     }

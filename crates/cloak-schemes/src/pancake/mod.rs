@@ -31,6 +31,7 @@
 mod adapt;
 pub mod estimate;
 mod locks;
+mod options;
 mod replicas;
 pub mod smoothing;
 mod update_cache;
@@ -40,8 +41,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cloak_core::{
-    ElementCodec, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError, SchemeStats,
-    Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    ElementCodec, Op, OpId, Record, Reply, SchemeError, SchemeStats, Slot, StorageError, StorageOp,
 };
 use cloak_crypto::{Binding, Prf};
 use hashbrown::{HashMap, HashSet};
@@ -52,54 +52,23 @@ use rand_chacha::ChaCha20Rng;
 use rand_distr::weighted::WeightedAliasIndex;
 
 use crate::Start;
-use crate::retry::Retry;
+use crate::shell::fill::Fill;
+use crate::shell::{Algorithm, Answer, Io, OnFailure};
 pub use estimate::{
     ChangeDetector, DistributionError, DistributionFormat, Estimate, EstimateError, KeyWeights,
     KeyWeightsError, estimate_for_keys, parse_distribution,
 };
 use locks::Locks;
+pub use options::{
+    DEFAULT_BATCH_SIZE, DEFAULT_IDLE_BATCH_INTERVAL, DEFAULT_MAX_QUEUED, DEFAULT_SIGNIFICANCE,
+    DEFAULT_WINDOW, PancakeOptions,
+};
 use replicas::{DUMMY, Replicas, element_slot};
 use smoothing::{Plan, Threshold};
 use update_cache::UpdateCache;
 
 /// Labels written per request while the store is first filled.
-const FILL_CHUNK: usize = 1024;
-/// Fill requests in flight at once.
-const FILL_WINDOW: usize = 4;
-
-/// Pancake's parameters (paper §4–6; defaults are the paper's: `B = 3`, `α = 1/n` so `δ = 1/2`,
-/// a KS test at 95% confidence over windows of 10 million requests).
-#[derive(Clone, Debug)]
-pub struct PancakeOptions {
-    /// `π̂` per slot at start; `None` is uniform.
-    pub estimate: Option<Estimate>,
-    /// Accesses per client request (`B`).
-    pub batch_size: usize,
-    /// Detect drift and swap replicas (§5); without it `π̂` never changes.
-    pub adapt: bool,
-    /// Requests per detection window (`w`).
-    pub window: u64,
-    /// KS test significance (the paper's 95% confidence is 0.05).
-    pub significance: f64,
-    /// Batches also go out on this fixed schedule, so queued requests drain when clients pause.
-    pub idle_batch_interval: Duration,
-    /// Most requests waiting for batches before clients are slowed down.
-    pub max_queued: usize,
-}
-
-impl Default for PancakeOptions {
-    fn default() -> Self {
-        Self {
-            estimate: None,
-            batch_size: 3,
-            adapt: true,
-            window: 10_000_000,
-            significance: 0.05,
-            idle_batch_interval: Duration::from_millis(10),
-            max_queued: 10_000,
-        }
-    }
-}
+const FILL_CHUNK: u64 = 1024;
 
 /// The distributions accesses are drawn from, for `π̂` and, during a swap, its transition.
 struct Phase {
@@ -115,10 +84,14 @@ struct Phase {
     swapping: bool,
 }
 
+/// Why Pancake sent a storage request.
 #[derive(Clone, Debug)]
-enum Purpose {
+pub enum Purpose {
+    /// Part of the initial fill.
     Fill,
+    /// A batch's read.
     Read(u64),
+    /// A batch's write-back.
     Write(u64),
 }
 
@@ -137,6 +110,7 @@ struct Seen {
     record: Result<Record, String>,
 }
 
+/// The Pancake algorithm (run it in a [`crate::Shell`]).
 pub struct Pancake {
     batch_size: usize,
     interval: Duration,
@@ -163,17 +137,11 @@ pub struct Pancake {
     held: Vec<u64>,
     /// Records the fill writes (recovered after a crash), by slot.
     initial: HashMap<u32, Record>,
-    fill_next: usize,
-    fill_outstanding: usize,
+    fill: Fill,
     filled: bool,
     next_generation: u64,
     next_tick: Option<Instant>,
-    retry: Retry<(Purpose, StorageOp)>,
-    outstanding: HashMap<RequestId, (Purpose, StorageOp)>,
-    next_request: u64,
-    transmit: VecDeque<StorageRequest>,
-    out: Outbox,
-    stats: SchemeStats,
+    io: Io<Purpose>,
     adaptations: u64,
     swaps: u64,
 }
@@ -197,6 +165,7 @@ impl Pancake {
         let detector = options
             .adapt
             .then(|| ChangeDetector::new(estimate.clone(), options.window, options.significance));
+        let fill = Fill::new(replicas.len() as u64, FILL_CHUNK);
         let mut scheme = Self {
             batch_size: options.batch_size,
             interval: options.idle_batch_interval,
@@ -228,17 +197,11 @@ impl Pancake {
                 .into_iter()
                 .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
                 .collect(),
-            fill_next: 0,
-            fill_outstanding: 0,
+            fill,
             filled: false,
             next_generation: start.generation_base,
             next_tick: None,
-            retry: Retry::default(),
-            outstanding: HashMap::new(),
-            next_request: 0,
-            transmit: VecDeque::new(),
-            out: Outbox::default(),
-            stats: SchemeStats::default(),
+            io: Io::default(),
             adaptations: 0,
             swaps: 0,
         };
@@ -310,13 +273,6 @@ impl Pancake {
         }
     }
 
-    fn send(&mut self, purpose: Purpose, op: StorageOp) {
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.outstanding.insert(id, (purpose, op.clone()));
-        self.transmit.push_back(StorageRequest { id, op });
-    }
-
     /// Seals `record` (of `owner`) for `cell` under a fresh generation.
     ///
     /// Public: elements are sealed one per distinct label of each write request, in the order
@@ -338,9 +294,8 @@ impl Pancake {
 
     /// Keeps the fill's window of writes full; once every label is written, batches may go.
     fn pump_fill(&mut self, now: Option<Instant>) {
-        while self.fill_outstanding < FILL_WINDOW && self.fill_next < self.replicas.len() {
-            let end = (self.fill_next + FILL_CHUNK).min(self.replicas.len());
-            let writes = (self.fill_next as u32..end as u32)
+        while let Some(chunk) = self.fill.next_chunk() {
+            let writes = (chunk.start as u32..chunk.end as u32)
                 .map(|cell| {
                     let owner = self.replicas.cell(cell).owner;
                     let record = match owner {
@@ -350,14 +305,11 @@ impl Pancake {
                     (self.replicas.label(cell), self.seal(cell, owner, &record))
                 })
                 .collect();
-            self.fill_next = end;
-            self.fill_outstanding += 1;
-            self.send(Purpose::Fill, StorageOp::Write(writes));
+            self.io.send(Purpose::Fill, StorageOp::Write(writes));
         }
         if let Some(now) = now
             && !self.filled
-            && self.fill_next == self.replicas.len()
-            && self.fill_outstanding == 0
+            && self.fill.is_done()
         {
             tracing::info!(
                 labels = self.replicas.len(),
@@ -366,7 +318,7 @@ impl Pancake {
             self.filled = true;
             for (slot, record) in std::mem::take(&mut self.initial) {
                 if record.version > 0 {
-                    self.out.release(Slot::from(slot), record.version);
+                    self.io.out.release(Slot::from(slot), record.version);
                 }
             }
             self.next_tick = Some(now + self.interval);
@@ -398,11 +350,11 @@ impl Pancake {
             let cell = if self.rng.random_bool(delta) {
                 let (slot, reader) = match self.queue.pop_front() {
                     Some(request) => {
-                        self.stats.real_accesses += 1;
+                        self.io.stats.real_accesses += 1;
                         request
                     }
                     None => {
-                        self.stats.dummy_accesses += 1;
+                        self.io.stats.dummy_accesses += 1;
                         (self.phase.real.sample(&mut self.rng) as u32, None)
                     }
                 };
@@ -411,7 +363,7 @@ impl Pancake {
                 }
                 self.serving_replica(slot)
             } else {
-                self.stats.dummy_accesses += 1;
+                self.io.stats.dummy_accesses += 1;
                 self.phase.fake.sample(&mut self.rng) as u32
             };
             batch.cells.push(cell);
@@ -443,7 +395,7 @@ impl Pancake {
                 .iter()
                 .map(|&c| self.replicas.label(c))
                 .collect();
-            self.send(Purpose::Read(id), StorageOp::Read(labels));
+            self.io.send(Purpose::Read(id), StorageOp::Read(labels));
         }
     }
 
@@ -476,7 +428,7 @@ impl Pancake {
                     continue;
                 }
             };
-            self.out.answer(op, Slot::from(slot), reply);
+            self.io.out.answer(op, Slot::from(slot), reply);
         }
         let writes = batch
             .cells
@@ -484,7 +436,7 @@ impl Pancake {
             .map(|&c| (self.replicas.label(c), seen[&c].1.clone()))
             .collect();
         self.batches.insert(id, batch);
-        self.send(Purpose::Write(id), StorageOp::Write(writes));
+        self.io.send(Purpose::Write(id), StorageOp::Write(writes));
         if self.phase.swapping && self.phase.pending == 0 {
             self.finish_swap();
         }
@@ -512,7 +464,7 @@ impl Pancake {
             .open(binding, value, Some(element_slot(holds)))
             .map(|(_, record)| record)
             .map_err(|error| {
-                self.stats.integrity_failures += 1;
+                self.io.stats.integrity_failures += 1;
                 tracing::error!(label = binding.address, %error, "storage returned a bad element");
                 format!(
                     "the element holding this key failed authentication ({error}); the value is \
@@ -596,10 +548,10 @@ impl Pancake {
         let ready = self.locks.release(id, &batch.cells);
         for (slot, version) in batch.cached {
             if let Some(version) = self.cache.written(slot, version) {
-                self.out.release(Slot::from(slot), version);
+                self.io.out.release(Slot::from(slot), version);
             }
         }
-        self.stats.batches += 1;
+        self.io.stats.batches += 1;
         self.dispatch(ready);
     }
 
@@ -616,71 +568,43 @@ impl Pancake {
             self.begin_swap(estimate);
         }
     }
-
-    /// Storage failed a request: every reader waiting for storage learns now, whether its
-    /// batch was sent, is blocked behind a label whose write-back storage refuses, or is not
-    /// formed yet. Their accesses still happen as drawn (the batches keep their labels); the
-    /// request is repeated after a backoff (repeating it shows the server nothing new).
-    fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
-        self.stats.storage_failures += 1;
-        tracing::warn!(%error, ?purpose, "storage request failed; retrying");
-        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-        for batch in self.batches.values_mut() {
-            let readers = std::mem::take(&mut batch.readers);
-            self.out
-                .reply_all(readers.into_iter().map(|(_, op, _)| op), reply.clone());
-        }
-        for (_, reader) in &mut self.queue {
-            if let Some(op) = reader.take() {
-                self.out.reply(op, reply.clone());
-            }
-        }
-        self.retry.fail(now, error, (purpose, op));
-    }
 }
 
-impl Scheme for Pancake {
-    fn name(&self) -> &'static str {
-        "pancake"
-    }
+impl Algorithm for Pancake {
+    type Purpose = Purpose;
+    const NAME: &'static str = "pancake";
+
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.keys as u64
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        let Some(slot) = u32::try_from(op.slot())
-            .ok()
-            .filter(|&s| (s as usize) < self.keys)
-        else {
-            let error = SchemeError::Overloaded(format!("slot {} does not exist", op.slot()));
-            self.out.reply(id, Reply::Failed(error));
-            return;
-        };
+        let slot = crate::shell::slot32(&op);
         match op {
             Op::Write(_, record) => {
-                self.out.keep(Slot::from(slot), record.clone());
+                self.io.out.keep(Slot::from(slot), record.clone());
                 self.fetched.remove(&slot);
                 let cells = self.replicas.of(slot);
                 self.cache.write(slot, record, cells);
-                self.out.answer(id, Slot::from(slot), Reply::Written);
+                self.io.out.answer(id, Slot::from(slot), Reply::Written);
                 self.queue.push_back((slot, None));
             }
             Op::Read(_) => match self.cache.get(slot) {
                 Some(record) => {
                     let reply = Reply::Value(record.clone());
-                    self.stats.cache_hits += 1;
-                    self.out.answer(id, Slot::from(slot), reply);
+                    self.io.stats.cache_hits += 1;
+                    self.io.out.answer(id, Slot::from(slot), reply);
                     self.queue.push_back((slot, None));
                 }
                 None => {
-                    self.stats.cache_misses += 1;
+                    self.io.stats.cache_misses += 1;
                     // Storage is down: say so now rather than after the backoff. The request
                     // still takes its place in the queue and its batch, as every request does.
-                    let reader = match self.retry.failing() {
+                    let reader = match self.io.unavailable() {
                         Some(error) => {
-                            let reply = Reply::Failed(SchemeError::StorageUnavailable(error));
-                            self.out.reply(id, reply);
+                            self.io.out.reply(id, Reply::Failed(error));
                             None
                         }
                         None => Some(id),
@@ -693,47 +617,39 @@ impl Scheme for Pancake {
         self.form_batch();
     }
 
-    fn handle_storage(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        result: Result<StorageReply, StorageError>,
-    ) {
-        let Some((purpose, op)) = self.outstanding.remove(&id) else {
-            tracing::warn!(?id, "reply to an unknown storage request");
-            return;
-        };
-        let values = match (&purpose, result) {
-            (_, Err(error)) => return self.failed(now, purpose, op, error),
-            (Purpose::Read(_), Ok(StorageReply::Values(values))) if values.len() == op.len() => {
-                values
-            }
-            (Purpose::Fill | Purpose::Write(_), Ok(StorageReply::Done)) => Vec::new(),
-            (_, Ok(reply)) => {
-                let error = StorageError(format!(
-                    "storage gave a malformed answer to a {} of {} labels: {}",
-                    op.kind(),
-                    op.len(),
-                    reply.summary()
-                ));
-                return self.failed(now, purpose, op, error);
-            }
-        };
-        self.retry.succeeded();
+    fn answered(&mut self, now: Instant, purpose: Purpose, answer: Answer) {
         match purpose {
             Purpose::Fill => {
-                self.fill_outstanding -= 1;
+                // The recovered records are released once the whole fill is in (`pump_fill`).
+                self.fill.written(Vec::new(), &mut self.io.out);
                 self.pump_fill(Some(now));
             }
-            Purpose::Read(batch) => self.finish_read(batch, values),
+            Purpose::Read(batch) => self.finish_read(batch, answer.values()),
             Purpose::Write(batch) => self.finish_write(batch),
         }
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
-        for (purpose, op) in self.retry.due(now) {
-            self.send(purpose, op);
+    /// Storage failed a request: every reader waiting for storage learns now, whether its
+    /// batch was sent, is blocked behind a label whose write-back storage refuses, or is not
+    /// formed yet. Their accesses still happen as drawn (the batches keep their labels); the
+    /// request is repeated after a backoff (repeating it shows the server nothing new).
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+        for batch in self.batches.values_mut() {
+            let readers = std::mem::take(&mut batch.readers);
+            self.io
+                .out
+                .reply_all(readers.into_iter().map(|(_, op, _)| op), reply.clone());
         }
+        for (_, reader) in &mut self.queue {
+            if let Some(op) = reader.take() {
+                self.io.out.reply(op, reply.clone());
+            }
+        }
+        OnFailure::Repeat
+    }
+
+    fn timeout(&mut self, now: Instant) {
         if let Some(due) = self.next_tick
             && due <= now
         {
@@ -746,25 +662,14 @@ impl Scheme for Pancake {
             });
             // Not while storage fails or batches pile up: nothing would drain, and the server
             // sees the stall anyway.
-            if !self.retry.is_waiting() && self.formed_unsent() < self.max_queued {
+            if !self.io.repeating() && self.formed_unsent() < self.max_queued {
                 self.form_batch();
             }
         }
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
-        match (self.retry.at(), self.next_tick) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn poll_storage(&mut self) -> Option<StorageRequest> {
-        self.transmit.pop_front()
-    }
-
-    fn outbox(&mut self) -> &mut Outbox {
-        &mut self.out
+    fn deadline(&self) -> Option<Instant> {
+        self.next_tick
     }
 
     /// Every op is an access of its own: absent keys need cover reads.
@@ -776,12 +681,9 @@ impl Scheme for Pancake {
         self.queue.len() + self.formed_unsent() < self.max_queued
     }
 
-    fn stats(&self) -> SchemeStats {
-        SchemeStats {
-            queued: self.queue.len() as u64,
-            unwritten: self.cache.unwritten() as u64,
-            ..self.stats.clone()
-        }
+    fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.queued = self.queue.len() as u64;
+        stats.unwritten = self.cache.unwritten() as u64;
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

@@ -27,7 +27,9 @@ pub fn replica_count(probability: f64, keys: usize) -> u32 {
 /// Replica counts for an estimate over `n` keys, and the dummies that make them `2n` labels.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
+    /// Replicas of each key.
     pub counts: Vec<u32>,
+    /// Dummy replicas that make the labels `2n`.
     pub dummies: u64,
 }
 
@@ -46,6 +48,7 @@ impl Plan {
         }
     }
 
+    /// Replicas of all keys together, `n′`.
     pub fn replicas(&self) -> u64 {
         self.counts.iter().map(|&c| u64::from(c)).sum()
     }
@@ -55,7 +58,9 @@ impl Plan {
 /// follow from them, for `n` keys.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Threshold {
+    /// The threshold `α`.
     pub alpha: f64,
+    /// Keys, `n`.
     pub keys: usize,
 }
 

@@ -23,8 +23,6 @@ use super::tree::Tree;
 
 /// Bytes of buckets written per fill request (at least one bucket).
 const CHUNK_BYTES: usize = 8 << 20;
-/// Fill requests in flight at once.
-pub const WINDOW: usize = 4;
 
 pub struct Fill {
     /// The blocks placed in each non-empty bucket, until its chunk is sealed.

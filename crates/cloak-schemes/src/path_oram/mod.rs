@@ -1,5 +1,5 @@
 //! Path ORAM (Stefanov et al., CCS'13), the tree ORAM the CURIOUS paper evaluates (§3.2: `Z = 4`,
-//! stash 89), as a sans-io [`Scheme`].
+//! stash 89), as a sans-io [`Scheme`](cloak_core::Scheme).
 //!
 //! Storage holds a binary tree of buckets ([`tree`]), each one sealed element of `Z` padded
 //! records ([`bucket`]). The proxy holds the position map, a leaf per slot ([`position`]), and
@@ -51,7 +51,7 @@
 //! the write-back lands. So the eviction keeps every such block in the journal, and the
 //! write-back is sent only once the journal says they are durable. To keep that wait from
 //! telling the server whether anything was kept, every write-back waits for a journal barrier
-//! ([`Outbox::barrier`]), empty or not. A block that was journaled (a stash block, a client
+//! ([`Outbox::barrier`](cloak_core::Outbox::barrier)), empty or not. A block that was journaled (a stash block, a client
 //! write) is released once a write-back that put it in a bucket has landed, unless by then it is
 //! back in the stash (it stays journaled). A client write is kept before it is acknowledged, as
 //! in every scheme. Blocks moving between buckets of one path are not journaled: that assumes a
@@ -78,6 +78,7 @@
 
 mod bucket;
 mod fill;
+mod options;
 mod position;
 mod stash;
 mod tree;
@@ -87,17 +88,20 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, JournalId, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError,
-    SchemeStats, Slot, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, JournalId, Op, OpId, Record, Reply, SchemeError, SchemeStats, Slot,
+    StorageError, StorageOp,
 };
 use cloak_crypto::Binding;
 use hashbrown::HashMap;
 use rand_chacha::ChaCha20Rng;
 
 use crate::Start;
-use crate::retry::Retry;
+use crate::shell::fill::FILL_WINDOW;
+use crate::shell::retry::Retry;
+use crate::shell::{Algorithm, Answer, Io, OnFailure};
 use bucket::BucketCodec;
 use fill::Fill;
+pub use options::{DEFAULT_BUCKET_SIZE, DEFAULT_STASH_LIMIT, MAX_CAPACITY, PathOramOptions};
 use position::PositionMap;
 use stash::{Block, Eviction, Stash, evict};
 pub use tree::Tree;
@@ -105,6 +109,7 @@ pub use tree::Tree;
 /// Accesses owed to client ops beyond which the driver stops submitting (backpressure).
 const MAX_QUEUED: usize = 1024;
 
+/// Path ORAM's parameters, checked (see [`PathOramOptions::config`]).
 #[derive(Clone, Debug)]
 pub struct PathOramConfig {
     /// Blocks per bucket, `Z`.
@@ -167,13 +172,18 @@ struct WriteBack {
     landed: bool,
 }
 
+/// Why Path ORAM sent a storage request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Purpose {
+pub enum Purpose {
+    /// Part of the initial fill.
     Fill,
+    /// An access's path read.
     Read,
+    /// An access's path write-back.
     Write,
 }
 
+/// The Path ORAM algorithm (run it in a [`crate::Shell`]).
 pub struct PathOram {
     tree: Tree,
     stash_limit: usize,
@@ -196,13 +206,8 @@ pub struct PathOram {
     written: Option<WriteBack>,
     draining: bool,
 
-    retry: Retry<(Purpose, StorageOp)>,
     journal_retry: Retry<()>,
-    outstanding: HashMap<RequestId, (Purpose, StorageOp)>,
-    next_request: u64,
-    transmit: VecDeque<StorageRequest>,
-    out: Outbox,
-    stats: SchemeStats,
+    io: Io<Purpose>,
     accesses: u64,
     stash_overflows: u64,
 }
@@ -219,7 +224,8 @@ impl PathOram {
         let tree = Tree::for_capacity(slots);
         let z = config.bucket_size;
         let mut positions = PositionMap::new(slots as usize, tree);
-        let mut out = Outbox::default();
+        let mut io = Io::default();
+        let out = &mut io.out;
         // Generations start above every earlier run's (see `Start::generation_base`).
         let fill_generation = start.generation_base + 1;
         let mut blocks = Vec::with_capacity(start.records.len());
@@ -262,13 +268,8 @@ impl PathOram {
             prepared: None,
             written: None,
             draining: false,
-            retry: Retry::default(),
             journal_retry: Retry::default(),
-            outstanding: HashMap::new(),
-            next_request: 0,
-            transmit: VecDeque::new(),
-            out,
-            stats: SchemeStats::default(),
+            io,
             accesses: 0,
             stash_overflows: 0,
         };
@@ -276,6 +277,7 @@ impl PathOram {
         scheme
     }
 
+    /// The tree storage holds.
     pub fn tree(&self) -> Tree {
         self.tree
     }
@@ -300,15 +302,18 @@ impl PathOram {
     }
 
     fn send(&mut self, purpose: Purpose, op: StorageOp) {
+        self.note_read_sent(purpose);
+        self.io.send(purpose, op);
+    }
+
+    /// A path read goes out (again, after a failure): whether it may see the previous
+    /// write-back applied or not depends on whether that is still in flight now.
+    fn note_read_sent(&mut self, purpose: Purpose) {
         if purpose == Purpose::Read
             && let Some(reading) = &mut self.reading
         {
             reading.overlaps_write = self.written.as_ref().is_some_and(|w| !w.landed);
         }
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.outstanding.insert(id, (purpose, op.clone()));
-        self.transmit.push_back(StorageRequest { id, op });
     }
 
     /// Moves everything along that can move: the fill, the prepared write-back, the next access.
@@ -318,7 +323,7 @@ impl PathOram {
                 return;
             }
             let mut chunks = Vec::new();
-            while fill.outstanding < fill::WINDOW
+            while fill.outstanding < FILL_WINDOW
                 && let Some(op) = fill.next_chunk(&mut self.codec)
             {
                 chunks.push(op);
@@ -333,7 +338,7 @@ impl PathOram {
             let fill = self.filling.take().expect("checked above");
             for (slot, record) in fill.recovered {
                 if !self.stash.contains(slot) {
-                    self.out.release(Slot::from(slot), record.version);
+                    self.io.out.release(Slot::from(slot), record.version);
                 }
             }
             tracing::info!(
@@ -374,10 +379,10 @@ impl PathOram {
         }
         .unwrap_or_else(|| self.positions.random_leaf(&mut self.rng));
         self.accesses += 1;
-        self.stats.batches += 1;
+        self.io.stats.batches += 1;
         match target {
-            Target::Slot(_) => self.stats.real_accesses += 1,
-            Target::Dummy => self.stats.dummy_accesses += 1,
+            Target::Slot(_) => self.io.stats.real_accesses += 1,
+            Target::Dummy => self.io.stats.dummy_accesses += 1,
         }
         self.reading = Some(Reading {
             target,
@@ -410,7 +415,7 @@ impl PathOram {
                         .is_ok()
                 });
                 if !genuine {
-                    self.stats.integrity_failures += 1;
+                    self.io.stats.integrity_failures += 1;
                     tracing::error!(
                         address,
                         "storage returned a bad bucket (the proxy had a copy)"
@@ -437,7 +442,7 @@ impl PathOram {
                 })),
                 Err(error) => {
                     lost = true;
-                    self.stats.integrity_failures += 1;
+                    self.io.stats.integrity_failures += 1;
                     tracing::error!(address, %error, "storage returned a bad bucket; its blocks are lost");
                 }
             }
@@ -499,7 +504,7 @@ impl PathOram {
                 // Its block should be on this path: a bucket holding it failed authentication.
                 // The slot keeps a leaf, so later reads fail too until a client writes it.
                 if !lost {
-                    self.stats.integrity_failures += 1;
+                    self.io.stats.integrity_failures += 1;
                     tracing::error!(slot, "a block is missing from its path");
                 }
                 self.positions.remap(slot, &mut self.rng);
@@ -511,7 +516,7 @@ impl PathOram {
             }
         };
         for reader in readers {
-            self.out.answer(reader, Slot::from(slot), reply.clone());
+            self.io.out.answer(reader, Slot::from(slot), reply.clone());
         }
     }
 
@@ -548,7 +553,9 @@ impl PathOram {
             .into_iter()
             .map(|mut block| {
                 if !block.journaled {
-                    self.out.keep(Slot::from(block.slot), block.record.clone());
+                    self.io
+                        .out
+                        .keep(Slot::from(block.slot), block.record.clone());
                     dropped.push(block.slot);
                     block.journaled = true;
                 }
@@ -573,7 +580,7 @@ impl PathOram {
             op: Some(StorageOp::Write(writes)),
             releases,
             dropped,
-            durability: Durability::Waiting(self.out.barrier()),
+            durability: Durability::Waiting(self.io.out.barrier()),
             landed: false,
         });
     }
@@ -587,25 +594,10 @@ impl PathOram {
         for &(slot, version) in &written.releases {
             // Back in the stash since: it stays journaled (and was kept again if needed).
             if !self.stash.contains(slot) {
-                self.out.release(Slot::from(slot), version);
+                self.io.out.release(Slot::from(slot), version);
             }
         }
         written.releases.clear();
-    }
-
-    /// Storage failed a request: repeat it after a backoff (repeating shows the server nothing
-    /// new). Every read waiting for storage learns now, whichever request failed: no access
-    /// starts until this one succeeds.
-    fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
-        self.stats.storage_failures += 1;
-        tracing::warn!(%error, ?purpose, "storage request failed; retrying");
-        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-        for (&slot, waiting) in &mut self.waiting {
-            for reader in waiting.readers.drain(..) {
-                self.out.answer(reader, Slot::from(slot), reply.clone());
-            }
-        }
-        self.retry.fail(now, error, (purpose, op));
     }
 
     /// Keeps again the records a failed journal request carried, and waits for them anew.
@@ -614,19 +606,19 @@ impl PathOram {
             && fill.durability == Durability::Failed
         {
             for (slot, record) in &fill.recovered {
-                self.out.keep(Slot::from(*slot), record.clone());
+                self.io.out.keep(Slot::from(*slot), record.clone());
             }
-            fill.durability = Durability::Waiting(self.out.barrier());
+            fill.durability = Durability::Waiting(self.io.out.barrier());
         }
         if let Some(prepared) = &mut self.prepared
             && prepared.durability == Durability::Failed
         {
             for &slot in &prepared.dropped {
                 if let Some(record) = self.stash.get(slot) {
-                    self.out.keep(Slot::from(slot), record.clone());
+                    self.io.out.keep(Slot::from(slot), record.clone());
                 }
             }
-            prepared.durability = Durability::Waiting(self.out.barrier());
+            prepared.durability = Durability::Waiting(self.io.out.barrier());
         }
     }
 
@@ -646,55 +638,51 @@ impl PathOram {
             },
         };
         if let Some(record) = known {
-            self.stats.cache_hits += 1;
-            self.out.answer(id, Slot::from(slot), Reply::Value(record));
+            self.io.stats.cache_hits += 1;
+            self.io
+                .out
+                .answer(id, Slot::from(slot), Reply::Value(record));
             self.enqueue(slot);
             return;
         }
-        self.stats.cache_misses += 1;
-        if let Some(error) = self.retry.failing() {
+        self.io.stats.cache_misses += 1;
+        if let Some(error) = self.io.unavailable() {
             // Storage is down: say so now rather than after the outage.
-            let reply = Reply::Failed(SchemeError::StorageUnavailable(error));
-            self.out.reply(id, reply);
+            self.io.out.reply(id, Reply::Failed(error));
             return;
         }
         self.enqueue(slot).readers.push(id);
     }
 
     fn write(&mut self, id: OpId, slot: u32, record: Record) {
-        self.out.keep(Slot::from(slot), record.clone());
+        self.io.out.keep(Slot::from(slot), record.clone());
         let waiting = self.enqueue(slot);
         let readers = std::mem::take(&mut waiting.readers);
         waiting.write = Some(record.clone());
         for reader in readers {
-            self.out
+            self.io
+                .out
                 .answer(reader, Slot::from(slot), Reply::Value(record.clone()));
         }
-        self.out.answer(id, Slot::from(slot), Reply::Written);
+        self.io.out.answer(id, Slot::from(slot), Reply::Written);
     }
 }
 
-impl Scheme for PathOram {
-    fn name(&self) -> &'static str {
-        "path-oram"
-    }
+impl Algorithm for PathOram {
+    type Purpose = Purpose;
+    const NAME: &'static str = "path-oram";
+
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.positions.slots() as u64
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        let Some(slot) = u32::try_from(op.slot())
-            .ok()
-            .filter(|&s| (s as usize) < self.positions.slots())
-        else {
-            let error = SchemeError::Overloaded(format!("slot {} does not exist", op.slot()));
-            self.out.reply(id, Reply::Failed(error));
-            return;
-        };
+        let slot = crate::shell::slot32(&op);
         if self.overflowing() {
             let error = self.overflow_error();
-            self.out.reply(id, Reply::Failed(error));
+            self.io.out.reply(id, Reply::Failed(error));
             return;
         }
         match op {
@@ -704,72 +692,49 @@ impl Scheme for PathOram {
         self.progress();
     }
 
-    fn handle_storage(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        result: Result<StorageReply, StorageError>,
-    ) {
-        let Some((purpose, op)) = self.outstanding.remove(&id) else {
-            tracing::warn!(?id, "reply to an unknown storage request");
-            return;
-        };
-        match (purpose, result) {
-            (_, Err(error)) => self.failed(now, purpose, op, error),
-            (Purpose::Read, Ok(StorageReply::Values(values))) if values.len() == op.len() => {
-                self.retry.succeeded();
-                self.finish_read(values);
-            }
-            (Purpose::Write, Ok(StorageReply::Done)) => {
-                self.retry.succeeded();
-                self.write_landed();
-            }
-            (Purpose::Fill, Ok(StorageReply::Done)) => {
-                self.retry.succeeded();
+    fn answered(&mut self, _now: Instant, purpose: Purpose, answer: Answer) {
+        match purpose {
+            Purpose::Read => self.finish_read(answer.values()),
+            Purpose::Write => self.write_landed(),
+            Purpose::Fill => {
                 if let Some(fill) = &mut self.filling {
                     fill.outstanding -= 1;
                 }
-            }
-            (_, Ok(reply)) => {
-                let error = StorageError(format!(
-                    "storage gave a malformed answer to a {} of {} addresses: {}",
-                    op.kind(),
-                    op.len(),
-                    reply.summary()
-                ));
-                self.failed(now, purpose, op, error);
             }
         }
         self.progress();
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
-        for (purpose, op) in self.retry.due(now) {
-            self.send(purpose, op);
+    /// Storage failed a request: repeat it after a backoff (repeating shows the server nothing
+    /// new). Every read waiting for storage learns now, whichever request failed: no access
+    /// starts until this one succeeds.
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+        for (&slot, waiting) in &mut self.waiting {
+            for reader in waiting.readers.drain(..) {
+                self.io.out.answer(reader, Slot::from(slot), reply.clone());
+            }
         }
+        self.progress();
+        OnFailure::Repeat
+    }
+
+    fn resending(&mut self, purpose: &Purpose) {
+        self.note_read_sent(*purpose);
+    }
+
+    fn timeout(&mut self, now: Instant) {
         if !self.journal_retry.due(now).is_empty() {
             self.journal_again();
         }
         self.progress();
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
-        [self.retry.at(), self.journal_retry.at()]
-            .into_iter()
-            .flatten()
-            .min()
+    fn deadline(&self) -> Option<Instant> {
+        self.journal_retry.at()
     }
 
-    fn poll_storage(&mut self) -> Option<StorageRequest> {
-        self.transmit.pop_front()
-    }
-
-    fn outbox(&mut self) -> &mut Outbox {
-        &mut self.out
-    }
-
-    fn handle_journaled(&mut self, now: Instant, id: JournalId, result: Result<(), String>) {
-        self.out.handle_journaled(id, result.clone());
+    fn journaled(&mut self, now: Instant, id: JournalId, result: Result<(), String>) {
         let waiting_on = Durability::Waiting(id);
         let settled = match &result {
             Ok(()) => Durability::Durable,
@@ -816,7 +781,7 @@ impl Scheme for PathOram {
         self.queue.len() < MAX_QUEUED
     }
 
-    fn stats(&self) -> SchemeStats {
+    fn current_stats(&self, stats: &mut SchemeStats) {
         let waiting_writes = self.waiting.values().filter(|w| w.write.is_some()).count();
         let landing = [&self.prepared, &self.written]
             .into_iter()
@@ -824,11 +789,8 @@ impl Scheme for PathOram {
             .map(|w| w.releases.len())
             .sum::<usize>();
         let filling = self.filling.as_ref().map_or(0, |f| f.recovered.len());
-        SchemeStats {
-            queued: (self.queue.len() + usize::from(self.reading.is_some())) as u64,
-            unwritten: (waiting_writes + self.stash.len() + landing + filling) as u64,
-            ..self.stats.clone()
-        }
+        stats.queued = (self.queue.len() + usize::from(self.reading.is_some())) as u64;
+        stats.unwritten = (waiting_writes + self.stash.len() + landing + filling) as u64;
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

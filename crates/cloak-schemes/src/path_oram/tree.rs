@@ -14,6 +14,7 @@
 
 use cloak_core::Addr;
 
+/// The shape of a Path ORAM tree: a complete binary tree of buckets, stored level by level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tree {
     levels: u32,
@@ -37,10 +38,12 @@ impl Tree {
         self.levels
     }
 
+    /// Leaves, one per path.
     pub fn leaves(&self) -> u64 {
         1 << (self.levels - 1)
     }
 
+    /// Buckets of the whole tree.
     pub fn buckets(&self) -> u64 {
         (1 << self.levels) - 1
     }

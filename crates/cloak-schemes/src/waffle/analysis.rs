@@ -20,15 +20,20 @@ use super::labels::{LabelKey, Object};
 /// What one batch looked like to the server.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BatchShape {
+    /// Labels read.
     pub reads: usize,
+    /// Labels written.
     pub writes: usize,
+    /// Labels deleted.
     pub deletes: usize,
     /// Labels of dummy objects among the reads and the writes (only with the key; the server
     /// cannot tell them apart).
     pub dummy_reads: usize,
+    /// Labels of dummy objects among the writes.
     pub dummy_writes: usize,
 }
 
+/// What a recorded server view shows of Waffle's guarantees (see [`observe`]).
 #[derive(Clone, Debug, Default)]
 pub struct Observation {
     /// Index 0 is everything before the first read (the initial fill); batch `k` starts with the
@@ -40,6 +45,7 @@ pub struct Observation {
     pub alphas: BTreeMap<u64, u64>,
     /// Smallest β among real objects read and later written back (needs the key).
     pub min_beta: Option<i64>,
+    /// How many reads `min_beta` was taken over.
     pub beta_samples: u64,
     /// Labels read again after their first read (Waffle never does this).
     pub reread_labels: u64,
@@ -54,6 +60,7 @@ pub struct Observation {
     /// Labels written and not read by the end of the trace, and the largest number of batches
     /// one of them has waited: a lower bound on the α it will have.
     pub unread: u64,
+    /// The most batches a label still unread has waited.
     pub longest_unread: Option<u64>,
 }
 

@@ -34,7 +34,7 @@ impl Waffle {
         if self.stage != Stage::Running {
             return;
         }
-        let busy = self.flight.is_some() || self.retry.is_waiting();
+        let busy = self.flight.is_some() || self.io.repeating();
         let full = self.params.timing == BatchTiming::Eager && self.queue.len() >= self.params.real;
         let due = if full && !busy {
             Some(self.schedule.restart(now))
@@ -106,15 +106,15 @@ impl Waffle {
         debug_assert_eq!(reads.len(), self.params.batch);
 
         reads.sort_unstable_by_key(|r| r.label);
-        self.stats.real_accesses += requested as u64;
-        self.stats.dummy_accesses += (reads.len() - requested) as u64;
+        self.io.stats.real_accesses += requested as u64;
+        self.io.stats.dummy_accesses += (reads.len() - requested) as u64;
         let op = StorageOp::Read(reads.iter().map(|r| r.label).collect());
         self.flight = Some(Flight {
             batch: t,
             started,
             reads,
         });
-        self.send(Purpose::BatchRead, op);
+        self.io.send(Purpose::BatchRead, op);
     }
 
     /// Takes a real object out of storage's tree for batch `t`.
@@ -151,7 +151,7 @@ impl Waffle {
             match read.object {
                 Object::Dummy(_) => {
                     if let Err(error) = self.codec.open(binding, value.as_ref(), Some(NO_SLOT)) {
-                        self.stats.integrity_failures += 1;
+                        self.io.stats.integrity_failures += 1;
                         tracing::error!(label = read.label, %error, "storage returned a bad dummy");
                     }
                     let fresh = self.labels.binding(read.object, t, t);
@@ -181,7 +181,7 @@ impl Waffle {
         self.unstored += written.len();
         let write_back = (Purpose::BatchWrite(written), StorageOp::Write(writes));
         if let Some((purpose, op)) = self.schedule.hold(now, flight.started, write_back) {
-            self.send(purpose, op);
+            self.io.send(purpose, op);
         }
         let labels = flight.reads.iter().map(|r| r.label).collect();
         self.delete_once_kept(cached_now, labels);
@@ -211,7 +211,7 @@ impl Waffle {
         if self.cache.contains(&slot) {
             // A client wrote it this batch: the cache is newer than storage's copy.
             if let Err(error) = opened {
-                self.stats.integrity_failures += 1;
+                self.io.stats.integrity_failures += 1;
                 tracing::error!(label, %error, "storage returned a bad element (overwritten)");
             }
             self.cache.promote(&slot);
@@ -222,7 +222,7 @@ impl Waffle {
             Ok(record) if !self.corrupt.contains(&slot) => record,
             Ok(_) => Record::empty(),
             Err(error) => {
-                self.stats.integrity_failures += 1;
+                self.io.stats.integrity_failures += 1;
                 tracing::error!(label, %error, "storage returned a bad element");
                 self.corrupt.insert(slot);
                 Record::empty()
@@ -246,14 +246,14 @@ impl Waffle {
     pub(super) fn finish_write(&mut self, written: Vec<(u32, u64)>) {
         self.stored(written);
         self.flight = None;
-        self.stats.batches += 1;
+        self.io.stats.batches += 1;
     }
 
     /// Storage holds these client records again: the journal may drop them.
     pub(super) fn stored(&mut self, written: Vec<(u32, u64)>) {
         self.unstored -= written.len();
         for (slot, version) in written {
-            self.out.release(u64::from(slot), version);
+            self.io.out.release(u64::from(slot), version);
         }
     }
 
@@ -278,6 +278,7 @@ impl Waffle {
         );
         self.stage = Stage::Drained;
         self.unstored += written.len();
-        self.send(Purpose::Flush(written), StorageOp::Write(writes));
+        self.io
+            .send(Purpose::Flush(written), StorageOp::Write(writes));
     }
 }

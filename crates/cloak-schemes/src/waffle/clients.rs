@@ -22,17 +22,10 @@ impl Waffle {
             let error = SchemeError::Overloaded(
                 "the proxy is shutting down and has written its cache to storage".into(),
             );
-            self.out.reply(id, Reply::Failed(error));
+            self.io.out.reply(id, Reply::Failed(error));
             return;
         }
-        let Some(slot) = u32::try_from(op.slot())
-            .ok()
-            .filter(|&s| u64::from(s) < self.params.objects)
-        else {
-            let error = SchemeError::Overloaded(format!("slot {} does not exist", op.slot()));
-            self.out.reply(id, Reply::Failed(error));
-            return;
-        };
+        let slot = crate::shell::slot32(&op);
         match op {
             Op::Read(_) => self.read(id, slot),
             Op::Write(_, record) => self.write(id, slot, record),
@@ -52,7 +45,7 @@ impl Waffle {
                 Some(cached.clone())
             });
         if let Some(record) = newest {
-            self.stats.cache_hits += 1;
+            self.io.stats.cache_hits += 1;
             let reply = match self.corrupt.contains(&slot) {
                 true => Reply::Failed(lost(slot)),
                 false => Reply::Value(record),
@@ -61,14 +54,13 @@ impl Waffle {
             self.enqueue(slot);
             return;
         }
-        self.stats.cache_misses += 1;
+        self.io.stats.cache_misses += 1;
         if self.corrupt.contains(&slot) {
-            self.out.reply(id, Reply::Failed(lost(slot)));
+            self.io.out.reply(id, Reply::Failed(lost(slot)));
             return;
         }
-        if let Some(error) = self.retry.failing() {
-            let reply = Reply::Failed(SchemeError::StorageUnavailable(error));
-            self.out.reply(id, reply);
+        if let Some(error) = self.io.unavailable() {
+            self.io.out.reply(id, Reply::Failed(error));
             return;
         }
         self.pending.entry(slot).or_default().readers.push(id);
@@ -77,7 +69,7 @@ impl Waffle {
 
     fn write(&mut self, id: OpId, slot: u32, record: Record) {
         self.corrupt.remove(&slot);
-        self.out.keep(u64::from(slot), record.clone());
+        self.io.out.keep(u64::from(slot), record.clone());
         let pending = self.pending.entry(slot).or_default();
         let readers = mem::take(&mut pending.readers);
         pending.write = Some(record.clone());

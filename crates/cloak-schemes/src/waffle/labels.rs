@@ -35,7 +35,9 @@ const DUMMY_BASE: u64 = 1 << 63;
 /// An object storage holds: one of the store's slots, or one of the dummies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Object {
+    /// The real object of a slot.
     Real(u32),
+    /// A dummy object, by number.
     Dummy(u32),
 }
 
@@ -94,6 +96,7 @@ pub struct LabelKey {
 }
 
 impl LabelKey {
+    /// The label key of the store whose master key is `master`.
     pub fn new(master: &MasterKey) -> Self {
         Self {
             prf: Prf::new(master, PURPOSE),

@@ -40,7 +40,7 @@
 //!   storage never holds more than `N − C + D` elements for long. The fill writes objects in a
 //!   random order: labels are pseudorandom but positions are not, and in slot order they would
 //!   tell the server which fake queries (taken oldest first, ties by slot) come next.
-//! - *Shutdown.* [`Scheme::drain`] finishes the queued requests, then writes the whole cache to
+//! - *Shutdown.* [`cloak_core::Scheme::drain`] finishes the queued requests, then writes the whole cache to
 //!   storage under fresh labels (one write of `C` elements, whatever the workload), so a proxy
 //!   without a journal stops without losing the records only its cache held.
 
@@ -56,8 +56,8 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use cloak_core::{
-    Addr, ElementCodec, JournalId, Op, OpId, Outbox, Record, Reply, RequestId, Scheme, SchemeError,
-    SchemeStats, StorageError, StorageOp, StorageReply, StorageRequest,
+    Addr, ElementCodec, JournalId, Op, OpId, Record, Reply, SchemeError, SchemeStats, StorageError,
+    StorageOp,
 };
 use cloak_crypto::MasterKey;
 use hashbrown::{HashMap, HashSet};
@@ -66,11 +66,13 @@ use rand_chacha::ChaCha20Rng;
 
 pub use analysis::{BatchShape, Observation, observe};
 pub use labels::{LabelKey, Object};
-pub use params::{BatchTiming, PAPER_BATCH, ParamError, Params, WaffleOptions};
+pub use params::{
+    BatchTiming, DEFAULT_BATCH_INTERVAL, PAPER_BATCH, ParamError, Params, WaffleOptions,
+};
 
 use crate::Start;
-use crate::retry::{Retry, malformed};
 use crate::schedule::Schedule;
+use crate::shell::{Algorithm, Answer, Io, OnFailure};
 use labels::Labels;
 use startup::Startup;
 use trees::{DummyTree, RealTree};
@@ -89,13 +91,16 @@ enum Stage {
 
 /// Why a storage request was sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Purpose {
+pub enum Purpose {
+    /// A page of the scan for an earlier run's elements.
     Scan,
     /// Part of the initial fill, carrying these recovered records as (slot, version).
     Fill(Vec<(u32, u64)>),
+    /// A batch's read.
     BatchRead,
     /// A batch's write-back, carrying these client records as (slot, version).
     BatchWrite(Vec<(u32, u64)>),
+    /// Labels read (or left by an earlier run) leaving storage.
     Delete,
     /// The cache written at shutdown, carrying these client records.
     Flush(Vec<(u32, u64)>),
@@ -139,6 +144,7 @@ struct Deletion {
     labels: Vec<Addr>,
 }
 
+/// The Waffle algorithm (run it in a [`crate::Shell`]).
 pub struct Waffle {
     params: Params,
     alpha: u64,
@@ -177,12 +183,7 @@ pub struct Waffle {
     /// Client records on their way back to storage.
     unstored: usize,
 
-    retry: Retry<(Purpose, StorageOp)>,
-    outstanding: HashMap<RequestId, (Purpose, StorageOp)>,
-    next_request: u64,
-    transmit: VecDeque<StorageRequest>,
-    out: Outbox,
-    stats: SchemeStats,
+    io: Io<Purpose>,
 }
 
 impl Waffle {
@@ -201,34 +202,13 @@ impl Waffle {
         Startup::begin(params, alpha, beta, codec, labels, rng, start)
     }
 
+    /// The parameters in force.
     pub fn params(&self) -> &Params {
         &self.params
     }
 
-    fn send(&mut self, purpose: Purpose, op: StorageOp) {
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.outstanding.insert(id, (purpose, op.clone()));
-        self.transmit.push_back(StorageRequest { id, op });
-    }
-
     fn answer(&mut self, op: OpId, slot: u32, reply: Reply) {
-        self.out.answer(op, u64::from(slot), reply);
-    }
-
-    /// Storage failed a request: every client waiting to read learns now, whether its read is
-    /// in this batch or queued for a later one (no batch starts until this request succeeds).
-    /// The request is repeated after a backoff (repeating it shows the server nothing new).
-    fn failed(&mut self, now: Instant, purpose: Purpose, op: StorageOp, error: StorageError) {
-        self.stats.storage_failures += 1;
-        tracing::warn!(%error, kind = op.kind(), ?purpose, "storage request failed; retrying");
-        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-        let waiting: Vec<u32> = self.pending.keys().copied().collect();
-        for slot in waiting {
-            let readers = self.take_readers(slot);
-            self.out.reply_all(readers, reply.clone());
-        }
-        self.retry.fail(now, error, (purpose, op));
+        self.io.out.answer(op, u64::from(slot), reply);
     }
 
     /// Records only the proxy holds that clients wrote: pending writes, the cache, write-backs
@@ -240,10 +220,11 @@ impl Waffle {
     }
 }
 
-impl Scheme for Waffle {
-    fn name(&self) -> &'static str {
-        "waffle"
-    }
+impl Algorithm for Waffle {
+    type Purpose = Purpose;
+    const NAME: &'static str = "waffle";
+
+    crate::shell::io_in_field!();
 
     fn slots(&self) -> u64 {
         self.params.objects
@@ -253,78 +234,47 @@ impl Scheme for Waffle {
         self.submit_op(now, id, op);
     }
 
-    fn handle_storage(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        result: Result<StorageReply, StorageError>,
-    ) {
-        let Some((purpose, op)) = self.outstanding.remove(&id) else {
-            tracing::warn!(?id, "reply to an unknown storage request");
-            return;
-        };
-        let reply = match result {
-            Err(error) => return self.failed(now, purpose, op, error),
-            Ok(reply) => reply,
-        };
-        let unexpected = match (&purpose, reply) {
-            (Purpose::Scan, StorageReply::Entries(entries)) => {
-                self.scanned(now, entries);
-                None
-            }
-            (Purpose::BatchRead, StorageReply::Values(values)) if values.len() == op.len() => {
-                self.finish_read(now, values);
-                None
-            }
-            (
-                Purpose::Fill(_) | Purpose::BatchWrite(_) | Purpose::Delete | Purpose::Flush(_),
-                StorageReply::Done,
-            ) => None,
-            (_, reply) => Some(reply),
-        };
-        if let Some(reply) = unexpected {
-            let error = malformed(&op, &reply);
-            return self.failed(now, purpose, op, error);
-        }
-        self.retry.succeeded();
+    fn answered(&mut self, now: Instant, purpose: Purpose, answer: Answer) {
         match purpose {
+            Purpose::Scan => self.scanned(now, answer.entries()),
+            Purpose::BatchRead => self.finish_read(now, answer.values()),
             Purpose::Fill(recovered) => self.filled_chunk(now, recovered),
             Purpose::BatchWrite(written) => self.finish_write(written),
             Purpose::Flush(written) => self.stored(written),
-            Purpose::Scan | Purpose::BatchRead | Purpose::Delete => {}
+            Purpose::Delete => {}
         }
         self.maybe_start_batch(now);
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
-        for (purpose, op) in self.retry.due(now) {
-            self.send(purpose, op);
+    /// Storage failed a request: every client waiting to read learns now, whether its read is
+    /// in this batch or queued for a later one (no batch starts until this request succeeds).
+    /// The request is repeated after a backoff (repeating it shows the server nothing new).
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+        let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+        let waiting: Vec<u32> = self.pending.keys().copied().collect();
+        for slot in waiting {
+            let readers = self.take_readers(slot);
+            self.io.out.reply_all(readers, reply.clone());
         }
+        OnFailure::Repeat
+    }
+
+    fn timeout(&mut self, now: Instant) {
         if let Some((purpose, op)) = self.schedule.release(now) {
-            self.send(purpose, op);
+            self.io.send(purpose, op);
         }
         self.maybe_start_batch(now);
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
-        let schedule = match self.stage {
+    fn deadline(&self) -> Option<Instant> {
+        match self.stage {
             Stage::Running => self.schedule.next_wake(),
             _ => None,
-        };
-        [self.retry.at(), schedule].into_iter().flatten().min()
+        }
     }
 
-    fn poll_storage(&mut self) -> Option<StorageRequest> {
-        self.transmit.pop_front()
-    }
-
-    fn outbox(&mut self) -> &mut Outbox {
-        &mut self.out
-    }
-
-    fn handle_journaled(&mut self, _now: Instant, id: JournalId, result: Result<(), String>) {
-        self.out.handle_journaled(id, result.clone());
-        self.journaled(id, result);
+    fn journaled(&mut self, _now: Instant, id: JournalId, result: Result<(), String>) {
+        self.kept(id, result);
     }
 
     fn drain(&mut self, now: Instant) {
@@ -336,14 +286,11 @@ impl Scheme for Waffle {
         self.queue.len() < self.params.max_pending
     }
 
-    fn stats(&self) -> SchemeStats {
-        SchemeStats {
-            queued: self.queue.len() as u64,
-            unwritten: self.unwritten(),
-            missed_batches: self.schedule.missed(),
-            late_write_backs: self.schedule.late(),
-            ..self.stats.clone()
-        }
+    fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.queued = self.queue.len() as u64;
+        stats.unwritten = self.unwritten();
+        stats.missed_batches = self.schedule.missed();
+        stats.late_write_backs = self.schedule.late();
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

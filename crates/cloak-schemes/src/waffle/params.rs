@@ -23,6 +23,12 @@
 
 use std::time::Duration;
 
+use super::Waffle;
+use crate::{BuildError, Founding};
+
+/// The longest time between batches (the only time between them with fixed timing).
+pub const DEFAULT_BATCH_INTERVAL: Duration = Duration::from_millis(20);
+
 /// When batches go out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BatchTiming {
@@ -35,6 +41,7 @@ pub enum BatchTiming {
 }
 
 impl BatchTiming {
+    /// The name `--waffle-timing` takes.
     pub fn as_str(self) -> &'static str {
         match self {
             BatchTiming::Fixed => "fixed",
@@ -72,6 +79,7 @@ pub struct WaffleOptions {
     pub dummies: Option<u64>,
     /// Longest time between batches (the only time between them with [`BatchTiming::Fixed`]).
     pub batch_interval: Duration,
+    /// When batches go out.
     pub timing: BatchTiming,
     /// With fixed timing, when a batch's write-back leaves, as a fraction of `batch_interval`
     /// after the batch's start on the schedule (see [`crate::schedule`]).
@@ -88,11 +96,21 @@ impl Default for WaffleOptions {
             fake_dummy: None,
             cache: None,
             dummies: None,
-            batch_interval: Duration::from_millis(20),
+            batch_interval: DEFAULT_BATCH_INTERVAL,
             timing: BatchTiming::Fixed,
             write_back_at: crate::schedule::DEFAULT_WRITE_BACK_AT,
             max_pending: None,
         }
+    }
+}
+
+impl WaffleOptions {
+    /// A Waffle store for `store` under `master`'s keys, holding `start`'s records.
+    pub(crate) fn build(&self, from: Founding<'_>) -> Result<Waffle, BuildError> {
+        let (store, master) = (from.store, from.master);
+        let params = Params::resolve(store.capacity, self)?;
+        let codec = crate::sealed_codec(store, master)?;
+        Ok(Waffle::new(params, codec, master, from.rng, from.start))
     }
 }
 
@@ -102,10 +120,13 @@ const REAL_SHARE: f64 = 0.4;
 const FAKE_DUMMY_SHARE: f64 = 0.2;
 const CACHE_SHARE: f64 = 0.02;
 
+/// Why Waffle's parameters do not fit together.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParamError {
+    /// `B` is below 2.
     #[error("--waffle-batch (B) must be at least 2, got {0}")]
     BatchTooSmall(u64),
+    /// `R` is 0.
     #[error("--waffle-real (R) must be at least 1")]
     NoRealRequests,
     #[error(
@@ -113,47 +134,75 @@ pub enum ParamError {
          --waffle-batch (B = {batch}): every batch must read at least one real object no client \
          asked for, or objects nobody requests are never read again (α would be unbounded)"
     )]
+    /// `R + f_D ≥ B`: no batch reads a real object nobody asked for.
     NoFakeReal {
+        /// `B`.
         batch: u64,
+        /// `R`.
         real: u64,
+        /// `f_D`.
         fake_dummy: u64,
     },
     #[error(
         "--waffle-dummies (D = {dummies}) must be at least --waffle-fake-dummy (f_D = {fake_dummy}): \
          every batch reads f_D distinct dummy objects"
     )]
-    TooFewDummies { dummies: u64, fake_dummy: u64 },
+    /// `D < f_D`.
+    TooFewDummies {
+        /// `D`.
+        dummies: u64,
+        /// `f_D`.
+        fake_dummy: u64,
+    },
     #[error(
         "--waffle-dummies is {0} but --waffle-fake-dummy is 0: dummy objects would never be read \
          (α would be unbounded); set both or neither"
     )]
+    /// Dummies without fake dummy reads.
     DummiesNeverRead(u64),
     #[error(
         "--waffle-cache (C = {cache}) must be at least B − f_D + R = {needed}: every batch evicts \
          B − f_D objects and may touch R more, and none of them may be evicted in the batch that \
          touched it (Algorithm 1's assumption; β would be negative)"
     )]
-    CacheTooSmall { cache: u64, needed: u64 },
+    /// `C < B − f_D + R`.
+    CacheTooSmall {
+        /// `C`.
+        cache: u64,
+        /// `B − f_D + R`.
+        needed: u64,
+    },
     #[error(
         "capacity {objects} is too small for these Waffle parameters: the proxy caches C = {cache} \
          objects and every batch reads B − f_D = {per_batch} real objects from storage, so the \
          store needs at least {needed} keys; raise --capacity or lower --waffle-batch / \
          --waffle-cache"
     )]
+    /// The store is too small for `C` and `B`.
     TooFewObjects {
+        /// `N`.
         objects: u64,
+        /// `C`.
         cache: u64,
+        /// `B − f_D`.
         per_batch: u64,
+        /// The least `N` that works.
         needed: u64,
     },
+    /// A parameter is beyond what the proxy supports.
     #[error("{what} is {value}, too large for Waffle (at most {max})")]
     TooLarge {
+        /// Which parameter.
         what: &'static str,
+        /// Its value.
         value: u64,
+        /// The largest supported.
         max: u64,
     },
+    /// The batch interval is zero.
     #[error("--waffle-interval must be positive")]
     ZeroInterval,
+    /// The write-back point is not in `[0, 1)`.
     #[error("{0}")]
     WriteBackAt(String),
 }
@@ -173,11 +222,14 @@ pub struct Params {
     pub cache: usize,
     /// `D`.
     pub dummies: usize,
+    /// The longest time between batches.
     pub batch_interval: Duration,
+    /// When batches go out.
     pub timing: BatchTiming,
     /// From a batch's start on the schedule to its write-back leaving; `None` (eager timing):
     /// as soon as it is sealed.
     pub write_back_hold: Option<Duration>,
+    /// Most slots waiting for a batch before clients are slowed down.
     pub max_pending: usize,
 }
 

@@ -14,7 +14,7 @@ use std::mem;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cloak_core::{Addr, ElementCodec, JournalId, NO_SLOT, Record, SchemeStats, StorageOp};
+use cloak_core::{Addr, ElementCodec, JournalId, NO_SLOT, Record, StorageOp};
 use hashbrown::HashMap;
 use lru::LruCache;
 use rand::seq::SliceRandom;
@@ -25,18 +25,17 @@ use super::params::Params;
 use super::trees::{DummyTree, RealTree};
 use super::{Deletion, Purpose, Stage, Waffle};
 use crate::Start;
-use crate::retry::Retry;
 use crate::schedule::Schedule;
+use crate::shell::Io;
+use crate::shell::fill::Fill;
 
 /// Elements per scan request.
 const SCAN_CHUNK: u32 = 4096;
-/// Elements per fill request, and fill requests in flight at once.
-const FILL_CHUNK: usize = 1024;
-const FILL_WINDOW: usize = 4;
+/// Elements per fill request.
+const FILL_CHUNK: u64 = 1024;
 /// Labels per delete request.
 const DELETE_CHUNK: usize = 4096;
 
-#[derive(Default)]
 pub(super) struct Startup {
     /// Recovered records of slots storage will hold, until the fill writes them.
     initial: HashMap<u32, Record>,
@@ -47,8 +46,7 @@ pub(super) struct Startup {
     stale: Vec<Addr>,
     /// Objects the fill writes, in a random order, and how far it got.
     order: Vec<Object>,
-    next: usize,
-    outstanding: usize,
+    fill: Fill,
 }
 
 impl Startup {
@@ -116,9 +114,8 @@ impl Startup {
                 initial,
                 cached_recovered,
                 stale: Vec::new(),
+                fill: Fill::new(order.len() as u64, FILL_CHUNK),
                 order,
-                next: 0,
-                outstanding: 0,
             },
             batch: 0,
             flight: None,
@@ -127,14 +124,9 @@ impl Startup {
             deletions: Vec::new(),
             rekeep: Vec::new(),
             unstored: 0,
-            retry: Retry::default(),
-            outstanding: HashMap::new(),
-            next_request: 0,
-            transmit: Default::default(),
-            out: Default::default(),
-            stats: SchemeStats::default(),
+            io: Io::default(),
         };
-        waffle.send(
+        waffle.io.send(
             Purpose::Scan,
             StorageOp::Scan {
                 after: None,
@@ -164,18 +156,16 @@ impl Waffle {
                 after: last,
                 limit: SCAN_CHUNK,
             };
-            self.send(Purpose::Scan, op);
+            self.io.send(Purpose::Scan, op);
         }
     }
 
     /// Keeps the fill's window of write requests full; once all are answered, batches start.
     fn pump_fill(&mut self, now: Instant) {
-        let total = self.startup.order.len();
-        while self.startup.outstanding < FILL_WINDOW && self.startup.next < total {
-            let end = (self.startup.next + FILL_CHUNK).min(total);
+        while let Some(chunk) = self.startup.fill.next_chunk() {
             let mut recovered = Vec::new();
-            let mut writes = Vec::with_capacity(end - self.startup.next);
-            for i in self.startup.next..end {
+            let mut writes = Vec::with_capacity((chunk.end - chunk.start) as usize);
+            for i in chunk.start as usize..chunk.end as usize {
                 let object = self.startup.order[i];
                 let (slot, record) = match object {
                     Object::Real(slot) => (
@@ -191,20 +181,16 @@ impl Waffle {
                 writes.push((binding.address, self.codec.seal(binding, slot, &record)));
             }
             writes.sort_unstable_by_key(|(address, _)| *address);
-            self.startup.next = end;
-            self.startup.outstanding += 1;
-            self.send(Purpose::Fill(recovered), StorageOp::Write(writes));
+            self.io
+                .send(Purpose::Fill(recovered), StorageOp::Write(writes));
         }
-        if self.startup.next == total && self.startup.outstanding == 0 {
+        if self.startup.fill.is_done() {
             self.fill_done(now);
         }
     }
 
     pub(super) fn filled_chunk(&mut self, now: Instant, recovered: Vec<(u32, u64)>) {
-        for (slot, version) in recovered {
-            self.out.release(u64::from(slot), version);
-        }
-        self.startup.outstanding -= 1;
+        self.startup.fill.written(recovered, &mut self.io.out);
         self.pump_fill(now);
     }
 
@@ -236,10 +222,10 @@ impl Waffle {
             if let Some(record) = self.cache.peek(&slot)
                 && record.version > 0
             {
-                journal = Some(self.out.keep(u64::from(slot), record.clone()));
+                journal = Some(self.io.out.keep(u64::from(slot), record.clone()));
             }
         }
-        let journal = journal.unwrap_or_else(|| self.out.keep(NO_SLOT, Record::empty()));
+        let journal = journal.unwrap_or_else(|| self.io.out.keep(NO_SLOT, Record::empty()));
         self.deletions.push(Deletion {
             journal,
             slots,
@@ -250,12 +236,13 @@ impl Waffle {
     fn send_deletes(&mut self, mut labels: Vec<Addr>) {
         labels.sort_unstable();
         for chunk in labels.chunks(DELETE_CHUNK) {
-            self.send(Purpose::Delete, StorageOp::Delete(chunk.to_vec()));
+            self.io
+                .send(Purpose::Delete, StorageOp::Delete(chunk.to_vec()));
         }
     }
 
     /// A journal request finished: deletions it covered go out, or wait to be kept again.
-    pub(super) fn journaled(&mut self, id: JournalId, result: Result<(), String>) {
+    pub(super) fn kept(&mut self, id: JournalId, result: Result<(), String>) {
         let (done, waiting): (Vec<Deletion>, Vec<Deletion>) = mem::take(&mut self.deletions)
             .into_iter()
             .partition(|d| d.journal == id);

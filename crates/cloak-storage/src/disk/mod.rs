@@ -43,10 +43,13 @@ const ENTRY_OVERHEAD: u64 = 20;
 /// The messages carry their causes, so the causes are not repeated as sources.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
+    /// The directory cannot be used.
     #[error("data directory: {0}")]
     Dir(DirError),
+    /// The log cannot be read or written.
     #[error("data directory: {0}")]
     Log(LogError),
+    /// The log writer's thread did not start.
     #[error("data directory: cannot start the log writer: {0}")]
     Thread(std::io::Error),
 }
@@ -66,9 +69,13 @@ impl From<LogError> for DiskError {
 /// What [`DiskStorage::open`] found.
 #[derive(Clone, Debug)]
 pub struct Opened {
+    /// Elements the log holds.
     pub elements: usize,
+    /// Bytes of those elements.
     pub bytes: usize,
+    /// Bytes of the log file.
     pub log_bytes: u64,
+    /// How long reading the log took.
     pub took: Duration,
 }
 
@@ -77,6 +84,8 @@ struct PendingWrite {
     done: oneshot::Sender<Result<StorageReply, StorageError>>,
 }
 
+/// Elements in memory, every write and delete appended to a log and fsynced before it is
+/// answered (`--data-dir`).
 pub struct DiskStorage {
     state: Arc<Mutex<Indexed>>,
     /// `None` only while dropping.

@@ -48,6 +48,7 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
+/// Elements in a Redis server or a Redis Cluster, one string key per address under a prefix.
 pub struct RedisStorage {
     target: RedisTarget,
     connection: Connection,

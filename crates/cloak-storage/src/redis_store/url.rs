@@ -15,15 +15,19 @@ use crate::Addr;
 /// The prefix when the URL names none.
 pub const DEFAULT_PREFIX: &str = "cloak:";
 
+/// Where a Redis backend is, parsed from its URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisTarget {
     /// Connection URLs for the `redis` crate: one for a single server, the seed nodes of a
     /// cluster.
     pub nodes: Vec<String>,
+    /// Whether the nodes are seeds of a Redis Cluster.
     pub cluster: bool,
+    /// The prefix of every key the store writes.
     pub prefix: Vec<u8>,
 }
 
+/// A Redis URL that does not parse.
 #[derive(Debug, thiserror::Error)]
 #[error("{url:?}: {reason}")]
 pub struct UrlError {
@@ -84,6 +88,7 @@ impl RedisTarget {
         })())
     }
 
+    /// The Redis key of address `addr`: the prefix, then 32 hexadecimal digits.
     pub fn key(&self, addr: Addr) -> Vec<u8> {
         let mut key = Vec::with_capacity(self.prefix.len() + 32);
         key.extend_from_slice(&self.prefix);

@@ -8,7 +8,7 @@ use cloak_audit::report;
 use cloak_audit::{AuditReport, Game, Setup, Workloads, audit_scheme};
 use cloak_bench::run::Load;
 use cloak_bench::workload::WorkloadSpec;
-use cloak_schemes::SchemeName;
+use cloak_schemes::{SchemeName, cloak};
 
 use crate::cli::{AuditArgs, StoreArgs};
 use crate::config::ConfigFile;
@@ -37,7 +37,8 @@ fn schemes(list: Option<&str>) -> anyhow::Result<Vec<SchemeName>> {
 }
 
 /// The store's settings for `scheme`, with the audit's defaults where none were given. Cloak's
-/// defaults are the paper's for a million keys (first budget 433, cache 1000); they are scaled
+/// defaults are the paper's for a million keys ([`cloak::DEFAULT_FIRST_BUDGET`],
+/// [`cloak::DEFAULT_CACHE_SIZE`]); they are scaled
 /// to the audited store so its batches and cache keep the paper's proportions.
 fn settings(store: &StoreArgs, scheme: SchemeName, keys: u64) -> StoreArgs {
     let scaled = |per_million: f64| ((per_million * keys as f64 / 1e6).round() as u32).max(1);
@@ -46,9 +47,13 @@ fn settings(store: &StoreArgs, scheme: SchemeName, keys: u64) -> StoreArgs {
     store.capacity = Some(keys);
     store.value_size.get_or_insert(VALUE_SIZE);
     if store.budgets.is_none() {
-        store.first_budget.get_or_insert(scaled(433.0));
+        store
+            .first_budget
+            .get_or_insert(scaled(f64::from(cloak::DEFAULT_FIRST_BUDGET)));
     }
-    store.cache_size.get_or_insert(scaled(1000.0) as usize);
+    store
+        .cache_size
+        .get_or_insert(scaled(cloak::DEFAULT_CACHE_SIZE as f64) as usize);
     store
 }
 

@@ -337,7 +337,7 @@ fn trace_stats(args: &BenchArgs, path: &Path) -> anyhow::Result<()> {
     let interval = match &args.batch_interval {
         Some(text) => humantime::parse_duration(text)
             .with_context(|| format!("--batch-interval: {text:?} is not a duration"))?,
-        None => Duration::from_millis(20),
+        None => cloak_schemes::cloak::DEFAULT_BATCH_INTERVAL,
     };
     let capacity = args.keys.unwrap_or(stats.keys).max(stats.keys);
     let (b1, exponent) = stats.recommend(capacity, rate, interval.as_secs_f64());

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use cloak_core::{StorageError, StorageOp, StorageReply};
+use cloak_core::StorageError;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -55,10 +55,12 @@ impl<T> Retry<T> {
         }
     }
 
+    /// When the waiting requests go out again, if any wait.
     pub fn at(&self) -> Option<Instant> {
         self.at
     }
 
+    /// Whether requests wait to be repeated.
     pub fn is_waiting(&self) -> bool {
         !self.waiting.is_empty()
     }
@@ -67,11 +69,6 @@ impl<T> Retry<T> {
     pub fn failing(&self) -> Option<StorageError> {
         self.failing.clone()
     }
-}
-
-/// Storage answered `op` with a reply of the wrong kind or size: treated like a failure.
-pub fn malformed(op: &StorageOp, reply: &StorageReply) -> StorageError {
-    op.expected_reply().malformed(reply)
 }
 
 #[cfg(test)]

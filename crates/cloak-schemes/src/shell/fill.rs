@@ -6,6 +6,11 @@ use std::ops::Range;
 
 use cloak_core::{Outbox, Slot};
 
+/// Fill requests in flight at once: enough to keep storage busy, few enough that a large store's
+/// fill does not queue megabytes at the driver.
+pub const FILL_WINDOW: usize = 4;
+
+/// Where the fill is: which elements are written, and how many requests are unanswered.
 pub struct Fill {
     elements: u64,
     chunk: u64,
@@ -15,8 +20,12 @@ pub struct Fill {
 }
 
 impl Fill {
-    /// A fill of `elements`, `chunk` per request, at most `window` requests in flight.
-    pub fn new(elements: u64, chunk: u64, window: usize) -> Self {
+    /// A fill of `elements`, `chunk` per request, at most [`FILL_WINDOW`] requests in flight.
+    pub fn new(elements: u64, chunk: u64) -> Self {
+        Self::with_window(elements, chunk, FILL_WINDOW)
+    }
+
+    fn with_window(elements: u64, chunk: u64, window: usize) -> Self {
         Self {
             elements,
             chunk,
@@ -58,7 +67,7 @@ mod tests {
 
     #[test]
     fn chunks_cover_everything_within_the_window() {
-        let mut fill = Fill::new(10, 4, 2);
+        let mut fill = Fill::with_window(10, 4, 2);
         assert_eq!(fill.next_chunk(), Some(0..4));
         assert_eq!(fill.next_chunk(), Some(4..8));
         assert_eq!(fill.next_chunk(), None, "window full");

@@ -1,0 +1,252 @@
+//! The engine on its own, over a scheme the test drives by hand: which ops reach the scheme and
+//! when (lanes), in which order a client's commands take effect, and when a deleted key's slot
+//! may serve another key.
+//!
+//! The lane and slot-reuse tests fail on an engine without the rule they check (checked by
+//! breaking `engine.rs` locally: submitting every op at once, bypassing the lanes, fails the
+//! lane-and-order test; releasing a deleted key's slot at once fails the slot-reuse test).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use cloak_core::{
+    Command, Engine, KeyDirectory, Limits, Op, OpId, Outbox, Outcome, Record, Reply, RequestId,
+    Scheme, SchemeStats, SetCondition, StorageError, StorageReply, StorageRequest,
+};
+use cloak_crypto::{KeyHasher, MasterKey};
+
+/// What the test and its scheme share: the ops the engine handed over, and the replies the test
+/// wants the scheme to give.
+#[derive(Default)]
+struct Desk {
+    submitted: Vec<(OpId, Op)>,
+    replies: Vec<(OpId, Reply)>,
+}
+
+/// A scheme that only passes ops to the test and replies when told to (on a timeout).
+struct ByHand {
+    slots: u64,
+    desk: Arc<Mutex<Desk>>,
+    out: Outbox,
+}
+
+impl Scheme for ByHand {
+    fn name(&self) -> &'static str {
+        "by-hand"
+    }
+
+    fn slots(&self) -> u64 {
+        self.slots
+    }
+
+    fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
+        self.desk.lock().unwrap().submitted.push((id, op));
+    }
+
+    fn handle_storage(
+        &mut self,
+        _now: Instant,
+        _id: RequestId,
+        _result: Result<StorageReply, StorageError>,
+    ) {
+    }
+
+    fn handle_timeout(&mut self, _now: Instant) {
+        for (id, reply) in self.desk.lock().unwrap().replies.drain(..) {
+            self.out.reply(id, reply);
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    fn poll_storage(&mut self) -> Option<StorageRequest> {
+        None
+    }
+
+    fn outbox(&mut self) -> &mut Outbox {
+        &mut self.out
+    }
+
+    fn accepts(&self) -> bool {
+        true
+    }
+
+    fn stats(&self) -> SchemeStats {
+        SchemeStats::default()
+    }
+
+    fn describe(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+}
+
+struct Bench {
+    engine: Engine,
+    desk: Arc<Mutex<Desk>>,
+    now: Instant,
+    next_token: u64,
+}
+
+impl Bench {
+    fn new(capacity: usize) -> Self {
+        let desk = Arc::new(Mutex::new(Desk::default()));
+        let scheme = ByHand {
+            slots: capacity as u64,
+            desk: desk.clone(),
+            out: Outbox::default(),
+        };
+        let master = MasterKey::from_bytes([1; 32]);
+        let directory = KeyDirectory::new(KeyHasher::new(&master), capacity);
+        let limits = Limits {
+            max_key: 16,
+            max_value: 16,
+            max_keys_per_command: 8,
+        };
+        Self {
+            engine: Engine::new(Box::new(scheme), directory, limits),
+            desk,
+            now: Instant::now(),
+            next_token: 0,
+        }
+    }
+
+    /// Submits `command` for `client`; returns its token.
+    fn submit(&mut self, client: u64, command: Command) -> u64 {
+        self.next_token += 1;
+        self.engine
+            .submit(self.now, client, self.next_token, command);
+        self.next_token
+    }
+
+    /// The ops the scheme took since the last call.
+    fn taken(&mut self) -> Vec<(OpId, Op)> {
+        std::mem::take(&mut self.desk.lock().unwrap().submitted)
+    }
+
+    /// The scheme answers `op` with `reply`.
+    fn reply(&mut self, op: OpId, reply: Reply) {
+        self.desk.lock().unwrap().replies.push((op, reply));
+        self.engine.handle_timeout(self.now);
+    }
+
+    fn outcomes(&mut self) -> Vec<(u64, Outcome)> {
+        std::iter::from_fn(|| self.engine.poll_outcome()).collect()
+    }
+}
+
+fn set(key: &str, value: &str) -> Command {
+    Command::Set {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        value: Bytes::copy_from_slice(value.as_bytes()),
+        condition: SetCondition::Always,
+    }
+}
+
+fn get(key: &str) -> Command {
+    Command::Get(Bytes::copy_from_slice(key.as_bytes()))
+}
+
+fn written(op: &Op) -> &Record {
+    match op {
+        Op::Write(_, record) => record,
+        Op::Read(slot) => panic!("expected a write, got a read of slot {slot}"),
+    }
+}
+
+#[test]
+fn a_clients_ops_on_one_slot_enter_the_scheme_one_at_a_time_in_order() {
+    let mut bench = Bench::new(4);
+    let first = bench.submit(1, set("k", "one"));
+    let second = bench.submit(1, set("k", "two"));
+    let read = bench.submit(1, get("k"));
+
+    let taken = bench.taken();
+    assert_eq!(taken.len(), 1, "the later ops wait in the lane: {taken:?}");
+    let (op, first_op) = taken.into_iter().next().unwrap();
+    assert_eq!(written(&first_op).value, "one");
+    let first_version = written(&first_op).version;
+    bench.reply(op, Reply::Written);
+
+    let taken = bench.taken();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    let (op, second_op) = taken.into_iter().next().unwrap();
+    assert_eq!(written(&second_op).value, "two");
+    assert!(
+        written(&second_op).version > first_version,
+        "versions follow the order writes reach the scheme"
+    );
+    let record = written(&second_op).clone();
+    bench.reply(op, Reply::Written);
+
+    let taken = bench.taken();
+    assert!(matches!(taken.as_slice(), [(_, Op::Read(_))]), "{taken:?}");
+    bench.reply(taken[0].0, Reply::Value(record));
+
+    assert_eq!(
+        bench.outcomes(),
+        vec![
+            (first, Outcome::Ok),
+            (second, Outcome::Ok),
+            (read, Outcome::Value(Some(Bytes::from_static(b"two")))),
+        ]
+    );
+}
+
+#[test]
+fn other_clients_and_other_slots_do_not_wait() {
+    let mut bench = Bench::new(4);
+    bench.submit(1, set("k", "one"));
+    bench.submit(2, get("k"));
+    bench.submit(1, set("other", "x"));
+    let taken = bench.taken();
+    assert_eq!(
+        taken.len(),
+        3,
+        "another client's op on the slot and this client's op on another slot go in at once: \
+         {taken:?}"
+    );
+    assert_eq!(taken[0].1.slot(), taken[1].1.slot());
+    assert_ne!(taken[0].1.slot(), taken[2].1.slot());
+}
+
+#[test]
+fn a_lane_slot_is_free_again_once_its_ops_are_answered() {
+    let mut bench = Bench::new(4);
+    bench.submit(1, set("k", "one"));
+    let (op, _) = bench.taken().remove(0);
+    bench.reply(op, Reply::Written);
+    bench.submit(1, set("k", "two"));
+    assert_eq!(bench.taken().len(), 1, "the lane emptied with its last op");
+}
+
+#[test]
+fn a_deleted_keys_slot_serves_another_key_only_after_its_last_op() {
+    let mut bench = Bench::new(1);
+    bench.submit(1, set("a", "x"));
+    let (late_write, _) = bench.taken().remove(0);
+    let del = bench.submit(2, Command::Del(vec![Bytes::from_static(b"a")]));
+    let (delete, _) = bench.taken().remove(0);
+    bench.reply(delete, Reply::Written);
+    assert_eq!(bench.outcomes(), vec![(del, Outcome::Integer(1))]);
+
+    // The old key's write is still in the scheme: a new key must not get its slot yet, or that
+    // write could land on the new key's record.
+    let refused = bench.submit(3, set("b", "y"));
+    let outcomes = bench.outcomes();
+    assert!(
+        matches!(outcomes.as_slice(), [(t, Outcome::Error(_))] if *t == refused),
+        "{outcomes:?}"
+    );
+    assert!(bench.taken().is_empty());
+
+    bench.reply(late_write, Reply::Written);
+    bench.outcomes();
+    let accepted = bench.submit(3, set("b", "y"));
+    let taken = bench.taken();
+    assert_eq!(taken.len(), 1, "the slot is free once no op holds it");
+    bench.reply(taken[0].0, Reply::Written);
+    assert_eq!(bench.outcomes(), vec![(accepted, Outcome::Ok)]);
+}
