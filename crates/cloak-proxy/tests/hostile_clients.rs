@@ -242,7 +242,7 @@ async fn clients_over_max_clients_are_told_and_closed() {
         .unwrap();
     assert_eq!(reply, cloak_proxy::TOO_MANY_CLIENTS.as_bytes());
     drop(third);
-    second.write_all(b"INFO clients\r\n").await.unwrap();
+    second.write_all(b"INFO stats\r\n").await.unwrap();
     let mut info = vec![0u8; 4096];
     let n = second.read(&mut info).await.unwrap();
     let info = String::from_utf8_lossy(&info[..n]);

@@ -342,7 +342,7 @@ fn config_files_are_read_and_flags_override_them() {
         "Stop with Ctrl-C",
     );
     let mut con = connect(port);
-    let info: String = redis::cmd("INFO").arg("keyspace").query(&mut con).unwrap();
+    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
     assert!(info.contains("capacity:3000"), "{info}");
     let info: String = redis::cmd("INFO").arg("server").query(&mut con).unwrap();
     assert!(

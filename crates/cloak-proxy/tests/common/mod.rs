@@ -197,6 +197,17 @@ impl TestProxy {
         }
     }
 
+    /// Waits (at most `limit`) for a proxy stopped by a client's `SHUTDOWN` to finish draining.
+    pub async fn stopped(mut self, limit: Duration) {
+        if let Some(proxy) = self.proxy.take() {
+            tokio::time::timeout(limit, proxy)
+                .await
+                .expect("the proxy stops")
+                .unwrap()
+                .unwrap();
+        }
+    }
+
     /// Stops the proxy and waits until it has drained.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop_proxy.take() {
