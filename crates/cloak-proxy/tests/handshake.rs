@@ -7,28 +7,14 @@ mod common;
 use std::time::Duration;
 
 use cloak_schemes::SchemeName;
-use common::{Setup, TestProxy};
+use common::{Setup, TestProxy, raw, read_all};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Sends `requests` (inline commands, one per line) on a fresh connection and returns what
 /// comes back until the proxy closes or goes quiet.
 async fn exchange(proxy: &TestProxy, requests: &str) -> String {
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream.write_all(requests.as_bytes()).await.unwrap();
-    read_all(&mut stream).await
-}
-
-async fn read_all(stream: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match tokio::time::timeout(Duration::from_millis(300), stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    raw(proxy, requests.as_bytes()).await
 }
 
 /// `HELLO`'s reply, for a client id, in RESP3 (a map) or RESP2 (a flat array).

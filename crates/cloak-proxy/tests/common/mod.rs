@@ -219,6 +219,30 @@ impl TestProxy {
     }
 }
 
+/// Sends raw bytes on a fresh connection and reads what comes back until the proxy closes or
+/// goes quiet.
+pub async fn raw(proxy: &TestProxy, bytes: &[u8]) -> String {
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, bytes)
+        .await
+        .unwrap();
+    read_all(&mut stream).await
+}
+
+/// What comes back on `stream` until the proxy closes it or goes quiet for 300 ms.
+pub async fn read_all(stream: &mut tokio::net::TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let read = tokio::io::AsyncReadExt::read(stream, &mut buf);
+        match tokio::time::timeout(Duration::from_millis(300), read).await {
+            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The RESP form of an engine command.
 pub fn to_redis(command: &Command) -> redis::Cmd {
     let mut cmd;
