@@ -178,18 +178,30 @@ fn resident_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Redis's `_human` form: `1.50M`.
+/// Redis's `_human` form: `980B`, `1.50M`.
 fn human(bytes: u64) -> String {
-    let mut value = bytes as f64;
-    for unit in ["B", "K", "M", "G", "T"] {
-        if value < 1024.0 || unit == "T" {
-            return if unit == "B" {
-                format!("{bytes}B")
-            } else {
-                format!("{value:.2}{unit}")
-            };
-        }
-        value /= 1024.0;
+    if bytes < 1024 {
+        return format!("{bytes}B");
     }
-    format!("{bytes}B")
+    const UNITS: [&str; 4] = ["K", "M", "G", "T"];
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.2}{}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human;
+
+    #[test]
+    fn sizes_read_like_redis() {
+        assert_eq!(human(980), "980B");
+        assert_eq!(human(1536), "1.50K");
+        assert_eq!(human(12 << 20), "12.00M");
+        assert_eq!(human(3 << 40), "3.00T");
+    }
 }
