@@ -20,26 +20,36 @@ pub use client::{ClientRequest, KillFilter, LibAttribute};
 pub use connection::{DATABASES, Hello};
 pub use server::CommandQuery;
 
+/// A parsed request. Only [`Request::Data`] reaches the engine (and so storage); the front end
+/// answers every other one from what it holds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     /// A key command, run by the engine.
     Data(Command),
+    /// `PING [message]`.
     Ping(Option<Bytes>),
     Echo(Bytes),
+    /// `AUTH [user] password`.
     Auth {
         user: Option<Bytes>,
         password: Bytes,
     },
     Quit,
+    /// `SELECT index`.
     Select(i64),
+    /// `HELLO`: protocol, authentication and name at once.
     Hello(Hello),
+    /// `RESET`: the connection back to its initial state.
     Reset,
+    /// A `CLIENT` subcommand.
     Client(ClientRequest),
     /// Lower-case section names; empty for the default sections.
     Info(Vec<String>),
     /// `CONFIG GET pattern…`.
     ConfigGet(Vec<Bytes>),
+    /// `COMMAND` and its subcommands.
     Command(CommandQuery),
+    /// `TIME`.
     Time,
     /// `SHUTDOWN`, or with `abort`, `SHUTDOWN ABORT`.
     Shutdown {
