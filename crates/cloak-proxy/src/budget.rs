@@ -1,21 +1,24 @@
-//! How much request data the proxy holds between reading a request and writing its reply.
+//! How much request data the proxy holds between reading a request and answering it.
 //!
-//! A decoded command stays in memory until its reply is written: in the connection's queue, the
-//! core's channel and the engine's lanes. Without a bound on bytes, the bounds on counts (a
-//! pipeline of 1,024 per connection, 10,000 connections) still let one authenticated client park
-//! gigabytes of large `MSET`s. Each request is charged its size before it is started and the
-//! charge is returned when its outcome reaches the connection's writer; a connection whose charges
-//! reach the per-connection limit, or any connection once the whole proxy's reach the proxy-wide
-//! one, stops reading its socket until replies go out (TCP pushes back on the client). Smaller
-//! clients are not starved: the proxy-wide pool hands out permits in the order they were asked
-//! for, and no connection may hold more than its own share.
+//! A decoded command stays in memory until its outcome is delivered: in the core's channel and
+//! the engine's lanes. Without a bound on bytes, the bounds on counts (a pipeline of 1,024 per
+//! connection, 10,000 connections) still let one authenticated client park gigabytes of large
+//! `MSET`s. Each request is charged its size before it is started, and the charge travels with
+//! the command until the core delivers its outcome (so a command the core still holds stays
+//! charged even if its connection is gone). A connection whose charges reach the per-connection
+//! limit, or any connection once the whole proxy's reach the proxy-wide one, stops reading its
+//! socket until outcomes come back (TCP pushes back on the client). Smaller clients are not
+//! starved: the proxy-wide pool hands out permits in the order they were asked for, and no
+//! connection may hold more than its own share.
 //!
 //! Not charged: the request a connection is reading (its bytes in the read buffer) and the one
 //! decoded and waiting for its charge, each at most the largest request the limits allow
 //! (`--max-keys-per-command` pairs of `--value-size` plus `--key-size`). So the proxy holds at
 //! most this budget plus two such requests per connection, bounded through `--max-clients`.
 //! Charging the read buffer too would let partly read requests hold the whole pool while each
-//! waits for more of it to finish reading: a deadlock among connections.
+//! waits for more of it to finish reading: a deadlock among connections. Replies waiting to be
+//! written are not charged either: each connection's are bounded by `--client-reply-limit`, so
+//! together by that times `--max-clients` (a proxy-wide bound on them is still to come).
 
 use std::sync::Arc;
 
@@ -35,7 +38,7 @@ const UNIT: usize = 1024;
 
 /// A pool of request bytes; [`Budget::acquire`] waits until a request fits.
 #[derive(Clone)]
-pub(crate) struct Budget {
+pub struct Budget {
     permits: Arc<Semaphore>,
     /// The most one request is charged: a request larger than the pool (possible only with
     /// limits set very high) waits for the whole pool instead of forever.
@@ -72,8 +75,8 @@ impl Budget {
     }
 }
 
-/// The charges of one request, returned when its reply is ready to write.
-pub(crate) struct Charge {
+/// The charges of one request, returned when its outcome is delivered.
+pub struct Charge {
     _connection: OwnedSemaphorePermit,
     _proxy: OwnedSemaphorePermit,
 }

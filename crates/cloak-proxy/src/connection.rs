@@ -9,17 +9,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::{Buf, Bytes, BytesMut};
-use cloak_core::{ClientId, Outcome};
+use cloak_core::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedReadHalf;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::FrontEnd;
-use crate::budget::{self, Budget, CONNECTION_PENDING_BYTES, Charge};
-use crate::cmd::{self, CommandQuery, Request};
-use crate::info;
-use crate::resp::{Reply, RequestDecoder, RequestLimits};
+use crate::budget::{self, Budget, CONNECTION_PENDING_BYTES};
+use crate::resp::{Protocol, Reply, RequestDecoder, RequestLimits};
+use crate::session::{Pending, Session};
 
 /// Most requests of one client in flight at once; a client pipelining deeper waits.
 const PIPELINE: usize = 1024;
@@ -29,66 +28,62 @@ const PIPELINE: usize = 1024;
 /// in memory) until it paused.
 pub const FLUSH_BYTES: usize = 64 * 1024;
 
-/// A reply, ready now or once the engine answers.
-enum Pending {
-    Now(Reply),
-    /// Holds the request's charge against the budgets until the outcome is in.
-    Later(oneshot::Receiver<Outcome>, Charge),
-    /// The last reply on this connection.
-    Close(Reply),
-}
+/// A reply on its way out, with the protocol it is encoded in: the one in force when its
+/// request was read (`HELLO 3`'s own reply is already RESP3).
+type Queued = (Pending, Protocol);
 
 pub async fn serve(stream: TcpStream, front: Arc<FrontEnd>) {
-    let client = front.next_client.fetch_add(1, Ordering::Relaxed);
-    front.connected.fetch_add(1, Ordering::Relaxed);
+    let id = front.next_client.fetch_add(1, Ordering::Relaxed) + 1;
+    let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
+        return; // The client is already gone.
+    };
+    let registration = front.clients.register(id, addr, laddr);
+    let client = registration.client.clone();
     let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.into_split();
     let (replies, queue) = mpsc::channel(PIPELINE);
     let mut writing = tokio::spawn(write_replies(writer, queue, front.reply_limit));
     tokio::select! {
         // The client stopped sending (or sent its last request): its replies still go out.
-        () = read_requests(reader, &front, client, replies) => {
+        () = read_requests(reader, Session::new(&front, client.clone()), replies) => {
             let _ = writing.await;
         }
         // The writer gave up (the client stopped reading, or the socket failed): stop reading
         // too, which drops the read half and so closes the connection.
         _ = &mut writing => {}
+        // `CLIENT KILL` from another client: close at once.
+        () = client.killed.notified() => writing.abort(),
     }
-    front.connected.fetch_sub(1, Ordering::Relaxed);
+    drop(registration);
 }
 
 async fn read_requests(
     mut reader: OwnedReadHalf,
-    front: &FrontEnd,
-    client: ClientId,
-    replies: mpsc::Sender<Pending>,
+    mut session: Session<'_>,
+    replies: mpsc::Sender<Queued>,
 ) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let budget = Budget::new(CONNECTION_PENDING_BYTES);
-    let mut authenticated = front.password.is_none();
-    let mut decoder = RequestDecoder::new(if authenticated {
-        front.request_limits
-    } else {
-        RequestLimits::UNAUTHENTICATED
-    });
+    let mut decoder = RequestDecoder::new(limits(&session));
     loop {
         loop {
             let pending = match decoder.decode(&mut buf) {
                 Ok(Some(args)) => {
-                    let was_authenticated = authenticated;
+                    let was_authenticated = session.authenticated();
                     let bytes = args.iter().map(Bytes::len).sum();
-                    let charge = budget::charge(&budget, &front.pending, bytes).await;
-                    let pending = respond(front, client, &mut authenticated, args, charge).await;
-                    if authenticated && !was_authenticated {
-                        decoder.set_limits(front.request_limits);
+                    let charge = budget::charge(&budget, session.pending(), bytes).await;
+                    let pending = session.respond(args, charge).await;
+                    // AUTH and HELLO open the store's limits; RESET closes them again.
+                    if session.authenticated() != was_authenticated {
+                        decoder.set_limits(limits(&session));
                     }
                     pending
                 }
                 Ok(None) => break,
-                Err(error) => Pending::Close(Reply::err(error)),
+                Err(error) => Pending::Close(Some(Reply::err(error))),
             };
             let last = matches!(pending, Pending::Close(_));
-            if replies.send(pending).await.is_err() || last {
+            if replies.send((pending, session.protocol())).await.is_err() || last {
                 return;
             }
         }
@@ -101,74 +96,21 @@ async fn read_requests(
     }
 }
 
-async fn respond(
-    front: &FrontEnd,
-    client: ClientId,
-    authenticated: &mut bool,
-    args: Vec<Bytes>,
-    charge: Charge,
-) -> Pending {
-    let request = match cmd::parse(args) {
-        Ok(request) => request,
-        Err(reply) => return Pending::Now(reply),
-    };
-    if !*authenticated && !request.allowed_before_auth() {
-        return Pending::Now(Reply::Error("NOAUTH Authentication required.".into()));
+/// What a session may send: a few KiB until it authenticates, then what the store takes.
+fn limits(session: &Session) -> RequestLimits {
+    if session.authenticated() {
+        session.request_limits()
+    } else {
+        RequestLimits::UNAUTHENTICATED
     }
-    let reply = match request {
-        Request::Data(command) => {
-            return match front.core.submit(client, command).await {
-                Ok(outcome) => Pending::Later(outcome, charge),
-                Err(stopped) => Pending::Now(Reply::err(stopped)),
-            };
-        }
-        Request::Ping(None) => Reply::Status("PONG"),
-        Request::Ping(Some(message)) | Request::Echo(message) => Reply::Bulk(Some(message)),
-        Request::Auth { user, password } => match &front.password {
-            None => Reply::err(
-                "AUTH <password> called without any password configured for the default user. \
-                 Are you sure your configuration is correct?",
-            ),
-            Some(expected) => {
-                let user_ok = user.as_deref().is_none_or(|u| u == b"default");
-                if user_ok && constant_time_eq(&password, expected.as_bytes()) {
-                    *authenticated = true;
-                    Reply::ok()
-                } else {
-                    Reply::Error(
-                        "WRONGPASS invalid username-password pair or user is disabled.".into(),
-                    )
-                }
-            }
-        },
-        Request::Quit => return Pending::Close(Reply::ok()),
-        Request::Select(0) => Reply::ok(),
-        Request::Select(_) => Reply::err("DB index is out of range"),
-        Request::Info(section) => match front.core.snapshot().await {
-            Ok(snapshot) => Reply::Bulk(Some(Bytes::from(info::render(
-                front,
-                &snapshot,
-                section.as_deref(),
-            )))),
-            Err(stopped) => Reply::err(stopped),
-        },
-        Request::Command(CommandQuery::Docs) => Reply::Array(Vec::new()),
-        Request::Command(CommandQuery::Count) => Reply::Integer(cmd::NAMES.len() as i64),
-        Request::Command(CommandQuery::List) => Reply::Array(
-            cmd::NAMES
-                .iter()
-                .map(|n| Reply::Bulk(Some(Bytes::from_static(n.as_bytes()))))
-                .collect(),
-        ),
-    };
-    Pending::Now(reply)
 }
 
 /// What the writer saw happen first.
 enum Event {
     Wrote(std::io::Result<usize>),
-    /// The next reply in order, and whether it is the last; `None` once the reader is gone.
-    Reply(Option<(Reply, bool)>),
+    /// The next reply in order (`None` inside: close without one), its protocol, and whether it
+    /// is the last; `None` once the reader is gone.
+    Reply(Option<(Option<Reply>, Protocol, bool)>),
 }
 
 /// Writes replies in request order. Replies that are ready are gathered (up to [`FLUSH_BYTES`])
@@ -178,7 +120,7 @@ enum Event {
 /// alone is always allowed, however large, so the limit never refuses a client that reads.
 async fn write_replies(
     mut writer: impl AsyncWrite + Unpin,
-    mut queue: mpsc::Receiver<Pending>,
+    mut queue: mpsc::Receiver<Queued>,
     reply_limit: usize,
 ) {
     let mut out = BytesMut::with_capacity(16 * 1024);
@@ -213,7 +155,7 @@ async fn write_replies(
             Event::Wrote(Ok(0) | Err(_)) => return,
             Event::Wrote(Ok(n)) => out.advance(n),
             Event::Reply(None) => closing = true,
-            Event::Reply(Some((reply, last))) => {
+            Event::Reply(Some((reply, protocol, last))) => {
                 if out.len() >= reply_limit {
                     tracing::warn!(
                         unread = out.len(),
@@ -222,7 +164,9 @@ async fn write_replies(
                     );
                     return;
                 }
-                reply.encode(&mut out);
+                if let Some(reply) = reply {
+                    reply.encode(&mut out, protocol);
+                }
                 closing = last;
             }
         }
@@ -232,25 +176,28 @@ async fn write_replies(
 /// The next reply in request order, waiting for the engine if needed. Cancel-safe: a request
 /// taken from the queue waits in `head` until its outcome is there.
 async fn next_reply(
-    queue: &mut mpsc::Receiver<Pending>,
-    head: &mut Option<Pending>,
-) -> Option<(Reply, bool)> {
-    let pending = match head {
-        Some(pending) => pending,
-        None => head.insert(queue.recv().await?),
+    queue: &mut mpsc::Receiver<Queued>,
+    head: &mut Option<Queued>,
+) -> Option<(Option<Reply>, Protocol, bool)> {
+    let (pending, protocol) = match head {
+        Some((pending, protocol)) => (pending, *protocol),
+        None => {
+            let (pending, protocol) = head.insert(queue.recv().await?);
+            (pending, *protocol)
+        }
     };
-    if let Pending::Later(outcome, _charge) = pending {
+    if let Pending::Later(outcome) = pending {
         let reply = outcome
             .await
             .map_or_else(|_| Reply::err("the proxy is shutting down"), to_reply);
-        // Returns the charge: the request is done with, and its reply is bounded by the
-        // client's reply limit from here on.
         *pending = Pending::Now(reply);
     }
     match head.take() {
-        Some(Pending::Now(reply)) => Some((reply, false)),
-        Some(Pending::Close(reply)) => Some((reply, true)),
-        Some(Pending::Later(..)) | None => unreachable!("the head was taken or resolved above"),
+        Some((Pending::Now(reply), _)) => Some((Some(reply), protocol, false)),
+        Some((Pending::Close(reply), _)) => Some((reply, protocol, true)),
+        Some((Pending::Later(_), _)) | None => {
+            unreachable!("the head was taken or resolved above")
+        }
     }
 }
 
@@ -264,17 +211,13 @@ fn to_reply(outcome: Outcome) -> Reply {
     }
 }
 
-/// Compares without an early exit, so response time does not reveal how much of a guessed
-/// password was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use std::pin::Pin;
     use std::sync::Mutex;
     use std::task::{Context, Poll};
+
+    use bytes::Bytes;
 
     use super::*;
 
@@ -307,7 +250,10 @@ mod tests {
         let value = Bytes::from(vec![b'v'; 2048]);
         for _ in 0..PIPELINE {
             replies
-                .send(Pending::Now(Reply::Bulk(Some(value.clone()))))
+                .send((
+                    Pending::Now(Reply::Bulk(Some(value.clone()))),
+                    Protocol::Resp2,
+                ))
                 .await
                 .unwrap();
         }

@@ -20,6 +20,7 @@ use cloak_storage::Storage;
 use hdrhistogram::Histogram;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::budget::Charge;
 use crate::journal::Journal;
 use crate::ledger::Ledger;
 use crate::wake::DeadlineTimer;
@@ -38,6 +39,9 @@ struct Submission {
     command: Command,
     reply: oneshot::Sender<Outcome>,
     at: Instant,
+    /// The command's bytes against the request budgets, returned once its outcome is delivered
+    /// (not when a connection stops waiting for it: the command is still here).
+    charge: Charge,
 }
 
 enum Control {
@@ -99,6 +103,7 @@ impl CoreHandle {
         &self,
         client: ClientId,
         command: Command,
+        charge: Charge,
     ) -> Result<oneshot::Receiver<Outcome>, CoreStopped> {
         let (reply, outcome) = oneshot::channel();
         let submission = Submission {
@@ -106,6 +111,7 @@ impl CoreHandle {
             command,
             reply,
             at: Instant::now(),
+            charge,
         };
         self.commands
             .send(submission)
@@ -184,7 +190,7 @@ struct Core {
     /// Journal requests waiting for the commit in progress to finish.
     journal_queue: Vec<(JournalId, JournalOp)>,
     journal_busy: bool,
-    waiting: HashMap<u64, (oneshot::Sender<Outcome>, Instant)>,
+    waiting: HashMap<u64, (oneshot::Sender<Outcome>, Instant, Charge)>,
     next_token: u64,
     latency: Histogram<u64>,
     io: StorageIo,
@@ -298,7 +304,7 @@ impl Core {
         let token = self.next_token;
         self.next_token += 1;
         self.waiting
-            .insert(token, (submission.reply, submission.at));
+            .insert(token, (submission.reply, submission.at, submission.charge));
         self.engine
             .submit(Instant::now(), submission.client, token, submission.command);
     }
@@ -366,7 +372,7 @@ impl Core {
 
     fn deliver(&mut self) {
         while let Some((token, outcome)) = self.engine.poll_outcome() {
-            if let Some((reply, at)) = self.waiting.remove(&token) {
+            if let Some((reply, at, _charge)) = self.waiting.remove(&token) {
                 let micros = at.elapsed().as_micros().max(1) as u64;
                 self.latency.saturating_record(micros);
                 let _ = reply.send(outcome);

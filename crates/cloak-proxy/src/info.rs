@@ -1,57 +1,108 @@
 //! The text of `INFO`: Redis-style sections of `field:value` lines.
+//!
+//! The sections and fields Redis clients and tools read come first, in Redis's names and order
+//! (`redis_version`, `redis_mode`, `role`, `loading`, `connected_clients`, `used_memory`, the
+//! keyspace lines…); Cloak's own sections (`Scheme`, `Latency`, `Storage`) follow. Every value
+//! is the proxy's own, from counters it keeps: nothing here reaches the storage server.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::FrontEnd;
 use crate::core::Snapshot;
+use crate::session::REDIS_VERSION;
 
-/// Renders all sections, or just `section` (`server`, `clients`, `keyspace`, `scheme`,
-/// `latency`, `storage`; `all`/`default`/`everything` for all).
-pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
+/// Renders the sections named (any case; none, `default`, `all` or `everything` for all).
+pub fn render(front: &FrontEnd, s: &Snapshot, wanted: &[String]) -> String {
     let stats = &s.stats;
     let mut sections: Vec<(&str, Vec<(String, String)>)> = Vec::new();
     let kv = |k: &str, v: String| (k.to_string(), v);
 
+    let uptime = s.uptime.as_secs();
     sections.push((
         "Server",
         vec![
+            kv("redis_version", REDIS_VERSION.into()),
+            kv("redis_mode", "standalone".into()),
+            kv(
+                "os",
+                format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+            ),
+            kv("arch_bits", usize::BITS.to_string()),
+            kv("process_id", std::process::id().to_string()),
+            kv("tcp_port", front.listen.port().to_string()),
+            kv("uptime_in_seconds", uptime.to_string()),
+            kv("uptime_in_days", (uptime / 86_400).to_string()),
             kv("cloak_version", env!("CARGO_PKG_VERSION").into()),
             kv("scheme", s.scheme.into()),
             kv("listen", front.listen.to_string()),
-            kv("uptime_in_seconds", s.uptime.as_secs().to_string()),
         ],
     ));
     sections.push((
         "Clients",
         vec![
-            kv(
-                "connected_clients",
-                front.connected.load(Ordering::Relaxed).to_string(),
-            ),
+            kv("connected_clients", front.clients.len().to_string()),
+            kv("maxclients", front.max_clients.to_string()),
+            // Request bytes read and not yet answered (see `budget`).
+            kv("pending_request_bytes", front.pending.used().to_string()),
+        ],
+    ));
+    let mut memory = Vec::new();
+    // The allocator is the binary's choice, so the heap is not visible here; the resident set
+    // is what the process really holds, and stands for both.
+    if let Some(rss) = resident_bytes() {
+        for field in ["used_memory", "used_memory_rss"] {
+            memory.push(kv(field, rss.to_string()));
+            memory.push(kv(&format!("{field}_human"), human(rss)));
+        }
+    }
+    memory.push(kv("maxmemory_policy", "noeviction".into()));
+    sections.push(("Memory", memory));
+    // The proxy listens only once recovery is done, so it is never loading while it answers.
+    sections.push(("Persistence", vec![kv("loading", "0".into())]));
+    sections.push((
+        "Stats",
+        vec![
             kv(
                 "total_connections_received",
                 front.next_client.load(Ordering::Relaxed).to_string(),
             ),
             kv(
+                "total_commands_processed",
+                front.commands.load(Ordering::Relaxed).to_string(),
+            ),
+            kv(
                 "rejected_connections",
                 front.rejected.load(Ordering::Relaxed).to_string(),
             ),
-            kv("commands_processed", s.engine.commands.to_string()),
-            kv("pending_request_bytes", front.pending.used().to_string()),
         ],
     ));
     sections.push((
-        "Keyspace",
+        "Replication",
         vec![
-            kv("keys", s.engine.keys.to_string()),
-            kv("capacity", s.engine.capacity.to_string()),
-            kv("db0", format!("keys={},expires=0,avg_ttl=0", s.engine.keys)),
+            kv("role", "master".into()),
+            kv("connected_slaves", "0".into()),
         ],
     ));
+    // Redis lists only databases that hold keys. No key has an expiry: Cloak keeps none yet;
+    // the count of keys with a deadline belongs in `expires`.
+    let expires = 0;
+    let keyspace = if s.engine.keys > 0 {
+        vec![kv(
+            "db0",
+            format!("keys={},expires={expires},avg_ttl=0", s.engine.keys),
+        )]
+    } else {
+        Vec::new()
+    };
+    sections.push(("Keyspace", keyspace));
     let lookups = stats.cache_hits + stats.cache_misses;
-    let mut scheme: Vec<(String, String)> =
-        s.params.iter().map(|(k, v)| kv(k, v.clone())).collect();
+    let mut scheme: Vec<(String, String)> = vec![
+        kv("keys", s.engine.keys.to_string()),
+        kv("capacity", s.engine.capacity.to_string()),
+        kv("data_commands_processed", s.engine.commands.to_string()),
+    ];
+    scheme.extend(s.params.iter().map(|(k, v)| kv(k, v.clone())));
     scheme.extend([
         kv("batches_sent", stats.batches.to_string()),
         kv("real_slots", stats.real_accesses.to_string()),
@@ -101,17 +152,58 @@ pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
         ],
     ));
 
-    let wanted = section.filter(|s| !matches!(*s, "all" | "default" | "everything"));
+    let all = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|w| matches!(w.as_str(), "all" | "default" | "everything"));
     let mut out = String::new();
     for (name, fields) in sections {
-        if wanted.is_some_and(|w| !w.eq_ignore_ascii_case(name)) {
+        if !all && !wanted.iter().any(|w| w.eq_ignore_ascii_case(name)) {
             continue;
+        }
+        if !out.is_empty() {
+            out.push_str("\r\n");
         }
         let _ = writeln!(out, "# {name}\r");
         for (k, v) in fields {
             let _ = writeln!(out, "{k}:{v}\r");
         }
-        out.push_str("\r\n");
     }
     out
+}
+
+/// The process's resident set size, from `/proc` where there is one.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Redis's `_human` form: `980B`, `1.50M`.
+fn human(bytes: u64) -> String {
+    if bytes < 1024 {
+        return format!("{bytes}B");
+    }
+    const UNITS: [&str; 4] = ["K", "M", "G", "T"];
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.2}{}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human;
+
+    #[test]
+    fn sizes_read_like_redis() {
+        assert_eq!(human(980), "980B");
+        assert_eq!(human(1536), "1.50K");
+        assert_eq!(human(12 << 20), "12.00M");
+        assert_eq!(human(3 << 40), "3.00T");
+    }
 }

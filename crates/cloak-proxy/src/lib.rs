@@ -7,21 +7,28 @@
 //! - [`resp`]: request decoding and reply encoding.
 //! - [`cmd`]: which commands exist and how their arguments parse.
 //! - `connection`: a client's requests in, replies out in order.
+//! - `session`: a connection's state, and the answer to each request.
+//! - `clients`: the list of connected clients (`CLIENT LIST`, `CLIENT KILL`).
 //! - [`core`]: the task that owns the engine and drives it with real time and storage.
-//! - `info`: the `INFO` text.
+//! - `info`, `server_config`, `introspect`: the `INFO` text, `CONFIG GET`, `COMMAND`.
 //!
 //! [`run`] wires them to a listener and returns on shutdown, after draining.
 
 mod budget;
+mod clients;
 pub mod cmd;
 mod connection;
 pub mod core;
+pub mod glob;
 mod info;
+mod introspect;
 pub mod journal;
 pub mod ledger;
 pub mod metrics;
 pub mod own_thread;
 pub mod resp;
+mod server_config;
+mod session;
 pub mod state;
 mod wake;
 
@@ -34,7 +41,9 @@ use std::time::Duration;
 use cloak_core::Engine;
 use cloak_storage::Storage;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 
+use crate::clients::ClientList;
 use crate::resp::RequestLimits;
 
 pub use budget::{CONNECTION_PENDING_BYTES, DEFAULT_PROXY_PENDING_BYTES};
@@ -108,10 +117,16 @@ pub struct FrontEnd {
     /// Request bytes held by every connection together.
     pending: budget::Budget,
     listen: SocketAddr,
-    connected: AtomicU64,
+    max_clients: usize,
+    clients: ClientList,
+    /// Connections accepted so far; the last one's id.
     next_client: AtomicU64,
     /// Connections refused because `max_clients` were connected.
     rejected: AtomicU64,
+    /// Commands received, whether answered here or by the engine.
+    commands: AtomicU64,
+    /// Notified by `SHUTDOWN`: the proxy stops as it does on Ctrl-C.
+    shutdown: Notify,
 }
 
 /// A running proxy.
@@ -152,9 +167,12 @@ pub async fn run(
         reply_limit: options.reply_limit,
         pending: budget::Budget::new(options.pending_limit),
         listen,
-        connected: AtomicU64::new(0),
+        max_clients: options.max_clients,
+        clients: ClientList::default(),
         next_client: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
+        commands: AtomicU64::new(0),
+        shutdown: Notify::new(),
     });
     ready(Proxy {
         stats: core.stats(),
@@ -199,6 +217,10 @@ pub async fn run(
                 )));
             }
             () = &mut shutdown => break,
+            () = front.shutdown.notified() => {
+                tracing::info!("SHUTDOWN received; shutting down");
+                break;
+            }
         }
     }
     drop(listener);

@@ -215,14 +215,39 @@ impl RequestDecoder {
     }
 }
 
-/// A reply to one request.
+/// The reply protocol a connection speaks: RESP2 until the client says `HELLO 3`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Protocol {
+    #[default]
+    Resp2,
+    Resp3,
+}
+
+impl Protocol {
+    /// The version number `HELLO` and `CLIENT LIST` show.
+    pub fn version(self) -> u8 {
+        match self {
+            Protocol::Resp2 => 2,
+            Protocol::Resp3 => 3,
+        }
+    }
+}
+
+/// A reply to one request, encoded for the connection's [`Protocol`] when it is written. The
+/// RESP3-only shapes fall back the way Redis's do in RESP2: a map becomes a flat array of keys
+/// and values, a set an array, a verbatim string a bulk string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     Status(&'static str),
     Error(String),
     Integer(i64),
+    /// A bulk string, or nil (`$-1` in RESP2, `_` in RESP3).
     Bulk(Option<Bytes>),
     Array(Vec<Reply>),
+    Map(Vec<(Reply, Reply)>),
+    Set(Vec<Reply>),
+    /// Text meant for people, such as `INFO`'s (`=len\r\ntxt:…` in RESP3).
+    Verbatim(String),
 }
 
 impl Reply {
@@ -235,7 +260,23 @@ impl Reply {
         Reply::Error(format!("ERR {message}"))
     }
 
-    pub fn encode(&self, out: &mut BytesMut) {
+    /// A bulk string.
+    pub fn bulk(bytes: impl Into<Bytes>) -> Self {
+        Reply::Bulk(Some(bytes.into()))
+    }
+
+    /// A map whose keys are bulk strings, as Redis's are.
+    pub fn map<K: Into<Bytes>>(fields: impl IntoIterator<Item = (K, Reply)>) -> Self {
+        Reply::Map(
+            fields
+                .into_iter()
+                .map(|(key, value)| (Reply::bulk(key), value))
+                .collect(),
+        )
+    }
+
+    pub fn encode(&self, out: &mut BytesMut, protocol: Protocol) {
+        let resp3 = protocol == Protocol::Resp3;
         match self {
             Reply::Status(s) => {
                 out.put_u8(b'+');
@@ -253,24 +294,51 @@ impl Reply {
                 out.put_u8(b':');
                 out.put_slice(n.to_string().as_bytes());
             }
+            Reply::Bulk(None) if resp3 => out.put_u8(b'_'),
             Reply::Bulk(None) => out.put_slice(b"$-1"),
-            Reply::Bulk(Some(b)) => {
-                out.put_u8(b'$');
-                out.put_slice(b.len().to_string().as_bytes());
-                out.put_slice(b"\r\n");
-                out.put_slice(b);
-            }
-            Reply::Array(items) => {
-                out.put_u8(b'*');
-                out.put_slice(items.len().to_string().as_bytes());
-                out.put_slice(b"\r\n");
-                for item in items {
-                    item.encode(out);
+            Reply::Bulk(Some(b)) => bulk(out, b'$', &[], b),
+            Reply::Verbatim(text) if resp3 => bulk(out, b'=', b"txt:", text.as_bytes()),
+            Reply::Verbatim(text) => bulk(out, b'$', &[], text.as_bytes()),
+            Reply::Array(items) => items_of(out, b'*', items, protocol),
+            Reply::Set(items) => items_of(out, if resp3 { b'~' } else { b'*' }, items, protocol),
+            Reply::Map(fields) => {
+                let (marker, len) = if resp3 {
+                    (b'%', fields.len())
+                } else {
+                    (b'*', 2 * fields.len())
+                };
+                header(out, marker, len);
+                for (key, value) in fields {
+                    key.encode(out, protocol);
+                    value.encode(out, protocol);
                 }
-                return;
             }
         }
-        out.put_slice(b"\r\n");
+        // Aggregates end with their last element's terminator.
+        if !matches!(self, Reply::Array(_) | Reply::Set(_) | Reply::Map(_)) {
+            out.put_slice(b"\r\n");
+        }
+    }
+}
+
+/// `marker` and `len` and a line end: the head of a bulk string or an aggregate.
+fn header(out: &mut BytesMut, marker: u8, len: usize) {
+    out.put_u8(marker);
+    out.put_slice(len.to_string().as_bytes());
+    out.put_slice(b"\r\n");
+}
+
+/// A length-prefixed string (`prefix` counts towards the length); the caller ends the line.
+fn bulk(out: &mut BytesMut, marker: u8, prefix: &[u8], bytes: &[u8]) {
+    header(out, marker, prefix.len() + bytes.len());
+    out.put_slice(prefix);
+    out.put_slice(bytes);
+}
+
+fn items_of(out: &mut BytesMut, marker: u8, items: &[Reply], protocol: Protocol) {
+    header(out, marker, items.len());
+    for item in items {
+        item.encode(out, protocol);
     }
 }
 
@@ -426,10 +494,40 @@ mod tests {
             Reply::Bulk(Some(Bytes::from_static(b"v"))),
             Reply::Array(vec![]),
         ])
-        .encode(&mut out);
+        .encode(&mut out, Protocol::Resp2);
         assert_eq!(
             &out[..],
             b"*6\r\n+OK\r\n-ERR bad  thing\r\n:-3\r\n$-1\r\n$1\r\nv\r\n*0\r\n"
+        );
+    }
+
+    /// Each RESP3 shape as `redis-server` 7 writes it (captured from one), and its RESP2
+    /// fallback.
+    #[test]
+    fn resp3_shapes_and_their_resp2_fallbacks() {
+        let reply = Reply::Array(vec![
+            Reply::map([
+                ("proto", Reply::Integer(3)),
+                ("modules", Reply::Array(vec![])),
+            ]),
+            Reply::Set(vec![Reply::Status("readonly")]),
+            Reply::Bulk(None),
+            Reply::Verbatim("# Server\r\n".into()),
+        ]);
+        let encoded = |protocol| {
+            let mut out = BytesMut::new();
+            reply.encode(&mut out, protocol);
+            out
+        };
+        assert_eq!(
+            &encoded(Protocol::Resp3)[..],
+            &b"*4\r\n%2\r\n$5\r\nproto\r\n:3\r\n$7\r\nmodules\r\n*0\r\n~1\r\n+readonly\r\n\
+               _\r\n=14\r\ntxt:# Server\r\n\r\n"[..]
+        );
+        assert_eq!(
+            &encoded(Protocol::Resp2)[..],
+            &b"*4\r\n*4\r\n$5\r\nproto\r\n:3\r\n$7\r\nmodules\r\n*0\r\n*1\r\n+readonly\r\n\
+               $-1\r\n$10\r\n# Server\r\n\r\n"[..]
         );
     }
 }

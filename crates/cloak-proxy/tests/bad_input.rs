@@ -8,24 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cloak_core::{Command, Outcome, SetCondition};
 use cloak_schemes::SchemeName;
-use common::{MAX_KEY, MAX_VALUE, Setup, TestProxy, run};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-/// Sends raw bytes and reads what comes back until the proxy closes or goes quiet.
-async fn raw(proxy: &TestProxy, bytes: &[u8]) -> String {
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream.write_all(bytes).await.unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match tokio::time::timeout(Duration::from_millis(300), stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+use common::{MAX_KEY, MAX_VALUE, Setup, TestProxy, raw, run};
 
 fn set(key: &str, value: impl Into<Bytes>) -> Command {
     Command::Set {

@@ -247,7 +247,7 @@ async fn clients_over_max_clients_are_told_and_closed() {
         .unwrap();
     assert_eq!(reply, cloak_proxy::TOO_MANY_CLIENTS.as_bytes());
     drop(third);
-    second.write_all(b"INFO clients\r\n").await.unwrap();
+    second.write_all(b"INFO stats\r\n").await.unwrap();
     let mut info = vec![0u8; 4096];
     let n = second.read(&mut info).await.unwrap();
     let info = String::from_utf8_lossy(&info[..n]);
@@ -274,7 +274,7 @@ async fn clients_over_max_clients_are_told_and_closed() {
 }
 
 /// Connections pipelining large `MSET`s as fast as they can write, never reading.
-const WRITERS: usize = 20;
+const WRITERS: usize = 40;
 /// The proxy-wide budget of request bytes the test sets.
 const PENDING_LIMIT: usize = 2 << 20;
 
@@ -367,7 +367,7 @@ async fn authenticated_floods_of_large_writes_are_held_to_the_pending_budget() {
         grown >> 20
     );
     assert!(
-        most_pending as usize > PENDING_LIMIT / 2,
+        most_pending as usize > PENDING_LIMIT / 4,
         "the flood never filled the budget ({most_pending} bytes): it tests nothing"
     );
     // The budget frees up as the writes finish: a new client is served.

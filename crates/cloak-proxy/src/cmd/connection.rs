@@ -1,7 +1,20 @@
-//! Connection commands: PING ECHO AUTH QUIT SELECT.
+//! Connection commands: PING ECHO AUTH QUIT SELECT HELLO RESET.
+//!
+//! None of these reaches the storage server: they change or describe this connection only.
+
+use bytes::Bytes;
 
 use super::{Args, Request};
-use crate::resp::Reply;
+use crate::resp::{Protocol, Reply};
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Hello {
+    /// `None` keeps the connection's protocol.
+    pub protocol: Option<Protocol>,
+    pub auth: Option<(Bytes, Bytes)>,
+    pub name: Option<Bytes>,
+}
 
 pub fn ping(args: &mut Args) -> Result<Request, Reply> {
     if args.len() > 1 {
@@ -35,15 +48,59 @@ pub fn quit(args: &mut Args) -> Result<Request, Reply> {
     Ok(Request::Quit)
 }
 
-/// Only database 0 exists; clients that select it explicitly keep working.
+/// How many logical databases there are: only database 0, so clients that select it explicitly
+/// keep working.
+pub const DATABASES: i64 = 1;
+
+/// `SELECT index`; the index is checked against [`DATABASES`] when it runs.
 pub fn select(args: &mut Args) -> Result<Request, Reply> {
     args.expect(1)?;
     let index = args.next().expect("checked");
-    match std::str::from_utf8(&index)
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    match integer(&index) {
         Some(n) => Ok(Request::Select(n)),
         None => Err(Reply::err("value is not an integer or out of range")),
     }
+}
+
+/// Parsed in Redis's order, with its errors: the version, then each option.
+pub fn hello(args: &mut Args) -> Result<Request, Reply> {
+    let mut hello = Hello::default();
+    let Some(version) = args.next() else {
+        return Ok(Request::Hello(hello));
+    };
+    hello.protocol = match integer(&version) {
+        Some(2) => Some(Protocol::Resp2),
+        Some(3) => Some(Protocol::Resp3),
+        Some(_) => return Err(Reply::Error("NOPROTO unsupported protocol version".into())),
+        None => {
+            return Err(Reply::err(
+                "Protocol version is not an integer or out of range",
+            ));
+        }
+    };
+    while let Some(option) = args.next() {
+        let more = args.len();
+        if option.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
+            hello.auth = args.next().zip(args.next());
+        } else if option.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
+            let name = args.next().unwrap_or_default();
+            super::client::check_name(&name)?;
+            hello.name = Some(name);
+        } else {
+            return Err(Reply::err(format!(
+                "Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(&option)
+            )));
+        }
+    }
+    Ok(Request::Hello(hello))
+}
+
+pub fn reset(_: &mut Args) -> Result<Request, Reply> {
+    Ok(Request::Reset)
+}
+
+/// A decimal integer argument, as Redis reads one.
+pub fn integer(bytes: &[u8]) -> Option<i64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
 }

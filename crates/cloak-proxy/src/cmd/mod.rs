@@ -1,48 +1,72 @@
 //! The commands the proxy understands, parsed from RESP arguments.
 //!
-//! Key commands become [`cloak_core::Command`]s for the engine ([`keys`]); connection and server
-//! commands are answered by the front end itself ([`connection`], [`server`]). Everything else
-//! is refused the way Redis refuses an unknown command.
+//! Which commands exist is [`table`]'s one list. Key commands become [`cloak_core::Command`]s
+//! for the engine ([`keys`]); connection, client and server commands are answered by the front
+//! end itself ([`connection`], [`client`], [`server`]). Everything else is refused the way Redis
+//! refuses an unknown command.
 
+mod client;
 mod connection;
 mod keys;
 mod server;
+pub mod table;
 
 use bytes::Bytes;
 use cloak_core::Command;
 
 use crate::resp::Reply;
 
+pub use client::{ClientRequest, KillFilter, LibAttribute};
+pub use connection::{DATABASES, Hello};
 pub use server::CommandQuery;
 
+/// A parsed request. Only [`Request::Data`] reaches the engine (and so storage); the front end
+/// answers every other one from what it holds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     /// A key command, run by the engine.
     Data(Command),
+    /// `PING [message]`.
     Ping(Option<Bytes>),
     Echo(Bytes),
+    /// `AUTH [user] password`.
     Auth {
         user: Option<Bytes>,
         password: Bytes,
     },
     Quit,
+    /// `SELECT index`.
     Select(i64),
-    Info(Option<String>),
+    /// `HELLO`: protocol, authentication and name at once.
+    Hello(Hello),
+    /// `RESET`: the connection back to its initial state.
+    Reset,
+    /// A `CLIENT` subcommand.
+    Client(ClientRequest),
+    /// Lower-case section names; empty for the default sections.
+    Info(Vec<String>),
+    /// `CONFIG GET pattern…`.
+    ConfigGet(Vec<Bytes>),
+    /// `COMMAND` and its subcommands.
     Command(CommandQuery),
+    /// `TIME`.
+    Time,
+    /// `SHUTDOWN`, or with `abort`, `SHUTDOWN ABORT`.
+    Shutdown {
+        abort: bool,
+    },
 }
 
 impl Request {
-    /// Whether a client may send this before authenticating.
+    /// Whether a client may send this before authenticating (Redis's `no_auth` commands;
+    /// `HELLO` without `AUTH` is refused when it runs).
     pub fn allowed_before_auth(&self) -> bool {
-        matches!(self, Request::Auth { .. } | Request::Quit)
+        matches!(
+            self,
+            Request::Auth { .. } | Request::Quit | Request::Hello(_) | Request::Reset
+        )
     }
 }
-
-/// Names of the supported commands, for `COMMAND COUNT` and `COMMAND LIST`.
-pub const NAMES: &[&str] = &[
-    "get", "set", "mget", "mset", "del", "exists", "dbsize", "ping", "echo", "auth", "quit",
-    "select", "info", "command",
-];
 
 /// The arguments of one command, consumed front to back.
 pub struct Args {
@@ -71,10 +95,7 @@ impl Args {
 
     /// The error for a wrong number of arguments.
     pub fn arity(&self) -> Reply {
-        Reply::err(format!(
-            "wrong number of arguments for '{}' command",
-            self.name
-        ))
+        arity_error(&self.name)
     }
 
     /// Exactly `n` arguments remain, else the arity error.
@@ -96,34 +117,54 @@ impl Args {
     }
 }
 
-/// Parses one request; `Err` is the reply to send instead of running anything.
-pub fn parse(mut request: Vec<Bytes>) -> Result<Request, Reply> {
+/// Parses one request into the command's name (`client|list` for a subcommand, as Redis names
+/// it) and what to run; `Err` is the reply to send instead of running anything.
+pub fn parse(mut request: Vec<Bytes>) -> Result<(&'static str, Request), Reply> {
     if request.is_empty() {
         return Err(Reply::err("empty command"));
     }
+    let words = request.len();
     let name_bytes = request.remove(0);
-    let name = String::from_utf8_lossy(&name_bytes).to_lowercase();
-    let mut args = Args {
-        name: name.clone(),
-        rest: request.into_iter(),
+    let name = String::from_utf8_lossy(&name_bytes);
+    let Some(mut spec) = table::find(table::COMMANDS, &name) else {
+        return Err(unknown(&name_bytes, request));
     };
-    match name.as_str() {
-        "get" => keys::get(&mut args),
-        "set" => keys::set(&mut args),
-        "mget" => keys::mget(&mut args),
-        "mset" => keys::mset(&mut args),
-        "del" => keys::del(&mut args),
-        "exists" => keys::exists(&mut args),
-        "dbsize" => keys::dbsize(&mut args),
-        "ping" => connection::ping(&mut args),
-        "echo" => connection::echo(&mut args),
-        "auth" => connection::auth(&mut args),
-        "quit" => connection::quit(&mut args),
-        "select" => connection::select(&mut args),
-        "info" => server::info(&mut args),
-        "command" => server::command(&mut args),
-        _ => Err(unknown(&name_bytes, args.take_all())),
+    loop {
+        if !spec.arity_allows(words) {
+            return Err(arity_error(spec.name));
+        }
+        let parse = match spec.run {
+            table::Run::Parse(parse) => parse,
+            table::Run::Container(_, Some(parse)) if request.is_empty() => parse,
+            // The arity check above keeps a container that needs a subcommand from coming here
+            // without one.
+            table::Run::Container(_, None) if request.is_empty() => {
+                return Err(arity_error(spec.name));
+            }
+            table::Run::Container(subcommands, _) => {
+                let sub = request.remove(0);
+                spec =
+                    table::find(subcommands, &String::from_utf8_lossy(&sub)).ok_or_else(|| {
+                        Reply::err(format!(
+                            "unknown subcommand '{}'. Try {} HELP.",
+                            printable(&sub),
+                            spec.name.to_uppercase()
+                        ))
+                    })?;
+                continue;
+            }
+        };
+        let request = parse(&mut Args {
+            name: spec.name.to_string(),
+            rest: request.into_iter(),
+        })?;
+        return Ok((spec.name, request));
     }
+}
+
+/// Redis's error for a wrong number of arguments.
+fn arity_error(name: &str) -> Reply {
+    Reply::err(format!("wrong number of arguments for '{name}' command"))
 }
 
 /// Redis's message for an unknown command.
@@ -152,7 +193,7 @@ mod tests {
     use cloak_core::SetCondition;
 
     fn req(words: &[&str]) -> Result<Request, Reply> {
-        parse(words.iter().map(|w| Bytes::from(w.to_string())).collect())
+        parse(words.iter().map(|w| Bytes::from(w.to_string())).collect()).map(|(_, r)| r)
     }
 
     #[test]
@@ -199,6 +240,22 @@ mod tests {
         );
         assert_eq!(err(&["set", "k", "v", "nx", "xx"]), "ERR syntax error");
         assert!(err(&["set", "k", "v", "ex", "10"]).contains("expiry"));
+        assert_eq!(
+            err(&["client", "setname"]),
+            "ERR wrong number of arguments for 'client|setname' command"
+        );
+        assert_eq!(
+            err(&["client"]),
+            "ERR wrong number of arguments for 'client' command"
+        );
+        assert_eq!(
+            err(&["CLIENT", "Frob"]),
+            "ERR unknown subcommand 'Frob'. Try CLIENT HELP."
+        );
+        assert_eq!(
+            err(&["time", "x"]),
+            "ERR wrong number of arguments for 'time' command"
+        );
         assert_eq!(
             err(&["flushall", "x\ny"]),
             "ERR unknown command 'flushall', with args beginning with: 'x?y' "

@@ -200,6 +200,17 @@ impl TestProxy {
         }
     }
 
+    /// Waits (at most `limit`) for a proxy stopped by a client's `SHUTDOWN` to finish draining.
+    pub async fn stopped(mut self, limit: Duration) {
+        if let Some(proxy) = self.proxy.take() {
+            tokio::time::timeout(limit, proxy)
+                .await
+                .expect("the proxy stops")
+                .unwrap()
+                .unwrap();
+        }
+    }
+
     /// Stops the proxy and waits until it has drained.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop_proxy.take() {
@@ -209,6 +220,30 @@ impl TestProxy {
             proxy.await.unwrap().unwrap();
         }
     }
+}
+
+/// Sends raw bytes on a fresh connection and reads what comes back until the proxy closes or
+/// goes quiet.
+pub async fn raw(proxy: &TestProxy, bytes: &[u8]) -> String {
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, bytes)
+        .await
+        .unwrap();
+    read_all(&mut stream).await
+}
+
+/// What comes back on `stream` until the proxy closes it or goes quiet for 300 ms.
+pub async fn read_all(stream: &mut tokio::net::TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let read = tokio::io::AsyncReadExt::read(stream, &mut buf);
+        match tokio::time::timeout(Duration::from_millis(300), read).await {
+            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The RESP form of an engine command.

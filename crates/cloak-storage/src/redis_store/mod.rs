@@ -260,7 +260,9 @@ impl RedisStorage {
     ) -> Result<(), StorageError> {
         let size: u64 = self.query_on(&node, redis::cmd("DBSIZE")).await?;
         // Saturating: a lying DBSIZE near u64::MAX must not wrap the bounds to small numbers.
-        let max_calls = (size / SCAN_COUNT as u64).saturating_mul(8).saturating_add(64);
+        let max_calls = (size / SCAN_COUNT as u64)
+            .saturating_mul(8)
+            .saturating_add(64);
         let max_keys = size.saturating_mul(4).saturating_add(SCAN_COUNT as u64);
         let (mut calls, mut keys_seen) = (0u64, 0u64);
         let mut cursor = 0u64;

@@ -77,6 +77,13 @@ impl Running {
         status
     }
 
+    /// Waits (at most 20 s) for the process to exit by itself, and returns how it did.
+    pub fn wait(mut self) -> std::process::ExitStatus {
+        let status = wait_timeout(&mut self.child, Duration::from_secs(20));
+        std::mem::forget(self);
+        status
+    }
+
     pub fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

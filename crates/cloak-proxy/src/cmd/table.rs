@@ -1,0 +1,116 @@
+//! The one table of supported commands: what the dispatcher runs and what `COMMAND` reports,
+//! so the two can never disagree.
+//!
+//! Names, arities, flags, ACL categories, key positions and docs are Redis's own (from
+//! `COMMAND INFO` and `COMMAND DOCS` of `redis-server` 7); a client that plans from them (a
+//! cluster client finding keys, a tool listing commands) sees what it would see on Redis for
+//! these commands. One line per command, so adding one is adding a line.
+
+use super::{Args, Request, client, connection, keys, server};
+use crate::resp::Reply;
+
+/// Turns a command's arguments (after its name) into a request, or the error to reply.
+pub type Parser = fn(&mut Args) -> Result<Request, Reply>;
+
+/// How a command runs.
+pub enum Run {
+    Parse(Parser),
+    /// A container such as `CLIENT`: the next argument names one of these subcommands; the
+    /// parser, if any, takes the container named alone (plain `COMMAND`).
+    Container(&'static [Spec], Option<Parser>),
+}
+
+/// One supported command, as `COMMAND INFO` and `COMMAND DOCS` describe it.
+pub struct Spec {
+    /// Lower case; `container|sub` for a subcommand.
+    pub name: &'static str,
+    /// Redis's arity: the number of words including the name (and a subcommand's container);
+    /// negative means at least that many.
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    pub acl: &'static [&'static str],
+    /// First key, last key (negative: counted from the end), step; `(0, 0, 0)` for no keys.
+    pub keys: (i32, i32, i32),
+    pub group: &'static str,
+    pub since: &'static str,
+    pub summary: &'static str,
+    pub run: Run,
+}
+
+impl Spec {
+    /// Whether `words` words (name included) fit the arity.
+    pub fn arity_allows(&self, words: usize) -> bool {
+        let arity = self.arity.unsigned_abs() as usize;
+        if self.arity < 0 {
+            words >= arity
+        } else {
+            words == arity
+        }
+    }
+
+    pub fn subcommands(&self) -> &'static [Spec] {
+        match self.run {
+            Run::Container(subcommands, _) => subcommands,
+            Run::Parse(_) => &[],
+        }
+    }
+}
+
+/// The supported command (or subcommand of `within`) called `name`, any case.
+pub fn find<'a>(within: &'a [Spec], name: &str) -> Option<&'a Spec> {
+    let short = |spec: &&Spec| spec.name.rsplit('|').next().unwrap_or(spec.name);
+    within
+        .iter()
+        .find(|spec| short(spec).eq_ignore_ascii_case(name))
+}
+
+#[rustfmt::skip]
+const CLIENT: &[Spec] = &[
+    Spec { name: "client|setname", arity: 3, flags: &["noscript", "loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "connection", since: "2.6.9", summary: "Set the current connection name", run: Run::Parse(client::setname) },
+    Spec { name: "client|getname", arity: 2, flags: &["noscript", "loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "connection", since: "2.6.9", summary: "Get the current connection name", run: Run::Parse(client::getname) },
+    Spec { name: "client|setinfo", arity: -4, flags: &["noscript", "loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "connection", since: "7.2.0", summary: "Set client or connection specific info", run: Run::Parse(client::setinfo) },
+    Spec { name: "client|id", arity: 2, flags: &["noscript", "loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "connection", since: "5.0.0", summary: "Returns the client ID for the current connection", run: Run::Parse(client::id) },
+    Spec { name: "client|info", arity: 2, flags: &["noscript", "loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "connection", since: "6.2.0", summary: "Returns information about the current client connection.", run: Run::Parse(client::info) },
+    Spec { name: "client|list", arity: -2, flags: &["admin", "noscript", "loading", "stale"], acl: &["@admin", "@slow", "@dangerous", "@connection"], keys: (0, 0, 0), group: "connection", since: "2.4.0", summary: "Get the list of client connections", run: Run::Parse(client::list) },
+    Spec { name: "client|no-evict", arity: 3, flags: &["admin", "noscript", "loading", "stale"], acl: &["@admin", "@slow", "@dangerous", "@connection"], keys: (0, 0, 0), group: "connection", since: "7.0.0", summary: "Set client eviction mode for the current connection", run: Run::Parse(client::no_evict) },
+    Spec { name: "client|no-touch", arity: 3, flags: &["noscript", "loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "connection", since: "7.2.0", summary: "Controls whether commands sent by the client will alter the LRU/LFU of the keys they access", run: Run::Parse(client::no_touch) },
+    Spec { name: "client|kill", arity: -3, flags: &["admin", "noscript", "loading", "stale"], acl: &["@admin", "@slow", "@dangerous", "@connection"], keys: (0, 0, 0), group: "connection", since: "2.4.0", summary: "Kill the connection of a client", run: Run::Parse(client::kill) },
+];
+
+#[rustfmt::skip]
+const CONFIG: &[Spec] = &[
+    Spec { name: "config|get", arity: -3, flags: &["admin", "noscript", "loading", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "2.0.0", summary: "Get the values of configuration parameters", run: Run::Parse(server::config_get) },
+];
+
+#[rustfmt::skip]
+const COMMAND: &[Spec] = &[
+    Spec { name: "command|count", arity: 2, flags: &["loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "server", since: "2.8.13", summary: "Get total number of Redis commands", run: Run::Parse(server::command_count) },
+    Spec { name: "command|info", arity: -2, flags: &["loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "server", since: "2.8.13", summary: "Get array of specific Redis command details, or all when no argument is given.", run: Run::Parse(server::command_info) },
+    Spec { name: "command|docs", arity: -2, flags: &["loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "server", since: "7.0.0", summary: "Get array of specific Redis command documentation", run: Run::Parse(server::command_docs) },
+    Spec { name: "command|list", arity: -2, flags: &["loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "server", since: "7.0.0", summary: "Get an array of Redis command names", run: Run::Parse(server::command_list) },
+];
+
+/// Every supported command, in the order `COMMAND` lists them.
+#[rustfmt::skip]
+pub const COMMANDS: &[Spec] = &[
+    Spec { name: "get", arity: 2, flags: &["readonly", "fast"], acl: &["@read", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "1.0.0", summary: "Get the value of a key", run: Run::Parse(keys::get) },
+    Spec { name: "set", arity: -3, flags: &["write", "denyoom"], acl: &["@write", "@string", "@slow"], keys: (1, 1, 1), group: "string", since: "1.0.0", summary: "Set the string value of a key", run: Run::Parse(keys::set) },
+    Spec { name: "mget", arity: -2, flags: &["readonly", "fast"], acl: &["@read", "@string", "@fast"], keys: (1, -1, 1), group: "string", since: "1.0.0", summary: "Get the values of all the given keys", run: Run::Parse(keys::mget) },
+    Spec { name: "mset", arity: -3, flags: &["write", "denyoom"], acl: &["@write", "@string", "@slow"], keys: (1, -1, 2), group: "string", since: "1.0.1", summary: "Set multiple keys to multiple values", run: Run::Parse(keys::mset) },
+    Spec { name: "del", arity: -2, flags: &["write"], acl: &["@keyspace", "@write", "@slow"], keys: (1, -1, 1), group: "generic", since: "1.0.0", summary: "Delete a key", run: Run::Parse(keys::del) },
+    Spec { name: "exists", arity: -2, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (1, -1, 1), group: "generic", since: "1.0.0", summary: "Determine if a key exists", run: Run::Parse(keys::exists) },
+    Spec { name: "dbsize", arity: 1, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Return the number of keys in the selected database", run: Run::Parse(keys::dbsize) },
+    Spec { name: "ping", arity: -1, flags: &["fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Ping the server", run: Run::Parse(connection::ping) },
+    Spec { name: "echo", arity: 2, flags: &["loading", "stale", "fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Echo the given string", run: Run::Parse(connection::echo) },
+    Spec { name: "auth", arity: -2, flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Authenticate to the server", run: Run::Parse(connection::auth) },
+    Spec { name: "quit", arity: -1, flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Close the connection", run: Run::Parse(connection::quit) },
+    Spec { name: "select", arity: 2, flags: &["loading", "stale", "fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Change the selected database for the current connection", run: Run::Parse(connection::select) },
+    Spec { name: "hello", arity: -1, flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "6.0.0", summary: "Handshake with Redis", run: Run::Parse(connection::hello) },
+    Spec { name: "reset", arity: 1, flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "6.2.0", summary: "Reset the connection", run: Run::Parse(connection::reset) },
+    Spec { name: "client", arity: -2, flags: &[], acl: &["@slow"], keys: (0, 0, 0), group: "connection", since: "2.4.0", summary: "A container for client connection commands", run: Run::Container(CLIENT, None) },
+    Spec { name: "info", arity: -1, flags: &["loading", "stale"], acl: &["@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Get information and statistics about the server", run: Run::Parse(server::info) },
+    Spec { name: "config", arity: -2, flags: &[], acl: &["@slow"], keys: (0, 0, 0), group: "server", since: "2.0.0", summary: "A container for server configuration commands", run: Run::Container(CONFIG, None) },
+    Spec { name: "command", arity: -1, flags: &["loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "server", since: "2.8.13", summary: "Get array of Redis command details", run: Run::Container(COMMAND, Some(server::command)) },
+    Spec { name: "time", arity: 1, flags: &["loading", "stale", "fast"], acl: &["@fast"], keys: (0, 0, 0), group: "server", since: "2.6.0", summary: "Return the current server time", run: Run::Parse(server::time) },
+    Spec { name: "shutdown", arity: -1, flags: &["admin", "noscript", "loading", "stale", "no_multi", "allow_busy"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Synchronously save the dataset to disk and then shut down the server", run: Run::Parse(server::shutdown) },
+];

@@ -1,0 +1,261 @@
+//! One connection's session: its protocol, authentication and client record, and the answer to
+//! each request, either from the front end itself or from the engine.
+//!
+//! Only key commands (`Request::Data`) reach the engine, and so the storage server; every other
+//! request is answered here from what the proxy already holds, and causes no storage traffic.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use cloak_core::Outcome;
+use tokio::sync::oneshot;
+
+use crate::FrontEnd;
+use crate::budget::Charge;
+use crate::clients::Client;
+use crate::cmd::{self, ClientRequest, DATABASES, Hello, LibAttribute, Request};
+use crate::resp::{Protocol, Reply};
+use crate::{info, introspect, server_config};
+
+/// The Redis release whose commands and replies the front end follows, for `HELLO` and `INFO`
+/// (clients read it to decide what they may send; `CLIENT SETINFO` and `NO-TOUCH` are 7.2's).
+pub const REDIS_VERSION: &str = "7.2.0";
+
+/// A reply, ready now or once the engine answers.
+pub enum Pending {
+    Now(Reply),
+    Later(oneshot::Receiver<Outcome>),
+    /// The last reply on this connection (`SHUTDOWN` closes without one, as Redis does).
+    Close(Option<Reply>),
+}
+
+pub struct Session<'a> {
+    front: &'a FrontEnd,
+    client: Arc<Client>,
+    authenticated: bool,
+}
+
+impl<'a> Session<'a> {
+    pub fn new(front: &'a FrontEnd, client: Arc<Client>) -> Self {
+        Self {
+            front,
+            client,
+            authenticated: front.password.is_none(),
+        }
+    }
+
+    pub fn authenticated(&self) -> bool {
+        self.authenticated
+    }
+
+    /// Request limits once authenticated: what the store takes.
+    pub fn request_limits(&self) -> crate::resp::RequestLimits {
+        self.front.request_limits
+    }
+
+    /// The protocol replies are encoded in from now on.
+    pub fn protocol(&self) -> Protocol {
+        self.client.state().protocol
+    }
+
+    /// The proxy-wide budget of request bytes (see [`crate::budget`]).
+    pub fn pending(&self) -> &crate::budget::Budget {
+        &self.front.pending
+    }
+
+    /// Answers a request; `charge` is its bytes against the budgets, held with the command until
+    /// its outcome is delivered, and returned at once by every other request.
+    pub async fn respond(&mut self, args: Vec<Bytes>, charge: Charge) -> Pending {
+        self.front.commands.fetch_add(1, Ordering::Relaxed);
+        let request = match cmd::parse(args) {
+            Ok((name, request)) => {
+                self.client.saw(name);
+                request
+            }
+            Err(reply) => return Pending::Now(reply),
+        };
+        if !self.authenticated && !request.allowed_before_auth() {
+            return Pending::Now(Reply::Error("NOAUTH Authentication required.".into()));
+        }
+        let reply = match request {
+            Request::Data(command) => {
+                return match self
+                    .front
+                    .core
+                    .submit(self.client.id, command, charge)
+                    .await
+                {
+                    Ok(outcome) => Pending::Later(outcome),
+                    Err(stopped) => Pending::Now(Reply::err(stopped)),
+                };
+            }
+            Request::Ping(None) => Reply::Status("PONG"),
+            Request::Ping(Some(message)) | Request::Echo(message) => Reply::Bulk(Some(message)),
+            Request::Auth { user, password } => match self.authenticate(user, &password) {
+                Ok(()) => Reply::ok(),
+                Err(error) => error,
+            },
+            Request::Quit => return Pending::Close(Some(Reply::ok())),
+            Request::Select(index) if (0..DATABASES).contains(&index) => {
+                self.client.state().db = index;
+                Reply::ok()
+            }
+            Request::Select(_) => Reply::err("DB index is out of range"),
+            Request::Hello(hello) => self.hello(hello).unwrap_or_else(|error| error),
+            Request::Reset => self.reset(),
+            Request::Client(request) => return self.client_command(request),
+            Request::Info(sections) => match self.front.core.snapshot().await {
+                Ok(snapshot) => Reply::Verbatim(info::render(self.front, &snapshot, &sections)),
+                Err(stopped) => Reply::err(stopped),
+            },
+            Request::ConfigGet(patterns) => server_config::get(self.front, &patterns),
+            Request::Command(query) => introspect::answer(&query),
+            Request::Time => time(),
+            Request::Shutdown { abort: true } => Reply::err("No shutdown in progress."),
+            Request::Shutdown { abort: false } => {
+                // Stops the proxy as Ctrl-C does: no new clients, acknowledged writes drained.
+                self.front.shutdown.notify_one();
+                return Pending::Close(None);
+            }
+        };
+        Pending::Now(reply)
+    }
+
+    /// `AUTH [user] password`, and `HELLO … AUTH`: the only user is `default`.
+    fn authenticate(&mut self, user: Option<Bytes>, password: &[u8]) -> Result<(), Reply> {
+        let user_ok = user.as_deref().is_none_or(|u| u == b"default");
+        let password_ok = match &self.front.password {
+            // Redis's default user without a password takes any with its name, but refuses the
+            // one-argument form as a likely misconfiguration.
+            None if user.is_none() => {
+                return Err(Reply::err(
+                    "AUTH <password> called without any password configured for the default \
+                     user. Are you sure your configuration is correct?",
+                ));
+            }
+            None => true,
+            Some(expected) => constant_time_eq(password, expected.as_bytes()),
+        };
+        if user_ok && password_ok {
+            self.authenticated = true;
+            Ok(())
+        } else {
+            Err(Reply::Error(
+                "WRONGPASS invalid username-password pair or user is disabled.".into(),
+            ))
+        }
+    }
+
+    /// Redis's order: authenticate, refuse an unauthenticated client, then name the client and
+    /// switch protocol; the reply is already in the new protocol.
+    fn hello(&mut self, hello: Hello) -> Result<Reply, Reply> {
+        if let Some((user, password)) = hello.auth {
+            self.authenticate(Some(user), &password)?;
+        }
+        if !self.authenticated {
+            return Err(Reply::Error(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise \
+                 the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the \
+                 client and select the RESP protocol version at the same time"
+                    .into(),
+            ));
+        }
+        let mut state = self.client.state();
+        if let Some(name) = hello.name {
+            state.name = (!name.is_empty()).then_some(name);
+        }
+        if let Some(protocol) = hello.protocol {
+            state.protocol = protocol;
+        }
+        Ok(Reply::map([
+            ("server", Reply::bulk("redis")),
+            ("version", Reply::bulk(REDIS_VERSION)),
+            ("proto", Reply::Integer(state.protocol.version().into())),
+            ("id", Reply::Integer(self.client.id as i64)),
+            ("mode", Reply::bulk("standalone")),
+            ("role", Reply::bulk("master")),
+            ("modules", Reply::Array(Vec::new())),
+        ]))
+    }
+
+    /// `RESET`: back to a fresh connection's state (RESP2, no name, database 0, flags off, and
+    /// unauthenticated when a password is set). The library name and version stay, as in Redis.
+    fn reset(&mut self) -> Reply {
+        let mut state = self.client.state();
+        state.protocol = Protocol::Resp2;
+        state.name = None;
+        state.db = 0;
+        state.no_evict = false;
+        state.no_touch = false;
+        self.authenticated = self.front.password.is_none();
+        Reply::Status("RESET")
+    }
+
+    fn client_command(&mut self, request: ClientRequest) -> Pending {
+        let client = &self.client;
+        let reply = match request {
+            ClientRequest::SetName(name) => {
+                client.state().name = (!name.is_empty()).then_some(name);
+                Reply::ok()
+            }
+            ClientRequest::GetName => Reply::Bulk(client.state().name.clone()),
+            ClientRequest::SetInfo(LibAttribute::Name, value) => {
+                client.state().lib_name = Some(value);
+                Reply::ok()
+            }
+            ClientRequest::SetInfo(LibAttribute::Version, value) => {
+                client.state().lib_ver = Some(value);
+                Reply::ok()
+            }
+            ClientRequest::Id => Reply::Integer(client.id as i64),
+            ClientRequest::Info => Reply::Verbatim(client.describe()),
+            ClientRequest::List { ids, only_normal } => Reply::Verbatim(if only_normal {
+                self.front.clients.describe(&ids)
+            } else {
+                String::new()
+            }),
+            ClientRequest::NoEvict(on) => {
+                client.state().no_evict = on;
+                Reply::ok()
+            }
+            ClientRequest::NoTouch(on) => {
+                client.state().no_touch = on;
+                Reply::ok()
+            }
+            ClientRequest::Kill(filter) => {
+                let (killed, me) = self.front.clients.kill(&filter, client.id);
+                let reply = match (filter.old_form, killed) {
+                    (true, 0) => Reply::err("No such client"),
+                    (true, _) => Reply::ok(),
+                    (false, n) => Reply::Integer(n as i64),
+                };
+                // A client that kills itself still gets its reply, then the connection closes.
+                return if me {
+                    Pending::Close(Some(reply))
+                } else {
+                    Pending::Now(reply)
+                };
+            }
+        };
+        Pending::Now(reply)
+    }
+}
+
+/// `TIME`: seconds and microseconds since the Unix epoch, as two bulk strings.
+fn time() -> Reply {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::bulk(now.as_secs().to_string()),
+        Reply::bulk(now.subsec_micros().to_string()),
+    ])
+}
+
+/// Compares without an early exit, so response time does not reveal how much of a guessed
+/// password was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

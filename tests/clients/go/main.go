@@ -1,0 +1,153 @@
+// go-redis v9, in its default configuration, runs the shared client script and prints a
+// transcript.
+//
+// Usage: go-client PORT. The same transcript must come out against a real redis-server and
+// against Cloak (crates/cloak/tests/client_libs.rs compares them). Each step is one line in
+// main; its result (or error) is printed canonically, so adding a step is adding a line.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const name = "cloak-client-go"
+
+var ctx = context.Background()
+
+// canonical is one printable form for what go-redis returns in either protocol.
+func canonical(value interface{}) string {
+	switch v := value.(type) {
+	case nil:
+		return "nil"
+	case string:
+		return fmt.Sprintf("%q", v)
+	case []string:
+		parts := make([]string, len(v))
+		for i, s := range v {
+			parts[i] = canonical(s)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case []interface{}:
+		parts := make([]string, len(v))
+		for i, s := range v {
+			parts[i] = canonical(s)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case map[string]string:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = canonical(k) + ": " + canonical(v[k])
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	default:
+		return fmt.Sprintf("%v", v)
+	}
+}
+
+func step(label string, run func() (interface{}, error)) {
+	value, err := run()
+	switch {
+	case errors.Is(err, redis.Nil):
+		fmt.Printf("%s -> nil\n", label)
+	case err != nil:
+		fmt.Printf("%s -> error: %v\n", label, err)
+	default:
+		fmt.Printf("%s -> %s\n", label, canonical(value))
+	}
+}
+
+// result adapts any go-redis command to a step.
+func result[T any](cmd interface{ Result() (T, error) }) (interface{}, error) {
+	return cmd.Result()
+}
+
+// infoField reads one field of one INFO section the way tools parse it.
+func infoField(rdb *redis.Client, section, field string) (interface{}, error) {
+	text, err := rdb.Info(ctx, section).Result()
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(text, "\r\n") {
+		if value, ok := strings.CutPrefix(line, field+":"); ok {
+			return value, nil
+		}
+	}
+	return nil, fmt.Errorf("no %s in INFO %s", field, section)
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: go-client PORT")
+		os.Exit(2)
+	}
+	// Default options except the address and the client name.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + os.Args[1], ClientName: name})
+	defer rdb.Close()
+	// One connection for the steps that change connection state.
+	conn := rdb.Conn()
+	defer conn.Close()
+
+	step("ping", func() (interface{}, error) { return result[string](rdb.Ping(ctx)) })
+	step("echo", func() (interface{}, error) { return result[string](rdb.Echo(ctx, "hello")) })
+	step("client getname", func() (interface{}, error) { return result[string](rdb.ClientGetName(ctx)) })
+	step("client id is positive", func() (interface{}, error) {
+		id, err := rdb.ClientID(ctx).Result()
+		return id > 0, err
+	})
+	step("client list names me", func() (interface{}, error) {
+		list, err := rdb.ClientList(ctx).Result()
+		return strings.Contains(list, " name="+name+" "), err
+	})
+	step("client setname", func() (interface{}, error) { return result[bool](conn.ClientSetName(ctx, "renamed")) })
+	step("client getname after", func() (interface{}, error) { return result[string](conn.ClientGetName(ctx)) })
+	step("client setname bad", func() (interface{}, error) { return result[bool](conn.ClientSetName(ctx, "has space")) })
+	step("set", func() (interface{}, error) { return result[string](rdb.Set(ctx, "greeting", "hello", 0)) })
+	step("get", func() (interface{}, error) { return result[string](rdb.Get(ctx, "greeting")) })
+	step("get missing", func() (interface{}, error) { return result[string](rdb.Get(ctx, "missing")) })
+	step("set nx existing", func() (interface{}, error) { return result[bool](rdb.SetNX(ctx, "greeting", "x", 0)) })
+	step("mset", func() (interface{}, error) { return result[string](rdb.MSet(ctx, "a", "1", "b", "2", "c", "3")) })
+	step("mget", func() (interface{}, error) { return result[[]interface{}](rdb.MGet(ctx, "a", "missing", "c")) })
+	step("exists", func() (interface{}, error) { return result[int64](rdb.Exists(ctx, "a", "b", "missing", "a")) })
+	step("del", func() (interface{}, error) { return result[int64](rdb.Del(ctx, "a", "missing")) })
+	step("dbsize", func() (interface{}, error) { return result[int64](rdb.DBSize(ctx)) })
+	step("pipeline", func() (interface{}, error) {
+		pipe := rdb.Pipeline()
+		set := pipe.Set(ctx, "p1", "v1", 0)
+		get := pipe.Get(ctx, "p1")
+		del := pipe.Del(ctx, "p1")
+		exists := pipe.Exists(ctx, "p1")
+		_, err := pipe.Exec(ctx)
+		return []interface{}{set.Val(), get.Val(), del.Val(), exists.Val()}, err
+	})
+	step("info redis_mode", func() (interface{}, error) { return infoField(rdb, "server", "redis_mode") })
+	step("info role", func() (interface{}, error) { return infoField(rdb, "replication", "role") })
+	step("info loading", func() (interface{}, error) { return infoField(rdb, "persistence", "loading") })
+	step("info keyspace", func() (interface{}, error) { return infoField(rdb, "keyspace", "db0") })
+	step("config get maxclients", func() (interface{}, error) {
+		return result[map[string]string](rdb.ConfigGet(ctx, "maxclients"))
+	})
+	step("time is recent", func() (interface{}, error) {
+		now, err := rdb.Time(ctx).Result()
+		return now.Year() >= 2024, err
+	})
+	step("command count is positive", func() (interface{}, error) {
+		count, err := rdb.Do(ctx, "COMMAND", "COUNT").Int64()
+		return count > 0, err
+	})
+	step("unknown command", func() (interface{}, error) { return rdb.Do(ctx, "NOSUCHCOMMAND", "x").Result() })
+	step("wrong arity", func() (interface{}, error) { return rdb.Do(ctx, "GET").Result() })
+	step("cleanup", func() (interface{}, error) { return result[int64](rdb.Del(ctx, "greeting", "b", "c")) })
+	step("dbsize after cleanup", func() (interface{}, error) { return result[int64](rdb.DBSize(ctx)) })
+}

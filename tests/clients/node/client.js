@@ -1,0 +1,89 @@
+// node-redis, in its default configuration, runs the shared client script and prints a
+// transcript.
+//
+// Usage: node client.js PORT (with node_modules from scripts/install-client-libs on NODE_PATH).
+// The same transcript must come out against a real redis-server and against Cloak
+// (crates/cloak/tests/client_libs.rs compares them). Each step is one line below; its result (or
+// error) is printed canonically, so adding a step is adding a line.
+'use strict';
+
+const { createClient } = require('redis');
+
+const NAME = 'cloak-client-node';
+
+// One printable form for what node-redis returns in either protocol.
+function canonical(value) {
+  if (value === null || value === undefined) return 'nil';
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (Buffer.isBuffer(value)) return JSON.stringify(value.toString());
+  if (Array.isArray(value)) return '[' + value.map(canonical).join(', ') + ']';
+  if (value instanceof Map) value = Object.fromEntries(value);
+  if (typeof value === 'object') {
+    const keys = Object.keys(value).sort();
+    return '{' + keys.map((k) => JSON.stringify(k) + ': ' + canonical(value[k])).join(', ') + '}';
+  }
+  return String(value);
+}
+
+async function step(name, run) {
+  let result;
+  try {
+    result = canonical(await run());
+  } catch (error) {
+    result = 'error: ' + error.message;
+  }
+  console.log(`${name} -> ${result}`);
+}
+
+// One field of one INFO section, the way tools parse it.
+async function infoField(client, section, field) {
+  const text = await client.info(section);
+  const line = text.split('\r\n').find((l) => l.startsWith(field + ':'));
+  return line === undefined ? `no ${field}` : line.slice(field.length + 1);
+}
+
+async function main() {
+  // Default options except the port and the client name.
+  const client = createClient({ socket: { port: Number(process.argv[2]) }, name: NAME });
+  client.on('error', (error) => console.error('client error:', error.message));
+  await client.connect();
+
+  await step('ping', () => client.ping());
+  await step('echo', () => client.echo('hello'));
+  await step('client getname', () => client.clientGetName());
+  await step('client id is positive', async () => (await client.clientId()) > 0);
+  await step('client list names me', async () =>
+    (await client.clientList()).filter((c) => c.name === NAME).map((c) => c.name));
+  await step('client setname', () => client.clientSetName('renamed'));
+  await step('client getname after', () => client.clientGetName());
+  await step('client setname bad', () => client.clientSetName('has space'));
+  await step('set', () => client.set('greeting', 'hello'));
+  await step('get', () => client.get('greeting'));
+  await step('get missing', () => client.get('missing'));
+  await step('set nx existing', () => client.set('greeting', 'x', { NX: true }));
+  await step('mset', () => client.mSet({ a: '1', b: '2', c: '3' }));
+  await step('mget', () => client.mGet(['a', 'missing', 'c']));
+  await step('exists', () => client.exists(['a', 'b', 'missing', 'a']));
+  await step('del', () => client.del(['a', 'missing']));
+  await step('dbsize', () => client.dbSize());
+  await step('pipeline', () =>
+    client.multi().set('p1', 'v1').get('p1').mGet(['p1', 'nope']).del('p1').exists('p1')
+      .execAsPipeline());
+  await step('info redis_mode', () => infoField(client, 'server', 'redis_mode'));
+  await step('info role', () => infoField(client, 'replication', 'role'));
+  await step('info loading', () => infoField(client, 'persistence', 'loading'));
+  await step('info keyspace', () => infoField(client, 'keyspace', 'db0'));
+  await step('config get maxclients', () => client.configGet('maxclients'));
+  await step('time', async () => [].concat(await client.time()).map((part) => typeof part));
+  await step('command count is positive', async () => (await client.commandCount()) > 0);
+  await step('unknown command', () => client.sendCommand(['NOSUCHCOMMAND', 'x']));
+  await step('wrong arity', () => client.sendCommand(['GET']));
+  await step('cleanup', () => client.del(['greeting', 'b', 'c']));
+  await step('dbsize after cleanup', () => client.dbSize());
+  await client.close();
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
