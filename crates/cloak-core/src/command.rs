@@ -101,6 +101,8 @@ pub enum ExpireCondition {
     IfLater,
     /// Only if the new deadline is earlier.
     IfEarlier,
+    /// `XX LT`: only if the key has a deadline and the new one is earlier.
+    IfSomeAndEarlier,
 }
 
 /// What `TTL` and its relatives answer in.

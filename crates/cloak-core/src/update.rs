@@ -107,6 +107,7 @@ fn expire_allowed(condition: ExpireCondition, held: Option<u64>, at: i64) -> boo
         (ExpireCondition::IfLater, Some(held)) => at > held as i64,
         (ExpireCondition::IfEarlier, None) => true,
         (ExpireCondition::IfEarlier, Some(held)) => at < held as i64,
+        (ExpireCondition::IfSomeAndEarlier, held) => held.is_some_and(|held| at < held as i64),
     }
 }
 

@@ -45,7 +45,13 @@ pub fn render(front: &FrontEnd, s: &Snapshot, section: Option<&str>) -> String {
         vec![
             kv("keys", s.engine.keys.to_string()),
             kv("capacity", s.engine.capacity.to_string()),
-            kv("db0", format!("keys={},expires=0,avg_ttl=0", s.engine.keys)),
+            kv(
+                "db0",
+                format!(
+                    "keys={},expires={},avg_ttl=0",
+                    s.engine.keys, s.engine.expires
+                ),
+            ),
         ],
     ));
     let lookups = stats.cache_hits + stats.cache_misses;

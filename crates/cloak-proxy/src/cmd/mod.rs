@@ -5,6 +5,8 @@
 //! is refused the way Redis refuses an unknown command.
 
 mod connection;
+mod expiry;
+mod hashes;
 mod keys;
 mod server;
 
@@ -40,8 +42,45 @@ impl Request {
 
 /// Names of the supported commands, for `COMMAND COUNT` and `COMMAND LIST`.
 pub const NAMES: &[&str] = &[
-    "get", "set", "mget", "mset", "del", "exists", "dbsize", "ping", "echo", "auth", "quit",
-    "select", "info", "command",
+    "get",
+    "set",
+    "mget",
+    "mset",
+    "del",
+    "exists",
+    "dbsize",
+    "ping",
+    "echo",
+    "auth",
+    "quit",
+    "select",
+    "info",
+    "command",
+    "setex",
+    "psetex",
+    "getex",
+    "expire",
+    "pexpire",
+    "expireat",
+    "pexpireat",
+    "ttl",
+    "pttl",
+    "expiretime",
+    "pexpiretime",
+    "persist",
+    "type",
+    "hset",
+    "hsetnx",
+    "hget",
+    "hmget",
+    "hdel",
+    "hgetall",
+    "hexists",
+    "hincrby",
+    "hlen",
+    "hkeys",
+    "hvals",
+    "hstrlen",
 ];
 
 /// The arguments of one command, consumed front to back.
@@ -122,6 +161,31 @@ pub fn parse(mut request: Vec<Bytes>) -> Result<Request, Reply> {
         "select" => connection::select(&mut args),
         "info" => server::info(&mut args),
         "command" => server::command(&mut args),
+        "setex" => expiry::setex(&mut args),
+        "psetex" => expiry::psetex(&mut args),
+        "getex" => expiry::getex(&mut args),
+        "expire" => expiry::expire(&mut args),
+        "pexpire" => expiry::pexpire(&mut args),
+        "expireat" => expiry::expireat(&mut args),
+        "pexpireat" => expiry::pexpireat(&mut args),
+        "ttl" => expiry::ttl(&mut args),
+        "pttl" => expiry::pttl(&mut args),
+        "expiretime" => expiry::expiretime(&mut args),
+        "pexpiretime" => expiry::pexpiretime(&mut args),
+        "persist" => expiry::persist(&mut args),
+        "type" => expiry::type_of(&mut args),
+        "hset" => hashes::hset(&mut args),
+        "hsetnx" => hashes::hsetnx(&mut args),
+        "hget" => hashes::hget(&mut args),
+        "hmget" => hashes::hmget(&mut args),
+        "hdel" => hashes::hdel(&mut args),
+        "hgetall" => hashes::hgetall(&mut args),
+        "hexists" => hashes::hexists(&mut args),
+        "hincrby" => hashes::hincrby(&mut args),
+        "hlen" => hashes::hlen(&mut args),
+        "hkeys" => hashes::hkeys(&mut args),
+        "hvals" => hashes::hvals(&mut args),
+        "hstrlen" => hashes::hstrlen(&mut args),
         _ => Err(unknown(&name_bytes, args.take_all())),
     }
 }
@@ -198,7 +262,35 @@ mod tests {
             "ERR wrong number of arguments for 'mset' command"
         );
         assert_eq!(err(&["set", "k", "v", "nx", "xx"]), "ERR syntax error");
-        assert!(err(&["set", "k", "v", "ex", "10"]).contains("expiry"));
+        assert_eq!(
+            err(&["set", "k", "v", "ex", "0"]),
+            "ERR invalid expire time in 'set' command"
+        );
+        assert_eq!(
+            err(&["set", "k", "v", "ex", "1", "px", "1"]),
+            "ERR syntax error"
+        );
+        assert_eq!(
+            err(&["set", "k", "v", "keepttl", "ex", "1"]),
+            "ERR syntax error"
+        );
+        assert_eq!(err(&["set", "k", "v", "ex"]), "ERR syntax error");
+        assert_eq!(
+            err(&["set", "k", "v", "ex", "x"]),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(
+            err(&["expire", "k", "1", "nx", "xx"]),
+            "ERR NX and XX, GT or LT options at the same time are not compatible"
+        );
+        assert_eq!(
+            err(&["expire", "k", "1", "foo"]),
+            "ERR Unsupported option foo"
+        );
+        assert_eq!(
+            err(&["hset", "k", "f"]),
+            "ERR wrong number of arguments for 'hset' command"
+        );
         assert_eq!(
             err(&["flushall", "x\ny"]),
             "ERR unknown command 'flushall', with args beginning with: 'x?y' "
