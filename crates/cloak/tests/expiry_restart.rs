@@ -53,7 +53,11 @@ fn deadlines_survive(store_args: &[&str], kill: bool) {
         .unwrap();
     assert_eq!(int(&mut con, &["HSET", "h", "f", "v"]), 1);
     assert_eq!(int(&mut con, &["EXPIRE", "h", "200"]), 1);
-    let _: () = redis::cmd("SET").arg("plain").arg("v").query(&mut con).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("plain")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
     let before = int(&mut con, &["PTTL", "long"]);
     drop(con);
     if kill {
@@ -73,7 +77,11 @@ fn deadlines_survive(store_args: &[&str], kill: bool) {
     assert_eq!(int(&mut con, &["TTL", "plain"]), -1);
     let kind: String = redis::cmd("TYPE").arg("h").query(&mut con).unwrap();
     assert_eq!(kind, "hash");
-    let field: String = redis::cmd("HGET").arg("h").arg("f").query(&mut con).unwrap();
+    let field: String = redis::cmd("HGET")
+        .arg("h")
+        .arg("f")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(field, "v");
 
     let info: String = redis::cmd("INFO").arg("keyspace").query(&mut con).unwrap();
@@ -88,13 +96,23 @@ fn deadlines_survive(store_args: &[&str], kill: bool) {
     let info: String = redis::cmd("INFO").arg("keyspace").query(&mut con).unwrap();
     assert!(info.contains("keys=3,expires=2"), "{info}");
     let later = int(&mut con, &["PTTL", "long"]);
-    assert!(later <= after - 2_000, "still counting down: {after}, then {later}");
+    assert!(
+        later <= after - 2_000,
+        "still counting down: {after}, then {later}"
+    );
 }
 
 #[test]
 fn deadlines_survive_a_clean_restart_of_a_cloak_proxy() {
     deadlines_survive(
-        &["--scheme", "cloak", "--capacity", "2000", "--batch-interval", "5ms"],
+        &[
+            "--scheme",
+            "cloak",
+            "--capacity",
+            "2000",
+            "--batch-interval",
+            "5ms",
+        ],
         false,
     );
 }

@@ -28,7 +28,7 @@ fn one(args: &mut Args) -> Bytes {
 
 /// `HSET key field value [field value …]`.
 pub fn hset(args: &mut Args) -> Result<Request, Reply> {
-    if args.len() < 3 || args.len() % 2 == 0 {
+    if args.len() < 3 || args.len().is_multiple_of(2) {
         return Err(args.arity());
     }
     hash(args, |args| {
