@@ -423,7 +423,7 @@ impl Engine {
             let Some(slot) = self.expired.pop_front() else {
                 break;
             };
-            self.delete_slot(now, REAPER, NO_COMMAND, slot);
+            self.delete_slot(now, REAPER, NO_COMMAND, slot, Expect::Written);
         }
     }
 
@@ -644,7 +644,7 @@ impl Engine {
                     self.cover(now, client, id);
                 }
                 for slot in slots {
-                    self.delete_slot(now, client, id, slot);
+                    self.delete_slot(now, client, id, slot, Expect::Written);
                 }
             }
             Command::Exists(keys) => {
@@ -835,25 +835,8 @@ impl Engine {
             }
             Change::Delete => {
                 self.directory.remove(&key);
-                self.keyspace.clear(slot);
-                self.releasing.insert(slot);
-                let version = self.version();
-                self.start_op(
-                    now,
-                    route.client,
-                    route.command,
-                    slot,
-                    Expect::Unlock(slot),
-                    |_| {
-                        Op::Write(
-                            slot,
-                            Record {
-                                version,
-                                ..Record::empty()
-                            },
-                        )
-                    },
-                );
+                let expect = Expect::Unlock(slot);
+                self.delete_slot(now, route.client, route.command, slot, expect);
             }
             Change::Keep if self.cover.is_some() => {
                 self.cover_as(now, route.client, route.command, Expect::Unlock(slot));
@@ -875,11 +858,18 @@ impl Engine {
 
     /// Deletes the element of a key already gone from the directory; its slot comes free once
     /// every op on it is done.
-    fn delete_slot(&mut self, now: Instant, client: ClientId, command: u64, slot: Slot) {
+    fn delete_slot(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        command: u64,
+        slot: Slot,
+        expect: Expect,
+    ) {
         self.keyspace.clear(slot);
         self.releasing.insert(slot);
         let version = self.version();
-        self.start_op(now, client, command, slot, Expect::Written, |_| {
+        self.start_op(now, client, command, slot, expect, |_| {
             Op::Write(
                 slot,
                 Record {
