@@ -125,6 +125,9 @@ enum Expect {
     Written,
     /// A cover read (see the module docs): its value is nobody's and is dropped.
     Cover,
+    /// A cover read that `n - 1` more follow, one after the other: the accesses of a command
+    /// whose real ones would come one after the other too (an update's read, then its write).
+    Covers(usize),
     /// A hash read: the key, and what to answer from its hash.
     View(Bytes, HashOp),
     /// An update's read: the key, and what to do with its value.
@@ -727,9 +730,7 @@ impl Engine {
             return Err(outcome);
         }
         let id = self.wait(token, Shape::Computed(outcome), 0, ops);
-        for _ in 0..ops {
-            self.cover(now, client, id);
-        }
+        self.cover_as(now, client, id, Expect::Covers(ops));
         Ok(())
     }
 
@@ -1136,6 +1137,15 @@ impl Engine {
                 self.unlock(now, slot);
                 Route {
                     expect: Expect::Written,
+                    ..route
+                }
+            }
+            Expect::Covers(left) => {
+                if left > 1 {
+                    self.cover_as(now, route.client, route.command, Expect::Covers(left - 1));
+                }
+                Route {
+                    expect: Expect::Cover,
                     ..route
                 }
             }

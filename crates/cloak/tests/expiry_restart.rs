@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Running, connect, free_port};
+use common::{Running, connect, server_and_proxy_args};
 
 fn int(con: &mut redis::Connection, words: &[&str]) -> i64 {
     let mut command = redis::cmd(words[0]);
@@ -18,21 +18,8 @@ fn int(con: &mut redis::Connection, words: &[&str]) -> i64 {
 
 fn deadlines_survive(store_args: &[&str], kill: bool) {
     let state = tempfile::tempdir().unwrap();
-    let (storage_port, proxy_port) = (free_port(), free_port());
-    let storage_addr = format!("127.0.0.1:{storage_port}");
-    let _server = Running::start(&["server", "--listen", &storage_addr], "listening");
-    let storage_url = format!("tcp://{storage_addr}");
-    let listen = format!("127.0.0.1:{proxy_port}");
-    let mut proxy_args = vec![
-        "proxy",
-        "--storage",
-        &storage_url,
-        "--listen",
-        &listen,
-        "--state-dir",
-        state.path().to_str().unwrap(),
-    ];
-    proxy_args.extend_from_slice(store_args);
+    let (_server, proxy_args, proxy_port) = server_and_proxy_args(state.path(), store_args);
+    let proxy_args: Vec<&str> = proxy_args.iter().map(String::as_str).collect();
 
     let proxy = Running::start(&proxy_args, "listening");
     let mut con = connect(proxy_port);
