@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use cloak_core::{ElementFormat, Record, Slot, StorageError, StorageOp, StorageReply};
+use cloak_core::{ElementFormat, Entry, Record, Slot, StorageError, StorageOp, StorageReply};
 use cloak_storage::Storage;
 use indicatif::ProgressBar;
 use tokio::task::JoinSet;
@@ -25,8 +25,10 @@ const CHUNK: u64 = 1024;
 /// Requests in flight at once.
 const DEPTH: usize = 8;
 
-/// Key number `key` lives in slot `key`, holding `value`, written by version 1.
+/// Key number `key` lives in slot `key`, holding the string `value` (in its envelope, as the
+/// engine stores values), written by version 1.
 pub fn records(keys: u64, value: &Bytes) -> impl Iterator<Item = (Slot, Record)> + '_ {
+    let value = Entry::string(value.clone()).seal();
     (0..keys).map(move |key| {
         (
             key,

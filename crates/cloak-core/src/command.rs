@@ -3,6 +3,8 @@
 
 use bytes::Bytes;
 
+use crate::envelope::EnvelopeError;
+use crate::hash::HashOp;
 use crate::scheme::SchemeError;
 
 /// When a `SET` takes effect.
@@ -41,6 +43,119 @@ pub enum Command {
     Exists(Vec<Bytes>),
     /// `DBSIZE`: how many keys exist.
     DbSize,
+    /// `SET` with an expiry option, `SETEX`, `PSETEX`: a string with a deadline, or keeping the
+    /// key's deadline (`KEEPTTL`). A plain [`Command::Set`] clears it, as in Redis.
+    SetExpiring {
+        key: Bytes,
+        value: Bytes,
+        condition: SetCondition,
+        expiry: SetExpiry,
+        /// The command's name, for Redis's `invalid expire time in '…' command`.
+        name: &'static str,
+    },
+    /// `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `PEXPIREAT`: answers 1 if the deadline was set (or the
+    /// key deleted, for a deadline already past), 0 for no key or a failed condition.
+    Expire {
+        key: Bytes,
+        deadline: Deadline,
+        condition: ExpireCondition,
+        name: &'static str,
+    },
+    /// `PERSIST`: answers 1 if a deadline was removed.
+    Persist(Bytes),
+    /// `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME`: -2 for no key, -1 for no deadline.
+    Ttl {
+        key: Bytes,
+        unit: TtlUnit,
+    },
+    /// `GETEX`: a string's value, changing its deadline on the way.
+    GetEx {
+        key: Bytes,
+        change: Option<GetExChange>,
+        name: &'static str,
+    },
+    /// `TYPE`: `string`, `hash` or `none`.
+    Type(Bytes),
+    /// A hash command on one key.
+    Hash {
+        key: Bytes,
+        op: HashOp,
+    },
+}
+
+/// A deadline as a client gives it, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deadline {
+    /// From now (`EX`, `PX`, `EXPIRE`, `PEXPIRE`; negative is already past).
+    In(i64),
+    /// A Unix time (`EXAT`, `PXAT`, `EXPIREAT`, `PEXPIREAT`).
+    At(i64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetExpiry {
+    /// `KEEPTTL`: the key keeps the deadline it had.
+    Keep,
+    At(Deadline),
+}
+
+/// `EXPIRE`'s `NX | XX | GT | LT` (a key without a deadline counts as an infinite one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExpireCondition {
+    #[default]
+    Always,
+    /// Only if the key has no deadline.
+    IfNone,
+    /// Only if the key has one.
+    IfSome,
+    /// Only if the new deadline is later.
+    IfLater,
+    /// Only if the new deadline is earlier.
+    IfEarlier,
+    /// `XX LT`: only if the key has a deadline and the new one is earlier.
+    IfSomeAndEarlier,
+}
+
+/// What `TTL` and its relatives answer in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TtlUnit {
+    /// `TTL`: seconds left, rounded.
+    Seconds,
+    /// `PTTL`.
+    Millis,
+    /// `EXPIRETIME`: the Unix time in seconds, rounded.
+    UnixSeconds,
+    /// `PEXPIRETIME`.
+    UnixMillis,
+}
+
+/// `GETEX`'s option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetExChange {
+    Persist,
+    At(Deadline),
+}
+
+impl Command {
+    /// Every key the command names (in order, repeats included).
+    pub fn keys(&self) -> Vec<&Bytes> {
+        match self {
+            Command::Get(key)
+            | Command::Set { key, .. }
+            | Command::SetExpiring { key, .. }
+            | Command::Expire { key, .. }
+            | Command::Persist(key)
+            | Command::Ttl { key, .. }
+            | Command::GetEx { key, .. }
+            | Command::Type(key)
+            | Command::Hash { key, .. } => vec![key],
+            Command::MGet(keys) | Command::Del(keys) | Command::Exists(keys) => {
+                keys.iter().collect()
+            }
+            Command::MSet(pairs) => pairs.iter().map(|(key, _)| key).collect(),
+            Command::DbSize => Vec::new(),
+        }
+    }
 }
 
 /// A command's result.
@@ -54,6 +169,10 @@ pub enum Outcome {
     Ok,
     /// A count.
     Integer(i64),
+    /// A status line (`TYPE`'s answer).
+    Status(&'static str),
+    /// Field and value pairs (`HGETALL`): a flat array in RESP2, a map in RESP3.
+    Pairs(Vec<(Bytes, Bytes)>),
     /// Refused or failed.
     Error(CommandError),
 }
@@ -96,4 +215,32 @@ pub enum CommandError {
     /// The scheme could not serve one of its ops.
     #[error(transparent)]
     Scheme(#[from] SchemeError),
+    #[error("Operation against a key holding the wrong kind of value")]
+    WrongType,
+    #[error("invalid expire time in '{0}' command")]
+    InvalidExpireTime(&'static str),
+    #[error("hash value is not an integer")]
+    HashValueNotInteger,
+    #[error("increment or decrement would overflow")]
+    Overflow,
+    #[error(
+        "hash would take {len} bytes, the limit is {max} (set --value-size to store larger hashes)"
+    )]
+    HashTooLarge { len: usize, max: usize },
+    #[error("a stored value cannot be read: {0}")]
+    Envelope(#[from] EnvelopeError),
+    #[error("a stored hash cannot be read")]
+    MalformedHash,
+    #[error("internal error: a hash update was answered as a read")]
+    NotARead,
+}
+
+impl CommandError {
+    /// The error line a Redis client gets: Redis's code (`WRONGTYPE`, else `ERR`), then the text.
+    pub fn redis_line(&self) -> String {
+        match self {
+            CommandError::WrongType => format!("WRONGTYPE {self}"),
+            _ => format!("ERR {self}"),
+        }
+    }
 }

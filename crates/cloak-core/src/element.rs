@@ -9,12 +9,18 @@
 //! element   = seal(binding, plaintext)        // see cloak_crypto::Sealer
 //! ```
 //!
+//! The value the engine stores is a [`crate::envelope`] (type and expiry) followed by the
+//! client's data, so a record's value may be [`ENVELOPE_LEN`] bytes longer than `--value-size`:
+//! the element grows by that constant, and its size stays a function of the store's creation
+//! parameters alone.
+//!
 //! Every plaintext is padded to the same length so element sizes reveal nothing, and every
 //! element carries its slot, key and version so the proxy's maps can be rebuilt from storage.
 
 use bytes::Bytes;
 use cloak_crypto::{Binding, CryptoError, SEAL_OVERHEAD, Sealer};
 
+use crate::envelope::ENVELOPE_LEN;
 use crate::storage::Addr;
 
 /// A logical slot: the proxy's name for where a key lives, independent of where storage keeps it.
@@ -52,7 +58,7 @@ impl Record {
 pub struct RecordLayout {
     /// Longest key.
     pub max_key: usize,
-    /// Largest value.
+    /// The largest client value (`--value-size`); a record holds it with its envelope.
     pub max_value: usize,
 }
 
@@ -83,7 +89,12 @@ pub enum ElementError {
 impl RecordLayout {
     /// Length of one encoded record (before encryption).
     pub fn encoded_len(&self) -> usize {
-        HEADER_LEN + self.max_key + self.max_value
+        HEADER_LEN + self.max_key + self.max_stored_value()
+    }
+
+    /// The largest value a record holds: a client value of `max_value` in its envelope.
+    pub fn max_stored_value(&self) -> usize {
+        self.max_value + ENVELOPE_LEN
     }
 
     /// Appends the padded encoding of `record` for `slot` to `out`.
@@ -97,7 +108,7 @@ impl RecordLayout {
     /// baseline).
     pub fn encode_compact(&self, slot: Slot, record: &Record, out: &mut Vec<u8>) {
         assert!(
-            record.key.len() <= self.max_key && record.value.len() <= self.max_value,
+            record.key.len() <= self.max_key && record.value.len() <= self.max_stored_value(),
             "record exceeds the layout; the engine checks sizes before this point"
         );
         out.extend_from_slice(&slot.to_le_bytes());
@@ -118,7 +129,7 @@ impl RecordLayout {
         let key_len = u16::from_le_bytes(bytes[16..18].try_into().expect("2 bytes")) as usize;
         let value_len = u32::from_le_bytes(bytes[18..22].try_into().expect("4 bytes")) as usize;
         if key_len > self.max_key
-            || value_len > self.max_value
+            || value_len > self.max_stored_value()
             || HEADER_LEN + key_len + value_len > bytes.len()
         {
             return Err(ElementError::Malformed("lengths exceed the element"));
@@ -249,7 +260,7 @@ mod tests {
         let full = Record {
             version: 9,
             key: Bytes::from_static(b"k"),
-            value: Bytes::from(vec![7u8; 32]),
+            value: Bytes::from(vec![7u8; 32 + ENVELOPE_LEN]),
         };
         let a = c.seal(at, 3, &full);
         let b = c.seal(at, 3, &Record::empty());

@@ -14,9 +14,35 @@
 //! whose value is dropped. In a tree ORAM a read of any slot is one uniformly random path, so
 //! storage sees the same traffic whichever keys exist. (EXISTS and DBSIZE never reach the
 //! scheme, for any key.)
+//!
+//! Types and deadlines (see [`crate::envelope`]) live in each value and, for the engine's own
+//! use, in a [`Keyspace`]: `TYPE`, `TTL` and their relatives answer from it without touching
+//! storage, like `EXISTS`, and a command for the wrong type answers `WRONGTYPE` (with the cover
+//! reads an absent key would have had, so a failed type check shows storage nothing either).
+//!
+//! Read-modify-write commands ([`Update`]: hash updates, `EXPIRE`, `PERSIST`, `GETEX` with an
+//! option) read the key and write it back, holding the key meanwhile: every other command that
+//! names it waits (whole, in arrival order, behind any earlier command of its client), and the
+//! read starts only once no op on the slot is left in the scheme, so the update is atomic
+//! against every client. To storage an update is one read and one write of the key's slot (a
+//! cover read when nothing changes, for schemes that need covers): the accesses of a GET and a
+//! SET, which every scheme already hides.
+//!
+//! Expired keys: a command never sees a key whose deadline has passed (each command first
+//! forgets the expired keys it names), and a reaper deletes their elements through the scheme as
+//! ordinary deletes, at most [`REAP_PER_TICK`] a tick and only while the scheme accepts ops.
+//! What storage can learn from the deletes: when they happen follows deadlines clients chose,
+//! so the proxy makes accesses when no client asked for one. Cloak and Waffle send fixed batches
+//! on a fixed schedule whatever they carry, and a delete rides in one as any write does, so the
+//! server sees nothing. For schemes with traffic per op (Path ORAM, CURIOUS, Pancake,
+//! `encrypted`), a delete is one access like any other (a uniformly random path in a tree ORAM,
+//! smoothed replicas in Pancake): the server sees that an access happened at that time, which
+//! it sees of every client op already, and not that it was a deletion nor which key it touched
+//! (except `encrypted`, which shows every key's label by design and so shows that this label
+//! was written at that time).
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use rand_chacha::ChaCha20Rng;
@@ -24,15 +50,27 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 // Keys here are the engine's own ids and slots, never chosen by clients: a fast hash is safe.
 use hashbrown::{HashMap, HashSet};
 
-use crate::command::{Command, CommandError, Outcome, SetCondition};
+use crate::command::{
+    Command, CommandError, Deadline, GetExChange, Outcome, SetCondition, SetExpiry, TtlUnit,
+};
 use crate::directory::KeyDirectory;
 use crate::element::{Record, Slot};
+use crate::envelope::{Entry, Kind};
+use crate::hash::{Hash, HashOp};
 use crate::integrity::SlotVersions;
+use crate::keyspace::Keyspace;
 use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeStats};
 use crate::storage::{ExpectedReply, RequestId, StorageError, StorageReply, StorageRequest};
+use crate::update::{Change, Update};
 
 /// Identifies a client (a connection) for per-client ordering.
 pub type ClientId = u64;
+
+/// Most expired keys the reaper deletes per tick: bounded work, whatever expires at once.
+pub const REAP_PER_TICK: usize = 32;
+/// The reaper's lane and its deletes' command: nobody waits for their outcome.
+const REAPER: ClientId = ClientId::MAX;
+const NO_COMMAND: u64 = u64::MAX;
 
 /// What a command may carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +92,8 @@ pub struct EngineStats {
     pub keys: u64,
     /// Keys the store holds.
     pub capacity: u64,
+    /// Keys with a deadline (`INFO`'s `expires=`).
+    pub expires: u64,
 }
 
 /// What a command still waits for, and how to answer it.
@@ -70,6 +110,8 @@ enum Shape {
     Values,
     Ok,
     Integer(i64),
+    /// An answer computed from what was read (or known at the start).
+    Computed(Outcome),
 }
 
 /// Why an op is in the scheme.
@@ -90,6 +132,48 @@ enum Expect {
     Written,
     /// A cover read (see the module docs): its value is nobody's and is dropped.
     Cover,
+    /// A cover read that `n - 1` more follow, one after the other: the accesses of a command
+    /// whose real ones would come one after the other too (an update's read, then its write).
+    Covers(usize),
+    /// A hash read: the key, and what to answer from its hash.
+    View(Bytes, HashOp),
+    /// An update's read: the key, and what to do with its value.
+    Update(Bytes, Update),
+    /// An update's write (or cover read): the key's slot comes free when it is done.
+    Unlock(Slot),
+}
+
+/// A key held by an update; its read waits here until the slot has no op in the scheme.
+struct Lock {
+    read: Option<(ClientId, u64, Bytes, Update)>,
+}
+
+/// Converts between the driver's instants and Unix time, which deadlines are given in.
+#[derive(Clone, Copy)]
+struct WallClock {
+    instant: Instant,
+    unix_ms: u64,
+}
+
+impl WallClock {
+    fn unix_ms(&self, at: Instant) -> u64 {
+        match at.checked_duration_since(self.instant) {
+            Some(after) => self.unix_ms + after.as_millis() as u64,
+            None => self
+                .unix_ms
+                .saturating_sub((self.instant - at).as_millis() as u64),
+        }
+    }
+
+    fn instant(&self, unix_ms: u64) -> Instant {
+        match unix_ms.checked_sub(self.unix_ms) {
+            Some(after) => self.instant + Duration::from_millis(after),
+            None => self
+                .instant
+                .checked_sub(Duration::from_millis(self.unix_ms - unix_ms))
+                .unwrap_or(self.instant),
+        }
+    }
 }
 
 /// Runs commands on a scheme (see the module docs).
@@ -118,6 +202,16 @@ pub struct Engine {
     /// The version of every slot's last acknowledged write (`DEL`s too), from recovery on: what
     /// storage holds once the scheme is drained, for the next start to check storage against.
     acknowledged: SlotVersions,
+    /// Every key's type and deadline.
+    keyspace: Keyspace,
+    clock: WallClock,
+    /// Keys held by updates, by slot.
+    locks: HashMap<Slot, Lock>,
+    /// Commands waiting for a held key (or behind one of their client's that does).
+    deferred: VecDeque<(ClientId, u64, Command)>,
+    /// Slots of expired keys, gone from the directory, whose elements the reaper has yet to
+    /// delete (their slots come free once it has).
+    expired: VecDeque<Slot>,
 }
 
 impl Engine {
@@ -145,7 +239,35 @@ impl Engine {
             commands_done: 0,
             cover: scheme_needs_cover.then(ChaCha20Rng::from_os_rng),
             acknowledged: SlotVersions::new(),
+            keyspace: Keyspace::default(),
+            clock: WallClock {
+                instant: Instant::now(),
+                unix_ms: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+            },
+            locks: HashMap::new(),
+            deferred: VecDeque::new(),
+            expired: VecDeque::new(),
         }
+    }
+
+    /// Starts from the types and deadlines recovery found (see [`Keyspace::restore`]).
+    pub fn with_keyspace(mut self, keyspace: Keyspace) -> Self {
+        self.keyspace = keyspace;
+        self
+    }
+
+    /// Sets which Unix time (in milliseconds) `instant` is; by default, the system clock's at
+    /// the engine's creation. Tests and simulations pin it.
+    pub fn with_wall_clock(mut self, instant: Instant, unix_ms: u64) -> Self {
+        self.clock = WallClock { instant, unix_ms };
+        self
+    }
+
+    /// How many keys have a deadline (`INFO`'s keyspace line, `expires=`).
+    pub fn expiring_keys(&self) -> usize {
+        self.keyspace.expiring()
     }
 
     /// Continues version numbers from `next` (after recovery: above every recovered version).
@@ -182,6 +304,7 @@ impl Engine {
             commands: self.commands_done,
             keys: self.directory.len() as u64,
             capacity: self.directory.capacity() as u64,
+            expires: self.keyspace.expiring() as u64,
         }
     }
 
@@ -197,11 +320,46 @@ impl Engine {
 
     /// Takes a command; its outcome comes from [`Engine::poll_outcome`] with the same `token`.
     pub fn submit(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
+        if self.must_wait(client, &command) {
+            self.deferred.push_back((client, token, command));
+        } else {
+            self.run(now, client, token, command);
+        }
+        self.drain_replies(now);
+    }
+
+    fn run(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
         match self.start(now, client, token, command) {
             Ok(()) => {}
             Err(outcome) => self.finish(token, outcome),
         }
-        self.drain_replies(now);
+    }
+
+    /// Whether the command names a key an update holds, or its client has a command waiting.
+    fn must_wait(&self, client: ClientId, command: &Command) -> bool {
+        if self.locks.is_empty() {
+            return false;
+        }
+        self.deferred.iter().any(|(c, _, _)| *c == client)
+            || command.keys().into_iter().any(|key| {
+                self.directory
+                    .get(key)
+                    .is_some_and(|slot| self.locks.contains_key(&slot))
+            })
+    }
+
+    /// Starts the waiting commands a released key lets go, in arrival order.
+    fn resume_deferred(&mut self, now: Instant) {
+        let waiting = std::mem::take(&mut self.deferred);
+        let mut blocked = HashSet::new();
+        for (client, token, command) in waiting {
+            if blocked.contains(&client) || self.must_wait(client, &command) {
+                blocked.insert(client);
+                self.deferred.push_back((client, token, command));
+            } else {
+                self.run(now, client, token, command);
+            }
+        }
     }
 
     /// Hands storage's answer to the scheme, checked first: a reply of the wrong kind or size
@@ -221,9 +379,12 @@ impl Engine {
         self.drain_replies(now);
     }
 
-    /// Called at (or after) the instant [`Engine::poll_timeout`] returned.
+    /// The scheme's timer (when due) and the reaper's tick.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.scheme.handle_timeout(now);
+        if self.scheme.poll_timeout().is_some_and(|at| at <= now) {
+            self.scheme.handle_timeout(now);
+        }
+        self.reap(now);
         self.drain_replies(now);
     }
 
@@ -235,7 +396,81 @@ impl Engine {
 
     /// When the engine next needs [`Engine::handle_timeout`], if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.scheme.poll_timeout()
+        match (self.scheme.poll_timeout(), self.reap_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When the reaper has work it can do: never while the scheme refuses ops, nor for keys
+    /// held by updates (it would find nothing to do, and a driver would spin).
+    fn reap_at(&self) -> Option<Instant> {
+        if !self.scheme.accepts() {
+            return None;
+        }
+        if !self.expired.is_empty() {
+            return Some(self.clock.instant);
+        }
+        self.keyspace
+            .by_deadline()
+            .find(|(_, slot)| !self.locks.contains_key(slot))
+            .map(|(at, _)| self.clock.instant(at))
+    }
+
+    /// Forgets up to [`REAP_PER_TICK`] keys that are due and deletes as many expired elements
+    /// through the scheme (see the module docs for what storage sees).
+    fn reap(&mut self, now: Instant) {
+        let unix = self.clock.unix_ms(now);
+        let due: Vec<(Slot, Bytes)> = self
+            .keyspace
+            .due(unix)
+            .filter(|(slot, _)| !self.locks.contains_key(slot))
+            .take(REAP_PER_TICK)
+            .map(|(slot, key)| (slot, key.clone()))
+            .collect();
+        for (slot, key) in due {
+            self.forget_expired(slot, &key);
+        }
+        for _ in 0..REAP_PER_TICK {
+            if !self.scheme.accepts() {
+                break;
+            }
+            let Some(slot) = self.expired.pop_front() else {
+                break;
+            };
+            self.delete_slot(now, REAPER, NO_COMMAND, slot, Expect::Written);
+        }
+    }
+
+    /// Takes an expired key out of the directory; its element waits for the reaper.
+    fn forget_expired(&mut self, slot: Slot, key: &Bytes) {
+        if self.directory.get(key) == Some(slot) {
+            self.directory.remove(key);
+        }
+        self.keyspace.clear(slot);
+        self.expired.push_back(slot);
+    }
+
+    /// Forgets the expired keys a command names, so it never sees them.
+    fn forget_expired_named(&mut self, now: Instant, command: &Command) {
+        if self.keyspace.expiring() == 0 {
+            return;
+        }
+        let unix = self.clock.unix_ms(now);
+        let expired: Vec<(Slot, Bytes)> = command
+            .keys()
+            .into_iter()
+            .filter_map(|key| {
+                let slot = self.directory.get(key)?;
+                let at = self.keyspace.deadline(slot)?;
+                (at <= unix).then(|| (slot, key.clone()))
+            })
+            .collect();
+        for (slot, key) in expired {
+            if self.directory.get(&key) == Some(slot) {
+                self.forget_expired(slot, &key);
+            }
+        }
     }
 
     /// The next storage request to send.
@@ -271,9 +506,17 @@ impl Engine {
         command: Command,
     ) -> Result<(), Outcome> {
         self.check(&command).map_err(Outcome::Error)?;
+        self.forget_expired_named(now, &command);
+        let unix = self.clock.unix_ms(now);
         match command {
-            Command::Get(key) => {
+            Command::Get(key)
+            | Command::GetEx {
+                key, change: None, ..
+            } => {
                 let slot = self.directory.get(&key);
+                if slot.is_some_and(|slot| self.keyspace.kind(slot) != Kind::String) {
+                    return self.answer_covered(now, client, token, wrong_type(), 1);
+                }
                 if slot.is_none() && self.cover.is_none() {
                     return Err(Outcome::Value(None));
                 }
@@ -298,29 +541,70 @@ impl Engine {
                 key,
                 value,
                 condition,
+            } => self.set(now, client, token, key, Entry::string(value), condition)?,
+            Command::SetExpiring {
+                key,
+                value,
+                condition,
+                expiry,
+                name,
             } => {
-                let exists = self.directory.get(&key).is_some();
-                let skip = match condition {
-                    SetCondition::Always => false,
-                    SetCondition::IfAbsent => exists,
-                    SetCondition::IfPresent => !exists,
+                let deadline = match expiry {
+                    SetExpiry::Keep => self
+                        .directory
+                        .get(&key)
+                        .and_then(|slot| self.keyspace.deadline(slot)),
+                    SetExpiry::At(deadline) => Some(resolve(deadline, unix, name)? as u64),
                 };
-                if skip {
-                    if self.cover.is_none() {
-                        return Err(Outcome::Value(None));
-                    }
-                    let id = self.wait(token, Shape::Value, 1, 1);
-                    self.cover(now, client, id);
-                    return Ok(());
-                }
-                let (slot, _) = self.directory.get_or_insert(&key).ok_or_else(|| {
-                    Outcome::Error(CommandError::StoreFull {
-                        capacity: self.directory.capacity(),
-                    })
-                })?;
-                let id = self.wait(token, Shape::Ok, 0, 1);
-                self.write(now, client, id, slot, key, value);
+                let entry = Entry {
+                    deadline,
+                    ..Entry::string(value)
+                };
+                self.set(now, client, token, key, entry, condition)?;
             }
+            Command::Ttl { key, unit } => {
+                return Err(Outcome::Integer(self.ttl(&key, unit, unix)));
+            }
+            Command::Type(key) => {
+                let kind = self
+                    .directory
+                    .get(&key)
+                    .map(|slot| self.keyspace.kind(slot));
+                return Err(Outcome::Status(kind.map_or("none", Kind::name)));
+            }
+            Command::Expire {
+                key,
+                deadline,
+                condition,
+                name,
+            } => {
+                let at = resolve(deadline, unix, name)?;
+                self.update(now, client, token, key, Update::Expire { at, condition })?;
+            }
+            Command::Persist(key) => self.update(now, client, token, key, Update::Persist)?,
+            Command::GetEx {
+                key,
+                change: Some(change),
+                name,
+            } => {
+                let at = match change {
+                    GetExChange::Persist => None,
+                    GetExChange::At(deadline) => Some(resolve(deadline, unix, name)?),
+                };
+                self.update(now, client, token, key, Update::GetEx(at))?;
+            }
+            Command::Hash { key, op } if op.is_read() => {
+                let slot = self.directory.get(&key);
+                if slot.is_some_and(|slot| self.keyspace.kind(slot) != Kind::Hash) {
+                    return self.answer_covered(now, client, token, wrong_type(), 1);
+                }
+                let Some(slot) = slot else {
+                    return self.answer_covered(now, client, token, op.read(None), 1);
+                };
+                let id = self.wait(token, Shape::Computed(op.read(None)), 0, 1);
+                self.start_op(now, client, id, slot, Expect::View(key, op), Op::Read);
+            }
+            Command::Hash { key, op } => self.update(now, client, token, key, Update::Hash(op))?,
             Command::MSet(pairs) => {
                 // A key named twice takes its last value, as in Redis, and is written once: no
                 // reader and no crash can see the value in between.
@@ -350,7 +634,15 @@ impl Engine {
                         .directory
                         .get_or_insert(&key)
                         .expect("free slots were counted above");
-                    self.write(now, client, id, slot, key, value);
+                    self.write(
+                        now,
+                        client,
+                        id,
+                        slot,
+                        key,
+                        Entry::string(value),
+                        Expect::Written,
+                    );
                 }
             }
             Command::Del(keys) => {
@@ -371,17 +663,7 @@ impl Engine {
                     self.cover(now, client, id);
                 }
                 for slot in slots {
-                    self.releasing.insert(slot);
-                    let version = self.version();
-                    self.start_op(now, client, id, slot, Expect::Written, |_| {
-                        Op::Write(
-                            slot,
-                            Record {
-                                version,
-                                ..Record::empty()
-                            },
-                        )
-                    });
+                    self.delete_slot(now, client, id, slot, Expect::Written);
                 }
             }
             Command::Exists(keys) => {
@@ -394,6 +676,225 @@ impl Engine {
             Command::DbSize => return Err(Outcome::Integer(self.directory.len() as i64)),
         }
         Ok(())
+    }
+
+    /// `SET` and its relatives: writes `entry` under `key` unless `condition` fails.
+    fn set(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        token: u64,
+        key: Bytes,
+        entry: Entry,
+        condition: SetCondition,
+    ) -> Result<(), Outcome> {
+        let exists = self.directory.get(&key).is_some();
+        let skip = match condition {
+            SetCondition::Always => false,
+            SetCondition::IfAbsent => exists,
+            SetCondition::IfPresent => !exists,
+        };
+        if skip {
+            return self.answer_covered(now, client, token, Outcome::Value(None), 1);
+        }
+        let slot = self.slot_for(&key)?;
+        let id = self.wait(token, Shape::Ok, 0, 1);
+        self.write(now, client, id, slot, key, entry, Expect::Written);
+        Ok(())
+    }
+
+    /// The key's slot, taking a free one for a new key.
+    fn slot_for(&mut self, key: &[u8]) -> Result<Slot, Outcome> {
+        match self.directory.get_or_insert(key) {
+            Some((slot, _)) => Ok(slot),
+            None => Err(Outcome::Error(CommandError::StoreFull {
+                capacity: self.directory.capacity(),
+            })),
+        }
+    }
+
+    /// `TTL` and its relatives, from the keyspace alone.
+    fn ttl(&self, key: &[u8], unit: TtlUnit, unix: u64) -> i64 {
+        let Some(slot) = self.directory.get(key) else {
+            return -2;
+        };
+        let Some(at) = self.keyspace.deadline(slot) else {
+            return -1;
+        };
+        let at = at as i64;
+        let left = (at - unix as i64).max(0);
+        // Redis rounds to the nearest second.
+        match unit {
+            TtlUnit::Seconds => (left + 500) / 1000,
+            TtlUnit::Millis => left,
+            TtlUnit::UnixSeconds => (at + 500) / 1000,
+            TtlUnit::UnixMillis => at,
+        }
+    }
+
+    /// Answers at once, after the cover reads the command would have made on an existing key
+    /// (`ops` of them, for schemes that need covers: see the module docs).
+    fn answer_covered(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        token: u64,
+        outcome: Outcome,
+        ops: usize,
+    ) -> Result<(), Outcome> {
+        if self.cover.is_none() {
+            return Err(outcome);
+        }
+        let id = self.wait(token, Shape::Computed(outcome), 0, ops);
+        self.cover_as(now, client, id, Expect::Covers(ops));
+        Ok(())
+    }
+
+    /// Starts a read-modify-write (see the module docs). For a key that does not exist the
+    /// change is known at once: a new key is written (after a cover read where reads are
+    /// covered, so it is a read and a write like any update), anything else is answered.
+    fn update(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        token: u64,
+        key: Bytes,
+        update: Update,
+    ) -> Result<(), Outcome> {
+        let covered = self.cover.is_some() as usize;
+        let Some(slot) = self.directory.get(&key) else {
+            let unix = self.clock.unix_ms(now);
+            let (change, answer) = update.apply(None, unix, self.limits.max_value);
+            let Change::Put(entry) = change else {
+                return self.answer_covered(now, client, token, answer, 2);
+            };
+            let slot = self.slot_for(&key)?;
+            let id = self.wait(token, Shape::Computed(answer), 0, 1 + covered);
+            self.cover(now, client, id);
+            self.write(now, client, id, slot, key, entry, Expect::Written);
+            return Ok(());
+        };
+        if update
+            .kind()
+            .is_some_and(|kind| kind != self.keyspace.kind(slot))
+        {
+            return self.answer_covered(now, client, token, wrong_type(), 2);
+        }
+        let id = self.wait(token, Shape::Computed(Outcome::Ok), 0, 2);
+        self.locks.insert(
+            slot,
+            Lock {
+                read: Some((client, id, key, update)),
+            },
+        );
+        self.read_when_idle(now, slot);
+        Ok(())
+    }
+
+    /// Sends a held key's read once no op on its slot is left in the scheme: one that went in
+    /// before could otherwise take effect after the read, and the update would undo it.
+    fn read_when_idle(&mut self, now: Instant, slot: Slot) {
+        if self.slot_refs.contains_key(&slot) {
+            return;
+        }
+        let Some((client, command, key, update)) =
+            self.locks.get_mut(&slot).and_then(|lock| lock.read.take())
+        else {
+            return;
+        };
+        self.start_op(
+            now,
+            client,
+            command,
+            slot,
+            Expect::Update(key, update),
+            Op::Read,
+        );
+    }
+
+    /// The rest of an update, once its read is back: apply it, then write the result (or
+    /// cover the write), and let the key go once that is done.
+    fn finish_update(
+        &mut self,
+        now: Instant,
+        route: &Route,
+        key: Bytes,
+        update: Update,
+        reply: Reply,
+    ) {
+        let slot = route.slot;
+        let entry = match reply {
+            Reply::Value(record) if !record.is_empty() && record.key == key => {
+                Entry::open(&record.value)
+                    .map(Some)
+                    .map_err(CommandError::from)
+            }
+            Reply::Value(_) => Ok(None),
+            Reply::Failed(error) => Err(CommandError::Scheme(error)),
+            Reply::Written => Err(CommandError::Scheme(crate::scheme::SchemeError::Integrity(
+                "the scheme answered a read as a write".into(),
+            ))),
+        };
+        let (change, answer) = match entry {
+            Ok(entry) => {
+                let unix = self.clock.unix_ms(now);
+                update.apply(entry, unix, self.limits.max_value)
+            }
+            Err(error) => (Change::Keep, Outcome::Error(error)),
+        };
+        if let Some(waiting) = self.commands.get_mut(&route.command) {
+            waiting.shape = Shape::Computed(answer);
+        }
+        match change {
+            Change::Put(entry) => {
+                let expect = Expect::Unlock(slot);
+                self.write(now, route.client, route.command, slot, key, entry, expect);
+            }
+            Change::Delete => {
+                self.directory.remove(&key);
+                let expect = Expect::Unlock(slot);
+                self.delete_slot(now, route.client, route.command, slot, expect);
+            }
+            Change::Keep if self.cover.is_some() => {
+                self.cover_as(now, route.client, route.command, Expect::Unlock(slot));
+            }
+            Change::Keep => {
+                if let Some(waiting) = self.commands.get_mut(&route.command) {
+                    waiting.remaining -= 1;
+                }
+                self.unlock(now, slot);
+            }
+        }
+    }
+
+    /// Lets a held key go, and the commands that waited for it run.
+    fn unlock(&mut self, now: Instant, slot: Slot) {
+        self.locks.remove(&slot);
+        self.resume_deferred(now);
+    }
+
+    /// Deletes the element of a key already gone from the directory; its slot comes free once
+    /// every op on it is done.
+    fn delete_slot(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        command: u64,
+        slot: Slot,
+        expect: Expect,
+    ) {
+        self.keyspace.clear(slot);
+        self.releasing.insert(slot);
+        let version = self.version();
+        self.start_op(now, client, command, slot, expect, |_| {
+            Op::Write(
+                slot,
+                Record {
+                    version,
+                    ..Record::empty()
+                },
+            )
+        });
     }
 
     /// Size limits, checked before anything changes so a bad command has no effect.
@@ -431,7 +932,15 @@ impl Engine {
         };
         match command {
             Command::Get(key) => key_ok(key),
-            Command::Set { key, value, .. } => key_ok(key).and(value_ok(value)),
+            Command::Set { key, value, .. } | Command::SetExpiring { key, value, .. } => {
+                key_ok(key).and(value_ok(value))
+            }
+            Command::Expire { key, .. }
+            | Command::Persist(key)
+            | Command::Ttl { key, .. }
+            | Command::GetEx { key, .. }
+            | Command::Type(key)
+            | Command::Hash { key, .. } => key_ok(key),
             Command::MGet(keys) | Command::Del(keys) | Command::Exists(keys) => {
                 count_ok(keys.len())?;
                 keys.iter().try_for_each(key_ok)
@@ -495,6 +1004,11 @@ impl Engine {
     /// A read of a uniformly random slot whose value is dropped (see the module docs); nothing
     /// for schemes that need no covers.
     fn cover(&mut self, now: Instant, client: ClientId, command: u64) {
+        self.cover_as(now, client, command, Expect::Cover);
+    }
+
+    /// A cover read whose reply goes to `expect`.
+    fn cover_as(&mut self, now: Instant, client: ClientId, command: u64, expect: Expect) {
         let Some(rng) = self.cover.as_mut() else {
             return;
         };
@@ -511,9 +1025,10 @@ impl Engine {
             }
             slot = draw();
         }
-        self.start_op(now, client, command, slot, Expect::Cover, Op::Read);
+        self.start_op(now, client, command, slot, expect, Op::Read);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn write(
         &mut self,
         now: Instant,
@@ -521,14 +1036,16 @@ impl Engine {
         command: u64,
         slot: Slot,
         key: Bytes,
-        value: Bytes,
+        entry: Entry,
+        expect: Expect,
     ) {
+        self.keyspace.set(slot, &key, entry.kind, entry.deadline);
         let record = Record {
             version: self.version(),
             key,
-            value,
+            value: entry.seal(),
         };
-        self.start_op(now, client, command, slot, Expect::Written, |slot| {
+        self.start_op(now, client, command, slot, expect, |slot| {
             Op::Write(slot, record)
         });
     }
@@ -611,6 +1128,9 @@ impl Engine {
             if self.releasing.remove(&route.slot) {
                 self.directory.release(route.slot);
             }
+            if self.locks.contains_key(&route.slot) {
+                self.read_when_idle(now, route.slot);
+            }
         }
 
         if matches!(reply, Reply::Written)
@@ -619,18 +1139,68 @@ impl Engine {
             let known = self.acknowledged.entry(route.slot).or_default();
             *known = (*known).max(version);
         }
+        let route = match route.expect {
+            Expect::Update(key, update) => {
+                let rest = Route {
+                    expect: Expect::Cover,
+                    ..route
+                };
+                self.finish_update(now, &rest, key, update, reply);
+                self.count_done(rest.command, None);
+                return;
+            }
+            Expect::Unlock(slot) => {
+                self.unlock(now, slot);
+                Route {
+                    expect: Expect::Written,
+                    ..route
+                }
+            }
+            Expect::Covers(left) => {
+                if left > 1 {
+                    self.cover_as(now, route.client, route.command, Expect::Covers(left - 1));
+                }
+                Route {
+                    expect: Expect::Cover,
+                    ..route
+                }
+            }
+            _ => route,
+        };
         let Some(waiting) = self.commands.get_mut(&route.command) else {
             return;
         };
         match (reply, route.expect) {
             (Reply::Value(record), Expect::Value(key, index)) => {
                 // The slot may have changed hands since the read began; only the key's own
-                // record answers it.
+                // record answers it. A hash answers MGET with nil, as in Redis.
                 if !record.is_empty() && record.key == key {
-                    waiting.values[index] = Some(record.value);
+                    match Entry::open(&record.value) {
+                        Ok(entry) if entry.kind == Kind::String => {
+                            waiting.values[index] = Some(entry.data)
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            waiting.error.get_or_insert(error.into());
+                        }
+                    }
                 }
             }
-            (Reply::Written, Expect::Written) | (Reply::Value(_), Expect::Cover) => {}
+            (Reply::Value(record), Expect::View(key, op)) => {
+                if !record.is_empty() && record.key == key {
+                    let answer = match Entry::open(&record.value) {
+                        Ok(entry) if entry.kind == Kind::Hash => match Hash::decode(&entry.data) {
+                            Ok(hash) => op.read(Some(&hash)),
+                            Err(_) => Outcome::Error(CommandError::MalformedHash),
+                        },
+                        Ok(_) => wrong_type(),
+                        Err(error) => Outcome::Error(error.into()),
+                    };
+                    waiting.shape = Shape::Computed(answer);
+                }
+            }
+            (Reply::Written | Reply::Value(_), Expect::Written)
+            | (Reply::Value(_), Expect::Cover) => {}
             // A cover read that fails fails its command, as a read of a present key would.
             (Reply::Failed(error), _) => {
                 waiting.error.get_or_insert(CommandError::Scheme(error));
@@ -639,18 +1209,27 @@ impl Engine {
                 tracing::error!(?reply, "scheme gave the wrong kind of reply");
             }
         }
+        self.count_done(route.command, None);
+    }
+
+    /// Counts one of a command's ops done, and answers the command after its last.
+    fn count_done(&mut self, command: u64, error: Option<CommandError>) {
+        let Some(waiting) = self.commands.get_mut(&command) else {
+            return;
+        };
+        if let Some(error) = error {
+            waiting.error.get_or_insert(error);
+        }
         waiting.remaining -= 1;
         if waiting.remaining == 0 {
-            let waiting = self
-                .commands
-                .remove(&route.command)
-                .expect("looked up above");
+            let waiting = self.commands.remove(&command).expect("looked up above");
             let outcome = match (waiting.error, waiting.shape) {
                 (Some(error), _) => Outcome::Error(error),
                 (None, Shape::Value) => Outcome::Value(waiting.values.into_iter().next().flatten()),
                 (None, Shape::Values) => Outcome::Values(waiting.values),
                 (None, Shape::Ok) => Outcome::Ok,
                 (None, Shape::Integer(n)) => Outcome::Integer(n),
+                (None, Shape::Computed(outcome)) => outcome,
             };
             self.finish(waiting.token, outcome);
         }
@@ -659,6 +1238,20 @@ impl Engine {
     fn finish(&mut self, token: u64, outcome: Outcome) {
         self.commands_done += 1;
         self.outcomes.push_back((token, outcome));
+    }
+}
+
+fn wrong_type() -> Outcome {
+    Outcome::Error(CommandError::WrongType)
+}
+
+/// A client's deadline in Unix milliseconds, or Redis's error for one beyond 64 bits.
+fn resolve(deadline: Deadline, unix: u64, name: &'static str) -> Result<i64, Outcome> {
+    match deadline {
+        Deadline::At(at) => Ok(at),
+        Deadline::In(after) => (unix as i64)
+            .checked_add(after)
+            .ok_or(Outcome::Error(CommandError::InvalidExpireTime(name))),
     }
 }
 

@@ -12,8 +12,11 @@ pub mod command;
 pub mod directory;
 pub mod element;
 pub mod engine;
+pub mod envelope;
+pub mod hash;
 pub mod integrity;
 pub mod journal;
+pub mod keyspace;
 pub mod memory;
 pub mod outbox;
 pub mod recovery;
@@ -21,13 +24,20 @@ pub mod scheme;
 pub mod sim;
 pub mod storage;
 pub mod trace;
+pub mod update;
 
-pub use command::{Command, CommandError, Outcome, SetCondition};
+pub use command::{
+    Command, CommandError, Deadline, ExpireCondition, GetExChange, Outcome, SetCondition,
+    SetExpiry, TtlUnit,
+};
 pub use directory::KeyDirectory;
 pub use element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slot};
 pub use engine::{ClientId, Engine, EngineStats, Limits};
+pub use envelope::{ENVELOPE_LEN, Entry, EnvelopeError, Kind};
+pub use hash::HashOp;
 pub use integrity::{Damage, Findings, SlotVersions, StaleSlot};
 pub use journal::JournalMap;
+pub use keyspace::Keyspace;
 pub use memory::MemoryStore;
 pub use outbox::Outbox;
 pub use recovery::{ElementFormat, Recovered, Recovery};

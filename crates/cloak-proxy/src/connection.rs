@@ -207,7 +207,15 @@ fn to_reply(outcome: Outcome) -> Reply {
         Outcome::Values(values) => Reply::Array(values.into_iter().map(Reply::Bulk).collect()),
         Outcome::Ok => Reply::ok(),
         Outcome::Integer(n) => Reply::Integer(n),
-        Outcome::Error(error) => Reply::err(error),
+        Outcome::Status(status) => Reply::Status(status),
+        // RESP2's flat array; a RESP3 connection should get a map here.
+        Outcome::Pairs(pairs) => Reply::Array(
+            pairs
+                .into_iter()
+                .flat_map(|(field, value)| [Reply::Bulk(Some(field)), Reply::Bulk(Some(value))])
+                .collect(),
+        ),
+        Outcome::Error(error) => Reply::Error(error.redis_line()),
     }
 }
 

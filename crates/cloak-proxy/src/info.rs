@@ -84,9 +84,8 @@ pub fn render(front: &FrontEnd, s: &Snapshot, wanted: &[String]) -> String {
             kv("connected_slaves", "0".into()),
         ],
     ));
-    // Redis lists only databases that hold keys. No key has an expiry: Cloak keeps none yet;
-    // the count of keys with a deadline belongs in `expires`.
-    let expires = 0;
+    // Redis lists only databases that hold keys.
+    let expires = s.engine.expires;
     let keyspace = if s.engine.keys > 0 {
         vec![kv(
             "db0",

@@ -2,7 +2,7 @@
 //! of every slot the proxy last knew storage to hold.
 //!
 //! ```text
-//! cloak ledger 1
+//! cloak ledger 2
 //! key-fingerprint 3f9a…        (MasterKey::fingerprint: names the key, reveals nothing of it)
 //! scheme cloak
 //! capacity 5000
@@ -38,7 +38,10 @@ use cloak_core::{Slot, SlotVersions};
 use cloak_crypto::{FileMac, MasterKey};
 use cloak_storage::dir::write_synced;
 
-const HEADER: &str = "cloak ledger 1";
+/// Version 2: values carry an envelope (type and expiry, see `cloak_core::envelope`); a store
+/// of version 1 holds bare values, which this proxy must not read as envelopes.
+const HEADER: &str = "cloak ledger 2";
+const HEADER_BEFORE_ENVELOPES: &str = "cloak ledger 1";
 const FILE: &str = "ledger";
 
 /// What a store was created with; a start with anything else is refused.
@@ -81,6 +84,12 @@ pub enum LedgerError {
          with"
     )]
     Changed(String),
+    #[error(
+        "{path} belongs to a store written by a Cloak from before value envelopes (ledger \
+         version 1): its values carry no type or expiry, and this version cannot read them; start \
+         it with the Cloak that wrote it, or load its data into a new store"
+    )]
+    BeforeEnvelopes { path: String },
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -147,8 +156,14 @@ impl Ledger {
     fn check(&self, bytes: &[u8]) -> Result<SlotVersions, LedgerError> {
         let text = std::str::from_utf8(bytes).map_err(|_| self.malformed("not text"))?;
         let mut lines = text.lines();
-        if lines.next() != Some(HEADER) {
-            return Err(self.malformed("no ledger header"));
+        match lines.next() {
+            Some(HEADER) => {}
+            Some(HEADER_BEFORE_ENVELOPES) => {
+                return Err(LedgerError::BeforeEnvelopes {
+                    path: self.path.display().to_string(),
+                });
+            }
+            _ => return Err(self.malformed("no ledger header")),
         }
         let stored =
             field(lines.next(), "key-fingerprint").ok_or_else(|| self.malformed("no key"))?;
@@ -270,5 +285,21 @@ mod tests {
         std::fs::write(&path, text.replace("\n1 5\n", "\n1 4\n")).unwrap();
         let error = Ledger::open(dir.path(), &key, manifest(64)).err().unwrap();
         assert!(matches!(error, LedgerError::Tampered { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_store_from_before_value_envelopes_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = MasterKey::from_bytes([3; 32]);
+        let ledger = Ledger::open(dir.path(), &key, manifest(64)).unwrap();
+        ledger.save(&SlotVersions::from([(1, 5)])).unwrap();
+        let path = dir.path().join(FILE);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace(HEADER, HEADER_BEFORE_ENVELOPES)).unwrap();
+        let error = Ledger::open(dir.path(), &key, manifest(64)).err().unwrap();
+        assert!(
+            matches!(error, LedgerError::BeforeEnvelopes { .. }),
+            "{error}"
+        );
     }
 }

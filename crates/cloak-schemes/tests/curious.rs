@@ -49,7 +49,8 @@ fn simulator_with(
             let record = Record {
                 version: 1,
                 key: Bytes::from(key.to_string()),
-                value: Bytes::from(value.to_string()),
+                // Stored as the engine stores a string: in its envelope.
+                value: cloak_core::Entry::string(Bytes::from(value.to_string())).seal(),
             };
             (slot, record)
         })

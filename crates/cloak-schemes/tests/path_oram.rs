@@ -246,7 +246,7 @@ fn every_op_reads_and_writes_one_whole_path_and_nothing_else() {
     let bucket_bytes: usize = param(&sim, "element_bytes").parse().unwrap();
     assert_eq!(
         bucket_bytes,
-        4 * (22 + MAX_KEY + MAX_VALUE) + cloak_crypto::SEAL_OVERHEAD
+        4 * (22 + MAX_KEY + MAX_VALUE + cloak_core::ENVELOPE_LEN) + cloak_crypto::SEAL_OVERHEAD
     );
     preload(&mut sim, 40);
     let bytes_before = sim.storage_bytes();
@@ -609,7 +609,8 @@ fn a_drain_writes_the_stash_back_so_storage_alone_holds_everything() {
         .map(|(_, r)| {
             (
                 String::from_utf8(r.key.to_vec()).unwrap(),
-                String::from_utf8(r.value.to_vec()).unwrap(),
+                String::from_utf8(cloak_core::Entry::open(&r.value).unwrap().data.to_vec())
+                    .unwrap(),
             )
         })
         .collect();

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, SlotVersions};
+use cloak_core::{Engine, KeyDirectory, Keyspace, Limits, RecordLayout, SlotVersions};
 use cloak_crypto::{KeyHasher, MasterKey};
 use cloak_proxy::{Journal, Ledger, RecoveryReport, StoreManifest};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
@@ -218,6 +218,12 @@ impl Store {
         let mut directory =
             KeyDirectory::restore(KeyHasher::new(master), capacity, recovered.keys());
         let versions = recovered.versions();
+        let keyspace = Keyspace::restore(&recovered.records).map_err(|(slot, error)| {
+            anyhow::anyhow!(
+                "slot {slot}: {error}; start it with the Cloak that wrote it, or load its data \
+                 into a new store"
+            )
+        })?;
         // The records move into the scheme (one copy of the store in memory, not two).
         let start = Start {
             records: std::mem::take(&mut report.recovered.records),
@@ -232,7 +238,8 @@ impl Store {
         let scheme = cloak_schemes::build(self.scheme, &self.spec, &options, master, start)?;
         let engine = Engine::new(scheme, directory, self.limits)
             .with_next_version(recovered.next_version)
-            .with_acknowledged(versions);
+            .with_acknowledged(versions)
+            .with_keyspace(keyspace);
         if let Some(ledger) = ledger {
             ledger
                 .save(engine.acknowledged())

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{CLOAK, Running, connect, fails, free_port};
+use common::{CLOAK, Running, connect, fails, free_port, server_and_proxy_args};
 
 /// Runs a Redis command-line tool if it is installed; CI installs it, so there it must be.
 fn redis_tool(name: &str, args: &[&str]) -> Option<String> {
@@ -416,21 +416,8 @@ fn sigkill_of_a_curious_proxy_loses_no_acknowledged_write() {
 fn sigkill_loses_nothing(store_args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let (storage_port, proxy_port) = (free_port(), free_port());
-    let storage_addr = format!("127.0.0.1:{storage_port}");
-    let _server = Running::start(&["server", "--listen", &storage_addr], "listening");
-    let storage_url = format!("tcp://{storage_addr}");
-    let listen = format!("127.0.0.1:{proxy_port}");
-    let mut proxy_args = vec![
-        "proxy",
-        "--storage",
-        &storage_url,
-        "--listen",
-        &listen,
-        "--state-dir",
-        state.to_str().unwrap(),
-    ];
-    proxy_args.extend_from_slice(store_args);
+    let (_server, proxy_args, proxy_port) = server_and_proxy_args(&state, store_args);
+    let proxy_args: Vec<&str> = proxy_args.iter().map(String::as_str).collect();
     let proxy = Running::start(&proxy_args, "listening");
     // The proxy listens while it fills storage (a CURIOUS store writes every bucket of its
     // trees); the first write is answered once that is done.

@@ -1,8 +1,8 @@
 //! Key commands: GET SET MGET MSET DEL EXISTS DBSIZE, parsed into engine commands.
 
-use cloak_core::{Command, SetCondition};
+use cloak_core::Command;
 
-use super::{Args, Request};
+use super::{Args, Request, expiry};
 use crate::resp::Reply;
 
 pub fn get(args: &mut Args) -> Result<Request, Reply> {
@@ -10,31 +10,12 @@ pub fn get(args: &mut Args) -> Result<Request, Reply> {
     Ok(Request::Data(Command::Get(args.next().expect("checked"))))
 }
 
-/// `SET key value [NX | XX]`. Expiry options are refused: Cloak keeps no TTLs.
+/// `SET key value [NX | XX] [EX | PX | EXAT | PXAT | KEEPTTL]` (options: [`expiry`]).
 pub fn set(args: &mut Args) -> Result<Request, Reply> {
     args.at_least(2)?;
     let key = args.next().expect("checked");
     let value = args.next().expect("checked");
-    let mut condition = SetCondition::Always;
-    for option in args.by_ref() {
-        let option = String::from_utf8_lossy(&option).to_uppercase();
-        condition = match (option.as_str(), condition) {
-            ("NX", SetCondition::Always) => SetCondition::IfAbsent,
-            ("XX", SetCondition::Always) => SetCondition::IfPresent,
-            ("EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL", _) => {
-                return Err(Reply::err(format!(
-                    "SET {option}: expiry is not supported by Cloak (keys live until deleted)"
-                )));
-            }
-            ("GET", _) => return Err(Reply::err("SET GET is not supported by Cloak")),
-            _ => return Err(Reply::err("syntax error")),
-        };
-    }
-    Ok(Request::Data(Command::Set {
-        key,
-        value,
-        condition,
-    }))
+    expiry::set_options(key, value, args)
 }
 
 pub fn mget(args: &mut Args) -> Result<Request, Reply> {

@@ -7,6 +7,8 @@
 
 mod client;
 mod connection;
+mod expiry;
+mod hashes;
 mod keys;
 mod server;
 pub mod table;
@@ -239,7 +241,35 @@ mod tests {
             "ERR wrong number of arguments for 'mset' command"
         );
         assert_eq!(err(&["set", "k", "v", "nx", "xx"]), "ERR syntax error");
-        assert!(err(&["set", "k", "v", "ex", "10"]).contains("expiry"));
+        assert_eq!(
+            err(&["set", "k", "v", "ex", "0"]),
+            "ERR invalid expire time in 'set' command"
+        );
+        assert_eq!(
+            err(&["set", "k", "v", "ex", "1", "px", "1"]),
+            "ERR syntax error"
+        );
+        assert_eq!(
+            err(&["set", "k", "v", "keepttl", "ex", "1"]),
+            "ERR syntax error"
+        );
+        assert_eq!(err(&["set", "k", "v", "ex"]), "ERR syntax error");
+        assert_eq!(
+            err(&["set", "k", "v", "ex", "x"]),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(
+            err(&["expire", "k", "1", "nx", "xx"]),
+            "ERR NX and XX, GT or LT options at the same time are not compatible"
+        );
+        assert_eq!(
+            err(&["expire", "k", "1", "foo"]),
+            "ERR Unsupported option foo"
+        );
+        assert_eq!(
+            err(&["hset", "k", "f"]),
+            "ERR wrong number of arguments for 'hset' command"
+        );
         assert_eq!(
             err(&["client", "setname"]),
             "ERR wrong number of arguments for 'client|setname' command"

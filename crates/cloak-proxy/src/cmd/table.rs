@@ -6,7 +6,7 @@
 //! cluster client finding keys, a tool listing commands) sees what it would see on Redis for
 //! these commands. One line per command, so adding one is adding a line.
 
-use super::{Args, Request, client, connection, keys, server};
+use super::{Args, Request, client, connection, expiry, hashes, keys, server};
 use crate::resp::Reply;
 
 /// Turns a command's arguments (after its name) into a request, or the error to reply.
@@ -100,6 +100,31 @@ pub const COMMANDS: &[Spec] = &[
     Spec { name: "del", arity: -2, flags: &["write"], acl: &["@keyspace", "@write", "@slow"], keys: (1, -1, 1), group: "generic", since: "1.0.0", summary: "Delete a key", run: Run::Parse(keys::del) },
     Spec { name: "exists", arity: -2, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (1, -1, 1), group: "generic", since: "1.0.0", summary: "Determine if a key exists", run: Run::Parse(keys::exists) },
     Spec { name: "dbsize", arity: 1, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Return the number of keys in the selected database", run: Run::Parse(keys::dbsize) },
+    Spec { name: "setex", arity: 4, flags: &["write", "denyoom"], acl: &["@write", "@string", "@slow"], keys: (1, 1, 1), group: "string", since: "2.0.0", summary: "Set the value and expiration of a key", run: Run::Parse(expiry::setex) },
+    Spec { name: "psetex", arity: 4, flags: &["write", "denyoom"], acl: &["@write", "@string", "@slow"], keys: (1, 1, 1), group: "string", since: "2.6.0", summary: "Set the value and expiration in milliseconds of a key", run: Run::Parse(expiry::psetex) },
+    Spec { name: "getex", arity: -2, flags: &["write", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "6.2.0", summary: "Get the value of a key and optionally set its expiration", run: Run::Parse(expiry::getex) },
+    Spec { name: "expire", arity: -3, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, 1, 1), group: "generic", since: "1.0.0", summary: "Set a key's time to live in seconds", run: Run::Parse(expiry::expire) },
+    Spec { name: "pexpire", arity: -3, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, 1, 1), group: "generic", since: "2.6.0", summary: "Set a key's time to live in milliseconds", run: Run::Parse(expiry::pexpire) },
+    Spec { name: "expireat", arity: -3, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, 1, 1), group: "generic", since: "1.2.0", summary: "Set the expiration for a key as a UNIX timestamp", run: Run::Parse(expiry::expireat) },
+    Spec { name: "pexpireat", arity: -3, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, 1, 1), group: "generic", since: "2.6.0", summary: "Set the expiration for a key as a UNIX timestamp specified in milliseconds", run: Run::Parse(expiry::pexpireat) },
+    Spec { name: "ttl", arity: 2, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (1, 1, 1), group: "generic", since: "1.0.0", summary: "Get the time to live for a key in seconds", run: Run::Parse(expiry::ttl) },
+    Spec { name: "pttl", arity: 2, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (1, 1, 1), group: "generic", since: "2.6.0", summary: "Get the time to live for a key in milliseconds", run: Run::Parse(expiry::pttl) },
+    Spec { name: "expiretime", arity: 2, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (1, 1, 1), group: "generic", since: "7.0.0", summary: "Get the expiration Unix timestamp for a key", run: Run::Parse(expiry::expiretime) },
+    Spec { name: "pexpiretime", arity: 2, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (1, 1, 1), group: "generic", since: "7.0.0", summary: "Get the expiration Unix timestamp for a key in milliseconds", run: Run::Parse(expiry::pexpiretime) },
+    Spec { name: "persist", arity: 2, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, 1, 1), group: "generic", since: "2.2.0", summary: "Remove the expiration from a key", run: Run::Parse(expiry::persist) },
+    Spec { name: "type", arity: 2, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (1, 1, 1), group: "generic", since: "1.0.0", summary: "Determine the type stored at key", run: Run::Parse(expiry::type_of) },
+    Spec { name: "hset", arity: -4, flags: &["write", "denyoom", "fast"], acl: &["@write", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Set the string value of a hash field", run: Run::Parse(hashes::hset) },
+    Spec { name: "hsetnx", arity: 4, flags: &["write", "denyoom", "fast"], acl: &["@write", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Set the value of a hash field, only if the field does not exist", run: Run::Parse(hashes::hsetnx) },
+    Spec { name: "hget", arity: 3, flags: &["readonly", "fast"], acl: &["@read", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get the value of a hash field", run: Run::Parse(hashes::hget) },
+    Spec { name: "hmget", arity: -3, flags: &["readonly", "fast"], acl: &["@read", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get the values of all the given hash fields", run: Run::Parse(hashes::hmget) },
+    Spec { name: "hdel", arity: -3, flags: &["write", "fast"], acl: &["@write", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Delete one or more hash fields", run: Run::Parse(hashes::hdel) },
+    Spec { name: "hgetall", arity: 2, flags: &["readonly"], acl: &["@read", "@hash", "@slow"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get all the fields and values in a hash", run: Run::Parse(hashes::hgetall) },
+    Spec { name: "hexists", arity: 3, flags: &["readonly", "fast"], acl: &["@read", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Determine if a hash field exists", run: Run::Parse(hashes::hexists) },
+    Spec { name: "hincrby", arity: 4, flags: &["write", "denyoom", "fast"], acl: &["@write", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Increment the integer value of a hash field by the given number", run: Run::Parse(hashes::hincrby) },
+    Spec { name: "hlen", arity: 2, flags: &["readonly", "fast"], acl: &["@read", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get the number of fields in a hash", run: Run::Parse(hashes::hlen) },
+    Spec { name: "hkeys", arity: 2, flags: &["readonly"], acl: &["@read", "@hash", "@slow"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get all the fields in a hash", run: Run::Parse(hashes::hkeys) },
+    Spec { name: "hvals", arity: 2, flags: &["readonly"], acl: &["@read", "@hash", "@slow"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get all the values in a hash", run: Run::Parse(hashes::hvals) },
+    Spec { name: "hstrlen", arity: 3, flags: &["readonly", "fast"], acl: &["@read", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "3.2.0", summary: "Get the length of the value of a hash field", run: Run::Parse(hashes::hstrlen) },
     Spec { name: "ping", arity: -1, flags: &["fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Ping the server", run: Run::Parse(connection::ping) },
     Spec { name: "echo", arity: 2, flags: &["loading", "stale", "fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Echo the given string", run: Run::Parse(connection::echo) },
     Spec { name: "auth", arity: -2, flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Authenticate to the server", run: Run::Parse(connection::auth) },

@@ -151,3 +151,26 @@ pub fn fails(args: &[&str]) -> String {
     assert!(!status.success(), "cloak {args:?} should have failed");
     stderr
 }
+
+/// A `cloak server` in memory, and the arguments of a `cloak proxy` over it with its state in
+/// `state` and the store given by `store_args`: the server (stopped when dropped), the proxy's
+/// arguments and its port. A proxy restarted with the same arguments finds the same store.
+pub fn server_and_proxy_args(
+    state: &std::path::Path,
+    store_args: &[&str],
+) -> (Running, Vec<String>, u16) {
+    let (storage_port, proxy_port) = (free_port(), free_port());
+    let storage_addr = format!("127.0.0.1:{storage_port}");
+    let server = Running::start(&["server", "--listen", &storage_addr], "listening");
+    let mut args: Vec<String> = vec![
+        "proxy".into(),
+        "--storage".into(),
+        format!("tcp://{storage_addr}"),
+        "--listen".into(),
+        format!("127.0.0.1:{proxy_port}"),
+        "--state-dir".into(),
+        state.display().to_string(),
+    ];
+    args.extend(store_args.iter().map(|arg| arg.to_string()));
+    (server, args, proxy_port)
+}

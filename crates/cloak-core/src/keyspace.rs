@@ -1,0 +1,145 @@
+//! What the engine remembers of every key besides its slot: its type and its deadline.
+//!
+//! The envelope in each element is the durable copy (see [`crate::envelope`]); this is the
+//! proxy's memory of it, rebuilt from the elements at recovery. It lets `TYPE`, `TTL` and the
+//! type check of every command answer without touching storage (like `EXISTS`), and it tells
+//! the reaper which keys are due, in deadline order.
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+// Keys here are slots, never chosen by clients: a fast hash is safe.
+use hashbrown::{HashMap, HashSet};
+
+use crate::element::{Record, Slot};
+use crate::envelope::{Entry, EnvelopeError, Kind};
+
+#[derive(Clone, Debug, Default)]
+pub struct Keyspace {
+    /// Slots holding hashes; every other key is a string.
+    hashes: HashSet<Slot>,
+    /// The deadline and key of every key that has one (the key, so the reaper can delete it).
+    deadlines: HashMap<Slot, (u64, Bytes)>,
+    /// The same deadlines, earliest first.
+    due: BTreeSet<(u64, Slot)>,
+}
+
+impl Keyspace {
+    /// The keyspace of recovered records (the newest of every slot), from their envelopes;
+    /// the first value without a readable envelope stops it, naming its slot.
+    pub fn restore<'a>(
+        records: impl IntoIterator<Item = &'a (Slot, Record)>,
+    ) -> Result<Self, (Slot, EnvelopeError)> {
+        let mut keyspace = Self::default();
+        for (slot, record) in records {
+            if record.is_empty() {
+                continue;
+            }
+            let entry = Entry::open(&record.value).map_err(|error| (*slot, error))?;
+            keyspace.set(*slot, &record.key, entry.kind, entry.deadline);
+        }
+        Ok(keyspace)
+    }
+
+    pub fn kind(&self, slot: Slot) -> Kind {
+        if self.hashes.contains(&slot) {
+            Kind::Hash
+        } else {
+            Kind::String
+        }
+    }
+
+    pub fn deadline(&self, slot: Slot) -> Option<u64> {
+        self.deadlines.get(&slot).map(|(at, _)| *at)
+    }
+
+    /// Records what `slot` holds now.
+    pub fn set(&mut self, slot: Slot, key: &Bytes, kind: Kind, deadline: Option<u64>) {
+        self.clear(slot);
+        if kind == Kind::Hash {
+            self.hashes.insert(slot);
+        }
+        if let Some(at) = deadline {
+            self.deadlines.insert(slot, (at, key.clone()));
+            self.due.insert((at, slot));
+        }
+    }
+
+    /// Forgets `slot` (its key was deleted).
+    pub fn clear(&mut self, slot: Slot) {
+        self.hashes.remove(&slot);
+        if let Some((at, _)) = self.deadlines.remove(&slot) {
+            self.due.remove(&(at, slot));
+        }
+    }
+
+    /// How many keys have a deadline (`INFO`'s `expires=`).
+    pub fn expiring(&self) -> usize {
+        self.deadlines.len()
+    }
+
+    /// The earliest deadline.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.due.first().map(|(at, _)| *at)
+    }
+
+    /// Every deadline and its slot, earliest first.
+    pub fn by_deadline(&self) -> impl Iterator<Item = (u64, Slot)> + '_ {
+        self.due.iter().copied()
+    }
+
+    /// The slots and keys whose deadline is at or before `now`, earliest first.
+    pub fn due(&self, now: u64) -> impl Iterator<Item = (Slot, &Bytes)> {
+        self.due
+            .iter()
+            .take_while(move |(at, _)| *at <= now)
+            .map(|(_, slot)| (*slot, &self.deadlines[slot].1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_come_due_in_order_and_restore_from_envelopes() {
+        let record = |key: &'static [u8], deadline| Record {
+            version: 1,
+            key: Bytes::from_static(key),
+            value: Entry {
+                kind: Kind::String,
+                deadline,
+                data: Bytes::new(),
+            }
+            .seal(),
+        };
+        let records = vec![
+            (1, record(b"late", Some(300))),
+            (2, record(b"early", Some(100))),
+            (3, record(b"never", None)),
+            (4, Record::empty()),
+        ];
+        let mut keyspace = Keyspace::restore(&records).unwrap();
+        assert_eq!(keyspace.expiring(), 2);
+        assert_eq!(keyspace.next_deadline(), Some(100));
+        let due: Vec<Slot> = keyspace.due(300).map(|(slot, _)| slot).collect();
+        assert_eq!(due, vec![2, 1]);
+        keyspace.clear(2);
+        assert_eq!(keyspace.due(299).count(), 0);
+        keyspace.set(3, &Bytes::from_static(b"never"), Kind::Hash, None);
+        assert_eq!(keyspace.kind(3), Kind::Hash);
+
+        let bare = vec![(
+            7,
+            Record {
+                version: 1,
+                key: Bytes::from_static(b"old"),
+                value: Bytes::from_static(b"no envelope"),
+            },
+        )];
+        assert_eq!(
+            Keyspace::restore(&bare).err(),
+            Some((7, EnvelopeError::Missing))
+        );
+    }
+}

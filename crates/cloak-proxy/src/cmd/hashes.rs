@@ -1,0 +1,101 @@
+//! Hash commands: HSET HSETNX HGET HMGET HDEL HGETALL HEXISTS HINCRBY HLEN HKEYS HVALS HSTRLEN.
+//!
+//! A hash is one value (see `cloak_core::hash`), so what storage sees is what a string command
+//! makes: a read of one key for HGET and the other reads, and a read then a write of one key for
+//! HSET, HSETNX, HDEL and HINCRBY (see `cloak_core::engine` for the covers that stand in for
+//! accesses a missing key or a failed check would not need).
+
+use bytes::Bytes;
+use cloak_core::{Command, HashOp};
+
+use super::expiry::integer;
+use super::{Args, Request};
+use crate::resp::Reply;
+
+/// The key, then the hash command the rest of the arguments make.
+fn hash(
+    args: &mut Args,
+    op: impl FnOnce(&mut Args) -> Result<HashOp, Reply>,
+) -> Result<Request, Reply> {
+    let key = args.next().ok_or_else(|| args.arity())?;
+    let op = op(args)?;
+    Ok(Request::Data(Command::Hash { key, op }))
+}
+
+fn one(args: &mut Args) -> Bytes {
+    args.next().expect("the caller checked the count")
+}
+
+/// `HSET key field value [field value …]`.
+pub fn hset(args: &mut Args) -> Result<Request, Reply> {
+    if args.len() < 3 || args.len().is_multiple_of(2) {
+        return Err(args.arity());
+    }
+    hash(args, |args| {
+        let flat = args.take_all();
+        Ok(HashOp::Set(
+            flat.chunks_exact(2)
+                .map(|pair| (pair[0].clone(), pair[1].clone()))
+                .collect(),
+        ))
+    })
+}
+
+pub fn hsetnx(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(3)?;
+    hash(args, |args| Ok(HashOp::SetNx(one(args), one(args))))
+}
+
+pub fn hget(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(2)?;
+    hash(args, |args| Ok(HashOp::Get(one(args))))
+}
+
+pub fn hmget(args: &mut Args) -> Result<Request, Reply> {
+    args.at_least(2)?;
+    hash(args, |args| Ok(HashOp::MGet(args.take_all())))
+}
+
+pub fn hdel(args: &mut Args) -> Result<Request, Reply> {
+    args.at_least(2)?;
+    hash(args, |args| Ok(HashOp::Del(args.take_all())))
+}
+
+pub fn hgetall(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(1)?;
+    hash(args, |_| Ok(HashOp::GetAll))
+}
+
+pub fn hexists(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(2)?;
+    hash(args, |args| Ok(HashOp::Exists(one(args))))
+}
+
+pub fn hincrby(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(3)?;
+    hash(args, |args| {
+        let field = one(args);
+        let by = integer(&one(args))?;
+        Ok(HashOp::IncrBy(field, by))
+    })
+}
+
+pub fn hlen(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(1)?;
+    hash(args, |_| Ok(HashOp::Len))
+}
+
+pub fn hkeys(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(1)?;
+    hash(args, |_| Ok(HashOp::Keys))
+}
+
+pub fn hvals(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(1)?;
+    hash(args, |_| Ok(HashOp::Vals))
+}
+
+pub fn hstrlen(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(2)?;
+    hash(args, |args| Ok(HashOp::StrLen(one(args))))
+}
