@@ -46,9 +46,13 @@ pub enum Command {
     /// `SET` with an expiry option, `SETEX`, `PSETEX`: a string with a deadline, or keeping the
     /// key's deadline (`KEEPTTL`). A plain [`Command::Set`] clears it, as in Redis.
     SetExpiring {
+        /// The key.
         key: Bytes,
+        /// The value.
         value: Bytes,
+        /// `NX` or `XX`.
         condition: SetCondition,
+        /// The deadline, or `KEEPTTL`.
         expiry: SetExpiry,
         /// The command's name, for Redis's `invalid expire time in '…' command`.
         name: &'static str,
@@ -56,29 +60,40 @@ pub enum Command {
     /// `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `PEXPIREAT`: answers 1 if the deadline was set (or the
     /// key deleted, for a deadline already past), 0 for no key or a failed condition.
     Expire {
+        /// The key.
         key: Bytes,
+        /// The new deadline.
         deadline: Deadline,
+        /// `NX`, `XX`, `GT` or `LT`.
         condition: ExpireCondition,
+        /// The command's name, for Redis's `invalid expire time in '…' command`.
         name: &'static str,
     },
     /// `PERSIST`: answers 1 if a deadline was removed.
     Persist(Bytes),
     /// `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME`: -2 for no key, -1 for no deadline.
     Ttl {
+        /// The key.
         key: Bytes,
+        /// What the answer counts in.
         unit: TtlUnit,
     },
     /// `GETEX`: a string's value, changing its deadline on the way.
     GetEx {
+        /// The key.
         key: Bytes,
+        /// The deadline to set or remove; `None` leaves it.
         change: Option<GetExChange>,
+        /// The command's name, for its errors.
         name: &'static str,
     },
     /// `TYPE`: `string`, `hash` or `none`.
     Type(Bytes),
     /// A hash command on one key.
     Hash {
+        /// The key.
         key: Bytes,
+        /// What to do with the hash.
         op: HashOp,
     },
 }
@@ -92,16 +107,19 @@ pub enum Deadline {
     At(i64),
 }
 
+/// A `SET`'s deadline option.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SetExpiry {
     /// `KEEPTTL`: the key keeps the deadline it had.
     Keep,
+    /// A new deadline.
     At(Deadline),
 }
 
 /// `EXPIRE`'s `NX | XX | GT | LT` (a key without a deadline counts as an infinite one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ExpireCondition {
+    /// Whatever deadline the key has.
     #[default]
     Always,
     /// Only if the key has no deadline.
@@ -132,7 +150,9 @@ pub enum TtlUnit {
 /// `GETEX`'s option.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GetExChange {
+    /// `PERSIST`: remove the deadline.
     Persist,
+    /// `EX`, `PX`, `EXAT`, `PXAT`: a new deadline.
     At(Deadline),
 }
 
@@ -215,22 +235,35 @@ pub enum CommandError {
     /// The scheme could not serve one of its ops.
     #[error(transparent)]
     Scheme(#[from] SchemeError),
+    /// A command on a key of another type.
     #[error("Operation against a key holding the wrong kind of value")]
     WrongType,
+    /// A deadline out of range, named by the command's name.
     #[error("invalid expire time in '{0}' command")]
     InvalidExpireTime(&'static str),
+    /// `HINCRBY` on a field that does not hold an integer.
     #[error("hash value is not an integer")]
     HashValueNotInteger,
+    /// An increment that would overflow.
     #[error("increment or decrement would overflow")]
     Overflow,
+    /// A hash that would outgrow the value size.
     #[error(
         "hash would take {len} bytes, the limit is {max} (set --value-size to store larger hashes)"
     )]
-    HashTooLarge { len: usize, max: usize },
+    HashTooLarge {
+        /// Bytes the hash would take.
+        len: usize,
+        /// The most a value may take.
+        max: usize,
+    },
+    /// A stored value whose envelope cannot be read.
     #[error("a stored value cannot be read: {0}")]
     Envelope(#[from] EnvelopeError),
+    /// A stored hash that cannot be decoded.
     #[error("a stored hash cannot be read")]
     MalformedHash,
+    /// A bug: a hash update answered as a read.
     #[error("internal error: a hash update was answered as a read")]
     NotARead,
 }

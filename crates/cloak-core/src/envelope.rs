@@ -26,7 +26,9 @@ const MAGIC: [u8; 2] = [0xC1, 0x0E];
 /// The Redis type of a key's value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
+    /// A string.
     String,
+    /// A hash.
     Hash,
 }
 
@@ -59,19 +61,24 @@ impl Kind {
 /// or a hash's encoding, see [`crate::hash`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// What the value holds.
     pub kind: Kind,
     /// When the key expires, in Unix milliseconds; `None` for a key that lives until deleted.
     pub deadline: Option<u64>,
+    /// The client's data.
     pub data: Bytes,
 }
 
+/// Why a stored value has no readable envelope.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EnvelopeError {
+    /// The value is shorter than an envelope or lacks its marker.
     #[error(
         "the value has no type and expiry envelope: the store was written by a Cloak from before \
          value envelopes, which this version cannot read"
     )]
     Missing,
+    /// The type tag is not one this version knows.
     #[error("the value's envelope names an unknown type {0}")]
     UnknownKind(u8),
 }

@@ -27,19 +27,29 @@ pub enum HashOp {
     Del(Vec<Bytes>),
     /// `HINCRBY key field increment`.
     IncrBy(Bytes, i64),
+    /// `HGET`: one field's value.
     Get(Bytes),
+    /// `HMGET`: several fields' values.
     MGet(Vec<Bytes>),
+    /// `HGETALL`: every field and value.
     GetAll,
+    /// `HEXISTS`: whether a field exists.
     Exists(Bytes),
+    /// `HLEN`: how many fields.
     Len,
+    /// `HKEYS`: the fields.
     Keys,
+    /// `HVALS`: the values.
     Vals,
+    /// `HSTRLEN`: a field's value's length.
     StrLen(Bytes),
 }
 
 /// What an update leaves in the hash.
 pub enum HashChange {
+    /// The hash is unchanged.
     Keep,
+    /// The hash becomes this.
     Put(Hash),
     /// The last field went: the key goes too, as in Redis.
     Delete,
@@ -51,11 +61,13 @@ pub struct Hash {
     fields: Vec<(Bytes, Bytes)>,
 }
 
+/// A stored hash that does not decode.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("a hash value is malformed")]
 pub struct MalformedHash;
 
 impl Hash {
+    /// Reads a hash from its stored form.
     pub fn decode(data: &Bytes) -> Result<Self, MalformedHash> {
         let mut fields = Vec::new();
         let mut at = 0;
@@ -78,6 +90,7 @@ impl Hash {
         Ok(Self { fields })
     }
 
+    /// The stored form: each field and value with their lengths.
     pub fn encode(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(self.encoded_len());
         for (field, value) in &self.fields {
@@ -89,6 +102,7 @@ impl Hash {
         out.freeze()
     }
 
+    /// How many bytes [`Hash::encode`] gives.
     pub fn encoded_len(&self) -> usize {
         self.fields
             .iter()

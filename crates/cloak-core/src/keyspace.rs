@@ -14,6 +14,7 @@ use hashbrown::{HashMap, HashSet};
 use crate::element::{Record, Slot};
 use crate::envelope::{Entry, EnvelopeError, Kind};
 
+/// Each key's type and deadline, kept in memory beside the directory and rebuilt from the elements at start.
 #[derive(Clone, Debug, Default)]
 pub struct Keyspace {
     /// Slots holding hashes; every other key is a string.
@@ -41,6 +42,7 @@ impl Keyspace {
         Ok(keyspace)
     }
 
+    /// The type of the key in `slot`.
     pub fn kind(&self, slot: Slot) -> Kind {
         if self.hashes.contains(&slot) {
             Kind::Hash
@@ -49,6 +51,7 @@ impl Keyspace {
         }
     }
 
+    /// The deadline of the key in `slot`, in Unix milliseconds.
     pub fn deadline(&self, slot: Slot) -> Option<u64> {
         self.deadlines.get(&slot).map(|(at, _)| *at)
     }

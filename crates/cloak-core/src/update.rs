@@ -13,20 +13,27 @@ use crate::hash::{Hash, HashChange, HashOp};
 /// What an update leaves in the key.
 #[derive(Debug)]
 pub enum Change {
+    /// The value stays as it is.
     Keep,
+    /// The value becomes this.
     Put(Entry),
+    /// The key is deleted.
     Delete,
 }
 
 /// A read-modify-write of one key, its deadlines already resolved to Unix milliseconds.
 #[derive(Clone, Debug)]
 pub enum Update {
+    /// A hash command.
     Hash(HashOp),
     /// A deadline at or before now deletes the key (as Redis does).
     Expire {
+        /// The deadline, in Unix milliseconds.
         at: i64,
+        /// `NX`, `XX`, `GT` or `LT`.
         condition: ExpireCondition,
     },
+    /// `PERSIST`: remove the deadline.
     Persist,
     /// `GETEX` with an option: `None` removes the deadline.
     GetEx(Option<i64>),
