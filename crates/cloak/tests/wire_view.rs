@@ -394,8 +394,11 @@ fn waffle_on_redis_shows_nothing_in_its_headers() {
     assert_headers_say_nothing(&capture, NOT_SHUFFLED);
     // Waffle's batches are fixed, so its generations must not tell a loaded batch from an idle
     // one, nor one workload from another (issue 12 §1: it wrote each object's last-read batch).
-    assert!(!capture.differs(&GenerationLag, IDLE, ONE_KEY));
-    assert!(!capture.differs(&GenerationLag, ONE_KEY, UNIFORM));
+    // The shares of lags are what generations say; how many write events a stretch holds is
+    // the batch timing (a busy test host skips grid points), which `timing()` reports and the
+    // timing tests judge, so the volume half of `differs` would test the host, not the headers.
+    assert!(!capture.shares_differ(&GenerationLag, IDLE, ONE_KEY));
+    assert!(!capture.shares_differ(&GenerationLag, ONE_KEY, UNIFORM));
 }
 
 #[test]
