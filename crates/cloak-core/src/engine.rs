@@ -14,6 +14,14 @@
 //! whose value is dropped. In a tree ORAM a read of any slot is one uniformly random path, so
 //! storage sees the same traffic whichever keys exist. (EXISTS and DBSIZE never reach the
 //! scheme, for any key.)
+//!
+//! Commands that read a key and write what the read decides (INCR, APPEND, RENAME, EXEC, …) run
+//! as *units*, alone on their keys: see [`gate`] for how they wait and [`unit`] for how they run.
+
+mod gate;
+mod listing;
+mod unit;
+mod watch;
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -24,12 +32,17 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 // Keys here are the engine's own ids and slots, never chosen by clients: a fast hash is safe.
 use hashbrown::{HashMap, HashSet};
 
+use self::gate::{Gate, Waiter};
+use self::unit::Unit;
+use self::watch::Watches;
 use crate::command::{Command, CommandError, Outcome, SetCondition};
 use crate::directory::KeyDirectory;
 use crate::element::{Record, Slot};
 use crate::integrity::SlotVersions;
+use crate::keyspace::DATABASES;
 use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeStats};
 use crate::storage::{ExpectedReply, RequestId, StorageError, StorageReply, StorageRequest};
+use crate::update::Update;
 
 /// Identifies a client (a connection) for per-client ordering.
 pub type ClientId = u64;
@@ -63,6 +76,10 @@ enum Shape {
     Values,
     Ok,
     Integer(i64),
+    /// A unit's reads: it goes on to run its commands.
+    UnitRead(u64),
+    /// A unit's writes: it answers.
+    UnitWritten(u64),
 }
 
 /// Why an op is in the scheme.
@@ -110,6 +127,17 @@ pub struct Engine {
     /// The version of every slot's last acknowledged write (`DEL`s too), from recovery on: what
     /// storage holds once the scheme is drained, for the next start to check storage against.
     acknowledged: SlotVersions,
+    /// Commands waiting for keys that units hold (see [`gate`]).
+    gate: Gate,
+    /// Set when a unit ended or a slot went idle: waiting commands may start now.
+    gate_moved: bool,
+    units: HashMap<u64, Unit>,
+    next_unit: u64,
+    watches: Watches,
+    /// How many keys each database holds.
+    db_sizes: [usize; DATABASES as usize],
+    /// Draws RANDOMKEY's starting slot.
+    random: ChaCha20Rng,
 }
 
 impl Engine {
@@ -120,6 +148,7 @@ impl Engine {
             "the scheme has fewer slots than the directory's capacity"
         );
         let scheme_needs_cover = scheme.traffic_per_op();
+        let db_sizes = listing::count_by_db(&directory, limits.max_key);
         Self {
             scheme,
             directory,
@@ -137,6 +166,13 @@ impl Engine {
             commands_done: 0,
             cover: scheme_needs_cover.then(ChaCha20Rng::from_os_rng),
             acknowledged: SlotVersions::new(),
+            gate: Gate::default(),
+            gate_moved: false,
+            units: HashMap::new(),
+            next_unit: 0,
+            watches: Watches::default(),
+            db_sizes,
+            random: ChaCha20Rng::from_os_rng(),
         }
     }
 
@@ -186,11 +222,55 @@ impl Engine {
 
     /// Takes a command; its outcome comes from [`Engine::poll_outcome`] with the same `token`.
     pub fn submit(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
-        match self.start(now, client, token, command) {
-            Ok(()) => {}
-            Err(outcome) => self.finish(token, outcome),
+        let mut keys = command.keys();
+        let everything = matches!(command, Command::Flush(_));
+        let unit = command.runs_alone();
+        if unit || self.gate.must_wait(client, &keys, everything) {
+            if let Command::Transaction(_) = command {
+                // Held too, so no write can slip in between EXEC and the watch check.
+                keys.extend_from_slice(self.watches.keys_of(client));
+            }
+            self.gate.push(Waiter {
+                client,
+                token,
+                command,
+                keys,
+                everything,
+                unit,
+            });
+            self.gate_moved = true;
+        } else {
+            self.begin(now, client, token, command);
         }
         self.drain_replies(now);
+    }
+
+    fn begin(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
+        if let Err(outcome) = self.start(now, client, token, command) {
+            self.finish(token, outcome);
+        }
+    }
+
+    /// Starts every waiting command the gate lets through.
+    fn advance(&mut self, now: Instant) {
+        while std::mem::take(&mut self.gate_moved) && self.gate.has_waiting() {
+            loop {
+                let (directory, refs) = (&self.directory, &self.slot_refs);
+                let idle = |keys: &[Bytes]| {
+                    keys.iter()
+                        .all(|key| directory.get(key).is_none_or(|s| !refs.contains_key(&s)))
+                };
+                let Some(waiter) = self.gate.next_ready(idle) else {
+                    break;
+                };
+                if waiter.unit {
+                    self.begin_unit(now, waiter);
+                } else {
+                    self.begin(now, waiter.client, waiter.token, waiter.command);
+                }
+            }
+        }
+        self.gate_moved = false;
     }
 
     /// Hands storage's answer to the scheme, checked first: a reply of the wrong kind or size
@@ -296,11 +376,11 @@ impl Engine {
                     self.cover(now, client, id);
                     return Ok(());
                 }
-                let (slot, _) = self.directory.get_or_insert(&key).ok_or_else(|| {
-                    Outcome::Error(CommandError::StoreFull {
-                        capacity: self.directory.capacity(),
-                    })
-                })?;
+                let capacity = self.directory.capacity();
+                let (slot, _) = self
+                    .insert_key(&key)
+                    .ok_or(Outcome::Error(CommandError::StoreFull { capacity }))?;
+                self.watches.touched(&key);
                 let id = self.wait(token, Shape::Ok, 0, 1);
                 self.write(now, client, id, slot, key, value);
             }
@@ -330,42 +410,16 @@ impl Engine {
                 let id = self.wait(token, Shape::Ok, 0, pairs.len());
                 for (key, value) in pairs {
                     let (slot, _) = self
-                        .directory
-                        .get_or_insert(&key)
+                        .insert_key(&key)
                         .expect("free slots were counted above");
+                    self.watches.touched(&key);
                     self.write(now, client, id, slot, key, value);
                 }
             }
-            Command::Del(keys) => {
-                let slots: Vec<Slot> = keys
-                    .iter()
-                    .filter_map(|k| self.directory.remove(k))
-                    .collect();
-                let covers = match self.cover {
-                    Some(_) => keys.len() - slots.len(),
-                    None => 0,
-                };
-                if slots.is_empty() && covers == 0 {
-                    return Err(Outcome::Integer(0));
-                }
-                let deleted = slots.len();
-                let id = self.wait(token, Shape::Integer(deleted as i64), 0, deleted + covers);
-                for _ in 0..covers {
-                    self.cover(now, client, id);
-                }
-                for slot in slots {
-                    self.releasing.insert(slot);
-                    let version = self.version();
-                    self.start_op(now, client, id, slot, Expect::Written, |_| {
-                        Op::Write(
-                            slot,
-                            Record {
-                                version,
-                                ..Record::empty()
-                            },
-                        )
-                    });
-                }
+            Command::Del(keys) => return self.delete(now, client, token, keys),
+            Command::Flush(db) => {
+                let keys = self.stored_keys(db);
+                return self.delete(now, client, token, keys);
             }
             Command::Exists(keys) => {
                 let count = keys
@@ -374,9 +428,88 @@ impl Engine {
                     .count();
                 return Err(Outcome::Integer(count as i64));
             }
-            Command::DbSize => return Err(Outcome::Integer(self.directory.len() as i64)),
+            Command::DbSize(db) => return Err(Outcome::Integer(self.db_size(db) as i64)),
+            Command::Keys { db, pattern } => return Err(self.list_keys(db, &pattern)),
+            Command::Scan {
+                db,
+                cursor,
+                pattern,
+                kind,
+                count,
+            } => {
+                return Err(self.scan(db, cursor, pattern.as_deref(), kind.as_deref(), count));
+            }
+            Command::RandomKey(db) => return Err(self.random_key(db)),
+            Command::Watch(keys) => {
+                self.watches.watch(client, keys);
+                return Err(Outcome::Ok);
+            }
+            Command::Unwatch => {
+                self.watches.unwatch(client);
+                return Err(Outcome::Ok);
+            }
+            Command::Update { .. }
+            | Command::MSetNx(_)
+            | Command::Rename { .. }
+            | Command::Copy { .. }
+            | Command::Transaction(_) => {
+                unreachable!("`submit` sends every unit through the gate to `begin_unit`")
+            }
         }
         Ok(())
+    }
+
+    /// Deletes keys (DEL, UNLINK, FLUSHDB): a write of an empty record to each existing key's
+    /// slot, the same write a SET makes, so storage cannot tell a delete from an update.
+    fn delete(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        token: u64,
+        keys: Vec<Bytes>,
+    ) -> Result<(), Outcome> {
+        let slots: Vec<Slot> = keys
+            .iter()
+            .filter_map(|key| {
+                let slot = self.remove_key(key)?;
+                self.watches.touched(key);
+                Some(slot)
+            })
+            .collect();
+        let covers = match self.cover {
+            Some(_) => keys.len() - slots.len(),
+            None => 0,
+        };
+        if slots.is_empty() && covers == 0 {
+            return Err(Outcome::Integer(0));
+        }
+        let deleted = slots.len();
+        let id = self.wait(token, Shape::Integer(deleted as i64), 0, deleted + covers);
+        for _ in 0..covers {
+            self.cover(now, client, id);
+        }
+        for slot in slots {
+            self.delete_slot(now, client, id, slot);
+        }
+        Ok(())
+    }
+
+    /// Gives a key a slot (a new key counts in its database).
+    fn insert_key(&mut self, key: &[u8]) -> Option<(Slot, bool)> {
+        let inserted = self.directory.get_or_insert(key);
+        if let Some((_, true)) = inserted {
+            self.count_key(key, true);
+        }
+        inserted
+    }
+
+    /// Forgets a key (see [`KeyDirectory::remove`]).
+    fn remove_key(&mut self, key: &[u8]) -> Option<Slot> {
+        let removed = self.directory.remove(key);
+        if removed.is_some() {
+            self.count_key(key, false);
+        }
+        removed
     }
 
     /// Size limits, checked before anything changes so a bad command has no effect.
@@ -415,17 +548,41 @@ impl Engine {
         match command {
             Command::Get(key) => key_ok(key),
             Command::Set { key, value, .. } => key_ok(key).and(value_ok(value)),
-            Command::MGet(keys) | Command::Del(keys) | Command::Exists(keys) => {
+            Command::MGet(keys)
+            | Command::Del(keys)
+            | Command::Exists(keys)
+            | Command::Watch(keys) => {
                 count_ok(keys.len())?;
                 keys.iter().try_for_each(key_ok)
             }
-            Command::MSet(pairs) => {
+            Command::MSet(pairs) | Command::MSetNx(pairs) => {
                 count_ok(pairs.len())?;
                 pairs
                     .iter()
                     .try_for_each(|(k, v)| key_ok(k).and(value_ok(v)))
             }
-            Command::DbSize => Ok(()),
+            Command::Update { key, op } => {
+                key_ok(key)?;
+                match op {
+                    Update::Append(value)
+                    | Update::SetRange { value, .. }
+                    | Update::Replace { value, .. }
+                    | Update::SetIfAbsent(value) => value_ok(value),
+                    _ => Ok(()),
+                }
+            }
+            Command::Rename { from, to, .. } | Command::Copy { from, to, .. } => {
+                key_ok(from).and(key_ok(to))
+            }
+            // Its commands are checked one by one as they run (a failing one answers its error
+            // in EXEC's array, as in Redis).
+            Command::Transaction(commands) => count_ok(commands.len()),
+            Command::DbSize(_)
+            | Command::Keys { .. }
+            | Command::Scan { .. }
+            | Command::RandomKey(_)
+            | Command::Flush(_)
+            | Command::Unwatch => Ok(()),
         }
     }
 
@@ -550,8 +707,15 @@ impl Engine {
     }
 
     fn drain_replies(&mut self, now: Instant) {
-        while let Some((id, reply)) = self.scheme.outbox().poll_reply() {
-            self.complete_op(now, id, reply);
+        loop {
+            while let Some((id, reply)) = self.scheme.outbox().poll_reply() {
+                self.complete_op(now, id, reply);
+            }
+            if !(self.gate_moved && self.gate.has_waiting()) {
+                self.gate_moved = false;
+                return;
+            }
+            self.advance(now);
         }
     }
 
@@ -591,6 +755,7 @@ impl Engine {
         *refs -= 1;
         if *refs == 0 {
             self.slot_refs.remove(&route.slot);
+            self.gate_moved = true;
             if self.releasing.remove(&route.slot) {
                 self.directory.release(route.slot);
             }
@@ -629,6 +794,10 @@ impl Engine {
                 .remove(&route.command)
                 .expect("looked up above");
             let outcome = match (waiting.error, waiting.shape) {
+                (error, Shape::UnitRead(unit)) => {
+                    return self.unit_read(now, unit, waiting.values, error);
+                }
+                (error, Shape::UnitWritten(unit)) => return self.unit_written(unit, error),
                 (Some(error), _) => Outcome::Error(error),
                 (None, Shape::Value) => Outcome::Value(waiting.values.into_iter().next().flatten()),
                 (None, Shape::Values) => Outcome::Values(waiting.values),

@@ -12,13 +12,17 @@ pub mod element;
 pub mod engine;
 pub mod integrity;
 pub mod journal;
+pub mod keyspace;
+pub mod long_double;
 pub mod memory;
 pub mod outbox;
+pub mod pattern;
 pub mod recovery;
 pub mod scheme;
 pub mod sim;
 pub mod storage;
 pub mod trace;
+pub mod update;
 
 pub use command::{Command, CommandError, Outcome, SetCondition};
 pub use directory::KeyDirectory;
@@ -26,6 +30,7 @@ pub use element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slo
 pub use engine::{ClientId, Engine, EngineStats, Limits};
 pub use integrity::{Damage, Findings, SlotVersions, StaleSlot};
 pub use journal::JournalMap;
+pub use keyspace::Db;
 pub use memory::MemoryStore;
 pub use outbox::Outbox;
 pub use recovery::{ElementFormat, Recovered, Recovery};
@@ -37,3 +42,4 @@ pub use storage::{
     Addr, ExpectedReply, RequestId, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 pub use trace::{AccessKind, Observed, Trace};
+pub use update::Update;
