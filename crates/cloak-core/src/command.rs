@@ -51,6 +51,9 @@ pub enum Command {
         from: Bytes,
         to: Bytes,
         replace: bool,
+        /// `DB n`: the database `to` is in, when not the client's own (applied as keys are
+        /// encoded, see [`crate::keyspace::in_db`]).
+        to_db: Option<Db>,
     },
     /// KEYS: the database's keys matching a glob pattern.
     Keys {

@@ -18,7 +18,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::command::CommandError;
+use crate::command::{Command, CommandError};
 
 /// How many databases `SELECT` can choose from (Redis's default `databases 16`).
 pub const DATABASES: u8 = 16;
@@ -94,6 +94,83 @@ pub fn decode(stored: &[u8], max_key: usize) -> Option<(Db, &[u8])> {
 /// The database a stored key belongs to (see [`decode`]).
 pub fn db_of(stored: &[u8], max_key: usize) -> Option<Db> {
     decode(stored, max_key).map(|(db, _)| db)
+}
+
+/// `command` as a client of `db` means it: every key it names stored in `db` (COPY's destination
+/// in its `DB`, if it names one), and the database it asks about set to `db`.
+pub fn in_db(command: Command, db: Db, max_key: usize) -> Result<Command, CommandError> {
+    let key = |key: Bytes| encode(db, &key, max_key);
+    let keys = |keys: Vec<Bytes>| keys.into_iter().map(key).collect::<Result<Vec<_>, _>>();
+    let pairs = |pairs: Vec<(Bytes, Bytes)>| {
+        pairs
+            .into_iter()
+            .map(|(k, v)| Ok((key(k)?, v)))
+            .collect::<Result<Vec<_>, CommandError>>()
+    };
+    Ok(match command {
+        Command::Get(k) => Command::Get(key(k)?),
+        Command::Set {
+            key: k,
+            value,
+            condition,
+        } => Command::Set {
+            key: key(k)?,
+            value,
+            condition,
+        },
+        Command::Update { key: k, op } => Command::Update { key: key(k)?, op },
+        Command::MGet(ks) => Command::MGet(keys(ks)?),
+        Command::Del(ks) => Command::Del(keys(ks)?),
+        Command::Exists(ks) => Command::Exists(keys(ks)?),
+        Command::Watch(ks) => Command::Watch(keys(ks)?),
+        Command::MSet(ps) => Command::MSet(pairs(ps)?),
+        Command::MSetNx(ps) => Command::MSetNx(pairs(ps)?),
+        Command::Rename {
+            from,
+            to,
+            only_if_absent,
+        } => Command::Rename {
+            from: key(from)?,
+            to: key(to)?,
+            only_if_absent,
+        },
+        Command::Copy {
+            from,
+            to,
+            replace,
+            to_db,
+        } => Command::Copy {
+            from: key(from)?,
+            to: encode(to_db.unwrap_or(db), &to, max_key)?,
+            replace,
+            to_db,
+        },
+        Command::DbSize(_) => Command::DbSize(db),
+        Command::Keys { pattern, .. } => Command::Keys { db, pattern },
+        Command::Scan {
+            cursor,
+            pattern,
+            kind,
+            count,
+            ..
+        } => Command::Scan {
+            db,
+            cursor,
+            pattern,
+            kind,
+            count,
+        },
+        Command::RandomKey(_) => Command::RandomKey(db),
+        Command::Flush(Some(_)) => Command::Flush(Some(db)),
+        Command::Flush(None) => Command::Flush(None),
+        Command::Unwatch => Command::Unwatch,
+        Command::Transaction(commands) => Command::Transaction(
+            commands
+                .into_iter()
+                .map(|command| in_db(command, db, max_key))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
 }
 
 #[cfg(test)]

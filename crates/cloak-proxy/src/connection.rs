@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::{Buf, Bytes, BytesMut};
-use cloak_core::{ClientId, Outcome};
+use cloak_core::{ClientId, Command, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedReadHalf;
@@ -19,6 +19,7 @@ use crate::FrontEnd;
 use crate::cmd::{self, CommandQuery, Request};
 use crate::info;
 use crate::resp::{Reply, RequestDecoder, RequestLimits};
+use crate::session::{Session, Step};
 
 /// Most requests of one client in flight at once; a client pipelining deeper waits.
 const PIPELINE: usize = 1024;
@@ -43,14 +44,19 @@ pub async fn serve(stream: TcpStream, front: Arc<FrontEnd>) {
     let (reader, writer) = stream.into_split();
     let (replies, queue) = mpsc::channel(PIPELINE);
     let mut writing = tokio::spawn(write_replies(writer, queue, front.reply_limit));
+    let mut session = Session::default();
     tokio::select! {
         // The client stopped sending (or sent its last request): its replies still go out.
-        () = read_requests(reader, &front, client, replies) => {
+        () = read_requests(reader, &front, client, replies, &mut session) => {
             let _ = writing.await;
         }
         // The writer gave up (the client stopped reading, or the socket failed): stop reading
         // too, which drops the read half and so closes the connection.
         _ = &mut writing => {}
+    }
+    if session.watched {
+        // The engine would otherwise keep this client's watches forever.
+        let _ = front.core.submit(client, Command::Unwatch).await;
     }
     front.connected.fetch_sub(1, Ordering::Relaxed);
 }
@@ -60,6 +66,7 @@ async fn read_requests(
     front: &FrontEnd,
     client: ClientId,
     replies: mpsc::Sender<Pending>,
+    session: &mut Session,
 ) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut authenticated = front.password.is_none();
@@ -73,7 +80,7 @@ async fn read_requests(
             let pending = match decoder.decode(&mut buf) {
                 Ok(Some(args)) => {
                     let was_authenticated = authenticated;
-                    let pending = respond(front, client, &mut authenticated, args).await;
+                    let pending = respond(front, client, &mut authenticated, session, args).await;
                     if authenticated && !was_authenticated {
                         decoder.set_limits(front.request_limits);
                     }
@@ -100,22 +107,40 @@ async fn respond(
     front: &FrontEnd,
     client: ClientId,
     authenticated: &mut bool,
+    session: &mut Session,
     args: Vec<Bytes>,
 ) -> Pending {
-    let request = match cmd::parse(args) {
-        Ok(request) => request,
-        Err(reply) => return Pending::Now(reply),
-    };
-    if !*authenticated && !request.allowed_before_auth() {
+    let parsed = cmd::parse(args);
+    if !*authenticated
+        && parsed
+            .as_ref()
+            .is_ok_and(|request| !request.allowed_before_auth())
+    {
         return Pending::Now(Reply::Error("NOAUTH Authentication required.".into()));
     }
-    let reply = match request {
-        Request::Data(command) => {
-            return match front.core.submit(client, command).await {
-                Ok(outcome) => Pending::Later(outcome),
-                Err(stopped) => Pending::Now(Reply::err(stopped)),
-            };
+    let submit = |command| async move {
+        match front.core.submit(client, command).await {
+            Ok(outcome) => Pending::Later(outcome),
+            Err(stopped) => Pending::Now(Reply::err(stopped)),
         }
+    };
+    let request = match session.step(parsed, front.max_key) {
+        Step::Reply(reply) => return Pending::Now(reply),
+        Step::Submit(command) => return submit(command).await,
+        Step::Unwatch(reply) => {
+            let _ = submit(Command::Unwatch).await;
+            return Pending::Now(reply);
+        }
+        Step::Pass(request) => request,
+    };
+    let reply = match request {
+        // The session takes these.
+        Request::Data(_)
+        | Request::Watch(_)
+        | Request::Select(_)
+        | Request::Multi
+        | Request::Exec
+        | Request::Discard => unreachable!("the session handles key and transaction commands"),
         Request::Ping(None) => Reply::Status("PONG"),
         Request::Ping(Some(message)) | Request::Echo(message) => Reply::Bulk(Some(message)),
         Request::Auth { user, password } => match &front.password {
@@ -136,8 +161,6 @@ async fn respond(
             }
         },
         Request::Quit => return Pending::Close(Reply::ok()),
-        Request::Select(0) => Reply::ok(),
-        Request::Select(_) => Reply::err("DB index is out of range"),
         Request::Info(section) => match front.core.snapshot().await {
             Ok(snapshot) => Reply::Bulk(Some(Bytes::from(info::render(
                 front,
@@ -253,6 +276,8 @@ fn to_reply(outcome: Outcome) -> Reply {
         Outcome::Ok => Reply::ok(),
         Outcome::Integer(n) => Reply::Integer(n),
         Outcome::Error(error) => Reply::err(error),
+        Outcome::Multi(outcomes) => Reply::Array(outcomes.into_iter().map(to_reply).collect()),
+        Outcome::Aborted => Reply::NilArray,
     }
 }
 

@@ -20,6 +20,7 @@ pub mod journal;
 pub mod ledger;
 pub mod metrics;
 pub mod resp;
+mod session;
 pub mod state;
 
 use std::future::Future;
@@ -93,6 +94,8 @@ pub struct FrontEnd {
     /// Request limits once a client is authenticated (before, [`RequestLimits::UNAUTHENTICATED`]).
     request_limits: RequestLimits,
     reply_limit: usize,
+    /// The longest stored key (`--key-size`), for the databases' key encoding.
+    max_key: usize,
     listen: SocketAddr,
     connected: AtomicU64,
     next_client: AtomicU64,
@@ -121,13 +124,15 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let listen = listener.local_addr()?;
-    let request_limits = RequestLimits::for_store(&engine.limits());
+    let engine_limits = engine.limits();
+    let request_limits = RequestLimits::for_store(&engine_limits);
     let (core, mut core_task) = core::spawn(engine, storage, options.journal, options.ledger);
     let front = Arc::new(FrontEnd {
         core: core.clone(),
         password: options.password,
         request_limits,
         reply_limit: options.reply_limit,
+        max_key: engine_limits.max_key,
         listen,
         connected: AtomicU64::new(0),
         next_client: AtomicU64::new(0),

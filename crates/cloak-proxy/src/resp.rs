@@ -223,6 +223,8 @@ pub enum Reply {
     Integer(i64),
     Bulk(Option<Bytes>),
     Array(Vec<Reply>),
+    /// The null array (`*-1`): EXEC when a watched key changed.
+    NilArray,
 }
 
 impl Reply {
@@ -260,6 +262,7 @@ impl Reply {
                 out.put_slice(b"\r\n");
                 out.put_slice(b);
             }
+            Reply::NilArray => out.put_slice(b"*-1"),
             Reply::Array(items) => {
                 out.put_u8(b'*');
                 out.put_slice(items.len().to_string().as_bytes());

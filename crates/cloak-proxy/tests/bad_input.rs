@@ -266,7 +266,7 @@ async fn a_dead_backend_gives_clear_errors_and_the_proxy_stays_up() {
             "{scheme}: every read was answered with storage gone"
         );
         assert_eq!(
-            run(&mut con, &Command::DbSize).await,
+            run(&mut con, &Command::DbSize(Default::default())).await,
             Ok(Outcome::Integer(50))
         );
         let pong: String = redis::cmd("PING").query_async(&mut con).await.unwrap();

@@ -355,7 +355,9 @@ impl Engine {
                 view.insert(to.clone(), Some(value));
                 done(true)
             }
-            Command::Copy { from, to, replace } => {
+            Command::Copy {
+                from, to, replace, ..
+            } => {
                 if from == to {
                     return Outcome::Error(CommandError::SameObject);
                 }

@@ -1,6 +1,7 @@
-//! Key commands: GET SET MGET MSET DEL EXISTS DBSIZE, parsed into engine commands.
+//! Key commands: GET SET MGET MSET DEL EXISTS DBSIZE, parsed into engine commands. (The database
+//! a command names is set by the connection, see `cloak_core::keyspace`.)
 
-use cloak_core::{Command, SetCondition};
+use cloak_core::{Command, Db, SetCondition, Update};
 
 use super::{Args, Request};
 use crate::resp::Reply;
@@ -10,13 +11,19 @@ pub fn get(args: &mut Args) -> Result<Request, Reply> {
     Ok(Request::Data(Command::Get(args.next().expect("checked"))))
 }
 
-/// `SET key value [NX | XX]`. Expiry options are refused: Cloak keeps no TTLs.
+/// `SET key value [NX | XX] [GET]`. Expiry options are refused: Cloak keeps no TTLs. With GET
+/// it is a read-modify-write (see `strings`).
 pub fn set(args: &mut Args) -> Result<Request, Reply> {
     args.at_least(2)?;
     let key = args.next().expect("checked");
     let value = args.next().expect("checked");
     let mut condition = SetCondition::Always;
+    let mut get = false;
     for option in args.by_ref() {
+        if option.eq_ignore_ascii_case(b"GET") && !get {
+            get = true;
+            continue;
+        }
         let option = String::from_utf8_lossy(&option).to_uppercase();
         condition = match (option.as_str(), condition) {
             ("NX", SetCondition::Always) => SetCondition::IfAbsent,
@@ -26,9 +33,14 @@ pub fn set(args: &mut Args) -> Result<Request, Reply> {
                     "SET {option}: expiry is not supported by Cloak (keys live until deleted)"
                 )));
             }
-            ("GET", _) => return Err(Reply::err("SET GET is not supported by Cloak")),
             _ => return Err(Reply::err("syntax error")),
         };
+    }
+    if get {
+        return Ok(Request::Data(Command::Update {
+            key,
+            op: Update::Replace { value, condition },
+        }));
     }
     Ok(Request::Data(Command::Set {
         key,
@@ -43,15 +55,7 @@ pub fn mget(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn mset(args: &mut Args) -> Result<Request, Reply> {
-    if args.len() == 0 || !args.len().is_multiple_of(2) {
-        return Err(args.arity());
-    }
-    let flat = args.take_all();
-    let pairs = flat
-        .chunks_exact(2)
-        .map(|pair| (pair[0].clone(), pair[1].clone()))
-        .collect();
-    Ok(Request::Data(Command::MSet(pairs)))
+    Ok(Request::Data(Command::MSet(args.pairs()?)))
 }
 
 pub fn del(args: &mut Args) -> Result<Request, Reply> {
@@ -66,5 +70,5 @@ pub fn exists(args: &mut Args) -> Result<Request, Reply> {
 
 pub fn dbsize(args: &mut Args) -> Result<Request, Reply> {
     args.expect(0)?;
-    Ok(Request::Data(Command::DbSize))
+    Ok(Request::Data(Command::DbSize(Db::default())))
 }

@@ -6,7 +6,10 @@
 
 mod connection;
 mod keys;
+mod keyspace;
 mod server;
+mod strings;
+mod transactions;
 
 use bytes::Bytes;
 use cloak_core::Command;
@@ -29,6 +32,11 @@ pub enum Request {
     Select(i64),
     Info(Option<String>),
     Command(CommandQuery),
+    Multi,
+    Exec,
+    Discard,
+    /// WATCH (a `Command::Watch`), which the connection refuses inside MULTI.
+    Watch(Command),
 }
 
 impl Request {
@@ -40,8 +48,48 @@ impl Request {
 
 /// Names of the supported commands, for `COMMAND COUNT` and `COMMAND LIST`.
 pub const NAMES: &[&str] = &[
-    "get", "set", "mget", "mset", "del", "exists", "dbsize", "ping", "echo", "auth", "quit",
-    "select", "info", "command",
+    "get",
+    "set",
+    "mget",
+    "mset",
+    "del",
+    "exists",
+    "dbsize",
+    "ping",
+    "echo",
+    "auth",
+    "quit",
+    "select",
+    "info",
+    "command",
+    "incr",
+    "incrby",
+    "decr",
+    "decrby",
+    "incrbyfloat",
+    "append",
+    "strlen",
+    "getrange",
+    "setrange",
+    "getset",
+    "getdel",
+    "setnx",
+    "msetnx",
+    "unlink",
+    "touch",
+    "copy",
+    "rename",
+    "renamenx",
+    "randomkey",
+    "keys",
+    "scan",
+    "flushdb",
+    "flushall",
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "unwatch",
 ];
 
 /// The arguments of one command, consumed front to back.
@@ -67,6 +115,23 @@ impl ExactSizeIterator for Args {}
 impl Args {
     pub fn take_all(&mut self) -> Vec<Bytes> {
         self.rest.by_ref().collect()
+    }
+
+    /// The next argument, after an arity check made sure there is one (empty if there is not).
+    pub fn first(&mut self) -> Bytes {
+        self.next().unwrap_or_default()
+    }
+
+    /// The rest as key-value pairs (MSET, MSETNX): at least one pair, else the arity error.
+    pub fn pairs(&mut self) -> Result<Vec<(Bytes, Bytes)>, Reply> {
+        if self.len() == 0 || !self.len().is_multiple_of(2) {
+            return Err(self.arity());
+        }
+        let flat = self.take_all();
+        Ok(flat
+            .chunks_exact(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect())
     }
 
     /// The error for a wrong number of arguments.
@@ -122,6 +187,34 @@ pub fn parse(mut request: Vec<Bytes>) -> Result<Request, Reply> {
         "select" => connection::select(&mut args),
         "info" => server::info(&mut args),
         "command" => server::command(&mut args),
+        "incr" => strings::incr(&mut args),
+        "incrby" => strings::incrby(&mut args),
+        "decr" => strings::decr(&mut args),
+        "decrby" => strings::decrby(&mut args),
+        "incrbyfloat" => strings::incrbyfloat(&mut args),
+        "append" => strings::append(&mut args),
+        "strlen" => strings::strlen(&mut args),
+        "getrange" => strings::getrange(&mut args),
+        "setrange" => strings::setrange(&mut args),
+        "getset" => strings::getset(&mut args),
+        "getdel" => strings::getdel(&mut args),
+        "setnx" => strings::setnx(&mut args),
+        "msetnx" => strings::msetnx(&mut args),
+        "unlink" => keyspace::unlink(&mut args),
+        "touch" => keyspace::touch(&mut args),
+        "copy" => keyspace::copy(&mut args),
+        "rename" => keyspace::rename(&mut args),
+        "renamenx" => keyspace::renamenx(&mut args),
+        "randomkey" => keyspace::randomkey(&mut args),
+        "keys" => keyspace::keys(&mut args),
+        "scan" => keyspace::scan(&mut args),
+        "flushdb" => keyspace::flushdb(&mut args),
+        "flushall" => keyspace::flushall(&mut args),
+        "multi" => transactions::multi(&mut args),
+        "exec" => transactions::exec(&mut args),
+        "discard" => transactions::discard(&mut args),
+        "watch" => transactions::watch(&mut args),
+        "unwatch" => transactions::unwatch(&mut args),
         _ => Err(unknown(&name_bytes, args.take_all())),
     }
 }
@@ -180,7 +273,10 @@ mod tests {
             req(&["del", "a", "b"]),
             Ok(Request::Data(Command::Del(vec!["a".into(), "b".into()])))
         );
-        assert_eq!(req(&["dbsize"]), Ok(Request::Data(Command::DbSize)));
+        assert_eq!(
+            req(&["dbsize"]),
+            Ok(Request::Data(Command::DbSize(Default::default())))
+        );
     }
 
     #[test]
@@ -200,8 +296,8 @@ mod tests {
         assert_eq!(err(&["set", "k", "v", "nx", "xx"]), "ERR syntax error");
         assert!(err(&["set", "k", "v", "ex", "10"]).contains("expiry"));
         assert_eq!(
-            err(&["flushall", "x\ny"]),
-            "ERR unknown command 'flushall', with args beginning with: 'x?y' "
+            err(&["frobnicate", "x\ny"]),
+            "ERR unknown command 'frobnicate', with args beginning with: 'x?y' "
         );
     }
 }
