@@ -416,10 +416,10 @@ impl Engine {
                     self.write(now, client, id, slot, key, value);
                 }
             }
-            Command::Del(keys) => return self.delete(now, client, token, keys),
+            Command::Del(keys) => return self.delete(now, client, token, keys, true),
             Command::Flush(db) => {
                 let keys = self.stored_keys(db);
-                return self.delete(now, client, token, keys);
+                return self.delete(now, client, token, keys, false);
             }
             Command::Exists(keys) => {
                 let count = keys
@@ -460,13 +460,15 @@ impl Engine {
     }
 
     /// Deletes keys (DEL, UNLINK, FLUSHDB): a write of an empty record to each existing key's
-    /// slot, the same write a SET makes, so storage cannot tell a delete from an update.
+    /// slot, the same write a SET makes, so storage cannot tell a delete from an update. Answers
+    /// how many existed when `counted`, else OK.
     fn delete(
         &mut self,
         now: Instant,
         client: ClientId,
         token: u64,
         keys: Vec<Bytes>,
+        counted: bool,
     ) -> Result<(), Outcome> {
         let slots: Vec<Slot> = keys
             .iter()
@@ -480,11 +482,18 @@ impl Engine {
             Some(_) => keys.len() - slots.len(),
             None => 0,
         };
-        if slots.is_empty() && covers == 0 {
-            return Err(Outcome::Integer(0));
-        }
         let deleted = slots.len();
-        let id = self.wait(token, Shape::Integer(deleted as i64), 0, deleted + covers);
+        let shape = match counted {
+            true => Shape::Integer(deleted as i64),
+            false => Shape::Ok,
+        };
+        if slots.is_empty() && covers == 0 {
+            return Err(match counted {
+                true => Outcome::Integer(0),
+                false => Outcome::Ok,
+            });
+        }
+        let id = self.wait(token, shape, 0, deleted + covers);
         for _ in 0..covers {
             self.cover(now, client, id);
         }
