@@ -222,6 +222,12 @@ impl Engine {
 
     /// Takes a command; its outcome comes from [`Engine::poll_outcome`] with the same `token`.
     pub fn submit(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
+        // The common case, kept free of the gate's bookkeeping.
+        if self.gate.is_open() && !command.runs_alone() {
+            self.begin(now, client, token, command);
+            self.drain_replies(now);
+            return;
+        }
         let mut keys = command.keys();
         let everything = matches!(command, Command::Flush(_));
         let unit = command.runs_alone();

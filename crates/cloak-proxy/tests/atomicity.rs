@@ -47,7 +47,7 @@ async fn counter(scheme: SchemeName) {
                 .await;
                 for reply in replies {
                     let value = reply.unwrap_or_else(|e| panic!("client {client}: {e}"));
-                    assert!(value >= 1 && value <= CLIENTS * INCREMENTS);
+                    assert!((1..=CLIENTS * INCREMENTS).contains(&value));
                 }
                 done += batch as i64;
             }

@@ -94,10 +94,10 @@ async fn malformed_frames_close_only_their_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_commands_and_bad_arguments_are_refused_and_the_connection_stays() {
     let proxy = Setup::new(SchemeName::Cloak, 100).start().await;
-    let reply = raw(&proxy, b"FLUSHALL now\r\nGET\r\nSET k v EX 10\r\nPING\r\n").await;
+    let reply = raw(&proxy, b"NOSUCHCMD now\r\nGET\r\nSET k v EX 10\r\nPING\r\n").await;
     assert_eq!(
         reply,
-        "-ERR unknown command 'FLUSHALL', with args beginning with: 'now' \r\n\
+        "-ERR unknown command 'NOSUCHCMD', with args beginning with: 'now' \r\n\
          -ERR wrong number of arguments for 'get' command\r\n\
          -ERR SET EX: expiry is not supported by Cloak (keys live until deleted)\r\n\
          +PONG\r\n"

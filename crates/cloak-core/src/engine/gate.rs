@@ -67,6 +67,11 @@ impl Gate {
         self.waiting.push_back(waiter);
     }
 
+    /// Nothing waits and no unit runs: every command may start at once.
+    pub fn is_open(&self) -> bool {
+        self.waiting.is_empty() && self.held.is_empty()
+    }
+
     pub fn has_waiting(&self) -> bool {
         !self.waiting.is_empty()
     }
