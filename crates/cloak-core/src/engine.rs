@@ -60,6 +60,8 @@ pub struct EngineStats {
     pub commands: u64,
     pub keys: u64,
     pub capacity: u64,
+    /// Keys in each of the 16 databases (for INFO's keyspace section).
+    pub keys_per_db: Vec<u64>,
 }
 
 /// What a command still waits for, and how to answer it.
@@ -208,6 +210,7 @@ impl Engine {
             commands: self.commands_done,
             keys: self.directory.len() as u64,
             capacity: self.directory.capacity() as u64,
+            keys_per_db: self.db_sizes.iter().map(|&n| n as u64).collect(),
         }
     }
 

@@ -1,28 +1,18 @@
-//! Commands on keys as a whole: UNLINK TOUCH COPY RENAME RENAMENX RANDOMKEY KEYS SCAN FLUSHDB
-//! FLUSHALL.
+//! Commands on keys as a whole: COPY RENAME RENAMENX RANDOMKEY KEYS SCAN FLUSHDB FLUSHALL.
+//! (UNLINK is DEL and TOUCH is EXISTS, see `keys`: deletes are immediate writes anyway, and no
+//! access time is kept.)
 //!
 //! KEYS, SCAN and RANDOMKEY are answered from the proxy's key directory and cause no storage
-//! traffic at all. UNLINK and the flushes are ordinary deletes (a write of an empty record to
-//! each key's slot, as DEL). RENAME and COPY read the source and write the destination (and, for
+//! traffic at all. The flushes are ordinary deletes (a write of an empty record to each key's
+//! slot, as DEL). RENAME and COPY read the source and write the destination (and, for
 //! RENAME, delete the source) as one engine unit: reads and writes of keys, as GET and SET make.
-//! TOUCH is EXISTS (no access time is kept). The database a command names is set by the
-//! connection (see `cloak_core::keyspace`).
+//! The database a command names is set by the connection (see `cloak_core::keyspace`).
 
 use cloak_core::{Command, Db};
 
 use super::strings::integer;
 use super::{Args, Request};
 use crate::resp::Reply;
-
-pub fn unlink(args: &mut Args) -> Result<Request, Reply> {
-    args.at_least(1)?;
-    Ok(Request::Data(Command::Del(args.take_all())))
-}
-
-pub fn touch(args: &mut Args) -> Result<Request, Reply> {
-    args.at_least(1)?;
-    Ok(Request::Data(Command::Exists(args.take_all())))
-}
 
 pub fn rename(args: &mut Args) -> Result<Request, Reply> {
     renaming(args, false)
