@@ -175,6 +175,9 @@ pub enum CommandError {
     NanOrInfinity,
     #[error("no such key")]
     NoSuchKey,
+    /// A database-0 key with the form of another database's stored key (see `keyspace`).
+    #[error("this key has the form Cloak uses for keys of databases 1 to 15; use another")]
+    ReservedKey,
     #[error("source and destination objects are the same")]
     SameObject,
     /// A command a transaction cannot hold in Cloak.

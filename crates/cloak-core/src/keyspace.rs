@@ -4,17 +4,17 @@
 //! so a client key must become a *stored key* that says which database it belongs to, without
 //! two databases ever sharing a stored key:
 //!
+//! - database `n` (1..=15) stores `key ‖ zero padding ‖ 0xFF ‖ n ‖ len(key) as u16` (big-endian),
+//!   exactly `max_key` bytes long, so its keys may be up to `max_key - 4` bytes long;
 //! - database 0 stores its keys as they are, so stores written before databases existed read
-//!   back unchanged. Its keys may be up to `max_key - 1` bytes long.
-//! - database `n` (1..=15) stores `key ‖ zero padding ‖ n ‖ len(key) as u16` (big-endian),
-//!   exactly `max_key` bytes long, so its keys may be up to `max_key - 3` bytes long.
+//!   back unchanged, and its keys may still be `max_key` bytes long, except those that have
+//!   exactly the form above (a zero-padded key ending in `0xFF`, a database number and its
+//!   length; no text key does, since `0xFF` is never in UTF-8): such a key is refused.
 //!
-//! A stored key of exactly `max_key` bytes is therefore always an encoded one, and one shorter is
-//! always database 0's: the encoding is injective, and decoding needs nothing but the length.
-//! The cost against `--key-size` (= `max_key`): one byte for database 0 (a store holding a key
-//! of exactly `--key-size` bytes from before keeps it, but clients can no longer name it), three
-//! for the others. What the storage server sees does not change: keys only ever travel inside
-//! sealed elements of a fixed size, whatever their length.
+//! Every stored key therefore decodes to one database and key ([`decode`]), and [`encode`] is
+//! its inverse: the encoding is collision-free. The cost against `--key-size` (= `max_key`):
+//! nothing for database 0, four bytes for the others. What the storage server sees does not
+//! change: keys only ever travel inside sealed elements of a fixed size, whatever their length.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -23,8 +23,11 @@ use crate::command::{Command, CommandError};
 /// How many databases `SELECT` can choose from (Redis's default `databases 16`).
 pub const DATABASES: u8 = 16;
 
-/// Bytes an encoded key spends on its database and length.
-const TAIL: usize = 3;
+/// Bytes an encoded key spends on its marker, database and length.
+const TAIL: usize = 4;
+
+/// Marks an encoded key (a byte no UTF-8 text contains).
+const MARKER: u8 = 0xFF;
 
 /// A database number, checked to be below [`DATABASES`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,12 +52,13 @@ impl Db {
 /// The longest key a client may use in `db` when stored keys may be `max_key` bytes long.
 pub fn key_limit(db: Db, max_key: usize) -> usize {
     match db.0 {
-        0 => max_key.saturating_sub(1),
+        0 => max_key,
         _ => max_key.saturating_sub(TAIL).min(usize::from(u16::MAX)),
     }
 }
 
-/// The stored key for `key` in `db`; refused when it is too long for that database.
+/// The stored key for `key` in `db`; refused when it is too long for that database (or, in
+/// database 0, when it has the form of another database's stored key).
 pub fn encode(db: Db, key: &Bytes, max_key: usize) -> Result<Bytes, CommandError> {
     let limit = key_limit(db, max_key);
     if key.len() > limit {
@@ -64,36 +68,45 @@ pub fn encode(db: Db, key: &Bytes, max_key: usize) -> Result<Bytes, CommandError
         });
     }
     if db.0 == 0 {
-        return Ok(key.clone());
+        return match encoded(key, max_key) {
+            None => Ok(key.clone()),
+            Some(_) => Err(CommandError::ReservedKey),
+        };
     }
     let mut stored = BytesMut::with_capacity(max_key);
     stored.put_slice(key);
     stored.put_bytes(0, max_key - TAIL - key.len());
+    stored.put_u8(MARKER);
     stored.put_u8(db.0);
     // Fits: `key_limit` keeps keys within u16.
     stored.put_u16(key.len() as u16);
     Ok(stored.freeze())
 }
 
-/// The database and client key a stored key stands for; `None` for a stored key no encoding
-/// makes (written by hand to the store, or with another `max_key`).
-pub fn decode(stored: &[u8], max_key: usize) -> Option<(Db, &[u8])> {
-    if stored.len() < max_key {
-        return Some((Db(0), stored));
-    }
+/// The database and client key a stored key stands for: another database's when it has the
+/// encoded form, else database 0's.
+pub fn decode(stored: &[u8], max_key: usize) -> (Db, &[u8]) {
+    encoded(stored, max_key).unwrap_or((Db(0), stored))
+}
+
+/// The database and key of a stored key in the encoded form, if it is in it.
+fn encoded(stored: &[u8], max_key: usize) -> Option<(Db, &[u8])> {
     if stored.len() != max_key || max_key < TAIL {
         return None;
     }
     let (body, tail) = stored.split_at(max_key - TAIL);
-    let db = Db::new(i64::from(tail[0])).filter(|db| db.0 != 0)?;
-    let len = usize::from(u16::from_be_bytes([tail[1], tail[2]]));
+    if tail[0] != MARKER {
+        return None;
+    }
+    let db = Db::new(i64::from(tail[1])).filter(|db| db.0 != 0)?;
+    let len = usize::from(u16::from_be_bytes([tail[2], tail[3]]));
     let key = body.get(..len)?;
     body[len..].iter().all(|&b| b == 0).then_some((db, key))
 }
 
 /// The database a stored key belongs to (see [`decode`]).
-pub fn db_of(stored: &[u8], max_key: usize) -> Option<Db> {
-    decode(stored, max_key).map(|(db, _)| db)
+pub fn db_of(stored: &[u8], max_key: usize) -> Db {
+    decode(stored, max_key).0
 }
 
 /// `command` as a client of `db` means it: every key it names stored in `db` (COPY's destination
@@ -185,31 +198,37 @@ mod tests {
 
     #[test]
     fn database_zero_keys_are_stored_unchanged() {
-        let key = Bytes::from_static(b"abcdefg");
+        let key = Bytes::from_static(b"abcdefgh");
         assert_eq!(encode(db(0), &key, MAX).unwrap(), key);
-        assert_eq!(decode(b"abcdefg", MAX), Some((db(0), &b"abcdefg"[..])));
-        assert!(encode(db(0), &Bytes::from_static(b"abcdefgh"), MAX).is_err());
+        assert_eq!(decode(b"abcdefgh", MAX), (db(0), &b"abcdefgh"[..]));
+        assert!(encode(db(0), &Bytes::from_static(b"abcdefghi"), MAX).is_err());
+        // The one form database 0 cannot use: another database's stored key.
+        let lookalike = encode(db(2), &Bytes::from_static(b"ab"), MAX).unwrap();
+        assert_eq!(
+            encode(db(0), &lookalike, MAX),
+            Err(CommandError::ReservedKey)
+        );
     }
 
     #[test]
     fn encoding_round_trips_and_never_collides() {
         let mut seen = std::collections::HashMap::new();
-        let keys: Vec<Bytes> = ["", "a", "ab", "a\0", "abcde", "\0\0\0"]
+        let keys: Vec<Bytes> = ["", "a", "ab", "a\0", "abcd", "\0\0\0", "abcdefgh"]
             .iter()
             .map(|k| Bytes::from(k.to_string()))
+            .chain([Bytes::from_static(&[b'a', 0, 0, 0, 0xFF, 1, 0, 1])])
             .collect();
         for n in 0..16 {
             for key in &keys {
-                if key.len() > key_limit(db(n), MAX) {
-                    assert!(encode(db(n), key, MAX).is_err());
+                let Ok(stored) = encode(db(n), key, MAX) else {
                     continue;
-                }
-                let stored = encode(db(n), key, MAX).unwrap();
-                assert_eq!(decode(&stored, MAX), Some((db(n), &key[..])));
+                };
+                assert_eq!(decode(&stored, MAX), (db(n), &key[..]));
                 let previous = seen.insert(stored.clone(), (n, key.clone()));
                 assert_eq!(previous, None, "{stored:?} is stored for two keys");
             }
         }
+        assert!(seen.len() > 40, "most keys fit: {}", seen.len());
     }
 
     #[test]
@@ -217,7 +236,9 @@ mod tests {
         assert!(Db::new(15).is_some());
         assert!(Db::new(16).is_none());
         assert!(Db::new(-1).is_none());
-        assert_eq!(decode(&[b'a', 0, 0, 0, 0, 16, 0, 1], MAX), None);
-        assert_eq!(decode(&[b'a', 1, 0, 0, 0, 3, 0, 1], MAX), None);
+        // Not the encoded form (database 16, database 0): database 0's own keys.
+        assert_eq!(decode(&[b'a', 0, 0, 0, 0xFF, 16, 0, 1], MAX).0, db(0));
+        assert_eq!(decode(&[b'a', 0, 0, 0, 0xFF, 0, 0, 1], MAX).0, db(0));
+        assert_eq!(decode(&[b'a', 1, 0, 0, 0xFF, 3, 0, 1], MAX).0, db(0));
     }
 }

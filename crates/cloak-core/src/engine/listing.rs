@@ -16,9 +16,7 @@ use crate::pattern;
 pub(super) fn count_by_db(directory: &KeyDirectory, max_key: usize) -> [usize; DATABASES as usize] {
     let mut sizes = [0; DATABASES as usize];
     for (_, key) in directory.keys_from(0) {
-        if let Some(db) = keyspace::db_of(key, max_key) {
-            sizes[usize::from(db.index())] += 1;
-        }
+        sizes[usize::from(keyspace::db_of(key, max_key).index())] += 1;
     }
     sizes
 }
@@ -26,14 +24,13 @@ pub(super) fn count_by_db(directory: &KeyDirectory, max_key: usize) -> [usize; D
 impl Engine {
     /// Counts a stored key in or out of its database's size.
     pub(super) fn count_key(&mut self, key: &[u8], added: bool) {
-        if let Some(db) = keyspace::db_of(key, self.limits.max_key) {
-            let size = &mut self.db_sizes[usize::from(db.index())];
-            *size = if added {
-                *size + 1
-            } else {
-                size.saturating_sub(1)
-            };
-        }
+        let db = keyspace::db_of(key, self.limits.max_key);
+        let size = &mut self.db_sizes[usize::from(db.index())];
+        *size = if added {
+            *size + 1
+        } else {
+            size.saturating_sub(1)
+        };
     }
 
     pub(super) fn db_size(&self, db: Db) -> usize {
@@ -45,12 +42,10 @@ impl Engine {
         let max_key = self.limits.max_key;
         self.directory
             .keys_from(from)
-            .filter_map(
-                move |(slot, stored)| match keyspace::decode(stored, max_key) {
-                    Some((of, key)) if of == db => Some((slot, key)),
-                    _ => None,
-                },
-            )
+            .filter_map(move |(slot, stored)| {
+                let (of, key) = keyspace::decode(stored, max_key);
+                (of == db).then_some((slot, key))
+            })
     }
 
     /// The stored keys of `db`, or of every database.
@@ -58,7 +53,7 @@ impl Engine {
         let max_key = self.limits.max_key;
         self.directory
             .keys_from(0)
-            .filter(|(_, stored)| db.is_none() || keyspace::db_of(stored, max_key) == db)
+            .filter(|(_, stored)| db.is_none_or(|db| keyspace::db_of(stored, max_key) == db))
             .map(|(_, stored)| Bytes::copy_from_slice(stored))
             .collect()
     }

@@ -304,7 +304,7 @@ impl Engine {
                 let max_key = self.limits.max_key;
                 let change: i64 = view
                     .iter()
-                    .filter(|(key, _)| keyspace::db_of(key, max_key) == Some(*db))
+                    .filter(|(key, _)| keyspace::db_of(key, max_key) == *db)
                     .map(|(key, now)| i64::from(now.is_some()) - i64::from(before[key].is_some()))
                     .sum();
                 Outcome::Integer(self.db_size(*db) as i64 + change)
