@@ -172,19 +172,28 @@ fn update(name: &str, op: Update) -> Command {
 fn check_updates(name: SchemeName, decisions: bool) {
     let mut sim = simulator(name);
     for k in ["a", "b", "c", "d"] {
-        assert_eq!(
-            sim.execute(1, set(k, SetCondition::Always)),
-            Some(Outcome::Ok)
-        );
+        // Counters, so every INCR below succeeds (and writes).
+        let counter = Command::Set {
+            key: key(k),
+            value: key("1"),
+            condition: SetCondition::Always,
+        };
+        assert_eq!(sim.execute(1, counter), Some(Outcome::Ok));
     }
     sim.record();
 
     // An INCR is a GET and a SET of its key, to storage.
     let (mut get_then_set, _) = traffic(&mut sim, Command::Get(key("a")));
-    get_then_set.extend(traffic(&mut sim, set("a", SetCondition::Always)).0);
+    let set_a = Command::Set {
+        key: key("a"),
+        value: key("1"),
+        condition: SetCondition::Always,
+    };
+    get_then_set.extend(traffic(&mut sim, set_a).0);
     get_then_set.sort_unstable_by_key(|&(kind, len)| (kind as u8, len));
     assert!(!get_then_set.is_empty(), "{name:?}: no traffic");
-    let (incr, _) = traffic(&mut sim, update("a", Update::IncrBy(1)));
+    let (incr, outcome) = traffic(&mut sim, update("a", Update::IncrBy(1)));
+    assert_eq!(outcome, Outcome::Integer(2), "{name:?}");
     assert_eq!(incr, get_then_set, "{name:?}: INCR against GET + SET");
     if !decisions {
         return;
