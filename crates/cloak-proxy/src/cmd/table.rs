@@ -6,7 +6,10 @@
 //! cluster client finding keys, a tool listing commands) sees what it would see on Redis for
 //! these commands. One line per command, so adding one is adding a line.
 
-use super::{Args, Request, client, connection, expiry, hashes, keys, server};
+use super::{
+    Args, Request, client, connection, expiry, hashes, keys, keyspace, server, strings,
+    transactions,
+};
 use crate::resp::Reply;
 
 /// Turns a command's arguments (after its name) into a request, or the error to reply.
@@ -125,6 +128,34 @@ pub const COMMANDS: &[Spec] = &[
     Spec { name: "hkeys", arity: 2, flags: &["readonly"], acl: &["@read", "@hash", "@slow"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get all the fields in a hash", run: Run::Parse(hashes::hkeys) },
     Spec { name: "hvals", arity: 2, flags: &["readonly"], acl: &["@read", "@hash", "@slow"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get all the values in a hash", run: Run::Parse(hashes::hvals) },
     Spec { name: "hstrlen", arity: 3, flags: &["readonly", "fast"], acl: &["@read", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "3.2.0", summary: "Get the length of the value of a hash field", run: Run::Parse(hashes::hstrlen) },
+    Spec { name: "incr", arity: 2, flags: &["write", "denyoom", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "1.0.0", summary: "Increment the integer value of a key by one", run: Run::Parse(strings::incr) },
+    Spec { name: "incrby", arity: 3, flags: &["write", "denyoom", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "1.0.0", summary: "Increment the integer value of a key by the given amount", run: Run::Parse(strings::incrby) },
+    Spec { name: "decr", arity: 2, flags: &["write", "denyoom", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "1.0.0", summary: "Decrement the integer value of a key by one", run: Run::Parse(strings::decr) },
+    Spec { name: "decrby", arity: 3, flags: &["write", "denyoom", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "1.0.0", summary: "Decrement the integer value of a key by the given number", run: Run::Parse(strings::decrby) },
+    Spec { name: "incrbyfloat", arity: 3, flags: &["write", "denyoom", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "2.6.0", summary: "Increment the float value of a key by the given amount", run: Run::Parse(strings::incrbyfloat) },
+    Spec { name: "append", arity: 3, flags: &["write", "denyoom", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "2.0.0", summary: "Append a value to a key", run: Run::Parse(strings::append) },
+    Spec { name: "strlen", arity: 2, flags: &["readonly", "fast"], acl: &["@read", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "2.2.0", summary: "Get the length of the value stored in a key", run: Run::Parse(strings::strlen) },
+    Spec { name: "getrange", arity: 4, flags: &["readonly"], acl: &["@read", "@string", "@slow"], keys: (1, 1, 1), group: "string", since: "2.4.0", summary: "Get a substring of the string stored at a key", run: Run::Parse(strings::getrange) },
+    Spec { name: "setrange", arity: 4, flags: &["write", "denyoom"], acl: &["@write", "@string", "@slow"], keys: (1, 1, 1), group: "string", since: "2.2.0", summary: "Overwrite part of a string at key starting at the specified offset", run: Run::Parse(strings::setrange) },
+    Spec { name: "getset", arity: 3, flags: &["write", "denyoom", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "1.0.0", summary: "Set the string value of a key and return its old value", run: Run::Parse(strings::getset) },
+    Spec { name: "getdel", arity: 2, flags: &["write", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "6.2.0", summary: "Get the value of a key and delete the key", run: Run::Parse(strings::getdel) },
+    Spec { name: "setnx", arity: 3, flags: &["write", "denyoom", "fast"], acl: &["@write", "@string", "@fast"], keys: (1, 1, 1), group: "string", since: "1.0.0", summary: "Set the value of a key, only if the key does not exist", run: Run::Parse(strings::setnx) },
+    Spec { name: "msetnx", arity: -3, flags: &["write", "denyoom"], acl: &["@write", "@string", "@slow"], keys: (1, -1, 2), group: "string", since: "1.0.1", summary: "Set multiple keys to multiple values, only if none of the keys exist", run: Run::Parse(strings::msetnx) },
+    Spec { name: "unlink", arity: -2, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, -1, 1), group: "generic", since: "4.0.0", summary: "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.", run: Run::Parse(keys::del) },
+    Spec { name: "touch", arity: -2, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (1, -1, 1), group: "generic", since: "3.2.1", summary: "Alters the last access time of a key(s). Returns the number of existing keys specified.", run: Run::Parse(keys::exists) },
+    Spec { name: "copy", arity: -3, flags: &["write", "denyoom"], acl: &["@keyspace", "@write", "@slow"], keys: (1, 2, 1), group: "generic", since: "6.2.0", summary: "Copy a key", run: Run::Parse(keyspace::copy) },
+    Spec { name: "rename", arity: 3, flags: &["write"], acl: &["@keyspace", "@write", "@slow"], keys: (1, 2, 1), group: "generic", since: "1.0.0", summary: "Rename a key", run: Run::Parse(keyspace::rename) },
+    Spec { name: "renamenx", arity: 3, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, 2, 1), group: "generic", since: "1.0.0", summary: "Rename a key, only if the new key does not exist", run: Run::Parse(keyspace::renamenx) },
+    Spec { name: "randomkey", arity: 1, flags: &["readonly"], acl: &["@keyspace", "@read", "@slow"], keys: (0, 0, 0), group: "generic", since: "1.0.0", summary: "Return a random key from the keyspace", run: Run::Parse(keyspace::randomkey) },
+    Spec { name: "keys", arity: 2, flags: &["readonly"], acl: &["@keyspace", "@read", "@slow", "@dangerous"], keys: (0, 0, 0), group: "generic", since: "1.0.0", summary: "Find all keys matching the given pattern", run: Run::Parse(keyspace::keys) },
+    Spec { name: "scan", arity: -2, flags: &["readonly"], acl: &["@keyspace", "@read", "@slow"], keys: (0, 0, 0), group: "generic", since: "2.8.0", summary: "Incrementally iterate the keys space", run: Run::Parse(keyspace::scan) },
+    Spec { name: "flushdb", arity: -1, flags: &["write"], acl: &["@keyspace", "@write", "@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Remove all keys from the current database", run: Run::Parse(keyspace::flushdb) },
+    Spec { name: "flushall", arity: -1, flags: &["write"], acl: &["@keyspace", "@write", "@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Remove all keys from all databases", run: Run::Parse(keyspace::flushall) },
+    Spec { name: "multi", arity: 1, flags: &["noscript", "loading", "stale", "fast", "allow_busy"], acl: &["@fast", "@transaction"], keys: (0, 0, 0), group: "transactions", since: "1.2.0", summary: "Mark the start of a transaction block", run: Run::Parse(transactions::multi) },
+    Spec { name: "exec", arity: 1, flags: &["noscript", "loading", "stale", "skip_slowlog"], acl: &["@slow", "@transaction"], keys: (0, 0, 0), group: "transactions", since: "1.2.0", summary: "Execute all commands issued after MULTI", run: Run::Parse(transactions::exec) },
+    Spec { name: "discard", arity: 1, flags: &["noscript", "loading", "stale", "fast", "allow_busy"], acl: &["@fast", "@transaction"], keys: (0, 0, 0), group: "transactions", since: "2.0.0", summary: "Discard all commands issued after MULTI", run: Run::Parse(transactions::discard) },
+    Spec { name: "watch", arity: -2, flags: &["noscript", "loading", "stale", "fast", "allow_busy"], acl: &["@fast", "@transaction"], keys: (1, -1, 1), group: "transactions", since: "2.2.0", summary: "Watch the given keys to determine execution of the MULTI/EXEC block", run: Run::Parse(transactions::watch) },
+    Spec { name: "unwatch", arity: 1, flags: &["noscript", "loading", "stale", "fast", "allow_busy"], acl: &["@fast", "@transaction"], keys: (0, 0, 0), group: "transactions", since: "2.2.0", summary: "Forget about all watched keys", run: Run::Parse(transactions::unwatch) },
     Spec { name: "ping", arity: -1, flags: &["fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Ping the server", run: Run::Parse(connection::ping) },
     Spec { name: "echo", arity: 2, flags: &["loading", "stale", "fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Echo the given string", run: Run::Parse(connection::echo) },
     Spec { name: "auth", arity: -2, flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Authenticate to the server", run: Run::Parse(connection::auth) },
