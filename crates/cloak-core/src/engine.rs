@@ -505,6 +505,20 @@ impl Engine {
         self.expired.push_back(slot);
     }
 
+    /// Forgets every key whose deadline has passed (but those units hold).
+    fn forget_all_expired(&mut self, now: Instant) {
+        let unix = self.clock.unix_ms(now);
+        let due: Vec<(Slot, Bytes)> = self
+            .keyspace
+            .due(unix)
+            .filter(|(_, key)| !self.gate.holds(key))
+            .map(|(slot, key)| (slot, key.clone()))
+            .collect();
+        for (slot, key) in due {
+            self.forget_expired(slot, &key);
+        }
+    }
+
     /// Forgets the expired keys a command names, so it never sees them.
     fn forget_expired_named(&mut self, now: Instant, command: &Command) {
         if self.keyspace.expiring() == 0 {
@@ -561,6 +575,16 @@ impl Engine {
     ) -> Result<(), Outcome> {
         self.check(&command).map_err(Outcome::Error)?;
         self.forget_expired_named(now, &command);
+        if matches!(
+            command,
+            Command::DbSize(_)
+                | Command::Keys { .. }
+                | Command::Scan { .. }
+                | Command::RandomKey(_)
+        ) {
+            // Listings never show a key whose deadline passed, reaped or not.
+            self.forget_all_expired(now);
+        }
         let unix = self.clock.unix_ms(now);
         match command {
             Command::Get(key)

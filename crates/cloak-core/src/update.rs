@@ -89,7 +89,8 @@ impl Update {
     pub fn kind(&self) -> Option<Kind> {
         match self {
             Update::Hash(_) => Some(Kind::Hash),
-            Update::Expire { .. } | Update::Persist => None,
+            // SETNX only asks whether the key exists, as in Redis.
+            Update::Expire { .. } | Update::Persist | Update::SetIfAbsent(_) => None,
             // `SET … GET` / GETSET answer the old value, so it must be a string too.
             _ => Some(Kind::String),
         }

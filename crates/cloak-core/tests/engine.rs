@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Command, Engine, Entry, KeyDirectory, Limits, Op, OpId, Outbox, Outcome, Record, Reply, RequestId,
-    Scheme, SchemeStats, SetCondition, StorageError, StorageReply, StorageRequest,
+    Command, Engine, Entry, KeyDirectory, Limits, Op, OpId, Outbox, Outcome, Record, Reply,
+    RequestId, Scheme, SchemeStats, SetCondition, StorageError, StorageReply, StorageRequest,
 };
 use cloak_crypto::{KeyHasher, MasterKey};
 
