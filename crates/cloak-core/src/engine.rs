@@ -22,10 +22,10 @@
 //!
 //! Commands that read a key and write what the read decides (INCR, APPEND, `SET … GET`, EXPIRE,
 //! PERSIST, GETEX with an option, hash updates, RENAME, COPY, MSETNX, EXEC, …) run as *units*,
-//! alone on their keys: see [`gate`] for how they wait and [`unit`] for how they run. What each
-//! does to a value is [`Update::apply`], the one place of the type check. To storage a unit is
-//! a read of each key it names and a write (or a cover read) of each key it may write: the
-//! accesses of GETs and SETs, which every scheme already hides.
+//! alone on their keys: see `engine/gate.rs` for how they wait and `engine/unit.rs` for how
+//! they run. What each does to a value is [`Update::apply`], the one place of the type check.
+//! To storage a unit is a read of each key it names and a write (or a cover read) of each key
+//! it may write: the accesses of GETs and SETs, which every scheme already hides.
 //!
 //! Expired keys: a command never sees a key whose deadline has passed (each command first
 //! forgets the expired keys it names), and a reaper deletes their elements through the scheme as

@@ -166,7 +166,10 @@ fn rust_script(port: u16, resp3: bool) -> String {
         ("incr", c("INCR").arg("counter").to_owned()),
         ("incrby", c("INCRBY").arg("counter").arg(5).to_owned()),
         ("incr not an integer", c("INCR").arg("greeting").to_owned()),
-        ("set ex", c("SET").arg(&["temp", "x", "EX", "100"]).to_owned()),
+        (
+            "set ex",
+            c("SET").arg(&["temp", "x", "EX", "100"]).to_owned(),
+        ),
         ("ttl", c("TTL").arg("temp").to_owned()),
     ];
     for (name, command) in more {
