@@ -334,21 +334,9 @@ fn range(current: Option<&Bytes>, start: i64, end: i64) -> Bytes {
 }
 
 /// Reads a value as Redis's `string2ll` does: optional `-`, digits, no leading zeros, no `+`,
-/// no spaces, within 64 bits.
+/// no spaces, within 64 bits (the one reading, [`crate::hash::parse_integer`], with INCR's error).
 pub fn parse_integer(value: &[u8]) -> Result<i64, CommandError> {
-    let digits = value.strip_prefix(b"-").unwrap_or(value);
-    let canonical = match digits {
-        [b'0'] => value.len() == 1,
-        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
-        _ => false,
-    };
-    if !canonical || value.len() > 20 {
-        return Err(CommandError::NotInteger);
-    }
-    std::str::from_utf8(value)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or(CommandError::NotInteger)
+    crate::hash::parse_integer(value).ok_or(CommandError::NotInteger)
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@
 mod client;
 mod connection;
 mod expiry;
+mod generic;
 mod hashes;
 mod keys;
-mod keyspace;
 mod server;
 mod strings;
 pub mod table;

@@ -7,8 +7,7 @@
 //! these commands. One line per command, so adding one is adding a line.
 
 use super::{
-    Args, Request, client, connection, expiry, hashes, keys, keyspace, server, strings,
-    transactions,
+    Args, Request, client, connection, expiry, generic, hashes, keys, server, strings, transactions,
 };
 use crate::resp::Reply;
 
@@ -143,14 +142,14 @@ pub const COMMANDS: &[Spec] = &[
     Spec { name: "msetnx", arity: -3, flags: &["write", "denyoom"], acl: &["@write", "@string", "@slow"], keys: (1, -1, 2), group: "string", since: "1.0.1", summary: "Set multiple keys to multiple values, only if none of the keys exist", run: Run::Parse(strings::msetnx) },
     Spec { name: "unlink", arity: -2, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, -1, 1), group: "generic", since: "4.0.0", summary: "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.", run: Run::Parse(keys::del) },
     Spec { name: "touch", arity: -2, flags: &["readonly", "fast"], acl: &["@keyspace", "@read", "@fast"], keys: (1, -1, 1), group: "generic", since: "3.2.1", summary: "Alters the last access time of a key(s). Returns the number of existing keys specified.", run: Run::Parse(keys::exists) },
-    Spec { name: "copy", arity: -3, flags: &["write", "denyoom"], acl: &["@keyspace", "@write", "@slow"], keys: (1, 2, 1), group: "generic", since: "6.2.0", summary: "Copy a key", run: Run::Parse(keyspace::copy) },
-    Spec { name: "rename", arity: 3, flags: &["write"], acl: &["@keyspace", "@write", "@slow"], keys: (1, 2, 1), group: "generic", since: "1.0.0", summary: "Rename a key", run: Run::Parse(keyspace::rename) },
-    Spec { name: "renamenx", arity: 3, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, 2, 1), group: "generic", since: "1.0.0", summary: "Rename a key, only if the new key does not exist", run: Run::Parse(keyspace::renamenx) },
-    Spec { name: "randomkey", arity: 1, flags: &["readonly"], acl: &["@keyspace", "@read", "@slow"], keys: (0, 0, 0), group: "generic", since: "1.0.0", summary: "Return a random key from the keyspace", run: Run::Parse(keyspace::randomkey) },
-    Spec { name: "keys", arity: 2, flags: &["readonly"], acl: &["@keyspace", "@read", "@slow", "@dangerous"], keys: (0, 0, 0), group: "generic", since: "1.0.0", summary: "Find all keys matching the given pattern", run: Run::Parse(keyspace::keys) },
-    Spec { name: "scan", arity: -2, flags: &["readonly"], acl: &["@keyspace", "@read", "@slow"], keys: (0, 0, 0), group: "generic", since: "2.8.0", summary: "Incrementally iterate the keys space", run: Run::Parse(keyspace::scan) },
-    Spec { name: "flushdb", arity: -1, flags: &["write"], acl: &["@keyspace", "@write", "@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Remove all keys from the current database", run: Run::Parse(keyspace::flushdb) },
-    Spec { name: "flushall", arity: -1, flags: &["write"], acl: &["@keyspace", "@write", "@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Remove all keys from all databases", run: Run::Parse(keyspace::flushall) },
+    Spec { name: "copy", arity: -3, flags: &["write", "denyoom"], acl: &["@keyspace", "@write", "@slow"], keys: (1, 2, 1), group: "generic", since: "6.2.0", summary: "Copy a key", run: Run::Parse(generic::copy) },
+    Spec { name: "rename", arity: 3, flags: &["write"], acl: &["@keyspace", "@write", "@slow"], keys: (1, 2, 1), group: "generic", since: "1.0.0", summary: "Rename a key", run: Run::Parse(generic::rename) },
+    Spec { name: "renamenx", arity: 3, flags: &["write", "fast"], acl: &["@keyspace", "@write", "@fast"], keys: (1, 2, 1), group: "generic", since: "1.0.0", summary: "Rename a key, only if the new key does not exist", run: Run::Parse(generic::renamenx) },
+    Spec { name: "randomkey", arity: 1, flags: &["readonly"], acl: &["@keyspace", "@read", "@slow"], keys: (0, 0, 0), group: "generic", since: "1.0.0", summary: "Return a random key from the keyspace", run: Run::Parse(generic::randomkey) },
+    Spec { name: "keys", arity: 2, flags: &["readonly"], acl: &["@keyspace", "@read", "@slow", "@dangerous"], keys: (0, 0, 0), group: "generic", since: "1.0.0", summary: "Find all keys matching the given pattern", run: Run::Parse(generic::keys) },
+    Spec { name: "scan", arity: -2, flags: &["readonly"], acl: &["@keyspace", "@read", "@slow"], keys: (0, 0, 0), group: "generic", since: "2.8.0", summary: "Incrementally iterate the keys space", run: Run::Parse(generic::scan) },
+    Spec { name: "flushdb", arity: -1, flags: &["write"], acl: &["@keyspace", "@write", "@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Remove all keys from the current database", run: Run::Parse(generic::flushdb) },
+    Spec { name: "flushall", arity: -1, flags: &["write"], acl: &["@keyspace", "@write", "@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Remove all keys from all databases", run: Run::Parse(generic::flushall) },
     Spec { name: "multi", arity: 1, flags: &["noscript", "loading", "stale", "fast", "allow_busy"], acl: &["@fast", "@transaction"], keys: (0, 0, 0), group: "transactions", since: "1.2.0", summary: "Mark the start of a transaction block", run: Run::Parse(transactions::multi) },
     Spec { name: "exec", arity: 1, flags: &["noscript", "loading", "stale", "skip_slowlog"], acl: &["@slow", "@transaction"], keys: (0, 0, 0), group: "transactions", since: "1.2.0", summary: "Execute all commands issued after MULTI", run: Run::Parse(transactions::exec) },
     Spec { name: "discard", arity: 1, flags: &["noscript", "loading", "stale", "fast", "allow_busy"], acl: &["@fast", "@transaction"], keys: (0, 0, 0), group: "transactions", since: "2.0.0", summary: "Discard all commands issued after MULTI", run: Run::Parse(transactions::discard) },
