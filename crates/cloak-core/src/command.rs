@@ -3,9 +3,11 @@
 
 use bytes::Bytes;
 
+use crate::database::Db;
 use crate::envelope::EnvelopeError;
 use crate::hash::HashOp;
 use crate::scheme::SchemeError;
+use crate::update::Update;
 
 /// When a `SET` takes effect.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,8 +43,6 @@ pub enum Command {
     Del(Vec<Bytes>),
     /// Answers how many of the keys exist (a key named twice counts twice, as in Redis).
     Exists(Vec<Bytes>),
-    /// `DBSIZE`: how many keys exist.
-    DbSize,
     /// `SET` with an expiry option, `SETEX`, `PSETEX`: a string with a deadline, or keeping the
     /// key's deadline (`KEEPTTL`). A plain [`Command::Set`] clears it, as in Redis.
     SetExpiring {
@@ -96,6 +96,68 @@ pub enum Command {
         /// What to do with the hash.
         op: HashOp,
     },
+    /// How many keys the database holds.
+    DbSize(Db),
+    /// A read-modify-write of one key (see [`Update`]).
+    Update {
+        /// The key.
+        key: Bytes,
+        /// What to do with its value.
+        op: Update,
+    },
+    /// MSETNX: sets every pair, or none if any of the keys exists; answers 1 or 0.
+    MSetNx(Vec<(Bytes, Bytes)>),
+    /// RENAME, or RENAMENX with `only_if_absent`.
+    Rename {
+        /// The key renamed.
+        from: Bytes,
+        /// Its new name.
+        to: Bytes,
+        /// RENAMENX: only if `to` does not exist.
+        only_if_absent: bool,
+    },
+    /// COPY (the destination may be in another database: it is just another stored key).
+    Copy {
+        /// The key copied.
+        from: Bytes,
+        /// The copy's name.
+        to: Bytes,
+        /// `REPLACE`: overwrite an existing `to`.
+        replace: bool,
+        /// `DB n`: the database `to` is in, when not the client's own (applied as keys are
+        /// encoded, see [`crate::database::in_db`]).
+        to_db: Option<Db>,
+    },
+    /// KEYS: the database's keys matching a glob pattern.
+    Keys {
+        /// The database.
+        db: Db,
+        /// The glob pattern.
+        pattern: Bytes,
+    },
+    /// SCAN: up to about `count` keys of the database from `cursor` on, and the next cursor.
+    Scan {
+        /// The database.
+        db: Db,
+        /// Where to go on from (0: the start).
+        cursor: u64,
+        /// `MATCH`.
+        pattern: Option<Bytes>,
+        /// `TYPE`: only keys of this type.
+        kind: Option<Bytes>,
+        /// `COUNT`.
+        count: usize,
+    },
+    /// RANDOMKEY.
+    RandomKey(Db),
+    /// FLUSHDB (one database) or FLUSHALL (`None`): deletes every key, through the scheme.
+    Flush(Option<Db>),
+    /// WATCH: the client's next transaction fails if one of these keys is written first.
+    Watch(Vec<Bytes>),
+    /// UNWATCH (and what a closing connection sends, so its watches go too).
+    Unwatch,
+    /// EXEC: the queued commands, run together with nothing of another client in between.
+    Transaction(Vec<Command>),
 }
 
 /// A deadline as a client gives it, in milliseconds.
@@ -157,23 +219,74 @@ pub enum GetExChange {
 }
 
 impl Command {
-    /// Every key the command names (in order, repeats included).
-    pub fn keys(&self) -> Vec<&Bytes> {
+    /// The keys the command reads or writes, in order, repeats included (a transaction's: all
+    /// its commands' keys).
+    pub fn keys(&self) -> Vec<Bytes> {
         match self {
             Command::Get(key)
             | Command::Set { key, .. }
+            | Command::Update { key, .. }
             | Command::SetExpiring { key, .. }
             | Command::Expire { key, .. }
             | Command::Persist(key)
             | Command::Ttl { key, .. }
             | Command::GetEx { key, .. }
             | Command::Type(key)
-            | Command::Hash { key, .. } => vec![key],
-            Command::MGet(keys) | Command::Del(keys) | Command::Exists(keys) => {
-                keys.iter().collect()
+            | Command::Hash { key, .. } => vec![key.clone()],
+            Command::MGet(keys) | Command::Del(keys) | Command::Exists(keys) => keys.clone(),
+            Command::MSet(pairs) | Command::MSetNx(pairs) => {
+                pairs.iter().map(|(key, _)| key.clone()).collect()
             }
-            Command::MSet(pairs) => pairs.iter().map(|(key, _)| key).collect(),
-            Command::DbSize => Vec::new(),
+            Command::Rename { from, to, .. } | Command::Copy { from, to, .. } => {
+                vec![from.clone(), to.clone()]
+            }
+            Command::Transaction(commands) => commands.iter().flat_map(Command::keys).collect(),
+            Command::DbSize(_)
+            | Command::Keys { .. }
+            | Command::Scan { .. }
+            | Command::RandomKey(_)
+            | Command::Flush(_)
+            | Command::Watch(_)
+            | Command::Unwatch => Vec::new(),
+        }
+    }
+
+    /// Whether the command may change a key.
+    pub fn may_write(&self) -> bool {
+        match self {
+            Command::Update { op, .. } => op.may_write(),
+            Command::Hash { op, .. } => !op.is_read(),
+            Command::GetEx { change, .. } => change.is_some(),
+            Command::Set { .. }
+            | Command::SetExpiring { .. }
+            | Command::Expire { .. }
+            | Command::Persist(_)
+            | Command::MSet(_)
+            | Command::MSetNx(_)
+            | Command::Del(_)
+            | Command::Rename { .. }
+            | Command::Copy { .. }
+            | Command::Flush(_) => true,
+            Command::Transaction(commands) => commands.iter().any(Command::may_write),
+            _ => false,
+        }
+    }
+
+    /// Whether the command must run alone on its keys: it reads them and writes what it read
+    /// decides (see `engine::unit`). Every read-modify-write is one: string updates, expiry
+    /// updates, hash updates, MSETNX, RENAME, COPY and EXEC.
+    pub fn runs_alone(&self) -> bool {
+        match self {
+            Command::Update { .. }
+            | Command::Expire { .. }
+            | Command::Persist(_)
+            | Command::MSetNx(_)
+            | Command::Rename { .. }
+            | Command::Copy { .. }
+            | Command::Transaction(_) => true,
+            Command::GetEx { change, .. } => change.is_some(),
+            Command::Hash { op, .. } => !op.is_read(),
+            _ => false,
         }
     }
 }
@@ -195,6 +308,10 @@ pub enum Outcome {
     Pairs(Vec<(Bytes, Bytes)>),
     /// Refused or failed.
     Error(CommandError),
+    /// An array of replies: EXEC's results, SCAN's cursor and keys.
+    Multi(Vec<Outcome>),
+    /// EXEC when a watched key changed: nothing ran (Redis's null array).
+    Aborted,
 }
 
 /// Why a command was refused or failed.
@@ -266,6 +383,27 @@ pub enum CommandError {
     /// A bug: a hash update answered as a read.
     #[error("internal error: a hash update was answered as a read")]
     NotARead,
+    /// A value that is not a 64-bit integer (INCR and its relatives).
+    #[error("value is not an integer or out of range")]
+    NotInteger,
+    /// A value or increment that is not a float (INCRBYFLOAT).
+    #[error("value is not a valid float")]
+    NotFloat,
+    /// An increment that would produce NaN or infinity.
+    #[error("increment would produce NaN or Infinity")]
+    NanOrInfinity,
+    /// RENAME of a key that does not exist.
+    #[error("no such key")]
+    NoSuchKey,
+    /// A database-0 key with the form of another database's stored key (see `database`).
+    #[error("this key has the form Cloak uses for keys of databases 1 to 15; use another")]
+    ReservedKey,
+    /// COPY onto itself.
+    #[error("source and destination objects are the same")]
+    SameObject,
+    /// A command a transaction cannot hold in Cloak.
+    #[error("{0} is not supported inside MULTI by Cloak")]
+    NotInTransaction(&'static str),
 }
 
 impl CommandError {

@@ -6,6 +6,10 @@
 //! about 2^-37. The full key lives in the element and the engine compares it on every read, so
 //! even then a read would answer nothing rather than another key's value.
 //!
+//! The keys themselves are kept too, by slot, for the commands that list keys (KEYS, SCAN,
+//! RANDOMKEY, FLUSHDB): 16 bytes a slot plus the key's own bytes. Listing therefore needs no
+//! storage access at all, and the storage server sees nothing of it.
+//!
 //! A key can also be *designated* a slot before it exists ([`KeyDirectory::designate`]): the
 //! slot is kept for that key alone (it is not in the free list, and it returns to the key, not
 //! to the free list, when the key is deleted), while `get` still says the key does not exist.
@@ -89,6 +93,8 @@ pub struct KeyDirectory {
     /// Keys given a slot in advance, and those slots.
     designated: HashMap<Hash, u32>,
     designated_slots: HashSet<u32>,
+    /// The key each slot holds, for listing; `None` for slots holding none.
+    names: Vec<Option<Box<[u8]>>>,
 }
 
 impl KeyDirectory {
@@ -104,7 +110,24 @@ impl KeyDirectory {
             capacity,
             designated: HashMap::new(),
             designated_slots: Default::default(),
+            names: vec![None; capacity],
         }
+    }
+
+    /// The key `slot` holds, if any.
+    pub fn key_at(&self, slot: Slot) -> Option<&[u8]> {
+        self.names.get(slot as usize)?.as_deref()
+    }
+
+    /// The keys held at slots `from..`, in slot order, with their slots. A key keeps its slot for
+    /// as long as it exists, so walking slots in order (SCAN's cursor) meets every key that
+    /// exists throughout the walk exactly once, whatever else is added or removed meanwhile.
+    pub fn keys_from(&self, from: Slot) -> impl Iterator<Item = (Slot, &[u8])> {
+        self.names
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(from).unwrap_or(usize::MAX))
+            .filter_map(|(slot, name)| Some((slot as Slot, name.as_deref()?)))
     }
 
     /// Slots it hands out.
@@ -136,6 +159,7 @@ impl KeyDirectory {
         }
         if let Some(&slot) = self.designated.get(&hash) {
             self.slots.insert(hash, slot);
+            self.names[slot as usize] = Some(key.into());
             return Some((Slot::from(slot), true));
         }
         let slot = self.free.pop()?;
@@ -144,13 +168,16 @@ impl KeyDirectory {
             self.free.shrink_to(self.free.len() * 2);
         }
         self.slots.insert(hash, slot);
+        self.names[slot as usize] = Some(key.into());
         Some((Slot::from(slot), true))
     }
 
     /// Forgets a key. Its slot is not reusable until [`KeyDirectory::release`]: the caller first
     /// makes sure storage no longer holds the old record.
     pub fn remove(&mut self, key: &[u8]) -> Option<Slot> {
-        self.slots.remove(&hash(&self.hasher, key)).map(Slot::from)
+        let slot = self.slots.remove(&hash(&self.hasher, key))?;
+        self.names[slot as usize] = None;
+        Some(Slot::from(slot))
     }
 
     /// Makes a removed key's slot free again (see [`KeyDirectory::remove`]).
@@ -202,6 +229,7 @@ impl KeyDirectory {
             // A key recovered twice keeps its first slot (recovery hands over each key once).
             if directory.slots.get(&hash).is_none() {
                 directory.slots.insert(hash, slot as u32);
+                directory.names[slot as usize] = Some(key.into());
             }
             taken[slot as usize] = true;
         }
@@ -230,6 +258,9 @@ mod tests {
         assert_eq!(d.get_or_insert(b"c"), Some((0, true)));
         assert_eq!(d.get(b"b"), Some(1));
         assert_eq!(d.len(), 2);
+        assert_eq!(d.key_at(0), Some(&b"c"[..]));
+        let listed: Vec<_> = d.keys_from(1).collect();
+        assert_eq!(listed, [(1, &b"b"[..])]);
     }
 
     #[test]

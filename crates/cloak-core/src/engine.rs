@@ -20,26 +20,30 @@
 //! storage, like `EXISTS`, and a command for the wrong type answers `WRONGTYPE` (with the cover
 //! reads an absent key would have had, so a failed type check shows storage nothing either).
 //!
-//! Read-modify-write commands ([`Update`]: hash updates, `EXPIRE`, `PERSIST`, `GETEX` with an
-//! option) read the key and write it back, holding the key meanwhile: every other command that
-//! names it waits (whole, in arrival order, behind any earlier command of its client), and the
-//! read starts only once no op on the slot is left in the scheme, so the update is atomic
-//! against every client. To storage an update is one read and one write of the key's slot (a
-//! cover read when nothing changes, for schemes that need covers): the accesses of a GET and a
-//! SET, which every scheme already hides.
+//! Commands that read a key and write what the read decides (INCR, APPEND, `SET … GET`, EXPIRE,
+//! PERSIST, GETEX with an option, hash updates, RENAME, COPY, MSETNX, EXEC, …) run as *units*,
+//! alone on their keys: see `engine/gate.rs` for how they wait and `engine/unit.rs` for how
+//! they run. What each does to a value is [`Update::apply`], the one place of the type check.
+//! To storage a unit is a read of each key it names and a write (or a cover read) of each key
+//! it may write: the accesses of GETs and SETs, which every scheme already hides.
 //!
 //! Expired keys: a command never sees a key whose deadline has passed (each command first
 //! forgets the expired keys it names), and a reaper deletes their elements through the scheme as
-//! ordinary deletes, at most [`REAP_PER_TICK`] a tick and only while the scheme accepts ops.
-//! What storage can learn from the deletes: when they happen follows deadlines clients chose,
-//! so the proxy makes accesses when no client asked for one. Cloak and Waffle send fixed batches
-//! on a fixed schedule whatever they carry, and a delete rides in one as any write does, so the
-//! server sees nothing. For schemes with traffic per op (Path ORAM, CURIOUS, Pancake,
-//! `encrypted`), a delete is one access like any other (a uniformly random path in a tree ORAM,
-//! smoothed replicas in Pancake): the server sees that an access happened at that time, which
-//! it sees of every client op already, and not that it was a deletion nor which key it touched
-//! (except `encrypted`, which shows every key's label by design and so shows that this label
-//! was written at that time).
+//! ordinary deletes, at most [`REAP_PER_TICK`] a tick, only while the scheme accepts ops, and
+//! never for a key a unit holds. What storage can learn from the deletes: when they happen
+//! follows deadlines clients chose, so the proxy makes accesses when no client asked for one.
+//! Cloak and Waffle send fixed batches on a fixed schedule whatever they carry, and a delete
+//! rides in one as any write does, so the server sees nothing. For schemes with traffic per op
+//! (Path ORAM, CURIOUS, Pancake, `encrypted`), a delete is one access like any other (a
+//! uniformly random path in a tree ORAM, smoothed replicas in Pancake): the server sees that an
+//! access happened at that time, which it sees of every client op already, and not that it was
+//! a deletion nor which key it touched (except `encrypted`, which shows every key's label by
+//! design and so shows that this label was written at that time).
+
+mod gate;
+mod listing;
+mod unit;
+mod watch;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -50,9 +54,11 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 // Keys here are the engine's own ids and slots, never chosen by clients: a fast hash is safe.
 use hashbrown::{HashMap, HashSet};
 
-use crate::command::{
-    Command, CommandError, Deadline, GetExChange, Outcome, SetCondition, SetExpiry, TtlUnit,
-};
+use self::gate::{Gate, Waiter};
+use self::unit::Unit;
+use self::watch::Watches;
+use crate::command::{Command, CommandError, Deadline, Outcome, SetCondition, SetExpiry, TtlUnit};
+use crate::database::DATABASES;
 use crate::directory::KeyDirectory;
 use crate::element::{Record, Slot};
 use crate::envelope::{Entry, Kind};
@@ -61,7 +67,7 @@ use crate::integrity::SlotVersions;
 use crate::keyspace::Keyspace;
 use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeStats};
 use crate::storage::{ExpectedReply, RequestId, StorageError, StorageReply, StorageRequest};
-use crate::update::{Change, Update};
+use crate::update::Update;
 
 /// Identifies a client (a connection) for per-client ordering.
 pub type ClientId = u64;
@@ -94,6 +100,10 @@ pub struct EngineStats {
     pub capacity: u64,
     /// Keys with a deadline (`INFO`'s `expires=`).
     pub expires: u64,
+    /// Keys in each of the 16 databases (for INFO's keyspace section).
+    pub keys_per_db: Vec<u64>,
+    /// Keys with a deadline in each of the 16 databases (`expires=` of each keyspace line).
+    pub expires_per_db: Vec<u64>,
 }
 
 /// What a command still waits for, and how to answer it.
@@ -112,6 +122,10 @@ enum Shape {
     Integer(i64),
     /// An answer computed from what was read (or known at the start).
     Computed(Outcome),
+    /// A unit's reads: it goes on to run its commands.
+    UnitRead(u64),
+    /// A unit's writes: it answers.
+    UnitWritten(u64),
 }
 
 /// Why an op is in the scheme.
@@ -137,15 +151,8 @@ enum Expect {
     Covers(usize),
     /// A hash read: the key, and what to answer from its hash.
     View(Bytes, HashOp),
-    /// An update's read: the key, and what to do with its value.
-    Update(Bytes, Update),
-    /// An update's write (or cover read): the key's slot comes free when it is done.
-    Unlock(Slot),
-}
-
-/// A key held by an update; its read waits here until the slot has no op in the scheme.
-struct Lock {
-    read: Option<(ClientId, u64, Bytes, Update)>,
+    /// A unit's read: the key, and where its whole entry (sealed, as stored) goes.
+    Entry(Bytes, usize),
 }
 
 /// Converts between the driver's instants and Unix time, which deadlines are given in.
@@ -205,13 +212,20 @@ pub struct Engine {
     /// Every key's type and deadline.
     keyspace: Keyspace,
     clock: WallClock,
-    /// Keys held by updates, by slot.
-    locks: HashMap<Slot, Lock>,
-    /// Commands waiting for a held key (or behind one of their client's that does).
-    deferred: VecDeque<(ClientId, u64, Command)>,
     /// Slots of expired keys, gone from the directory, whose elements the reaper has yet to
     /// delete (their slots come free once it has).
     expired: VecDeque<Slot>,
+    /// Commands waiting for keys that units hold (see [`gate`]).
+    gate: Gate,
+    /// Set when a unit ended or a slot went idle: waiting commands may start now.
+    gate_moved: bool,
+    units: HashMap<u64, Unit>,
+    next_unit: u64,
+    watches: Watches,
+    /// How many keys each database holds.
+    db_sizes: [usize; DATABASES as usize],
+    /// Draws RANDOMKEY's starting slot.
+    random: ChaCha20Rng,
 }
 
 impl Engine {
@@ -222,6 +236,7 @@ impl Engine {
             "the scheme has fewer slots than the directory's capacity"
         );
         let scheme_needs_cover = scheme.traffic_per_op();
+        let db_sizes = listing::count_by_db(&directory, limits.max_key);
         Self {
             scheme,
             directory,
@@ -246,9 +261,14 @@ impl Engine {
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64),
             },
-            locks: HashMap::new(),
-            deferred: VecDeque::new(),
             expired: VecDeque::new(),
+            gate: Gate::default(),
+            gate_moved: false,
+            units: HashMap::new(),
+            next_unit: 0,
+            watches: Watches::default(),
+            db_sizes,
+            random: ChaCha20Rng::from_os_rng(),
         }
     }
 
@@ -305,7 +325,18 @@ impl Engine {
             keys: self.directory.len() as u64,
             capacity: self.directory.capacity() as u64,
             expires: self.keyspace.expiring() as u64,
+            keys_per_db: self.db_sizes.iter().map(|&n| n as u64).collect(),
+            expires_per_db: self.expiring_per_db(),
         }
+    }
+
+    /// How many keys with a deadline each database holds.
+    fn expiring_per_db(&self) -> Vec<u64> {
+        let mut counts = vec![0; DATABASES as usize];
+        for key in self.keyspace.expiring_keys() {
+            counts[usize::from(crate::database::db_of(key, self.limits.max_key).index())] += 1;
+        }
+        counts
     }
 
     /// The scheme's counters.
@@ -320,46 +351,61 @@ impl Engine {
 
     /// Takes a command; its outcome comes from [`Engine::poll_outcome`] with the same `token`.
     pub fn submit(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
-        if self.must_wait(client, &command) {
-            self.deferred.push_back((client, token, command));
+        // The common case, kept free of the gate's bookkeeping.
+        if self.gate.is_open() && !command.runs_alone() {
+            self.begin(now, client, token, command);
+            self.drain_replies(now);
+            return;
+        }
+        let mut keys = command.keys();
+        let everything = matches!(command, Command::Flush(_));
+        let unit = command.runs_alone();
+        if unit || self.gate.must_wait(client, &keys, everything) {
+            if let Command::Transaction(_) = command {
+                // Held too, so no write can slip in between EXEC and the watch check.
+                keys.extend_from_slice(self.watches.keys_of(client));
+            }
+            self.gate.push(Waiter {
+                client,
+                token,
+                command,
+                keys,
+                everything,
+                unit,
+            });
+            self.gate_moved = true;
         } else {
-            self.run(now, client, token, command);
+            self.begin(now, client, token, command);
         }
         self.drain_replies(now);
     }
 
-    fn run(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
-        match self.start(now, client, token, command) {
-            Ok(()) => {}
-            Err(outcome) => self.finish(token, outcome),
+    fn begin(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
+        if let Err(outcome) = self.start(now, client, token, command) {
+            self.finish(token, outcome);
         }
     }
 
-    /// Whether the command names a key an update holds, or its client has a command waiting.
-    fn must_wait(&self, client: ClientId, command: &Command) -> bool {
-        if self.locks.is_empty() {
-            return false;
-        }
-        self.deferred.iter().any(|(c, _, _)| *c == client)
-            || command.keys().into_iter().any(|key| {
-                self.directory
-                    .get(key)
-                    .is_some_and(|slot| self.locks.contains_key(&slot))
-            })
-    }
-
-    /// Starts the waiting commands a released key lets go, in arrival order.
-    fn resume_deferred(&mut self, now: Instant) {
-        let waiting = std::mem::take(&mut self.deferred);
-        let mut blocked = HashSet::new();
-        for (client, token, command) in waiting {
-            if blocked.contains(&client) || self.must_wait(client, &command) {
-                blocked.insert(client);
-                self.deferred.push_back((client, token, command));
-            } else {
-                self.run(now, client, token, command);
+    /// Starts every waiting command the gate lets through.
+    fn advance(&mut self, now: Instant) {
+        while std::mem::take(&mut self.gate_moved) && self.gate.has_waiting() {
+            loop {
+                let (directory, refs) = (&self.directory, &self.slot_refs);
+                let idle = |keys: &[Bytes]| {
+                    keys.iter()
+                        .all(|key| directory.get(key).is_none_or(|s| !refs.contains_key(&s)))
+                };
+                let Some(waiter) = self.gate.next_ready(idle) else {
+                    break;
+                };
+                if waiter.unit {
+                    self.begin_unit(now, waiter);
+                } else {
+                    self.begin(now, waiter.client, waiter.token, waiter.command);
+                }
             }
         }
+        self.gate_moved = false;
     }
 
     /// Hands storage's answer to the scheme, checked first: a reply of the wrong kind or size
@@ -413,7 +459,7 @@ impl Engine {
         }
         self.keyspace
             .by_deadline()
-            .find(|(_, slot)| !self.locks.contains_key(slot))
+            .find(|(_, slot)| !self.held(*slot))
             .map(|(at, _)| self.clock.instant(at))
     }
 
@@ -424,7 +470,7 @@ impl Engine {
         let due: Vec<(Slot, Bytes)> = self
             .keyspace
             .due(unix)
-            .filter(|(slot, _)| !self.locks.contains_key(slot))
+            .filter(|(_, key)| !self.gate.holds(key))
             .take(REAP_PER_TICK)
             .map(|(slot, key)| (slot, key.clone()))
             .collect();
@@ -442,13 +488,35 @@ impl Engine {
         }
     }
 
+    /// Whether a unit holds the key in `slot` (the reaper leaves it alone meanwhile).
+    fn held(&self, slot: Slot) -> bool {
+        self.keyspace
+            .key_of(slot)
+            .is_some_and(|key| self.gate.holds(key))
+    }
+
     /// Takes an expired key out of the directory; its element waits for the reaper.
     fn forget_expired(&mut self, slot: Slot, key: &Bytes) {
         if self.directory.get(key) == Some(slot) {
-            self.directory.remove(key);
+            self.remove_key(key);
+            self.watches.touched(key);
         }
         self.keyspace.clear(slot);
         self.expired.push_back(slot);
+    }
+
+    /// Forgets every key whose deadline has passed (but those units hold).
+    fn forget_all_expired(&mut self, now: Instant) {
+        let unix = self.clock.unix_ms(now);
+        let due: Vec<(Slot, Bytes)> = self
+            .keyspace
+            .due(unix)
+            .filter(|(_, key)| !self.gate.holds(key))
+            .map(|(slot, key)| (slot, key.clone()))
+            .collect();
+        for (slot, key) in due {
+            self.forget_expired(slot, &key);
+        }
     }
 
     /// Forgets the expired keys a command names, so it never sees them.
@@ -461,9 +529,9 @@ impl Engine {
             .keys()
             .into_iter()
             .filter_map(|key| {
-                let slot = self.directory.get(key)?;
+                let slot = self.directory.get(&key)?;
                 let at = self.keyspace.deadline(slot)?;
-                (at <= unix).then(|| (slot, key.clone()))
+                (at <= unix).then_some((slot, key))
             })
             .collect();
         for (slot, key) in expired {
@@ -507,6 +575,16 @@ impl Engine {
     ) -> Result<(), Outcome> {
         self.check(&command).map_err(Outcome::Error)?;
         self.forget_expired_named(now, &command);
+        if matches!(
+            command,
+            Command::DbSize(_)
+                | Command::Keys { .. }
+                | Command::Scan { .. }
+                | Command::RandomKey(_)
+        ) {
+            // Listings never show a key whose deadline passed, reaped or not.
+            self.forget_all_expired(now);
+        }
         let unix = self.clock.unix_ms(now);
         match command {
             Command::Get(key)
@@ -572,27 +650,6 @@ impl Engine {
                     .map(|slot| self.keyspace.kind(slot));
                 return Err(Outcome::Status(kind.map_or("none", Kind::name)));
             }
-            Command::Expire {
-                key,
-                deadline,
-                condition,
-                name,
-            } => {
-                let at = resolve(deadline, unix, name)?;
-                self.update(now, client, token, key, Update::Expire { at, condition })?;
-            }
-            Command::Persist(key) => self.update(now, client, token, key, Update::Persist)?,
-            Command::GetEx {
-                key,
-                change: Some(change),
-                name,
-            } => {
-                let at = match change {
-                    GetExChange::Persist => None,
-                    GetExChange::At(deadline) => Some(resolve(deadline, unix, name)?),
-                };
-                self.update(now, client, token, key, Update::GetEx(at))?;
-            }
             Command::Hash { key, op } if op.is_read() => {
                 let slot = self.directory.get(&key);
                 if slot.is_some_and(|slot| self.keyspace.kind(slot) != Kind::Hash) {
@@ -604,7 +661,6 @@ impl Engine {
                 let id = self.wait(token, Shape::Computed(op.read(None)), 0, 1);
                 self.start_op(now, client, id, slot, Expect::View(key, op), Op::Read);
             }
-            Command::Hash { key, op } => self.update(now, client, token, key, Update::Hash(op))?,
             Command::MSet(pairs) => {
                 // A key named twice takes its last value, as in Redis, and is written once: no
                 // reader and no crash can see the value in between.
@@ -631,9 +687,9 @@ impl Engine {
                 let id = self.wait(token, Shape::Ok, 0, pairs.len());
                 for (key, value) in pairs {
                     let (slot, _) = self
-                        .directory
-                        .get_or_insert(&key)
+                        .insert_key(&key)
                         .expect("free slots were counted above");
+                    self.watches.touched(&key);
                     self.write(
                         now,
                         client,
@@ -645,26 +701,10 @@ impl Engine {
                     );
                 }
             }
-            Command::Del(keys) => {
-                let slots: Vec<Slot> = keys
-                    .iter()
-                    .filter_map(|k| self.directory.remove(k))
-                    .collect();
-                let covers = match self.cover {
-                    Some(_) => keys.len() - slots.len(),
-                    None => 0,
-                };
-                if slots.is_empty() && covers == 0 {
-                    return Err(Outcome::Integer(0));
-                }
-                let deleted = slots.len();
-                let id = self.wait(token, Shape::Integer(deleted as i64), 0, deleted + covers);
-                for _ in 0..covers {
-                    self.cover(now, client, id);
-                }
-                for slot in slots {
-                    self.delete_slot(now, client, id, slot, Expect::Written);
-                }
+            Command::Del(keys) => return self.delete(now, client, token, keys, true),
+            Command::Flush(db) => {
+                let keys = self.stored_keys(db);
+                return self.delete(now, client, token, keys, false);
             }
             Command::Exists(keys) => {
                 let count = keys
@@ -673,7 +713,37 @@ impl Engine {
                     .count();
                 return Err(Outcome::Integer(count as i64));
             }
-            Command::DbSize => return Err(Outcome::Integer(self.directory.len() as i64)),
+            Command::DbSize(db) => return Err(Outcome::Integer(self.db_size(db) as i64)),
+            Command::Keys { db, pattern } => return Err(self.list_keys(db, &pattern)),
+            Command::Scan {
+                db,
+                cursor,
+                pattern,
+                kind,
+                count,
+            } => {
+                return Err(self.scan(db, cursor, pattern.as_deref(), kind.as_deref(), count));
+            }
+            Command::RandomKey(db) => return Err(self.random_key(db)),
+            Command::Watch(keys) => {
+                self.watches.watch(client, keys);
+                return Err(Outcome::Ok);
+            }
+            Command::Unwatch => {
+                self.watches.unwatch(client);
+                return Err(Outcome::Ok);
+            }
+            Command::Update { .. }
+            | Command::Expire { .. }
+            | Command::Persist(_)
+            | Command::GetEx { .. }
+            | Command::Hash { .. }
+            | Command::MSetNx(_)
+            | Command::Rename { .. }
+            | Command::Copy { .. }
+            | Command::Transaction(_) => {
+                unreachable!("`submit` sends every unit through the gate to `begin_unit`")
+            }
         }
         Ok(())
     }
@@ -698,6 +768,7 @@ impl Engine {
             return self.answer_covered(now, client, token, Outcome::Value(None), 1);
         }
         let slot = self.slot_for(&key)?;
+        self.watches.touched(&key);
         let id = self.wait(token, Shape::Ok, 0, 1);
         self.write(now, client, id, slot, key, entry, Expect::Written);
         Ok(())
@@ -705,7 +776,7 @@ impl Engine {
 
     /// The key's slot, taking a free one for a new key.
     fn slot_for(&mut self, key: &[u8]) -> Result<Slot, Outcome> {
-        match self.directory.get_or_insert(key) {
+        match self.insert_key(key) {
             Some((slot, _)) => Ok(slot),
             None => Err(Outcome::Error(CommandError::StoreFull {
                 capacity: self.directory.capacity(),
@@ -721,15 +792,7 @@ impl Engine {
         let Some(at) = self.keyspace.deadline(slot) else {
             return -1;
         };
-        let at = at as i64;
-        let left = (at - unix as i64).max(0);
-        // Redis rounds to the nearest second.
-        match unit {
-            TtlUnit::Seconds => (left + 500) / 1000,
-            TtlUnit::Millis => left,
-            TtlUnit::UnixSeconds => (at + 500) / 1000,
-            TtlUnit::UnixMillis => at,
-        }
+        unit::ttl(at, unit, unix)
     }
 
     /// Answers at once, after the cover reads the command would have made on an existing key
@@ -748,129 +811,6 @@ impl Engine {
         let id = self.wait(token, Shape::Computed(outcome), 0, ops);
         self.cover_as(now, client, id, Expect::Covers(ops));
         Ok(())
-    }
-
-    /// Starts a read-modify-write (see the module docs). For a key that does not exist the
-    /// change is known at once: a new key is written (after a cover read where reads are
-    /// covered, so it is a read and a write like any update), anything else is answered.
-    fn update(
-        &mut self,
-        now: Instant,
-        client: ClientId,
-        token: u64,
-        key: Bytes,
-        update: Update,
-    ) -> Result<(), Outcome> {
-        let covered = self.cover.is_some() as usize;
-        let Some(slot) = self.directory.get(&key) else {
-            let unix = self.clock.unix_ms(now);
-            let (change, answer) = update.apply(None, unix, self.limits.max_value);
-            let Change::Put(entry) = change else {
-                return self.answer_covered(now, client, token, answer, 2);
-            };
-            let slot = self.slot_for(&key)?;
-            let id = self.wait(token, Shape::Computed(answer), 0, 1 + covered);
-            self.cover(now, client, id);
-            self.write(now, client, id, slot, key, entry, Expect::Written);
-            return Ok(());
-        };
-        if update
-            .kind()
-            .is_some_and(|kind| kind != self.keyspace.kind(slot))
-        {
-            return self.answer_covered(now, client, token, wrong_type(), 2);
-        }
-        let id = self.wait(token, Shape::Computed(Outcome::Ok), 0, 2);
-        self.locks.insert(
-            slot,
-            Lock {
-                read: Some((client, id, key, update)),
-            },
-        );
-        self.read_when_idle(now, slot);
-        Ok(())
-    }
-
-    /// Sends a held key's read once no op on its slot is left in the scheme: one that went in
-    /// before could otherwise take effect after the read, and the update would undo it.
-    fn read_when_idle(&mut self, now: Instant, slot: Slot) {
-        if self.slot_refs.contains_key(&slot) {
-            return;
-        }
-        let Some((client, command, key, update)) =
-            self.locks.get_mut(&slot).and_then(|lock| lock.read.take())
-        else {
-            return;
-        };
-        self.start_op(
-            now,
-            client,
-            command,
-            slot,
-            Expect::Update(key, update),
-            Op::Read,
-        );
-    }
-
-    /// The rest of an update, once its read is back: apply it, then write the result (or
-    /// cover the write), and let the key go once that is done.
-    fn finish_update(
-        &mut self,
-        now: Instant,
-        route: &Route,
-        key: Bytes,
-        update: Update,
-        reply: Reply,
-    ) {
-        let slot = route.slot;
-        let entry = match reply {
-            Reply::Value(record) if !record.is_empty() && record.key == key => {
-                Entry::open(&record.value)
-                    .map(Some)
-                    .map_err(CommandError::from)
-            }
-            Reply::Value(_) => Ok(None),
-            Reply::Failed(error) => Err(CommandError::Scheme(error)),
-            Reply::Written => Err(CommandError::Scheme(crate::scheme::SchemeError::Integrity(
-                "the scheme answered a read as a write".into(),
-            ))),
-        };
-        let (change, answer) = match entry {
-            Ok(entry) => {
-                let unix = self.clock.unix_ms(now);
-                update.apply(entry, unix, self.limits.max_value)
-            }
-            Err(error) => (Change::Keep, Outcome::Error(error)),
-        };
-        if let Some(waiting) = self.commands.get_mut(&route.command) {
-            waiting.shape = Shape::Computed(answer);
-        }
-        match change {
-            Change::Put(entry) => {
-                let expect = Expect::Unlock(slot);
-                self.write(now, route.client, route.command, slot, key, entry, expect);
-            }
-            Change::Delete => {
-                self.directory.remove(&key);
-                let expect = Expect::Unlock(slot);
-                self.delete_slot(now, route.client, route.command, slot, expect);
-            }
-            Change::Keep if self.cover.is_some() => {
-                self.cover_as(now, route.client, route.command, Expect::Unlock(slot));
-            }
-            Change::Keep => {
-                if let Some(waiting) = self.commands.get_mut(&route.command) {
-                    waiting.remaining -= 1;
-                }
-                self.unlock(now, slot);
-            }
-        }
-    }
-
-    /// Lets a held key go, and the commands that waited for it run.
-    fn unlock(&mut self, now: Instant, slot: Slot) {
-        self.locks.remove(&slot);
-        self.resume_deferred(now);
     }
 
     /// Deletes the element of a key already gone from the directory; its slot comes free once
@@ -895,6 +835,68 @@ impl Engine {
                 },
             )
         });
+    }
+
+    /// Deletes keys (DEL, UNLINK, FLUSHDB): a write of an empty record to each existing key's
+    /// slot, the same write a SET makes, so storage cannot tell a delete from an update. Answers
+    /// how many existed when `counted`, else OK.
+    fn delete(
+        &mut self,
+        now: Instant,
+        client: ClientId,
+        token: u64,
+        keys: Vec<Bytes>,
+        counted: bool,
+    ) -> Result<(), Outcome> {
+        let slots: Vec<Slot> = keys
+            .iter()
+            .filter_map(|key| {
+                let slot = self.remove_key(key)?;
+                self.watches.touched(key);
+                Some(slot)
+            })
+            .collect();
+        let covers = match self.cover {
+            Some(_) => keys.len() - slots.len(),
+            None => 0,
+        };
+        let deleted = slots.len();
+        let shape = match counted {
+            true => Shape::Integer(deleted as i64),
+            false => Shape::Ok,
+        };
+        if slots.is_empty() && covers == 0 {
+            return Err(match counted {
+                true => Outcome::Integer(0),
+                false => Outcome::Ok,
+            });
+        }
+        let id = self.wait(token, shape, 0, deleted + covers);
+        for _ in 0..covers {
+            self.cover(now, client, id);
+        }
+        for slot in slots {
+            self.delete_slot(now, client, id, slot, Expect::Written);
+        }
+        Ok(())
+    }
+
+    /// Gives a key a slot (a new key counts in its database).
+    fn insert_key(&mut self, key: &[u8]) -> Option<(Slot, bool)> {
+        let inserted = self.directory.get_or_insert(key);
+        if let Some((_, true)) = inserted {
+            self.count_key(key, true);
+        }
+        inserted
+    }
+
+    /// Forgets a key (see [`KeyDirectory::remove`]).
+    fn remove_key(&mut self, key: &[u8]) -> Option<Slot> {
+        let removed = self.directory.remove(key);
+        if removed.is_some() {
+            self.count_key(key, false);
+        }
+        removed
     }
 
     /// Size limits, checked before anything changes so a bad command has no effect.
@@ -941,17 +943,41 @@ impl Engine {
             | Command::GetEx { key, .. }
             | Command::Type(key)
             | Command::Hash { key, .. } => key_ok(key),
-            Command::MGet(keys) | Command::Del(keys) | Command::Exists(keys) => {
+            Command::MGet(keys)
+            | Command::Del(keys)
+            | Command::Exists(keys)
+            | Command::Watch(keys) => {
                 count_ok(keys.len())?;
                 keys.iter().try_for_each(key_ok)
             }
-            Command::MSet(pairs) => {
+            Command::MSet(pairs) | Command::MSetNx(pairs) => {
                 count_ok(pairs.len())?;
                 pairs
                     .iter()
                     .try_for_each(|(k, v)| key_ok(k).and(value_ok(v)))
             }
-            Command::DbSize => Ok(()),
+            Command::Update { key, op } => {
+                key_ok(key)?;
+                match op {
+                    Update::Append(value)
+                    | Update::SetRange { value, .. }
+                    | Update::Replace { value, .. }
+                    | Update::SetIfAbsent(value) => value_ok(value),
+                    _ => Ok(()),
+                }
+            }
+            Command::Rename { from, to, .. } | Command::Copy { from, to, .. } => {
+                key_ok(from).and(key_ok(to))
+            }
+            // Its commands are checked one by one as they run (a failing one answers its error
+            // in EXEC's array, as in Redis).
+            Command::Transaction(commands) => count_ok(commands.len()),
+            Command::DbSize(_)
+            | Command::Keys { .. }
+            | Command::Scan { .. }
+            | Command::RandomKey(_)
+            | Command::Flush(_)
+            | Command::Unwatch => Ok(()),
         }
     }
 
@@ -1084,8 +1110,15 @@ impl Engine {
     }
 
     fn drain_replies(&mut self, now: Instant) {
-        while let Some((id, reply)) = self.scheme.outbox().poll_reply() {
-            self.complete_op(now, id, reply);
+        loop {
+            while let Some((id, reply)) = self.scheme.outbox().poll_reply() {
+                self.complete_op(now, id, reply);
+            }
+            if !(self.gate_moved && self.gate.has_waiting()) {
+                self.gate_moved = false;
+                return;
+            }
+            self.advance(now);
         }
     }
 
@@ -1125,11 +1158,9 @@ impl Engine {
         *refs -= 1;
         if *refs == 0 {
             self.slot_refs.remove(&route.slot);
+            self.gate_moved = true;
             if self.releasing.remove(&route.slot) {
                 self.directory.release(route.slot);
-            }
-            if self.locks.contains_key(&route.slot) {
-                self.read_when_idle(now, route.slot);
             }
         }
 
@@ -1140,22 +1171,6 @@ impl Engine {
             *known = (*known).max(version);
         }
         let route = match route.expect {
-            Expect::Update(key, update) => {
-                let rest = Route {
-                    expect: Expect::Cover,
-                    ..route
-                };
-                self.finish_update(now, &rest, key, update, reply);
-                self.count_done(rest.command, None);
-                return;
-            }
-            Expect::Unlock(slot) => {
-                self.unlock(now, slot);
-                Route {
-                    expect: Expect::Written,
-                    ..route
-                }
-            }
             Expect::Covers(left) => {
                 if left > 1 {
                     self.cover_as(now, route.client, route.command, Expect::Covers(left - 1));
@@ -1186,6 +1201,11 @@ impl Engine {
                     }
                 }
             }
+            (Reply::Value(record), Expect::Entry(key, index)) => {
+                if !record.is_empty() && record.key == key {
+                    waiting.values[index] = Some(record.value);
+                }
+            }
             (Reply::Value(record), Expect::View(key, op)) => {
                 if !record.is_empty() && record.key == key {
                     let answer = match Entry::open(&record.value) {
@@ -1209,11 +1229,11 @@ impl Engine {
                 tracing::error!(?reply, "scheme gave the wrong kind of reply");
             }
         }
-        self.count_done(route.command, None);
+        self.count_done(now, route.command, None);
     }
 
     /// Counts one of a command's ops done, and answers the command after its last.
-    fn count_done(&mut self, command: u64, error: Option<CommandError>) {
+    fn count_done(&mut self, now: Instant, command: u64, error: Option<CommandError>) {
         let Some(waiting) = self.commands.get_mut(&command) else {
             return;
         };
@@ -1224,6 +1244,10 @@ impl Engine {
         if waiting.remaining == 0 {
             let waiting = self.commands.remove(&command).expect("looked up above");
             let outcome = match (waiting.error, waiting.shape) {
+                (error, Shape::UnitRead(unit)) => {
+                    return self.unit_read(now, unit, waiting.values, error);
+                }
+                (error, Shape::UnitWritten(unit)) => return self.unit_written(unit, error),
                 (Some(error), _) => Outcome::Error(error),
                 (None, Shape::Value) => Outcome::Value(waiting.values.into_iter().next().flatten()),
                 (None, Shape::Values) => Outcome::Values(waiting.values),

@@ -56,6 +56,16 @@ impl Keyspace {
         self.deadlines.get(&slot).map(|(at, _)| *at)
     }
 
+    /// The key in `slot`, when it has a deadline (the keys the reaper may delete).
+    pub fn key_of(&self, slot: Slot) -> Option<&Bytes> {
+        self.deadlines.get(&slot).map(|(_, key)| key)
+    }
+
+    /// The keys that have a deadline, in no order.
+    pub fn expiring_keys(&self) -> impl Iterator<Item = &Bytes> {
+        self.deadlines.values().map(|(_, key)| key)
+    }
+
     /// Records what `slot` holds now.
     pub fn set(&mut self, slot: Slot, key: &Bytes, kind: Kind, deadline: Option<u64>) {
         self.clear(slot);

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod command;
+pub mod database;
 pub mod directory;
 pub mod element;
 pub mod engine;
@@ -17,8 +18,10 @@ pub mod hash;
 pub mod integrity;
 pub mod journal;
 pub mod keyspace;
+pub mod long_double;
 pub mod memory;
 pub mod outbox;
+pub mod pattern;
 pub mod recovery;
 pub mod scheme;
 pub mod sim;
@@ -30,6 +33,7 @@ pub use command::{
     Command, CommandError, Deadline, ExpireCondition, GetExChange, Outcome, SetCondition,
     SetExpiry, TtlUnit,
 };
+pub use database::Db;
 pub use directory::KeyDirectory;
 pub use element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slot};
 pub use engine::{ClientId, Engine, EngineStats, Limits};
@@ -49,3 +53,4 @@ pub use storage::{
     Addr, ExpectedReply, RequestId, StorageError, StorageOp, StorageReply, StorageRequest,
 };
 pub use trace::{AccessKind, Observed, Trace};
+pub use update::Update;

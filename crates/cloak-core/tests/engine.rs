@@ -27,10 +27,10 @@ struct Desk {
 /// A scheme that only passes ops to the test and replies when told to (on a timeout).
 struct ByHand {
     slots: u64,
+    /// The bench's clock, which never moves.
+    epoch: Instant,
     desk: Arc<Mutex<Desk>>,
     out: Outbox,
-    /// The test's clock, never advanced: replies the test queued are due at it.
-    now: Instant,
 }
 
 impl Scheme for ByHand {
@@ -60,10 +60,10 @@ impl Scheme for ByHand {
         }
     }
 
+    /// Due at once while replies wait: the engine calls a scheme's timer only when it is due.
     fn poll_timeout(&self) -> Option<Instant> {
-        // The engine calls a scheme's timeout only once it is due.
-        let waiting = !self.desk.lock().unwrap().replies.is_empty();
-        waiting.then_some(self.now)
+        let desk = self.desk.lock().unwrap();
+        (!desk.replies.is_empty()).then_some(self.epoch)
     }
 
     fn poll_storage(&mut self) -> Option<StorageRequest> {
@@ -100,9 +100,9 @@ impl Bench {
         let now = Instant::now();
         let scheme = ByHand {
             slots: capacity as u64,
+            epoch: now,
             desk: desk.clone(),
             out: Outbox::default(),
-            now,
         };
         let master = MasterKey::from_bytes([1; 32]);
         let directory = KeyDirectory::new(KeyHasher::new(&master), capacity);
@@ -155,7 +155,7 @@ fn get(key: &str) -> Command {
     Command::Get(Bytes::copy_from_slice(key.as_bytes()))
 }
 
-/// The client's bytes in a written record (stored values carry their type and deadline).
+/// A written record's client data (inside its type and deadline envelope).
 fn data(record: &Record) -> Bytes {
     Entry::open(&record.value).unwrap().data
 }

@@ -81,6 +81,23 @@ pub struct Charge {
     _proxy: OwnedSemaphorePermit,
 }
 
+impl Charge {
+    /// A charge of nothing, for what the proxy itself sends on a client's behalf (the UNWATCH
+    /// of a closing or reset connection).
+    pub(crate) fn nothing() -> Self {
+        let pool = Arc::new(Semaphore::new(2));
+        let take = || {
+            pool.clone()
+                .try_acquire_owned()
+                .unwrap_or_else(|_| unreachable!("a fresh pool has both permits"))
+        };
+        Charge {
+            _connection: take(),
+            _proxy: take(),
+        }
+    }
+}
+
 /// Charges a request of `bytes` to its connection and then to the proxy (in that order, so a
 /// connection at its own limit holds nothing of the shared pool while it waits).
 pub(crate) async fn charge(connection: &Budget, proxy: &Budget, bytes: usize) -> Charge {

@@ -43,9 +43,10 @@ pub async fn serve(stream: TcpStream, front: Arc<FrontEnd>) {
     let (reader, writer) = stream.into_split();
     let (replies, queue) = mpsc::channel(PIPELINE);
     let mut writing = tokio::spawn(write_replies(writer, queue, front.reply_limit));
+    let mut session = Session::new(&front, client.clone());
     tokio::select! {
         // The client stopped sending (or sent its last request): its replies still go out.
-        () = read_requests(reader, Session::new(&front, client.clone()), replies) => {
+        () = read_requests(reader, &mut session, replies) => {
             let _ = writing.await;
         }
         // The writer gave up (the client stopped reading, or the socket failed): stop reading
@@ -54,17 +55,18 @@ pub async fn serve(stream: TcpStream, front: Arc<FrontEnd>) {
         // `CLIENT KILL` from another client: close at once.
         () = client.killed.notified() => writing.abort(),
     }
+    session.close().await;
     drop(registration);
 }
 
 async fn read_requests(
     mut reader: OwnedReadHalf,
-    mut session: Session<'_>,
+    session: &mut Session<'_>,
     replies: mpsc::Sender<Queued>,
 ) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let budget = Budget::new(CONNECTION_PENDING_BYTES);
-    let mut decoder = RequestDecoder::new(limits(&session));
+    let mut decoder = RequestDecoder::new(limits(session));
     loop {
         loop {
             let pending = match decoder.decode(&mut buf) {
@@ -75,7 +77,7 @@ async fn read_requests(
                     let pending = session.respond(args, charge).await;
                     // AUTH and HELLO open the store's limits; RESET closes them again.
                     if session.authenticated() != was_authenticated {
-                        decoder.set_limits(limits(&session));
+                        decoder.set_limits(limits(session));
                     }
                     pending
                 }
@@ -216,6 +218,8 @@ fn to_reply(outcome: Outcome) -> Reply {
                 .collect(),
         ),
         Outcome::Error(error) => Reply::Error(error.redis_line()),
+        Outcome::Multi(outcomes) => Reply::Array(outcomes.into_iter().map(to_reply).collect()),
+        Outcome::Aborted => Reply::NilArray,
     }
 }
 

@@ -85,15 +85,20 @@ pub fn render(front: &FrontEnd, s: &Snapshot, wanted: &[String]) -> String {
         ],
     ));
     // Redis lists only databases that hold keys.
-    let expires = s.engine.expires;
-    let keyspace = if s.engine.keys > 0 {
-        vec![kv(
-            "db0",
-            format!("keys={},expires={expires},avg_ttl=0", s.engine.keys),
-        )]
-    } else {
-        Vec::new()
-    };
+    let keyspace = s
+        .engine
+        .keys_per_db
+        .iter()
+        .zip(s.engine.expires_per_db.iter().chain(std::iter::repeat(&0)))
+        .enumerate()
+        .filter(|(_, (keys, _))| **keys > 0)
+        .map(|(db, (keys, expires))| {
+            kv(
+                &format!("db{db}"),
+                format!("keys={keys},expires={expires},avg_ttl=0"),
+            )
+        })
+        .collect();
     sections.push(("Keyspace", keyspace));
     let lookups = stats.cache_hits + stats.cache_misses;
     let mut scheme: Vec<(String, String)> = vec![

@@ -116,6 +116,8 @@ pub struct FrontEnd {
     reply_limit: usize,
     /// Request bytes held by every connection together.
     pending: budget::Budget,
+    /// The longest stored key (`--key-size`), for the databases' key encoding.
+    max_key: usize,
     listen: SocketAddr,
     max_clients: usize,
     clients: ClientList,
@@ -150,7 +152,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let listen = listener.local_addr()?;
-    let request_limits = RequestLimits::for_store(&engine.limits());
+    let engine_limits = engine.limits();
+    let request_limits = RequestLimits::for_store(&engine_limits);
     let (core, mut core_task) = core::spawn(
         engine,
         storage,
@@ -166,6 +169,7 @@ pub async fn run(
         request_limits,
         reply_limit: options.reply_limit,
         pending: budget::Budget::new(options.pending_limit),
+        max_key: engine_limits.max_key,
         listen,
         max_clients: options.max_clients,
         clients: ClientList::default(),

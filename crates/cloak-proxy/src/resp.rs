@@ -248,6 +248,8 @@ pub enum Reply {
     Set(Vec<Reply>),
     /// Text meant for people, such as `INFO`'s (`=len\r\ntxt:…` in RESP3).
     Verbatim(String),
+    /// The null array (`*-1`): EXEC when a watched key changed.
+    NilArray,
 }
 
 impl Reply {
@@ -294,8 +296,9 @@ impl Reply {
                 out.put_u8(b':');
                 out.put_slice(n.to_string().as_bytes());
             }
-            Reply::Bulk(None) if resp3 => out.put_u8(b'_'),
+            Reply::Bulk(None) | Reply::NilArray if resp3 => out.put_u8(b'_'),
             Reply::Bulk(None) => out.put_slice(b"$-1"),
+            Reply::NilArray => out.put_slice(b"*-1"),
             Reply::Bulk(Some(b)) => bulk(out, b'$', &[], b),
             Reply::Verbatim(text) if resp3 => bulk(out, b'=', b"txt:", text.as_bytes()),
             Reply::Verbatim(text) => bulk(out, b'$', &[], text.as_bytes()),

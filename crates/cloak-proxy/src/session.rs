@@ -1,5 +1,7 @@
-//! One connection's session: its protocol, authentication and client record, and the answer to
-//! each request, either from the front end itself or from the engine.
+//! One connection's session: its protocol, authentication and client record, the database it
+//! selected, the transaction it is queuing (MULTI … EXEC) and whether it watches keys, with
+//! Redis's rules for each; and the answer to each request, either from the front end itself or
+//! from the engine.
 //!
 //! Only key commands (`Request::Data`) reach the engine, and so the storage server; every other
 //! request is answered here from what the proxy already holds, and causes no storage traffic.
@@ -9,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use cloak_core::Outcome;
+use cloak_core::{Command, Db, Outcome, database};
 use tokio::sync::oneshot;
 
 use crate::FrontEnd;
@@ -35,6 +37,13 @@ pub struct Session<'a> {
     front: &'a FrontEnd,
     client: Arc<Client>,
     authenticated: bool,
+    /// Commands queued since MULTI (keys already in the database selected then); `None`
+    /// outside a transaction.
+    queued: Option<Vec<Command>>,
+    /// A command was refused while queuing: EXEC discards the transaction.
+    refused: bool,
+    /// WATCH was used: the engine must forget this client's watches when it leaves.
+    watched: bool,
 }
 
 impl<'a> Session<'a> {
@@ -43,6 +52,16 @@ impl<'a> Session<'a> {
             front,
             client,
             authenticated: front.password.is_none(),
+            queued: None,
+            refused: false,
+            watched: false,
+        }
+    }
+
+    /// The connection is closing: the engine forgets its watches (it would keep them forever).
+    pub async fn close(&mut self) {
+        if std::mem::take(&mut self.watched) {
+            let _ = self.submit_raw(Command::Unwatch, Charge::nothing()).await;
         }
     }
 
@@ -74,23 +93,32 @@ impl<'a> Session<'a> {
                 self.client.saw(name);
                 request
             }
-            Err(reply) => return Pending::Now(reply),
+            Err(reply) => {
+                if self.queued.is_some() {
+                    self.refused = true;
+                }
+                return Pending::Now(reply);
+            }
         };
         if !self.authenticated && !request.allowed_before_auth() {
             return Pending::Now(Reply::Error("NOAUTH Authentication required.".into()));
         }
+        if self.queued.is_some() {
+            return self.queue(Ok(request), charge).await;
+        }
         let reply = match request {
-            Request::Data(command) => {
-                return match self
-                    .front
-                    .core
-                    .submit(self.client.id, command, charge)
-                    .await
-                {
-                    Ok(outcome) => Pending::Later(outcome),
-                    Err(stopped) => Pending::Now(Reply::err(stopped)),
-                };
+            Request::Data(command) => return self.submit(command, charge).await,
+            Request::Watch(command) => {
+                self.watched = true;
+                return self.submit(command, charge).await;
             }
+            Request::Multi => {
+                self.queued = Some(Vec::new());
+                self.refused = false;
+                Reply::ok()
+            }
+            Request::Exec => Reply::err("EXEC without MULTI"),
+            Request::Discard => Reply::err("DISCARD without MULTI"),
             Request::Ping(None) => Reply::Status("PONG"),
             Request::Ping(Some(message)) | Request::Echo(message) => Reply::Bulk(Some(message)),
             Request::Auth { user, password } => match self.authenticate(user, &password) {
@@ -104,7 +132,7 @@ impl<'a> Session<'a> {
             }
             Request::Select(_) => Reply::err("DB index is out of range"),
             Request::Hello(hello) => self.hello(hello).unwrap_or_else(|error| error),
-            Request::Reset => self.reset(),
+            Request::Reset => self.reset().await,
             Request::Client(request) => return self.client_command(request),
             Request::Info(sections) => match self.front.core.snapshot().await {
                 Ok(snapshot) => Reply::Verbatim(info::render(self.front, &snapshot, &sections)),
@@ -118,6 +146,86 @@ impl<'a> Session<'a> {
                 // Stops the proxy as Ctrl-C does: no new clients, acknowledged writes drained.
                 self.front.shutdown.notify_one();
                 return Pending::Close(None);
+            }
+        };
+        Pending::Now(reply)
+    }
+
+    /// The database this connection selected.
+    fn db(&self) -> Db {
+        Db::new(self.client.state().db).unwrap_or_default()
+    }
+
+    /// Sends a key command to the engine, its keys in the selected database.
+    async fn submit(&mut self, command: Command, charge: Charge) -> Pending {
+        let max_key = self.front.max_key;
+        match database::in_db(command, self.db(), max_key) {
+            Ok(command) => self.submit_raw(command, charge).await,
+            Err(error) => Pending::Now(Reply::Error(error.redis_line())),
+        }
+    }
+
+    async fn submit_raw(&mut self, command: Command, charge: Charge) -> Pending {
+        match self
+            .front
+            .core
+            .submit(self.client.id, command, charge)
+            .await
+        {
+            Ok(outcome) => Pending::Later(outcome),
+            Err(stopped) => Pending::Now(Reply::err(stopped)),
+        }
+    }
+
+    /// Inside MULTI: queue key commands, run EXEC and DISCARD, refuse the rest. As in Redis, a
+    /// command refused while queuing (unknown, wrong arguments) makes EXEC discard everything,
+    /// while a nested MULTI or a WATCH is only refused.
+    async fn queue(&mut self, parsed: Result<Request, Reply>, charge: Charge) -> Pending {
+        let request = match parsed {
+            Ok(request) => request,
+            Err(reply) => {
+                self.refused = true;
+                return Pending::Now(reply);
+            }
+        };
+        let reply = match request {
+            Request::Data(command) => {
+                match database::in_db(command, self.db(), self.front.max_key) {
+                    Ok(command) => {
+                        self.queued.get_or_insert_default().push(command);
+                        Reply::Status("QUEUED")
+                    }
+                    Err(error) => {
+                        self.refused = true;
+                        Reply::Error(error.redis_line())
+                    }
+                }
+            }
+            Request::Exec => {
+                let commands = self.queued.take().unwrap_or_default();
+                if std::mem::take(&mut self.refused) {
+                    // Redis forgets the watches of a discarded transaction too.
+                    let _ = self.submit_raw(Command::Unwatch, charge).await;
+                    return Pending::Now(Reply::Error(
+                        "EXECABORT Transaction discarded because of previous errors.".into(),
+                    ));
+                }
+                return self
+                    .submit_raw(Command::Transaction(commands), charge)
+                    .await;
+            }
+            Request::Discard => {
+                self.queued = None;
+                self.refused = false;
+                return self.submit_raw(Command::Unwatch, charge).await;
+            }
+            Request::Multi => Reply::err("MULTI calls can not be nested"),
+            Request::Watch(_) => Reply::err("WATCH inside MULTI is not allowed"),
+            Request::Quit => return Pending::Close(Some(Reply::ok())),
+            Request::Reset => self.reset().await,
+            _ => {
+                self.refused = true;
+                Reply::err("only key commands can be queued inside MULTI by Cloak")
             }
         };
         Pending::Now(reply)
@@ -180,9 +288,15 @@ impl<'a> Session<'a> {
         ]))
     }
 
-    /// `RESET`: back to a fresh connection's state (RESP2, no name, database 0, flags off, and
-    /// unauthenticated when a password is set). The library name and version stay, as in Redis.
-    fn reset(&mut self) -> Reply {
+    /// `RESET`: back to a fresh connection's state (RESP2, no name, database 0, flags off, no
+    /// transaction, no watched keys, and unauthenticated when a password is set). The library
+    /// name and version stay, as in Redis.
+    async fn reset(&mut self) -> Reply {
+        self.queued = None;
+        self.refused = false;
+        if std::mem::take(&mut self.watched) {
+            let _ = self.submit_raw(Command::Unwatch, Charge::nothing()).await;
+        }
         let mut state = self.client.state();
         state.protocol = Protocol::Resp2;
         state.name = None;

@@ -65,7 +65,7 @@ async fn model_workload(scheme: SchemeName, commands: usize, depth: usize, seed:
     }
     let total: usize = models.iter().map(ClientModel::len).sum();
     assert_eq!(
-        run(&mut con, &Command::DbSize).await,
+        run(&mut con, &Command::DbSize(Default::default())).await,
         Ok(Outcome::Integer(total as i64))
     );
     proxy.shutdown().await;

@@ -194,3 +194,24 @@ async fn front_end_commands_cause_no_storage_traffic() {
     );
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_exec_is_a_nil_array_in_either_protocol() {
+    let proxy = Setup::new(SchemeName::Unsafe, 100).start().await;
+    // A client's own write to a key it watches aborts its transaction, as in Redis.
+    let transaction = "WATCH k\r\nSET k x\r\nMULTI\r\nGET k\r\nEXEC\r\n";
+    let reply = exchange(
+        &proxy,
+        &format!("HELLO 3\r\n{transaction}HELLO 2\r\n{transaction}"),
+    )
+    .await;
+    let expected = [
+        hello_reply(true, 1),
+        "+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n_\r\n".into(),
+        hello_reply(false, 1),
+        "+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*-1\r\n".into(),
+    ]
+    .concat();
+    assert_eq!(reply, expected);
+    proxy.shutdown().await;
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cloak_core::engine::REAP_PER_TICK;
 use cloak_core::{
-    Command, Deadline, Engine, KeyDirectory, Limits, MemoryStore, Outcome, RecordLayout,
+    Command, Db, Deadline, Engine, KeyDirectory, Limits, MemoryStore, Outcome, RecordLayout,
     SetCondition, SetExpiry, StorageOp,
 };
 use cloak_crypto::{KeyHasher, MasterKey};
@@ -102,7 +102,7 @@ fn expired_keys_are_deleted_a_bounded_number_per_tick() {
     );
     assert_eq!(per_tick.iter().sum::<usize>(), KEYS, "{per_tick:?}");
     assert_eq!(engine.expiring_keys(), 0);
-    engine.submit(later, 1, 1_000, Command::DbSize);
+    engine.submit(later, 1, 1_000, Command::DbSize(Db::default()));
     let (_, size) = engine.poll_outcome().unwrap();
     assert_eq!(size, Outcome::Integer(0));
     // The slots came back: the store takes as many new keys again.

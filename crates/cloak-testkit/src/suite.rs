@@ -96,7 +96,7 @@ pub fn model_workload(sim: &mut Simulator, run: ModelRun) {
     }
     let total: usize = models.iter().map(ClientModel::len).sum();
     assert_eq!(
-        sim.execute(reader, Command::DbSize),
+        sim.execute(reader, Command::DbSize(Default::default())),
         Some(Outcome::Integer(total as i64))
     );
 }
@@ -403,7 +403,7 @@ pub fn limits(sim: &mut Simulator, max_key: usize, max_value: usize, capacity: u
         Some(Outcome::Value(Some("v".into())))
     );
     assert_eq!(
-        sim.execute(1, Command::DbSize),
+        sim.execute(1, Command::DbSize(Default::default())),
         Some(Outcome::Integer(capacity as i64))
     );
 }

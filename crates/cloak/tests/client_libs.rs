@@ -162,8 +162,33 @@ fn rust_script(port: u16, resp3: bool) -> String {
     let list = c("CLIENT").arg("LIST").query::<String>(&mut con);
     let named = list.map(|list| list.contains(" name=cloak-client-rs "));
     out.push_str(&line("client list names me", named));
+    let more = [
+        ("incr", c("INCR").arg("counter").to_owned()),
+        ("incrby", c("INCRBY").arg("counter").arg(5).to_owned()),
+        ("incr not an integer", c("INCR").arg("greeting").to_owned()),
+        (
+            "set ex",
+            c("SET").arg(&["temp", "x", "EX", "100"]).to_owned(),
+        ),
+        ("ttl", c("TTL").arg("temp").to_owned()),
+    ];
+    for (name, command) in more {
+        out.push_str(&line(name, command.query::<Value>(&mut con)));
+    }
+    let transaction = redis::pipe()
+        .atomic()
+        .incr("counter", 1)
+        .set("tx", "1")
+        .get("tx")
+        .expire("tx", 100)
+        .query::<Value>(&mut con);
+    out.push_str(&line("transaction", transaction));
+    out.push_str(&line(
+        "ttl of a transaction's key",
+        c("TTL").arg("tx").query::<Value>(&mut con),
+    ));
     let cleanup = c("DEL")
-        .arg(&["greeting", "a", "b"])
+        .arg(&["greeting", "a", "b", "counter", "tx", "temp"])
         .query::<Value>(&mut con);
     out.push_str(&line("cleanup", cleanup));
     out.push_str(&line("dbsize", c("DBSIZE").query::<Value>(&mut con)));

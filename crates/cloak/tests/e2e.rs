@@ -428,6 +428,13 @@ fn sigkill_loses_nothing(store_args: &[&str]) {
         .query(&mut con)
         .unwrap();
     let _: i64 = redis::cmd("DEL").arg("ready").query(&mut con).unwrap();
+    // A key in another database, which must come back in it (its stored key says which).
+    let _: () = redis::cmd("SELECT").arg(5).query(&mut con).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("in-db-5")
+        .arg("five")
+        .query(&mut con)
+        .unwrap();
     drop(con);
 
     // Writers keep overwriting their own 300 keys with increasing values and record, per key,
@@ -505,6 +512,19 @@ fn sigkill_loses_nothing(store_args: &[&str]) {
     );
     let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
     assert_eq!(size, 4 * 300);
+    // The key index is rebuilt from the elements: listing finds every key again.
+    let listed: Vec<String> = redis::cmd("KEYS").arg("w1-*").query(&mut con).unwrap();
+    assert_eq!(listed.len(), 300);
+    let _: () = redis::cmd("SELECT").arg(5).query(&mut con).unwrap();
+    let in_db_5: (Option<String>, i64, Vec<String>) = redis::pipe()
+        .cmd("GET")
+        .arg("in-db-5")
+        .cmd("DBSIZE")
+        .cmd("KEYS")
+        .arg("*")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(in_db_5, (Some("five".into()), 1, vec!["in-db-5".into()]));
     eprintln!(
         "{} writes acknowledged before SIGKILL; the last acknowledged value of each of {} keys \
          read back after the restart",

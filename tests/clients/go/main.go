@@ -13,6 +13,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -148,6 +149,29 @@ func main() {
 	})
 	step("unknown command", func() (interface{}, error) { return rdb.Do(ctx, "NOSUCHCOMMAND", "x").Result() })
 	step("wrong arity", func() (interface{}, error) { return rdb.Do(ctx, "GET").Result() })
-	step("cleanup", func() (interface{}, error) { return result[int64](rdb.Del(ctx, "greeting", "b", "c")) })
+	step("incr", func() (interface{}, error) { return result[int64](rdb.Incr(ctx, "counter")) })
+	step("incrby", func() (interface{}, error) { return result[int64](rdb.IncrBy(ctx, "counter", 5)) })
+	step("incr not an integer", func() (interface{}, error) { return result[int64](rdb.Incr(ctx, "greeting")) })
+	step("transaction", func() (interface{}, error) {
+		var incr *redis.IntCmd
+		var get *redis.StringCmd
+		var expire *redis.BoolCmd
+		_, err := rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			incr = pipe.Incr(ctx, "counter")
+			pipe.Set(ctx, "tx", "1", 0)
+			get = pipe.Get(ctx, "tx")
+			expire = pipe.Expire(ctx, "tx", 100*time.Second)
+			return nil
+		})
+		return []interface{}{incr.Val(), get.Val(), expire.Val()}, err
+	})
+	step("set ex", func() (interface{}, error) { return result[string](rdb.Set(ctx, "temp", "x", 100*time.Second)) })
+	step("ttl", func() (interface{}, error) { return result[time.Duration](rdb.TTL(ctx, "temp")) })
+	step("ttl of a transaction's key", func() (interface{}, error) { return result[time.Duration](rdb.TTL(ctx, "tx")) })
+	step("persist", func() (interface{}, error) { return result[bool](rdb.Persist(ctx, "temp")) })
+	step("ttl after persist", func() (interface{}, error) { return result[time.Duration](rdb.TTL(ctx, "temp")) })
+	step("cleanup", func() (interface{}, error) {
+		return result[int64](rdb.Del(ctx, "greeting", "b", "c", "counter", "tx", "temp"))
+	})
 	step("dbsize after cleanup", func() (interface{}, error) { return result[int64](rdb.DBSize(ctx)) })
 }

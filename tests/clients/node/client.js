@@ -78,7 +78,17 @@ async function main() {
   await step('command count is positive', async () => (await client.commandCount()) > 0);
   await step('unknown command', () => client.sendCommand(['NOSUCHCOMMAND', 'x']));
   await step('wrong arity', () => client.sendCommand(['GET']));
-  await step('cleanup', () => client.del(['greeting', 'b', 'c']));
+  await step('incr', () => client.incr('counter'));
+  await step('incrby', () => client.incrBy('counter', 5));
+  await step('incr not an integer', () => client.incr('greeting'));
+  await step('transaction', () =>
+    client.multi().incr('counter').set('tx', '1').get('tx').expire('tx', 100).exec());
+  await step('set ex', () => client.set('temp', 'x', { EX: 100 }));
+  await step('ttl', () => client.ttl('temp'));
+  await step("ttl of a transaction's key", () => client.ttl('tx'));
+  await step('persist', () => client.persist('temp'));
+  await step('ttl after persist', () => client.ttl('temp'));
+  await step('cleanup', () => client.del(['greeting', 'b', 'c', 'counter', 'tx', 'temp']));
   await step('dbsize after cleanup', () => client.dbSize());
   await client.close();
 }

@@ -48,9 +48,9 @@ pub fn quit(args: &mut Args) -> Result<Request, Reply> {
     Ok(Request::Quit)
 }
 
-/// How many logical databases there are: only database 0, so clients that select it explicitly
-/// keep working.
-pub const DATABASES: i64 = 1;
+/// How many logical databases `SELECT` chooses from (`CONFIG GET databases`): Redis's default
+/// 16, the databases of `cloak_core::database`.
+pub const DATABASES: i64 = cloak_core::database::DATABASES as i64;
 
 /// `SELECT index`; the index is checked against [`DATABASES`] when it runs.
 pub fn select(args: &mut Args) -> Result<Request, Reply> {

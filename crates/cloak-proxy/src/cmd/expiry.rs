@@ -12,7 +12,7 @@
 use bytes::Bytes;
 use cloak_core::hash::parse_integer;
 use cloak_core::{
-    Command, Deadline, ExpireCondition, GetExChange, SetCondition, SetExpiry, TtlUnit,
+    Command, Deadline, ExpireCondition, GetExChange, SetCondition, SetExpiry, TtlUnit, Update,
 };
 
 use super::{Args, Request};
@@ -26,6 +26,8 @@ pub struct ExpiryOptions {
     pub condition: SetCondition,
     pub keep_ttl: bool,
     pub persist: bool,
+    /// `SET … GET`: answer the old value.
+    pub get: bool,
     /// `(unit in ms, absolute, the value as given)`.
     expiry: Option<(i64, bool, Bytes)>,
 }
@@ -56,6 +58,7 @@ impl ExpiryOptions {
                 "KEEPTTL" if of == OptionsOf::Set && !timed && !options.persist => {
                     options.keep_ttl = true
                 }
+                "GET" if of == OptionsOf::Set => options.get = true,
                 "PERSIST" if of == OptionsOf::GetEx && !timed && !options.keep_ttl => {
                     options.persist = true
                 }
@@ -98,7 +101,8 @@ impl ExpiryOptions {
     }
 }
 
-/// `SET key value [NX | XX] [EX s | PX ms | EXAT t | PXAT t | KEEPTTL]`.
+/// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT t | PXAT t | KEEPTTL]`. With `GET` it is
+/// a read-modify-write (see `cloak_core::update`).
 pub fn set_options(key: Bytes, value: Bytes, args: &mut Args) -> Result<Request, Reply> {
     let options = ExpiryOptions::parse(args, OptionsOf::Set)?;
     let expiry = match options.deadline("set")? {
@@ -106,6 +110,16 @@ pub fn set_options(key: Bytes, value: Bytes, args: &mut Args) -> Result<Request,
         None if options.keep_ttl => Some(SetExpiry::Keep),
         None => None,
     };
+    if options.get {
+        return Ok(Request::Data(Command::Update {
+            key,
+            op: Update::Replace {
+                value,
+                condition: options.condition,
+                expiry,
+            },
+        }));
+    }
     Ok(Request::Data(match expiry {
         None => Command::Set {
             key,

@@ -1,6 +1,7 @@
-//! Key commands: GET SET MGET MSET DEL EXISTS DBSIZE, parsed into engine commands.
+//! Key commands: GET SET MGET MSET DEL EXISTS DBSIZE, parsed into engine commands. (The database
+//! a command names is set by the connection, see `cloak_core::database`.)
 
-use cloak_core::Command;
+use cloak_core::{Command, Db};
 
 use super::{Args, Request, expiry};
 use crate::resp::Reply;
@@ -24,15 +25,7 @@ pub fn mget(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn mset(args: &mut Args) -> Result<Request, Reply> {
-    if args.len() == 0 || !args.len().is_multiple_of(2) {
-        return Err(args.arity());
-    }
-    let flat = args.take_all();
-    let pairs = flat
-        .chunks_exact(2)
-        .map(|pair| (pair[0].clone(), pair[1].clone()))
-        .collect();
-    Ok(Request::Data(Command::MSet(pairs)))
+    Ok(Request::Data(Command::MSet(args.pairs()?)))
 }
 
 pub fn del(args: &mut Args) -> Result<Request, Reply> {
@@ -47,5 +40,5 @@ pub fn exists(args: &mut Args) -> Result<Request, Reply> {
 
 pub fn dbsize(args: &mut Args) -> Result<Request, Reply> {
     args.expect(0)?;
-    Ok(Request::Data(Command::DbSize))
+    Ok(Request::Data(Command::DbSize(Db::default())))
 }

@@ -8,10 +8,13 @@
 mod client;
 mod connection;
 mod expiry;
+mod generic;
 mod hashes;
 mod keys;
 mod server;
+mod strings;
 pub mod table;
+mod transactions;
 
 use bytes::Bytes;
 use cloak_core::Command;
@@ -57,6 +60,11 @@ pub enum Request {
     Shutdown {
         abort: bool,
     },
+    Multi,
+    Exec,
+    Discard,
+    /// WATCH (a `Command::Watch`), which the connection refuses inside MULTI.
+    Watch(Command),
 }
 
 impl Request {
@@ -93,6 +101,23 @@ impl ExactSizeIterator for Args {}
 impl Args {
     pub fn take_all(&mut self) -> Vec<Bytes> {
         self.rest.by_ref().collect()
+    }
+
+    /// The next argument, after an arity check made sure there is one (empty if there is not).
+    pub fn first(&mut self) -> Bytes {
+        self.next().unwrap_or_default()
+    }
+
+    /// The rest as key-value pairs (MSET, MSETNX): at least one pair, else the arity error.
+    pub fn pairs(&mut self) -> Result<Vec<(Bytes, Bytes)>, Reply> {
+        if self.len() == 0 || !self.len().is_multiple_of(2) {
+            return Err(self.arity());
+        }
+        let flat = self.take_all();
+        Ok(flat
+            .chunks_exact(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect())
     }
 
     /// The error for a wrong number of arguments.
@@ -223,7 +248,10 @@ mod tests {
             req(&["del", "a", "b"]),
             Ok(Request::Data(Command::Del(vec!["a".into(), "b".into()])))
         );
-        assert_eq!(req(&["dbsize"]), Ok(Request::Data(Command::DbSize)));
+        assert_eq!(
+            req(&["dbsize"]),
+            Ok(Request::Data(Command::DbSize(Default::default())))
+        );
     }
 
     #[test]
@@ -287,8 +315,8 @@ mod tests {
             "ERR wrong number of arguments for 'time' command"
         );
         assert_eq!(
-            err(&["flushall", "x\ny"]),
-            "ERR unknown command 'flushall', with args beginning with: 'x?y' "
+            err(&["frobnicate", "x\ny"]),
+            "ERR unknown command 'frobnicate', with args beginning with: 'x?y' "
         );
     }
 }

@@ -1,0 +1,122 @@
+//! Read-modify-write string commands: INCR INCRBY DECR DECRBY INCRBYFLOAT APPEND STRLEN
+//! GETRANGE SETRANGE GETSET GETDEL SETNX MSETNX.
+//!
+//! Each becomes one engine unit (`cloak_core::Command::Update`, or `MSetNx`) that reads its key
+//! and writes it back with nothing of another client in between. What the storage server sees
+//! is a read and a write of the key's slot, exactly what a GET followed by a SET of it makes,
+//! which every scheme already hides (see `cloak_core::engine::unit`). Arguments are checked
+//! here, before anything runs, with Redis's exact errors.
+
+use bytes::Bytes;
+use cloak_core::update::parse_integer;
+use cloak_core::{Command, SetCondition, Update, long_double};
+
+use super::{Args, Request};
+use crate::resp::Reply;
+
+fn update(key: Bytes, op: Update) -> Request {
+    Request::Data(Command::Update { key, op })
+}
+
+/// An integer argument, as Redis reads one.
+pub(super) fn integer(arg: &[u8]) -> Result<i64, Reply> {
+    parse_integer(arg).map_err(Reply::err)
+}
+
+pub fn incr(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(1)?;
+    Ok(update(args.first(), Update::IncrBy(1)))
+}
+
+pub fn decr(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(1)?;
+    Ok(update(args.first(), Update::IncrBy(-1)))
+}
+
+pub fn incrby(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(2)?;
+    let key = args.first();
+    Ok(update(key, Update::IncrBy(integer(&args.first())?)))
+}
+
+pub fn decrby(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(2)?;
+    let key = args.first();
+    let decrement = integer(&args.first())?;
+    let increment = decrement
+        .checked_neg()
+        .ok_or_else(|| Reply::err("decrement would overflow"))?;
+    Ok(update(key, Update::IncrBy(increment)))
+}
+
+pub fn incrbyfloat(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(2)?;
+    let key = args.first();
+    let increment = args.first();
+    if !long_double::is_valid(&increment) {
+        return Err(Reply::err("value is not a valid float"));
+    }
+    Ok(update(key, Update::IncrByFloat(increment)))
+}
+
+pub fn append(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(2)?;
+    let key = args.first();
+    Ok(update(key, Update::Append(args.first())))
+}
+
+pub fn strlen(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(1)?;
+    Ok(update(args.first(), Update::Strlen))
+}
+
+pub fn getrange(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(3)?;
+    let key = args.first();
+    let start = integer(&args.first())?;
+    let end = integer(&args.first())?;
+    Ok(update(key, Update::GetRange { start, end }))
+}
+
+pub fn setrange(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(3)?;
+    let key = args.first();
+    let offset = integer(&args.first())?;
+    let offset = usize::try_from(offset).map_err(|_| Reply::err("offset is out of range"))?;
+    Ok(update(
+        key,
+        Update::SetRange {
+            offset,
+            value: args.first(),
+        },
+    ))
+}
+
+pub fn getset(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(2)?;
+    let key = args.first();
+    Ok(update(
+        key,
+        Update::Replace {
+            value: args.first(),
+            condition: SetCondition::Always,
+            // GETSET drops the key's deadline, as SET does.
+            expiry: None,
+        },
+    ))
+}
+
+pub fn getdel(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(1)?;
+    Ok(update(args.first(), Update::GetDel))
+}
+
+pub fn setnx(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(2)?;
+    let key = args.first();
+    Ok(update(key, Update::SetIfAbsent(args.first())))
+}
+
+pub fn msetnx(args: &mut Args) -> Result<Request, Reply> {
+    Ok(Request::Data(Command::MSetNx(args.pairs()?)))
+}
