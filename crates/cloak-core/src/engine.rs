@@ -466,17 +466,7 @@ impl Engine {
     /// Forgets up to [`REAP_PER_TICK`] keys that are due and deletes as many expired elements
     /// through the scheme (see the module docs for what storage sees).
     fn reap(&mut self, now: Instant) {
-        let unix = self.clock.unix_ms(now);
-        let due: Vec<(Slot, Bytes)> = self
-            .keyspace
-            .due(unix)
-            .filter(|(_, key)| !self.gate.holds(key))
-            .take(REAP_PER_TICK)
-            .map(|(slot, key)| (slot, key.clone()))
-            .collect();
-        for (slot, key) in due {
-            self.forget_expired(slot, &key);
-        }
+        self.forget_due(now, REAP_PER_TICK);
         for _ in 0..REAP_PER_TICK {
             if !self.scheme.accepts() {
                 break;
@@ -507,11 +497,17 @@ impl Engine {
 
     /// Forgets every key whose deadline has passed (but those units hold).
     fn forget_all_expired(&mut self, now: Instant) {
+        self.forget_due(now, usize::MAX);
+    }
+
+    /// Forgets up to `most` keys whose deadline has passed, leaving those units hold.
+    fn forget_due(&mut self, now: Instant, most: usize) {
         let unix = self.clock.unix_ms(now);
         let due: Vec<(Slot, Bytes)> = self
             .keyspace
             .due(unix)
             .filter(|(_, key)| !self.gate.holds(key))
+            .take(most)
             .map(|(slot, key)| (slot, key.clone()))
             .collect();
         for (slot, key) in due {
