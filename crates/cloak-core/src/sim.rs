@@ -7,7 +7,7 @@
 //! when nothing is left to do at the current instant. [`Simulator::crash`] stops everything at
 //! once and hands back what would survive a crash: storage and the durable journal.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::command::{Command, Outcome};
@@ -15,7 +15,7 @@ use crate::engine::{ClientId, Engine};
 use crate::journal::JournalMap;
 use crate::memory::MemoryStore;
 use crate::scheme::{JournalId, JournalOp};
-use crate::storage::{RequestId, StorageError, StorageOp, StorageReply};
+use crate::storage::{RequestId, StorageError, StorageOp, StorageReply, StorageRequest};
 use crate::trace::{Observed, Trace};
 
 /// Sees every storage request, values included, when storage receives it (see [`Simulator::tap`]).
@@ -35,6 +35,9 @@ pub struct Simulator {
     /// Storage applies nothing and answers every request with a reply of another kind.
     storage_confused: bool,
     in_flight: VecDeque<(Instant, RequestId, Result<StorageReply, StorageError>)>,
+    /// Requests handed over to leave at a later instant (`StorageRequest::not_before`), in the
+    /// order they leave.
+    scheduled: BTreeMap<(Instant, RequestId), StorageRequest>,
     journal: JournalMap,
     journal_delay: Duration,
     journaling: VecDeque<(Instant, JournalId, JournalOp)>,
@@ -65,6 +68,7 @@ impl Simulator {
             storage_full: false,
             storage_confused: false,
             in_flight: VecDeque::new(),
+            scheduled: BTreeMap::new(),
             journal,
             journal_delay: Duration::ZERO,
             journaling: VecDeque::new(),
@@ -190,9 +194,9 @@ impl Simulator {
         self.outcomes.remove(&token).map(|(_, outcome)| outcome)
     }
 
-    /// No storage request is unanswered.
+    /// No storage request is unanswered (nor waiting for its time to leave).
     pub fn storage_idle(&self) -> bool {
-        self.in_flight.is_empty()
+        self.in_flight.is_empty() && self.scheduled.is_empty()
     }
 
     /// Whether command `token` has finished.
@@ -246,11 +250,16 @@ impl Simulator {
         self.pump();
         let next_reply = self.in_flight.front().map(|(at, ..)| *at);
         let next_journal = self.journaling.front().map(|(at, ..)| *at);
-        let Some(next) = [next_reply, next_journal, self.engine.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
-        else {
+        let next_release = self.scheduled.first_key_value().map(|((at, _), _)| *at);
+        let Some(next) = [
+            next_reply,
+            next_journal,
+            next_release,
+            self.engine.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min() else {
             return false;
         };
         if next > deadline {
@@ -264,11 +273,50 @@ impl Simulator {
         } else if next_reply.is_some_and(|at| at <= self.now) {
             let (_, id, result) = self.in_flight.pop_front().expect("peeked");
             self.engine.handle_storage(self.now, id, result);
+        } else if next_release.is_some_and(|at| at <= self.now) {
+            let (_, request) = self.scheduled.pop_first().expect("peeked");
+            self.transmit(request);
         } else {
             self.engine.handle_timeout(self.now);
         }
         self.pump();
         true
+    }
+
+    /// Storage receives `request` now: applies it (or fails it as the simulated storage is set
+    /// to) and answers after the storage delay.
+    fn transmit(&mut self, request: StorageRequest) {
+        let refused =
+            self.storage_full && matches!(request.op, StorageOp::Write(_) | StorageOp::Delete(_));
+        let result = if self.storage_down {
+            Err(StorageError("simulated storage outage".into()))
+        } else if self.storage_confused {
+            Ok(match &request.op {
+                StorageOp::Read(_) | StorageOp::Scan { .. } => StorageReply::Done,
+                op => StorageReply::Values(vec![None; op.len()]),
+            })
+        } else if refused {
+            Err(StorageError(
+                "simulated full disk: No space left on device".into(),
+            ))
+        } else {
+            if let Some(trace) = &mut self.trace {
+                let at = self.now - self.start;
+                trace.push(Observed {
+                    answered: Some(at + self.storage_delay),
+                    ..Observed::of(at, &request.op)
+                });
+            }
+            if let Some(tap) = &mut self.tap {
+                tap(self.now - self.start, &request.op);
+            }
+            self.storage_bytes += request.op.sent_bytes();
+            let reply = self.store.apply(request.op);
+            self.storage_bytes += reply.received_bytes();
+            Ok(reply)
+        };
+        self.in_flight
+            .push_back((self.now + self.storage_delay, request.id, result));
     }
 
     /// Sends what the engine wants sent and collects what it answered, until nothing moves.
@@ -277,37 +325,12 @@ impl Simulator {
             let mut moved = false;
             while let Some(request) = self.engine.poll_storage() {
                 moved = true;
-                let refused = self.storage_full
-                    && matches!(request.op, StorageOp::Write(_) | StorageOp::Delete(_));
-                let result = if self.storage_down {
-                    Err(StorageError("simulated storage outage".into()))
-                } else if self.storage_confused {
-                    Ok(match &request.op {
-                        StorageOp::Read(_) | StorageOp::Scan { .. } => StorageReply::Done,
-                        op => StorageReply::Values(vec![None; op.len()]),
-                    })
-                } else if refused {
-                    Err(StorageError(
-                        "simulated full disk: No space left on device".into(),
-                    ))
-                } else {
-                    if let Some(trace) = &mut self.trace {
-                        let at = self.now - self.start;
-                        trace.push(Observed {
-                            answered: Some(at + self.storage_delay),
-                            ..Observed::of(at, &request.op)
-                        });
+                match request.not_before {
+                    Some(at) if at > self.now => {
+                        self.scheduled.insert((at, request.id), request);
                     }
-                    if let Some(tap) = &mut self.tap {
-                        tap(self.now - self.start, &request.op);
-                    }
-                    self.storage_bytes += request.op.sent_bytes();
-                    let reply = self.store.apply(request.op);
-                    self.storage_bytes += reply.received_bytes();
-                    Ok(reply)
-                };
-                self.in_flight
-                    .push_back((self.now + self.storage_delay, request.id, result));
+                    _ => self.transmit(request),
+                }
             }
             while let Some(request) = self.engine.poll_journal() {
                 moved = true;

@@ -6,6 +6,8 @@
 //! order; a request issued after another completed sees its effects. Schemes rely on exactly
 //! that and nothing more, so any backend that keeps it (our server, Redis, Redis Cluster) works.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 
 /// A storage address or label.
@@ -83,13 +85,19 @@ impl StorageOp {
     }
 }
 
-/// A storage op with the id its answer comes back with.
+/// A storage op with the id its answer comes back with, and the instant before which it must not
+/// leave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StorageRequest {
     /// The id.
     pub id: RequestId,
     /// The op.
     pub op: StorageOp,
+    /// The driver sends the op at this instant, not before (`None`, or an instant already
+    /// passed: at once). A scheme on a public schedule hands a batch read or a write-back over as
+    /// soon as it is ready, with its time on the schedule here: the driver can then send it at
+    /// that time even while it is busy with clients (see `cloak-proxy`'s `wake` module).
+    pub not_before: Option<Instant>,
 }
 
 /// Storage's answer to a request.

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::budget::Charge;
 use crate::journal::Journal;
 use crate::ledger::Ledger;
-use crate::wake::DeadlineTimer;
+use crate::wake::{Alarm, Alarms};
 
 /// Most commands taken from the channel per turn of the loop. Work that arrives together is
 /// still sent to storage together (it waits for the next batch anyway). A deadline (a batch
@@ -146,20 +146,23 @@ impl StatsHandle {
 
 /// Starts the core. It runs until every [`CoreHandle`] is dropped and then drains: it takes no
 /// more commands but keeps batching until every acknowledged write has reached storage. Without
-/// a journal, journal requests count as durable at once (`--durability none`).
+/// a journal, journal requests count as durable at once (`--durability none`). Fails only if the
+/// alarm thread cannot be started.
 pub fn spawn(
     engine: Engine,
     storage: Arc<dyn Storage>,
     journal: Option<Arc<dyn Journal>>,
     ledger: Option<Arc<Ledger>>,
     storage_io: tokio::runtime::Handle,
-) -> (CoreHandle, tokio::task::JoinHandle<()>) {
+) -> std::io::Result<(CoreHandle, tokio::task::JoinHandle<()>)> {
+    let alarms = Alarms::start()?;
     let (commands_tx, commands) = mpsc::channel(CHANNEL);
     let (control_tx, control) = mpsc::unbounded_channel();
     let core = Core {
         engine,
         storage,
         storage_io,
+        alarms,
         journal,
         ledger,
         journal_queue: Vec::new(),
@@ -171,13 +174,13 @@ pub fn spawn(
         started: Instant::now(),
     };
     let task = tokio::spawn(core.run(commands, control));
-    (
+    Ok((
         CoreHandle {
             commands: commands_tx,
             control: control_tx,
         },
         task,
-    )
+    ))
 }
 
 struct Core {
@@ -185,6 +188,8 @@ struct Core {
     storage: Arc<dyn Storage>,
     /// Where storage requests run: see [`crate::own_thread`].
     storage_io: tokio::runtime::Handle,
+    /// Wakes this loop at the scheme's deadlines and releases timed storage requests.
+    alarms: Alarms,
     journal: Option<Arc<dyn Journal>>,
     ledger: Option<Arc<Ledger>>,
     /// Journal requests waiting for the commit in progress to finish.
@@ -209,14 +214,8 @@ impl Core {
         let (done_tx, mut done) = mpsc::unbounded_channel::<Done>();
         let (committed_tx, mut committed) = mpsc::unbounded_channel::<Committed>();
         let mut open = true;
-        let mut timer = match DeadlineTimer::start() {
-            Ok(timer) => timer,
-            Err(error) => {
-                // Without it no batch would ever start; dropping the channels stops the proxy.
-                tracing::error!(%error, "could not start the deadline timer thread");
-                return;
-            }
-        };
+        // The alarm for the scheme's next deadline, and that deadline.
+        let mut alarm: Option<(Instant, Alarm)> = None;
         loop {
             self.flush(&done_tx, &committed_tx);
             if !open && self.drained() {
@@ -233,10 +232,13 @@ impl Core {
                 self.fire_timeout(&done_tx, &committed_tx);
                 continue;
             }
-            timer.arm(deadline);
+            if alarm.as_ref().map(|(at, _)| *at) != deadline {
+                alarm = deadline.map(|at| (at, self.alarms.at(at)));
+            }
             tokio::select! {
                 biased;
-                () = timer.expired(), if deadline.is_some() => {
+                () = async { if let Some((_, ring)) = &mut alarm { ring.await } }, if alarm.is_some() => {
+                    alarm = None;
                     self.fire_timeout(&done_tx, &committed_tx);
                 }
                 Some((id, result, received)) = done.recv() => {
@@ -326,14 +328,24 @@ impl Core {
         }
     }
 
+    /// Hands each storage request to a task on the storage thread; a request with a time on the
+    /// schedule waits there for its alarm, so it leaves on time even while this loop is busy
+    /// (see [`crate::wake`]).
     fn send_storage(&mut self, done: &mpsc::UnboundedSender<Done>) {
         while let Some(request) = self.engine.poll_storage() {
             self.io.requests += 1;
             self.io.bytes_sent += request.op.sent_bytes();
             let storage = self.storage.clone();
             let done = done.clone();
+            let leaves = request
+                .not_before
+                .filter(|at| *at > Instant::now())
+                .map(|at| self.alarms.at(at));
             self.storage_io.spawn(async move {
-                let result = storage.call(request.op).await;
+                let result = match leaves {
+                    Some(alarm) => storage.call_at(request.op, Box::pin(alarm)).await,
+                    None => storage.call(request.op).await,
+                };
                 let received = result.as_ref().map_or(0, StorageReply::received_bytes);
                 let _ = done.send((request.id, result, received));
             });

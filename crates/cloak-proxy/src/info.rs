@@ -130,6 +130,8 @@ pub fn render(front: &FrontEnd, s: &Snapshot, wanted: &[String]) -> String {
         kv("storage_failures", stats.storage_failures.to_string()),
         kv("missed_batches", stats.missed_batches.to_string()),
         kv("late_write_backs", stats.late_write_backs.to_string()),
+        // Whether the threads that send timed requests run at a real-time priority.
+        kv("timing_priority", crate::priority::granted().into()),
     ]);
     sections.push(("Scheme", scheme));
     let l = &s.latency;

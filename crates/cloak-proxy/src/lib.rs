@@ -26,6 +26,7 @@ pub mod journal;
 pub mod ledger;
 pub mod metrics;
 pub mod own_thread;
+pub mod priority;
 pub mod resp;
 mod server_config;
 mod session;
@@ -162,7 +163,7 @@ pub async fn run(
         options
             .storage_io
             .unwrap_or_else(tokio::runtime::Handle::current),
-    );
+    )?;
     let front = Arc::new(FrontEnd {
         core: core.clone(),
         password: options.password,

@@ -16,7 +16,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::wire::{self, Frame};
-use crate::{Storage, StorageError, StorageOp, StorageReply};
+use crate::{Release, Storage, StorageError, StorageOp, StorageReply};
 
 type Answer = Result<StorageReply, StorageError>;
 
@@ -109,6 +109,24 @@ impl Storage for TcpStorage {
     async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
         let frame = wire::encode_request(id, &op);
+        self.send(id, frame).await
+    }
+
+    async fn call_at(&self, op: StorageOp, release: Release) -> Result<StorageReply, StorageError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+        let frame = wire::encode_request(id, &op);
+        release.await;
+        self.send(id, frame).await
+    }
+
+    fn describe(&self) -> String {
+        format!("tcp://{}", self.addr)
+    }
+}
+
+impl TcpStorage {
+    /// Sends an encoded request and waits for its answer.
+    async fn send(&self, id: u64, frame: Frame) -> Result<StorageReply, StorageError> {
         let (answer, answered) = oneshot::channel();
         let job = Job { id, frame, answer };
         {
@@ -131,10 +149,6 @@ impl Storage for TcpStorage {
                 self.addr, self.timeout
             ))),
         }
-    }
-
-    fn describe(&self) -> String {
-        format!("tcp://{}", self.addr)
     }
 }
 

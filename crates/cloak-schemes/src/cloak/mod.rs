@@ -146,8 +146,8 @@ pub struct Cloak {
     recovered: u64,
     /// Addresses not yet written by the initial fill, and fill requests unanswered.
     fill: Fill,
-    /// When batches start and write-backs leave, held until then.
-    schedule: Schedule<StorageOp>,
+    /// When batches start and write-backs leave.
+    schedule: Schedule,
 
     io: Io<Purpose>,
 }
@@ -258,7 +258,8 @@ impl Cloak {
                     )
                 })
                 .collect();
-            self.send(Purpose::Fill(recovered), StorageOp::Write(writes));
+            self.io
+                .send(Purpose::Fill(recovered), StorageOp::Write(writes));
         }
         if let Some(now) = now
             && self.filled()
@@ -276,10 +277,6 @@ impl Cloak {
             address: Addr::from(addr),
             generation,
         }
-    }
-
-    fn send(&mut self, purpose: Purpose, op: StorageOp) {
-        self.io.send(purpose, op);
     }
 
     /// The batch that last wrote `addr`.
@@ -401,9 +398,9 @@ impl Cloak {
     /// point is skipped: see [`crate::schedule`]).
     fn maybe_start_batch(&mut self, now: Instant) {
         let busy = self.flight.is_some() || self.io.repeating();
-        if self.schedule.due(now, busy).is_some() {
+        if let Some(leaves) = self.schedule.due(now, busy) {
             // The hold counts from when the read really leaves (see `crate::schedule`).
-            self.start_batch(now);
+            self.start_batch(leaves);
         }
     }
 
@@ -481,11 +478,11 @@ impl Cloak {
             perm,
             written: Vec::new(),
         });
-        self.send(Purpose::BatchRead, read);
+        self.io.send_at(started, Purpose::BatchRead, read);
     }
 
-    /// The server answered the batch read: answer clients, apply writes, re-encrypt, and hold
-    /// the write-back for its time on the schedule (or send it now if that has passed).
+    /// The server answered the batch read: answer clients, apply writes, re-encrypt, and hand
+    /// the write-back over to leave at its time on the schedule (now if that has passed).
     fn finish_read(&mut self, now: Instant, values: Vec<Option<Bytes>>) {
         let mut flight = self.flight.take().expect("a batch is in flight");
         // Where each element goes: `addrs[perm[j]]`'s element moves to `addrs[j]`. Sealing each
@@ -581,9 +578,9 @@ impl Cloak {
         self.flight = Some(flight);
         // Sealing is done: what the write-back carries, and when it leaves, no longer depends
         // on which slots were real (only an overrun makes it late; see `crate::schedule`).
-        if let Some(op) = self.schedule.hold(now, started, StorageOp::Write(writes)) {
-            self.send(Purpose::BatchWrite, op);
-        }
+        let leaves = self.schedule.release_time(now, started);
+        self.io
+            .send_at(leaves, Purpose::BatchWrite, StorageOp::Write(writes));
     }
 }
 
@@ -642,9 +639,6 @@ impl Algorithm for Cloak {
     }
 
     fn timeout(&mut self, now: Instant) {
-        if let Some(op) = self.schedule.release(now) {
-            self.send(Purpose::BatchWrite, op);
-        }
         self.maybe_start_batch(now);
     }
 

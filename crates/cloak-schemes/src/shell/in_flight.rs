@@ -2,6 +2,7 @@
 //! it was sent, and the check that an answer has the kind and shape its request calls for.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{Addr, RequestId, StorageError, StorageOp, StorageReply, StorageRequest};
@@ -61,12 +62,14 @@ impl<P> Default for InFlight<P> {
 }
 
 impl<P> InFlight<P> {
-    /// Queues `op` for the driver (see [`InFlight::poll`]).
-    pub fn send(&mut self, purpose: P, op: StorageOp) {
+    /// Queues `op` for the driver (see [`InFlight::poll`]), to leave at once or, with
+    /// `not_before`, at that instant.
+    pub fn send(&mut self, purpose: P, op: StorageOp, not_before: Option<Instant>) {
         let id = RequestId(self.next);
         self.next += 1;
         self.unanswered.insert(id, (purpose, op.clone()));
-        self.transmit.push_back(StorageRequest { id, op });
+        self.transmit
+            .push_back(StorageRequest { id, op, not_before });
     }
 
     /// The next request to send, for `Scheme::poll_storage`.
@@ -103,12 +106,13 @@ mod tests {
     #[test]
     fn answers_are_matched_and_checked_for_kind_and_shape() {
         let mut sent = InFlight::default();
-        sent.send("read", StorageOp::Read(vec![1, 2]));
+        sent.send("read", StorageOp::Read(vec![1, 2]), None);
         sent.send(
             "write",
             StorageOp::Write(vec![(1, Bytes::from_static(b"x"))]),
+            None,
         );
-        sent.send("other read", StorageOp::Read(vec![3]));
+        sent.send("other read", StorageOp::Read(vec![3]), None);
         let (read, write, other) = (
             sent.poll().unwrap(),
             sent.poll().unwrap(),

@@ -32,7 +32,14 @@ impl<P> Default for Io<P> {
 impl<P> Io<P> {
     /// Sends `op` to storage; its answer comes back to the algorithm with `purpose`.
     pub fn send(&mut self, purpose: P, op: StorageOp) {
-        self.storage.send(purpose, op);
+        self.storage.send(purpose, op, None);
+    }
+
+    /// Sends `op` to storage at `at` (at once if that has passed): for requests whose time the
+    /// schedule fixes, handed to the driver as soon as they are ready so that a busy driver
+    /// still sends them on time.
+    pub fn send_at(&mut self, at: Instant, purpose: P, op: StorageOp) {
+        self.storage.send(purpose, op, Some(at));
     }
 
     /// Storage's last request failed and none has succeeded since: the answer for a client op

@@ -36,21 +36,21 @@ impl Waffle {
         }
         let busy = self.flight.is_some() || self.io.repeating();
         let full = self.params.timing == BatchTiming::Eager && self.queue.len() >= self.params.real;
-        let due = if full && !busy {
+        let leaves = if full && !busy {
             Some(self.schedule.restart(now))
         } else {
             self.schedule.due(now, busy)
         };
-        if due.is_none() {
+        let Some(leaves) = leaves else {
             return;
-        }
+        };
         if self.draining && self.queue.is_empty() {
             self.flush();
             return;
         }
         self.retry_rekeeps();
         // The hold counts from when the read really leaves (see `crate::schedule`).
-        self.start_batch(now);
+        self.start_batch(leaves);
     }
 
     fn start_batch(&mut self, started: Instant) {
@@ -114,7 +114,7 @@ impl Waffle {
             started,
             reads,
         });
-        self.io.send(Purpose::BatchRead, op);
+        self.io.send_at(started, Purpose::BatchRead, op);
     }
 
     /// Takes a real object out of storage's tree for batch `t`.
@@ -179,10 +179,12 @@ impl Waffle {
         }
         writes.sort_unstable_by_key(|(address, _)| *address);
         self.unstored += written.len();
-        let write_back = (Purpose::BatchWrite(written), StorageOp::Write(writes));
-        if let Some((purpose, op)) = self.schedule.hold(now, flight.started, write_back) {
-            self.io.send(purpose, op);
-        }
+        let leaves = self.schedule.release_time(now, flight.started);
+        self.io.send_at(
+            leaves,
+            Purpose::BatchWrite(written),
+            StorageOp::Write(writes),
+        );
         let labels = flight.reads.iter().map(|r| r.label).collect();
         self.delete_once_kept(cached_now, labels);
         self.flight = Some(flight);

@@ -57,7 +57,6 @@ use std::time::Instant;
 
 use cloak_core::{
     Addr, ElementCodec, JournalId, Op, OpId, Record, Reply, SchemeError, SchemeStats, StorageError,
-    StorageOp,
 };
 use cloak_crypto::MasterKey;
 use hashbrown::{HashMap, HashSet};
@@ -174,8 +173,8 @@ pub struct Waffle {
     /// Timestamp of the last batch started (0: the fill).
     batch: u64,
     flight: Option<Flight>,
-    /// When batches start and write-backs leave (with the write-back held until then).
-    schedule: Schedule<(Purpose, StorageOp)>,
+    /// When batches start and write-backs leave.
+    schedule: Schedule,
     draining: bool,
     deletions: Vec<Deletion>,
     /// Deletions whose journal request failed: kept again when the next batch starts.
@@ -260,9 +259,6 @@ impl Algorithm for Waffle {
     }
 
     fn timeout(&mut self, now: Instant) {
-        if let Some((purpose, op)) = self.schedule.release(now) {
-            self.io.send(purpose, op);
-        }
         self.maybe_start_batch(now);
     }
 

@@ -32,7 +32,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use crate::wire;
-use crate::{Addr, Storage, StorageError, StorageOp, StorageReply};
+use crate::{Addr, Release, Storage, StorageError, StorageOp, StorageReply};
 pub use url::{DEFAULT_PREFIX, RedisTarget, UrlError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -112,21 +112,38 @@ impl RedisStorage {
         result.map_err(|e| self.error(e))
     }
 
-    async fn read(&self, addrs: &[Addr]) -> Result<Vec<Option<Bytes>>, StorageError> {
+    /// The MGET of `addrs` (`None` for no address: nothing to ask).
+    fn read_command(&self, addrs: &[Addr]) -> Option<Cmd> {
         if addrs.is_empty() {
-            return Ok(Vec::new());
+            return None;
         }
         let mut mget = redis::cmd("MGET");
         for &addr in addrs {
             mget.arg(self.target.key(addr));
         }
+        Some(mget)
+    }
+
+    async fn read(&self, addrs: &[Addr]) -> Result<Vec<Option<Bytes>>, StorageError> {
+        self.send_read(self.read_command(addrs), addrs.len()).await
+    }
+
+    /// Sends `mget`, the read of `count` addresses, and checks that each has its value.
+    async fn send_read(
+        &self,
+        mget: Option<Cmd>,
+        count: usize,
+    ) -> Result<Vec<Option<Bytes>>, StorageError> {
+        let Some(mget) = mget else {
+            return Ok(Vec::new());
+        };
         let values: Vec<Option<Vec<u8>>> = self.query(&mget).await?;
-        if values.len() != addrs.len() {
+        if values.len() != count {
             return Err(StorageError(format!(
                 "{} answered {} values to an MGET of {} keys",
                 self.target.describe(),
                 values.len(),
-                addrs.len()
+                count
             )));
         }
         Ok(values.into_iter().map(|v| v.map(Bytes::from)).collect())
@@ -153,11 +170,17 @@ impl RedisStorage {
         }
     }
 
+    /// Whether a write or delete goes through the cluster's intent key (several keys of a
+    /// cluster are not changed by one atomic command).
+    fn needs_intent(&self, op: &StorageOp) -> bool {
+        self.target.cluster && op.len() > 1
+    }
+
     async fn change(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
         let Some(command) = self.command(&op) else {
             return Ok(StorageReply::Done);
         };
-        if self.target.cluster && op.len() > 1 {
+        if self.needs_intent(&op) {
             let _one_at_a_time = self.cluster_writes.lock().await;
             let intent = wire::encode_request(0, &op).to_bytes();
             let mut set = redis::cmd("SET");
@@ -361,6 +384,32 @@ impl Storage for RedisStorage {
             StorageOp::Read(addrs) => Ok(StorageReply::Values(self.read(&addrs).await?)),
             StorageOp::Write(_) | StorageOp::Delete(_) => self.change(op).await,
             StorageOp::Scan { after, limit } => self.scan(after, limit).await,
+        }
+    }
+
+    /// Builds the command before the release; the redis crate still encodes it after (its
+    /// connection takes a command, not bytes), a copy of the arguments.
+    async fn call_at(&self, op: StorageOp, release: Release) -> Result<StorageReply, StorageError> {
+        match op {
+            StorageOp::Read(addrs) => {
+                let mget = self.read_command(&addrs);
+                release.await;
+                Ok(StorageReply::Values(
+                    self.send_read(mget, addrs.len()).await?,
+                ))
+            }
+            StorageOp::Write(_) | StorageOp::Delete(_) if !self.needs_intent(&op) => {
+                let command = self.command(&op);
+                release.await;
+                if let Some(command) = command {
+                    self.query::<Value>(&command).await?;
+                }
+                Ok(StorageReply::Done)
+            }
+            op => {
+                release.await;
+                self.call(op).await
+            }
         }
     }
 
