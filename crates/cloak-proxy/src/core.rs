@@ -340,7 +340,7 @@ impl Core {
             let leaves = request
                 .not_before
                 .filter(|at| *at > Instant::now())
-                .map(|at| self.alarms.at(at));
+                .map(|at| self.alarms.warmed(at));
             self.storage_io.spawn(async move {
                 let result = match leaves {
                     Some(alarm) => storage.call_at(request.op, Box::pin(alarm)).await,
