@@ -100,6 +100,7 @@ impl RecordLayout {
     /// Appends the padded encoding of `record` for `slot` to `out`.
     pub fn encode(&self, slot: Slot, record: &Record, out: &mut Vec<u8>) {
         let start = out.len();
+        out.reserve(self.encoded_len());
         self.encode_compact(slot, record, out);
         out.resize(start + self.encoded_len(), 0);
     }
@@ -111,6 +112,9 @@ impl RecordLayout {
             record.key.len() <= self.max_key && record.value.len() <= self.max_stored_value(),
             "record exceeds the layout; the engine checks sizes before this point"
         );
+        // One allocation for the whole record: growing an empty buffer field by field
+        // reallocates (and copies) it several times per write.
+        out.reserve(HEADER_LEN + record.key.len() + record.value.len());
         out.extend_from_slice(&slot.to_le_bytes());
         out.extend_from_slice(&record.version.to_le_bytes());
         out.extend_from_slice(&(record.key.len() as u16).to_le_bytes());

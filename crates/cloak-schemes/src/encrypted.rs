@@ -28,7 +28,7 @@ use cloak_crypto::{Binding, Prf};
 
 use crate::Start;
 use crate::shell::retry::Retry;
-use crate::shell::{Algorithm, Answer, Io, OnFailure};
+use crate::shell::{Algorithm, Answer, Io, OnFailure, RequestPurpose};
 
 /// Most slots in one storage request.
 const REQUEST_LIMIT: usize = 1024;
@@ -53,6 +53,14 @@ struct Lane {
 pub struct Access {
     slots: Vec<Slot>,
     written_as: Option<u64>,
+}
+
+impl RequestPurpose for Access {
+    /// Never repeated as it was: its client ops are answered, and a recovered record it carried
+    /// is sealed again under a new generation (`Encrypted::slot_failed`).
+    fn on_failure(&self) -> OnFailure {
+        OnFailure::GiveUp
+    }
 }
 
 /// The `encrypted` algorithm.
@@ -233,11 +241,10 @@ impl Algorithm for Encrypted {
         }
     }
 
-    fn failed(&mut self, now: Instant, access: &Access, error: &StorageError) -> OnFailure {
+    fn failed(&mut self, now: Instant, access: &Access, error: &StorageError) {
         for &slot in &access.slots {
             self.slot_failed(now, slot, error);
         }
-        OnFailure::GiveUp
     }
 
     fn deadline(&self) -> Option<Instant> {

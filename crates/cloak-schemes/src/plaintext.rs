@@ -13,7 +13,7 @@ use cloak_core::{
 };
 
 use crate::Start;
-use crate::shell::{Algorithm, Answer, Io, OnFailure};
+use crate::shell::{Algorithm, Answer, Io, OnFailure, RequestPurpose};
 
 /// Most recovered records in one storage request.
 const REQUEST_LIMIT: usize = 1024;
@@ -27,6 +27,17 @@ pub enum Purpose {
     Reads(Vec<OpId>),
     /// Client writes.
     Writes(Vec<OpId>),
+}
+
+impl RequestPurpose for Purpose {
+    fn on_failure(&self) -> OnFailure {
+        match self {
+            // A recovered record must not be lost.
+            Purpose::Restore(_) => OnFailure::Repeat,
+            // Its clients are answered "storage unavailable"; they may try again.
+            Purpose::Reads(_) | Purpose::Writes(_) => OnFailure::GiveUp,
+        }
+    }
 }
 
 /// The `unsafe` algorithm.
@@ -174,16 +185,13 @@ impl Algorithm for Unsafe {
         }
     }
 
-    fn failed(&mut self, _now: Instant, purpose: &Purpose, error: &StorageError) -> OnFailure {
-        match purpose {
-            // A recovered record must not be lost.
-            Purpose::Restore(_) => OnFailure::Repeat,
-            Purpose::Reads(ops) | Purpose::Writes(ops) => {
-                self.in_flight -= ops.len() as u64;
-                let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
-                self.io.out.reply_all(ops.iter().copied(), reply);
-                OnFailure::GiveUp
-            }
+    fn failed(&mut self, _now: Instant, purpose: &Purpose, error: &StorageError) {
+        // A failed restore is repeated (see `on_failure`); the clients of a failed read or
+        // write learn now.
+        if let Purpose::Reads(ops) | Purpose::Writes(ops) = purpose {
+            self.in_flight -= ops.len() as u64;
+            let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
+            self.io.out.reply_all(ops.iter().copied(), reply);
         }
     }
 

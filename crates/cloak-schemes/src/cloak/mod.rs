@@ -43,7 +43,7 @@ use sets::Sets;
 use crate::Start;
 use crate::schedule::Schedule;
 use crate::shell::fill::Fill;
-use crate::shell::{Algorithm, Answer, Io, OnFailure};
+use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 
 /// Elements written per request while the store is first filled.
 const FILL_CHUNK: u64 = 1024;
@@ -584,6 +584,9 @@ impl Cloak {
     }
 }
 
+/// Every request is repeated after a failure: the algorithm's state waits for it.
+impl RequestPurpose for Purpose {}
+
 impl Algorithm for Cloak {
     type Purpose = Purpose;
     const NAME: &'static str = "cloak";
@@ -626,7 +629,7 @@ impl Algorithm for Cloak {
     /// in this batch or queued for a later one (no batch starts until this request succeeds,
     /// which may take as long as a full disk or a dead server does). The request is repeated
     /// after a backoff (repeating it shows the server nothing new).
-    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) {
         let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
         for pending in self.pending.values_mut() {
             for waiting in [&mut pending.flight, &mut pending.queued] {
@@ -635,7 +638,6 @@ impl Algorithm for Cloak {
                 }
             }
         }
-        OnFailure::Repeat
     }
 
     fn timeout(&mut self, now: Instant) {

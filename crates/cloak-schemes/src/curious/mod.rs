@@ -108,7 +108,7 @@ use rand_chacha::ChaCha20Rng;
 use crate::Start;
 use crate::shell::fill::Fill;
 use crate::shell::retry::Retry;
-use crate::shell::{Algorithm, Answer as ShellAnswer, Io, OnFailure};
+use crate::shell::{Algorithm, Answer as ShellAnswer, Io, RequestPurpose};
 
 use bucket::BucketCodec;
 use cache::{Assignment, Entry, EvictionCache};
@@ -614,6 +614,9 @@ fn lost() -> SchemeError {
     )
 }
 
+/// Every request is repeated after a failure: the algorithm's state waits for it.
+impl RequestPurpose for Purpose {}
+
 impl Algorithm for Curious {
     type Purpose = Purpose;
     const NAME: &'static str = "curious";
@@ -675,12 +678,11 @@ impl Algorithm for Curious {
     /// failed (a refused write-back holds its subORAM, and reads behind it would otherwise wait
     /// as long as storage refuses). The request is repeated after a backoff (repeating a
     /// request shows the server nothing new).
-    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) {
         let failure = SchemeError::StorageUnavailable(error.clone());
         for answer in self.requests.fail_reads(&failure) {
             self.answer(Some(answer));
         }
-        OnFailure::Repeat
     }
 
     fn timeout(&mut self, now: Instant) {

@@ -53,7 +53,7 @@ use rand_distr::weighted::WeightedAliasIndex;
 
 use crate::Start;
 use crate::shell::fill::Fill;
-use crate::shell::{Algorithm, Answer, Io, OnFailure};
+use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 pub use estimate::{
     ChangeDetector, DistributionError, DistributionFormat, Estimate, EstimateError, KeyWeights,
     KeyWeightsError, estimate_for_keys, parse_distribution,
@@ -570,6 +570,9 @@ impl Pancake {
     }
 }
 
+/// Every request is repeated after a failure: the algorithm's state waits for it.
+impl RequestPurpose for Purpose {}
+
 impl Algorithm for Pancake {
     type Purpose = Purpose;
     const NAME: &'static str = "pancake";
@@ -633,7 +636,7 @@ impl Algorithm for Pancake {
     /// batch was sent, is blocked behind a label whose write-back storage refuses, or is not
     /// formed yet. Their accesses still happen as drawn (the batches keep their labels); the
     /// request is repeated after a backoff (repeating it shows the server nothing new).
-    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) {
         let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
         for batch in self.batches.values_mut() {
             let readers = std::mem::take(&mut batch.readers);
@@ -646,7 +649,6 @@ impl Algorithm for Pancake {
                 self.io.out.reply(op, reply.clone());
             }
         }
-        OnFailure::Repeat
     }
 
     fn timeout(&mut self, now: Instant) {

@@ -98,7 +98,7 @@ use rand_chacha::ChaCha20Rng;
 use crate::Start;
 use crate::shell::fill::FILL_WINDOW;
 use crate::shell::retry::Retry;
-use crate::shell::{Algorithm, Answer, Io, OnFailure};
+use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 use bucket::BucketCodec;
 use fill::Fill;
 pub use options::{DEFAULT_BUCKET_SIZE, DEFAULT_STASH_LIMIT, MAX_CAPACITY, PathOramOptions};
@@ -668,6 +668,9 @@ impl PathOram {
     }
 }
 
+/// Every request is repeated after a failure: the algorithm's state waits for it.
+impl RequestPurpose for Purpose {}
+
 impl Algorithm for PathOram {
     type Purpose = Purpose;
     const NAME: &'static str = "path-oram";
@@ -708,7 +711,7 @@ impl Algorithm for PathOram {
     /// Storage failed a request: repeat it after a backoff (repeating shows the server nothing
     /// new). Every read waiting for storage learns now, whichever request failed: no access
     /// starts until this one succeeds.
-    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) {
         let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
         for (&slot, waiting) in &mut self.waiting {
             for reader in waiting.readers.drain(..) {
@@ -716,7 +719,6 @@ impl Algorithm for PathOram {
             }
         }
         self.progress();
-        OnFailure::Repeat
     }
 
     fn resending(&mut self, purpose: &Purpose) {

@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cloak_core::{Addr, RequestId, StorageError, StorageOp, StorageReply, StorageRequest};
+use cloak_core::{
+    Addr, ExpectedReply, RequestId, StorageError, StorageOp, StorageReply, StorageRequest,
+};
 use hashbrown::HashMap;
 
 /// Storage's answer to a request, checked against it: one value per address for a read, at most
@@ -36,18 +38,27 @@ impl Answer {
 pub struct Answered<P> {
     /// Why the request was sent.
     pub purpose: P,
-    /// The request, to repeat it if it failed.
-    pub op: StorageOp,
+    /// The request, to repeat it if it failed; `None` if it was sent not to be repeated.
+    pub op: Option<StorageOp>,
     /// The checked answer, or why the request failed (a malformed answer included: a `Done`
     /// answering a read is a failure, never "nothing stored").
     pub result: Result<Answer, StorageError>,
 }
 
+/// An unanswered request: why it was sent, the answer it calls for, and the request itself if a
+/// failure repeats it.
+struct Unanswered<P> {
+    purpose: P,
+    expected: ExpectedReply,
+    /// Kept only for a request that may be repeated: a copy of every request (its address list,
+    /// a write's values) is an allocation per request that a pass-through scheme never uses.
+    op: Option<StorageOp>,
+}
+
 /// Requests waiting for the driver and requests waiting for storage's answer.
 pub struct InFlight<P> {
     next: u64,
-    /// Each unanswered request's purpose and op (kept to check the answer and to repeat it).
-    unanswered: HashMap<RequestId, (P, StorageOp)>,
+    unanswered: HashMap<RequestId, Unanswered<P>>,
     transmit: VecDeque<StorageRequest>,
 }
 
@@ -63,11 +74,22 @@ impl<P> Default for InFlight<P> {
 
 impl<P> InFlight<P> {
     /// Queues `op` for the driver (see [`InFlight::poll`]), to leave at once or, with
-    /// `not_before`, at that instant.
-    pub fn send(&mut self, purpose: P, op: StorageOp, not_before: Option<Instant>) {
+    /// `not_before`, at that instant, keeping a copy to repeat it if `repeatable`.
+    pub fn send(
+        &mut self,
+        purpose: P,
+        op: StorageOp,
+        repeatable: bool,
+        not_before: Option<Instant>,
+    ) {
         let id = RequestId(self.next);
         self.next += 1;
-        self.unanswered.insert(id, (purpose, op.clone()));
+        let unanswered = Unanswered {
+            purpose,
+            expected: op.expected_reply(),
+            op: repeatable.then(|| op.clone()),
+        };
+        self.unanswered.insert(id, unanswered);
         self.transmit
             .push_back(StorageRequest { id, op, not_before });
     }
@@ -89,12 +111,15 @@ impl<P> InFlight<P> {
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) -> Option<Answered<P>> {
-        let (purpose, op) = self.unanswered.remove(&id)?;
-        let result = op.expected_reply().check(result).map(Answer);
+        let Unanswered {
+            purpose,
+            expected,
+            op,
+        } = self.unanswered.remove(&id)?;
         Some(Answered {
             purpose,
             op,
-            result,
+            result: expected.check(result).map(Answer),
         })
     }
 }
@@ -106,13 +131,14 @@ mod tests {
     #[test]
     fn answers_are_matched_and_checked_for_kind_and_shape() {
         let mut sent = InFlight::default();
-        sent.send("read", StorageOp::Read(vec![1, 2]), None);
+        sent.send("read", StorageOp::Read(vec![1, 2]), true, None);
         sent.send(
             "write",
             StorageOp::Write(vec![(1, Bytes::from_static(b"x"))]),
+            true,
             None,
         );
-        sent.send("other read", StorageOp::Read(vec![3]), None);
+        sent.send("other read", StorageOp::Read(vec![3]), false, None);
         let (read, write, other) = (
             sent.poll().unwrap(),
             sent.poll().unwrap(),
@@ -133,12 +159,13 @@ mod tests {
             .answer(write.id, Ok(StorageReply::Values(Vec::new())))
             .unwrap();
         assert!(answered.result.unwrap_err().0.contains("malformed"));
-        assert_eq!(answered.op, write.op, "kept to repeat");
+        assert_eq!(answered.op, Some(write.op), "kept to repeat");
         let answered = sent.answer(other.id, Ok(StorageReply::Done)).unwrap();
         assert!(
             answered.result.is_err(),
             "a Done answering a read is a failure, not an empty value"
         );
+        assert_eq!(answered.op, None, "not kept: it is never repeated");
         assert!(sent.is_empty());
     }
 }

@@ -7,6 +7,7 @@ use cloak_core::{Outbox, SchemeError, SchemeStats, StorageError, StorageOp};
 
 use super::in_flight::{Answered, InFlight};
 use super::retry::Retry;
+use super::{OnFailure, RequestPurpose};
 
 /// An algorithm's connection to storage, clients and the journal; the shell drives it.
 pub struct Io<P> {
@@ -29,19 +30,27 @@ impl<P> Default for Io<P> {
     }
 }
 
-impl<P> Io<P> {
-    /// Sends `op` to storage; its answer comes back to the algorithm with `purpose`.
+impl<P: RequestPurpose> Io<P> {
+    /// Sends `op` to storage; its answer comes back to the algorithm with `purpose`, and a
+    /// failure repeats it or not as `purpose` says ([`RequestPurpose::on_failure`]).
     pub fn send(&mut self, purpose: P, op: StorageOp) {
-        self.storage.send(purpose, op, None);
+        self.queue(purpose, op, None);
     }
 
     /// Sends `op` to storage at `at` (at once if that has passed): for requests whose time the
     /// schedule fixes, handed to the driver as soon as they are ready so that a busy driver
     /// still sends them on time.
     pub fn send_at(&mut self, at: Instant, purpose: P, op: StorageOp) {
-        self.storage.send(purpose, op, Some(at));
+        self.queue(purpose, op, Some(at));
     }
 
+    fn queue(&mut self, purpose: P, op: StorageOp, not_before: Option<Instant>) {
+        let repeatable = purpose.on_failure() == OnFailure::Repeat;
+        self.storage.send(purpose, op, repeatable, not_before);
+    }
+}
+
+impl<P> Io<P> {
     /// Storage's last request failed and none has succeeded since: the answer for a client op
     /// that needs storage now, rather than waiting as long as storage is down.
     pub fn unavailable(&self) -> Option<SchemeError> {

@@ -46,11 +46,23 @@ pub enum OnFailure {
     GiveUp,
 }
 
+/// Why an algorithm sent a storage request; handed back with the request's answer.
+pub trait RequestPurpose: fmt::Debug + Send {
+    /// What a failure of a request sent for this purpose does to it. It is known when the
+    /// request is sent, so the shell keeps a copy only of the requests it may have to repeat
+    /// (a copy of every request is an allocation per request that a pass-through scheme, which
+    /// never repeats a client's request, would pay for nothing). Most algorithms repeat every
+    /// request: their state waits for it.
+    fn on_failure(&self) -> OnFailure {
+        OnFailure::Repeat
+    }
+}
+
 /// One scheme's algorithm: what to send, what to do with an answer, what to do when storage is
 /// down, and its own deadlines. The [`Shell`] around it does the rest.
 pub trait Algorithm: Send {
     /// Why the algorithm sent a request; handed back with the request's answer.
-    type Purpose: fmt::Debug + Send;
+    type Purpose: RequestPurpose;
 
     /// The name given to `--scheme`.
     const NAME: &'static str;
@@ -76,9 +88,10 @@ pub trait Algorithm: Send {
     /// shape.
     fn answered(&mut self, now: Instant, purpose: Self::Purpose, answer: Answer);
 
-    /// Storage failed a request of this purpose (the shell has counted and logged it): answer
-    /// the clients that cannot wait, and say whether the request is to be repeated.
-    fn failed(&mut self, now: Instant, purpose: &Self::Purpose, error: &StorageError) -> OnFailure;
+    /// Storage failed a request of this purpose (the shell has counted and logged it, and
+    /// repeats it if [`RequestPurpose::on_failure`] says so): answer the clients that cannot
+    /// wait.
+    fn failed(&mut self, now: Instant, purpose: &Self::Purpose, error: &StorageError);
 
     /// A request storage failed goes out again, unchanged (just before [`Algorithm::timeout`]).
     fn resending(&mut self, _purpose: &Self::Purpose) {}
@@ -171,18 +184,18 @@ impl<A: Algorithm> Shell<A> {
         &mut self,
         now: Instant,
         purpose: A::Purpose,
-        op: cloak_core::StorageOp,
+        op: Option<cloak_core::StorageOp>,
         error: StorageError,
     ) {
         self.algorithm.io().stats.storage_failures += 1;
-        match self.algorithm.failed(now, &purpose, &error) {
-            OnFailure::Repeat => {
+        self.algorithm.failed(now, &purpose, &error);
+        // The in-flight table kept the request exactly when its purpose repeats it.
+        match op {
+            Some(op) => {
                 tracing::warn!(%error, kind = op.kind(), ?purpose, "storage request failed; retrying");
                 self.algorithm.io().repeat_later(now, error, purpose, op);
             }
-            OnFailure::GiveUp => {
-                tracing::warn!(%error, kind = op.kind(), ?purpose, "storage request failed");
-            }
+            None => tracing::warn!(%error, ?purpose, "storage request failed"),
         }
     }
 }

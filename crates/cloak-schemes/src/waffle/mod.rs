@@ -71,7 +71,7 @@ pub use params::{
 
 use crate::Start;
 use crate::schedule::Schedule;
-use crate::shell::{Algorithm, Answer, Io, OnFailure};
+use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 use labels::Labels;
 use startup::Startup;
 use trees::{DummyTree, RealTree};
@@ -219,6 +219,9 @@ impl Waffle {
     }
 }
 
+/// Every request is repeated after a failure: the algorithm's state waits for it.
+impl RequestPurpose for Purpose {}
+
 impl Algorithm for Waffle {
     type Purpose = Purpose;
     const NAME: &'static str = "waffle";
@@ -248,14 +251,13 @@ impl Algorithm for Waffle {
     /// Storage failed a request: every client waiting to read learns now, whether its read is
     /// in this batch or queued for a later one (no batch starts until this request succeeds).
     /// The request is repeated after a backoff (repeating it shows the server nothing new).
-    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) -> OnFailure {
+    fn failed(&mut self, _now: Instant, _purpose: &Purpose, error: &StorageError) {
         let reply = Reply::Failed(SchemeError::StorageUnavailable(error.clone()));
         let waiting: Vec<u32> = self.pending.keys().copied().collect();
         for slot in waiting {
             let readers = self.take_readers(slot);
             self.io.out.reply_all(readers, reply.clone());
         }
-        OnFailure::Repeat
     }
 
     fn timeout(&mut self, now: Instant) {
