@@ -382,6 +382,9 @@ pub enum CommandError {
     /// `HINCRBY` on a field that does not hold an integer.
     #[error("hash value is not an integer")]
     HashValueNotInteger,
+    /// `HINCRBYFLOAT` on a field that does not hold a float.
+    #[error("hash value is not a float")]
+    HashValueNotFloat,
     /// An increment that would overflow.
     #[error("increment or decrement would overflow")]
     Overflow,
