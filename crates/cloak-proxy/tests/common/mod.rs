@@ -77,6 +77,7 @@ pub struct Setup {
     pub max_clients: usize,
     pub reply_limit: usize,
     pub pending_limit: usize,
+    pub script_time_limit: Duration,
 }
 
 impl Setup {
@@ -95,6 +96,7 @@ impl Setup {
             max_clients: cloak_proxy::DEFAULT_MAX_CLIENTS,
             reply_limit: cloak_proxy::DEFAULT_REPLY_LIMIT,
             pending_limit: cloak_proxy::DEFAULT_PROXY_PENDING_BYTES,
+            script_time_limit: cloak_proxy::DEFAULT_SCRIPT_TIME_LIMIT,
         }
     }
 
@@ -153,6 +155,7 @@ impl Setup {
             max_clients: self.max_clients,
             reply_limit: self.reply_limit,
             pending_limit: self.pending_limit,
+            script_time_limit: self.script_time_limit,
             ..ProxyOptions::default()
         };
         let proxy = tokio::spawn(cloak_proxy::run(
