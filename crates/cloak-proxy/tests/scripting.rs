@@ -3,10 +3,11 @@
 //! accesses of the keys they declare. (What scripts return, and their errors, are compared with
 //! a real redis-server in `crates/cloak/tests/client_libs.rs`.)
 //!
-//! Shown to fail on broken variants: with `redis.call` sent to the core as a plain command
-//! instead of a `ScriptCall` on the script's unit, the counter loses increments and the
-//! busy script's storage traffic grows with its calls; without the instruction hook, the runaway
-//! script never answers and its test times out.
+//! Shown to fail on broken variants: with the gate letting a unit start on keys another running
+//! unit holds (`Gate::ready_index` without its `held` check), both counter tests lose
+//! increments; without the time limit in the instruction hook, the runaway script never answers
+//! (the test's 20-second guard fires, and the spinning thread then keeps the test process from
+//! exiting). The traffic test was not run against a broken variant.
 
 mod common;
 
@@ -22,7 +23,8 @@ const INCREMENTS: i64 = 25;
 /// A read-modify-write in Lua: atomic only if nothing of another client comes between the GET
 /// and the SET.
 /// (Short: a request's arguments are limited by the test store's small value size.)
-const INCREMENT: &str = "local n=(redis.call('get',KEYS[1]) or 0)+1 redis.call('set',KEYS[1],n) return n";
+const INCREMENT: &str =
+    "local n=(redis.call('get',KEYS[1]) or 0)+1 redis.call('set',KEYS[1],n) return n";
 
 async fn counter(scheme: SchemeName) {
     let proxy = Setup::new(scheme, 100).start().await;
@@ -140,7 +142,8 @@ async fn storage_sees_the_declared_keys_not_the_calls() {
     // The unsafe scheme sends one storage request per op, so any extra op would show.
     let proxy = Setup::new(SchemeName::Unsafe, 100).start().await;
     let one_call = "redis.call('set',KEYS[1],ARGV[1])";
-    let many_calls = "for i=1,50 do redis.call('set',KEYS[1],i) end redis.call('set',KEYS[1],ARGV[1])";
+    let many_calls =
+        "for i=1,50 do redis.call('set',KEYS[1],i) end redis.call('set',KEYS[1],ARGV[1])";
     let _ = requests_of(&proxy, one_call).await;
     let few = requests_of(&proxy, one_call).await;
     let many = requests_of(&proxy, many_calls).await;
