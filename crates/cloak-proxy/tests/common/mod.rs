@@ -338,3 +338,48 @@ pub async fn run(
         Err(error) => Err(error.to_string()),
     }
 }
+
+/// Clients that each increment `counter` `increments` times, `depth` increments in flight at
+/// once on each connection, through `increment(i)` (the i-th of a batch, answering the new
+/// value); the counter must end at exactly the total: no increment lost to another running at
+/// the same time.
+pub async fn count_concurrently(
+    scheme: SchemeName,
+    clients: i64,
+    increments: i64,
+    depth: usize,
+    increment: fn(usize) -> redis::Cmd,
+) {
+    let proxy = Setup::new(scheme, 100).start().await;
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let con = proxy.connection().await;
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0;
+            while done < increments {
+                let batch = depth.min((increments - done) as usize);
+                let replies = futures::future::join_all((0..batch).map(|i| {
+                    let mut con = con.clone();
+                    async move { increment(i).query_async::<i64>(&mut con).await }
+                }))
+                .await;
+                for reply in replies {
+                    let value = reply.unwrap_or_else(|e| panic!("client {client}: {e}"));
+                    assert!((1..=clients * increments).contains(&value));
+                }
+                done += batch as i64;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut con = proxy.connection().await;
+    let total: i64 = redis::cmd("GET")
+        .arg("counter")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(total, clients * increments, "{scheme:?} lost increments");
+    proxy.shutdown().await;
+}
