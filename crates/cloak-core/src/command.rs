@@ -158,6 +158,19 @@ pub enum Command {
     Unwatch,
     /// EXEC: the queued commands, run together with nothing of another client in between.
     Transaction(Vec<Command>),
+    /// A script's start (EVAL): holds and reads these keys (the script's KEYS) as one unit, then
+    /// answers [`Outcome::ScriptStarted`]; the script's calls follow as [`Command::ScriptCall`]
+    /// and [`Command::ScriptEnd`] finishes it (see `engine::unit`).
+    Script(Vec<Bytes>),
+    /// One `redis.call` of a running script: runs at once on the unit's keys in memory.
+    ScriptCall {
+        /// The unit [`Outcome::ScriptStarted`] named.
+        unit: u64,
+        /// What the script called.
+        command: Box<Command>,
+    },
+    /// The script of this unit finished: writes what it changed, then answers.
+    ScriptEnd(u64),
 }
 
 /// A deadline as a client gives it, in milliseconds.
@@ -241,6 +254,9 @@ impl Command {
                 vec![from.clone(), to.clone()]
             }
             Command::Transaction(commands) => commands.iter().flat_map(Command::keys).collect(),
+            Command::Script(keys) => keys.clone(),
+            // A script's calls and end act on the keys its start holds.
+            Command::ScriptCall { .. } | Command::ScriptEnd(_) => Vec::new(),
             Command::DbSize(_)
             | Command::Keys { .. }
             | Command::Scan { .. }
@@ -266,6 +282,7 @@ impl Command {
             | Command::Del(_)
             | Command::Rename { .. }
             | Command::Copy { .. }
+            | Command::Script(_)
             | Command::Flush(_) => true,
             Command::Transaction(commands) => commands.iter().any(Command::may_write),
             _ => false,
@@ -274,10 +291,11 @@ impl Command {
 
     /// Whether the command must run alone on its keys: it reads them and writes what it read
     /// decides (see `engine::unit`). Every read-modify-write is one: string updates, expiry
-    /// updates, hash updates, MSETNX, RENAME, COPY and EXEC.
+    /// updates, hash updates, MSETNX, RENAME, COPY, EXEC and scripts.
     pub fn runs_alone(&self) -> bool {
         match self {
             Command::Update { .. }
+            | Command::Script(_)
             | Command::Expire { .. }
             | Command::Persist(_)
             | Command::MSetNx(_)
@@ -312,6 +330,9 @@ pub enum Outcome {
     Multi(Vec<Outcome>),
     /// EXEC when a watched key changed: nothing ran (Redis's null array).
     Aborted,
+    /// A script's unit holds and has read its keys: the id its calls name. Only the proxy's
+    /// scripting sees this; a client gets the script's own reply.
+    ScriptStarted(u64),
 }
 
 /// Why a command was refused or failed.
@@ -361,6 +382,9 @@ pub enum CommandError {
     /// `HINCRBY` on a field that does not hold an integer.
     #[error("hash value is not an integer")]
     HashValueNotInteger,
+    /// `HINCRBYFLOAT` on a field that does not hold a float.
+    #[error("hash value is not a float")]
+    HashValueNotFloat,
     /// An increment that would overflow.
     #[error("increment or decrement would overflow")]
     Overflow,
@@ -401,9 +425,17 @@ pub enum CommandError {
     /// COPY onto itself.
     #[error("source and destination objects are the same")]
     SameObject,
-    /// A command a transaction cannot hold in Cloak.
-    #[error("{0} is not supported inside MULTI by Cloak")]
+    /// A command a transaction or a script cannot hold in Cloak.
+    #[error("{0} is not supported inside MULTI or a script by Cloak")]
     NotInTransaction(&'static str),
+    /// A script named a key it did not declare in KEYS: its unit read only those.
+    #[error(
+        "Script attempted to access a key not declared in KEYS (Cloak reads a script's keys before it runs)"
+    )]
+    UndeclaredKey,
+    /// A script call or end for a unit that is not this client's running script.
+    #[error("internal error: no such running script")]
+    NoRunningScript,
 }
 
 impl CommandError {

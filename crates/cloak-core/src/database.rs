@@ -221,6 +221,12 @@ pub fn in_db(command: Command, db: Db, max_key: usize) -> Result<Command, Comman
                 .map(|command| in_db(command, db, max_key))
                 .collect::<Result<_, _>>()?,
         ),
+        Command::Script(names) => Command::Script(keys(names)?),
+        Command::ScriptCall { unit, command } => Command::ScriptCall {
+            unit,
+            command: Box::new(in_db(*command, db, max_key)?),
+        },
+        Command::ScriptEnd(unit) => Command::ScriptEnd(unit),
     })
 }
 

@@ -351,6 +351,22 @@ impl Engine {
 
     /// Takes a command; its outcome comes from [`Engine::poll_outcome`] with the same `token`.
     pub fn submit(&mut self, now: Instant, client: ClientId, token: u64, command: Command) {
+        // A running script's calls and end act on the keys its unit already holds: they pass the
+        // gate (which would have them wait for that very unit).
+        match command {
+            Command::ScriptCall { unit, command } => {
+                let outcome = self.script_call(client, unit, &command);
+                self.finish(token, outcome);
+                self.drain_replies(now);
+                return;
+            }
+            Command::ScriptEnd(unit) => {
+                self.script_end(now, client, token, unit);
+                self.drain_replies(now);
+                return;
+            }
+            _ => {}
+        }
         // The common case, kept free of the gate's bookkeeping.
         if self.gate.is_open() && !command.runs_alone() {
             self.begin(now, client, token, command);
@@ -737,8 +753,12 @@ impl Engine {
             | Command::MSetNx(_)
             | Command::Rename { .. }
             | Command::Copy { .. }
-            | Command::Transaction(_) => {
+            | Command::Transaction(_)
+            | Command::Script(_) => {
                 unreachable!("`submit` sends every unit through the gate to `begin_unit`")
+            }
+            Command::ScriptCall { .. } | Command::ScriptEnd(_) => {
+                unreachable!("`submit` runs a script's calls and end on its unit")
             }
         }
         Ok(())
@@ -968,6 +988,12 @@ impl Engine {
             // Its commands are checked one by one as they run (a failing one answers its error
             // in EXEC's array, as in Redis).
             Command::Transaction(commands) => count_ok(commands.len()),
+            Command::Script(keys) => {
+                count_ok(keys.len())?;
+                keys.iter().try_for_each(key_ok)
+            }
+            // Each call is checked as it runs.
+            Command::ScriptCall { .. } | Command::ScriptEnd(_) => Ok(()),
             Command::DbSize(_)
             | Command::Keys { .. }
             | Command::Scan { .. }

@@ -12,6 +12,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::command::{CommandError, Outcome};
+use crate::long_double;
 
 /// Bytes each field adds beyond its field's and value's own bytes.
 const PER_FIELD: usize = 8;
@@ -21,12 +22,16 @@ const PER_FIELD: usize = 8;
 pub enum HashOp {
     /// `HSET key field value …`: answers how many fields are new.
     Set(Vec<(Bytes, Bytes)>),
+    /// `HMSET key field value …`: HSET that answers OK.
+    MSet(Vec<(Bytes, Bytes)>),
     /// `HSETNX key field value`: sets only a new field.
     SetNx(Bytes, Bytes),
     /// `HDEL key field …`: answers how many existed; the key goes with its last field.
     Del(Vec<Bytes>),
     /// `HINCRBY key field increment`.
     IncrBy(Bytes, i64),
+    /// `HINCRBYFLOAT key field increment` (a finite float, checked when parsed).
+    IncrByFloat(Bytes, Bytes),
     /// `HGET`: one field's value.
     Get(Bytes),
     /// `HMGET`: several fields' values.
@@ -140,7 +145,12 @@ impl HashOp {
     pub fn is_read(&self) -> bool {
         !matches!(
             self,
-            HashOp::Set(_) | HashOp::SetNx(..) | HashOp::Del(_) | HashOp::IncrBy(..)
+            HashOp::Set(_)
+                | HashOp::MSet(_)
+                | HashOp::SetNx(..)
+                | HashOp::Del(_)
+                | HashOp::IncrBy(..)
+                | HashOp::IncrByFloat(..)
         )
     }
 
@@ -166,9 +176,12 @@ impl HashOp {
                 Outcome::Integer(hash.get(field).map_or(0, |v| v.len()) as i64)
             }
             // Updates answer through `update`; a read of one is a bug in the caller.
-            HashOp::Set(_) | HashOp::SetNx(..) | HashOp::Del(_) | HashOp::IncrBy(..) => {
-                Outcome::Error(CommandError::NotARead)
-            }
+            HashOp::Set(_)
+            | HashOp::MSet(_)
+            | HashOp::SetNx(..)
+            | HashOp::Del(_)
+            | HashOp::IncrBy(..)
+            | HashOp::IncrByFloat(..) => Outcome::Error(CommandError::NotARead),
         }
     }
 
@@ -177,12 +190,15 @@ impl HashOp {
         let existed = hash.is_some();
         let mut hash = hash.unwrap_or_default();
         let answer = match self {
-            HashOp::Set(pairs) => {
+            HashOp::Set(pairs) | HashOp::MSet(pairs) => {
                 let added = pairs
                     .iter()
                     .filter(|(f, v)| hash.set(f.clone(), v.clone()))
                     .count();
-                Outcome::Integer(added as i64)
+                match self {
+                    HashOp::MSet(_) => Outcome::Ok,
+                    _ => Outcome::Integer(added as i64),
+                }
             }
             HashOp::SetNx(field, value) => {
                 if hash.get(field).is_some() {
@@ -218,6 +234,23 @@ impl HashOp {
                 };
                 hash.set(field.clone(), Bytes::from(sum.to_string()));
                 Outcome::Integer(sum)
+            }
+            HashOp::IncrByFloat(field, by) => {
+                let held = hash.get(field).cloned().unwrap_or(Bytes::from_static(b"0"));
+                // The increment was checked when parsed, so a value that is not a float is the
+                // field's.
+                let sum = match long_double::add(&held, by) {
+                    Ok(sum) => sum,
+                    Err(CommandError::NotFloat) => {
+                        return (
+                            HashChange::Keep,
+                            Outcome::Error(CommandError::HashValueNotFloat),
+                        );
+                    }
+                    Err(error) => return (HashChange::Keep, Outcome::Error(error)),
+                };
+                hash.set(field.clone(), sum.clone());
+                Outcome::Value(Some(sum))
             }
             read => return (HashChange::Keep, read.read(existed.then_some(&hash))),
         };

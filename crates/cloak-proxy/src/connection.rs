@@ -203,23 +203,26 @@ async fn next_reply(
     }
 }
 
-fn to_reply(outcome: Outcome) -> Reply {
+/// The reply a client gets for an outcome of the engine.
+pub(crate) fn to_reply(outcome: Outcome) -> Reply {
     match outcome {
         Outcome::Value(value) => Reply::Bulk(value),
         Outcome::Values(values) => Reply::Array(values.into_iter().map(Reply::Bulk).collect()),
         Outcome::Ok => Reply::ok(),
         Outcome::Integer(n) => Reply::Integer(n),
-        Outcome::Status(status) => Reply::Status(status),
-        // RESP2's flat array; a RESP3 connection should get a map here.
-        Outcome::Pairs(pairs) => Reply::Array(
+        Outcome::Status(status) => Reply::status(status),
+        // A map in RESP3, RESP2's flat array of fields and values (as Redis's HGETALL).
+        Outcome::Pairs(pairs) => Reply::Map(
             pairs
                 .into_iter()
-                .flat_map(|(field, value)| [Reply::Bulk(Some(field)), Reply::Bulk(Some(value))])
+                .map(|(field, value)| (Reply::Bulk(Some(field)), Reply::Bulk(Some(value))))
                 .collect(),
         ),
         Outcome::Error(error) => Reply::Error(error.redis_line()),
         Outcome::Multi(outcomes) => Reply::Array(outcomes.into_iter().map(to_reply).collect()),
         Outcome::Aborted => Reply::NilArray,
+        // Scripting takes this outcome itself (see `scripting`); it never reaches a client.
+        Outcome::ScriptStarted(_) => Reply::err("internal error: a script's start was answered"),
     }
 }
 

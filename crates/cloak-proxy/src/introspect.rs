@@ -39,7 +39,7 @@ fn lookup(name: &Bytes) -> Option<&'static Spec> {
 /// key and step already say where the keys are for every supported command.
 fn info(spec: &Spec) -> Reply {
     let statuses =
-        |words: &[&'static str]| Reply::Set(words.iter().map(|w| Reply::Status(w)).collect());
+        |words: &[&'static str]| Reply::Set(words.iter().map(|&w| Reply::status(w)).collect());
     let (first, last, step) = spec.keys;
     Reply::Array(vec![
         Reply::bulk(spec.name),
@@ -90,14 +90,14 @@ mod tests {
             Reply::Array(vec![
                 Reply::bulk("get"),
                 Reply::Integer(2),
-                Reply::Set(vec![Reply::Status("readonly"), Reply::Status("fast")]),
+                Reply::Set(vec![Reply::status("readonly"), Reply::status("fast")]),
                 Reply::Integer(1),
                 Reply::Integer(1),
                 Reply::Integer(1),
                 Reply::Set(vec![
-                    Reply::Status("@read"),
-                    Reply::Status("@string"),
-                    Reply::Status("@fast")
+                    Reply::status("@read"),
+                    Reply::status("@string"),
+                    Reply::status("@fast")
                 ]),
                 Reply::Array(vec![]),
                 Reply::Array(vec![]),

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod own_thread;
 pub mod priority;
 pub mod resp;
+mod scripting;
 mod server_config;
 mod session;
 pub mod state;
@@ -52,6 +53,7 @@ pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
 pub use ledger::{Ledger, LedgerError, StoreManifest};
 pub use own_thread::OwnThread;
+pub use scripting::DEFAULT_TIME_LIMIT as DEFAULT_SCRIPT_TIME_LIMIT;
 pub use state::{RecoveryReport, StateDir, StateError, discard_damaged, recover};
 
 /// How many clients may be connected at once unless `--max-clients` says otherwise (Redis's
@@ -91,6 +93,8 @@ pub struct ProxyOptions {
     /// Where the storage traffic runs ([`own_thread`]); `None`: on the caller's runtime
     /// (tests, where timing does not matter).
     pub storage_io: Option<tokio::runtime::Handle>,
+    /// How long a Lua script may run before it is stopped with an error.
+    pub script_time_limit: Duration,
 }
 
 impl Default for ProxyOptions {
@@ -104,6 +108,7 @@ impl Default for ProxyOptions {
             reply_limit: DEFAULT_REPLY_LIMIT,
             pending_limit: DEFAULT_PROXY_PENDING_BYTES,
             storage_io: None,
+            script_time_limit: scripting::DEFAULT_TIME_LIMIT,
         }
     }
 }
@@ -130,6 +135,8 @@ pub struct FrontEnd {
     commands: AtomicU64,
     /// Notified by `SHUTDOWN`: the proxy stops as it does on Ctrl-C.
     shutdown: Notify,
+    /// The Lua script cache and limit.
+    scripts: scripting::Scripts,
 }
 
 /// A running proxy.
@@ -178,6 +185,7 @@ pub async fn run(
         rejected: AtomicU64::new(0),
         commands: AtomicU64::new(0),
         shutdown: Notify::new(),
+        scripts: scripting::Scripts::new(options.script_time_limit),
     });
     ready(Proxy {
         stats: core.stats(),

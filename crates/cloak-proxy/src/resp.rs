@@ -5,6 +5,8 @@
 //! and enforces Redis's limits, with Redis's error messages, so hostile input costs bounded memory
 //! and gets a clear `Protocol error` before the connection closes.
 
+use std::borrow::Cow;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// Longest inline request or length line (Redis: 64 KiB).
@@ -238,7 +240,8 @@ impl Protocol {
 /// and values, a set an array, a verbatim string a bulk string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    Status(&'static str),
+    /// A status line; owned for the few made at run time (a script's `{ok = …}`).
+    Status(Cow<'static, str>),
     Error(String),
     Integer(i64),
     /// A bulk string, or nil (`$-1` in RESP2, `_` in RESP3).
@@ -254,7 +257,12 @@ pub enum Reply {
 
 impl Reply {
     pub fn ok() -> Self {
-        Reply::Status("OK")
+        Reply::status("OK")
+    }
+
+    /// A status line (`+…`).
+    pub fn status(text: impl Into<Cow<'static, str>>) -> Self {
+        Reply::Status(text.into())
     }
 
     /// An error with Redis's generic `ERR` prefix.
@@ -513,7 +521,7 @@ mod tests {
                 ("proto", Reply::Integer(3)),
                 ("modules", Reply::Array(vec![])),
             ]),
-            Reply::Set(vec![Reply::Status("readonly")]),
+            Reply::Set(vec![Reply::status("readonly")]),
             Reply::Bulk(None),
             Reply::Verbatim("# Server\r\n".into()),
         ]);

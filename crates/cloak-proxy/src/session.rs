@@ -112,6 +112,16 @@ impl<'a> Session<'a> {
                 self.watched = true;
                 return self.submit(command, charge).await;
             }
+            Request::Eval(eval) => {
+                let caller = crate::scripting::Caller {
+                    core: self.front.core.clone(),
+                    client: self.client.id,
+                    db: self.db(),
+                    max_key: self.front.max_key,
+                };
+                self.front.scripts.eval(caller, eval, charge).await
+            }
+            Request::Script(request) => self.front.scripts.answer(request),
             Request::Multi => {
                 self.queued = Some(Vec::new());
                 self.refused = false;
@@ -119,7 +129,7 @@ impl<'a> Session<'a> {
             }
             Request::Exec => Reply::err("EXEC without MULTI"),
             Request::Discard => Reply::err("DISCARD without MULTI"),
-            Request::Ping(None) => Reply::Status("PONG"),
+            Request::Ping(None) => Reply::status("PONG"),
             Request::Ping(Some(message)) | Request::Echo(message) => Reply::Bulk(Some(message)),
             Request::Auth { user, password } => match self.authenticate(user, &password) {
                 Ok(()) => Reply::ok(),
@@ -193,7 +203,7 @@ impl<'a> Session<'a> {
                 match database::in_db(command, self.db(), self.front.max_key) {
                     Ok(command) => {
                         self.queued.get_or_insert_default().push(command);
-                        Reply::Status("QUEUED")
+                        Reply::status("QUEUED")
                     }
                     Err(error) => {
                         self.refused = true;
@@ -304,7 +314,7 @@ impl<'a> Session<'a> {
         state.no_evict = false;
         state.no_touch = false;
         self.authenticated = self.front.password.is_none();
-        Reply::Status("RESET")
+        Reply::status("RESET")
     }
 
     fn client_command(&mut self, request: ClientRequest) -> Pending {

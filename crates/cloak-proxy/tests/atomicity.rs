@@ -23,47 +23,16 @@ const INCREMENTS: i64 = 40;
 const DEPTH: usize = 8;
 
 async fn counter(scheme: SchemeName) {
-    let proxy = Setup::new(scheme, 100).start().await;
-    let mut tasks = Vec::new();
-    for client in 0..CLIENTS {
-        let con = proxy.connection().await;
-        tasks.push(tokio::spawn(async move {
-            let mut done = 0;
-            while done < INCREMENTS {
-                let batch = DEPTH.min((INCREMENTS - done) as usize);
-                let replies = join_all((0..batch).map(|i| {
-                    let mut con = con.clone();
-                    async move {
-                        // INCR and INCRBY in turn.
-                        let by = if i % 2 == 0 { "INCR" } else { "INCRBY" };
-                        let mut cmd = redis::cmd(by);
-                        cmd.arg("counter");
-                        if by == "INCRBY" {
-                            cmd.arg(1);
-                        }
-                        cmd.query_async::<i64>(&mut con).await
-                    }
-                }))
-                .await;
-                for reply in replies {
-                    let value = reply.unwrap_or_else(|e| panic!("client {client}: {e}"));
-                    assert!((1..=CLIENTS * INCREMENTS).contains(&value));
-                }
-                done += batch as i64;
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let mut con = proxy.connection().await;
-    let total: i64 = redis::cmd("GET")
-        .arg("counter")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!(total, CLIENTS * INCREMENTS, "{scheme:?} lost increments");
-    proxy.shutdown().await;
+    // INCR and INCRBY in turn.
+    common::count_concurrently(scheme, CLIENTS, INCREMENTS, DEPTH, |i| {
+        let mut cmd = redis::cmd(if i % 2 == 0 { "INCR" } else { "INCRBY" });
+        cmd.arg("counter");
+        if i % 2 == 1 {
+            cmd.arg(1);
+        }
+        cmd
+    })
+    .await;
 }
 
 const START: i64 = 1000;

@@ -88,6 +88,21 @@ func infoField(rdb *redis.Client, section, field string) (interface{}, error) {
 	return nil, fmt.Errorf("no %s in INFO %s", field, section)
 }
 
+// scanAll runs an iterator to its end: the set of keys it returned, sorted (Redis promises the
+// set of keys a full iteration returns, not their order).
+func scanAll(it *redis.ScanIterator) (interface{}, error) {
+	seen := map[string]bool{}
+	for it.Next(ctx) {
+		seen[it.Val()] = true
+	}
+	keys := make([]string, 0, len(seen))
+	for key := range seen {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	return keys, it.Err()
+}
+
 func main() {
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: go-client PORT")
@@ -174,4 +189,40 @@ func main() {
 		return result[int64](rdb.Del(ctx, "greeting", "b", "c", "counter", "tx", "temp"))
 	})
 	step("dbsize after cleanup", func() (interface{}, error) { return result[int64](rdb.DBSize(ctx)) })
+	scanKeys := []string{"scan:hash"}
+	for i := 0; i < 30; i++ {
+		scanKeys = append(scanKeys, fmt.Sprintf("scan:%d", i))
+	}
+	step("scan setup", func() (interface{}, error) {
+		pairs := []interface{}{}
+		for _, key := range scanKeys[1:] {
+			pairs = append(pairs, key, "x")
+		}
+		if err := rdb.MSet(ctx, pairs...).Err(); err != nil {
+			return nil, err
+		}
+		return result[int64](rdb.HSet(ctx, "scan:hash", "f", "v"))
+	})
+	step("scan by cursor", func() (interface{}, error) {
+		seen := map[string]bool{}
+		var cursor uint64
+		for {
+			keys, next, err := rdb.Scan(ctx, cursor, "scan:*", 7).Result()
+			if err != nil {
+				return nil, err
+			}
+			for _, key := range keys {
+				seen[key] = true
+			}
+			if next == 0 {
+				return len(seen), nil
+			}
+			cursor = next
+		}
+	})
+	step("scan iterator", func() (interface{}, error) { return scanAll(rdb.Scan(ctx, 0, "scan:1*", 5).Iterator()) })
+	step("scan iterator of a type", func() (interface{}, error) {
+		return scanAll(rdb.ScanType(ctx, 0, "scan:*", 10, "hash").Iterator())
+	})
+	step("scan cleanup", func() (interface{}, error) { return result[int64](rdb.Del(ctx, scanKeys...)) })
 }

@@ -42,6 +42,16 @@ async function infoField(client, section, field) {
   return line === undefined ? `no ${field}` : line.slice(field.length + 1);
 }
 
+// A full SCAN iteration: the set of keys it returned, sorted (Redis promises that set, not an
+// order). The iterator yields batches of keys (one key at a time before node-redis 5).
+async function scanAll(client, options) {
+  const seen = new Set();
+  for await (const batch of client.scanIterator(options)) {
+    for (const key of [].concat(batch)) seen.add(key);
+  }
+  return [...seen].sort();
+}
+
 async function main() {
   // Default options except the port and the client name.
   const client = createClient({ socket: { port: Number(process.argv[2]) }, name: NAME });
@@ -90,6 +100,15 @@ async function main() {
   await step('ttl after persist', () => client.ttl('temp'));
   await step('cleanup', () => client.del(['greeting', 'b', 'c', 'counter', 'tx', 'temp']));
   await step('dbsize after cleanup', () => client.dbSize());
+  const scanKeys = ['scan:hash', ...Array.from({ length: 30 }, (_, i) => `scan:${i}`)];
+  await step('scan setup', async () => {
+    await client.mSet(scanKeys.slice(1).map((key) => [key, 'x']));
+    return client.hSet('scan:hash', 'f', 'v');
+  });
+  await step('scanIterator match', () => scanAll(client, { MATCH: 'scan:*' }));
+  await step('scanIterator match count', () => scanAll(client, { MATCH: 'scan:1*', COUNT: 5 }));
+  await step('scanIterator type', () => scanAll(client, { MATCH: 'scan:*', TYPE: 'hash' }));
+  await step('scan cleanup', () => client.del(scanKeys));
   await client.close();
 }
 

@@ -12,6 +12,14 @@
 //! No other client's op on these keys is in the scheme from step 1 to step 4, so the unit is
 //! atomic: every other command on its keys takes effect entirely before or entirely after it.
 //!
+//! A script (EVAL, run by the proxy's Lua) is a unit whose commands come one at a time: after
+//! step 1 the unit answers [`Outcome::ScriptStarted`] and keeps its entries; each
+//! [`Command::ScriptCall`] is step 2 for one command, answered at once from memory; and
+//! [`Command::ScriptEnd`] goes on with step 3. The script runs at the proxy, off the engine, so a
+//! long one delays only the commands that wait for its keys, never the engine (nor the times at
+//! which it sends the scheme's traffic). What storage sees is what any unit makes: a read of
+//! each declared key and a write (or cover) of each, whatever the script did in between.
+//!
 //! What storage sees: a read of each key's slot and a write of each changed key's slot, the
 //! same accesses a GET and a SET of those keys make, which the scheme hides as it hides those.
 //! For schemes whose every op makes traffic of its own ([`Scheme::traffic_per_op`]), the count
@@ -54,6 +62,17 @@ pub(super) struct Unit {
     keys: Vec<Bytes>,
     /// Set once the commands ran: the answer to give when the writes are acknowledged.
     outcome: Option<Outcome>,
+    /// A script's entries between its start and its end.
+    script: Option<Running>,
+}
+
+/// A running script's keys: as read, and as its calls left them so far.
+struct Running {
+    before: View,
+    view: View,
+    /// The time every call sees, in Unix milliseconds: the script's start (Redis too freezes
+    /// time for a script, so a key cannot expire halfway through it).
+    unix: u64,
 }
 
 /// The keys a unit's commands read and those they may write.
@@ -121,6 +140,7 @@ impl Engine {
                 held,
                 keys: keys.clone(),
                 outcome: None,
+                script: None,
             },
         );
         if ops == 0 {
@@ -170,23 +190,44 @@ impl Engine {
             }
         };
         let before: View = unit.keys.iter().cloned().zip(entries).collect();
+        let unix = self.clock.unix_ms(now);
+        if let [Command::Script(_)] = unit.commands[..] {
+            let token = unit.token;
+            if let Some(unit) = self.units.get_mut(&id) {
+                unit.script = Some(Running {
+                    view: before.clone(),
+                    before,
+                    unix,
+                });
+            }
+            self.finish(token, Outcome::ScriptStarted(id));
+            return;
+        }
         let mut view = before.clone();
         let commands = unit.commands.clone();
-        let unix = self.clock.unix_ms(now);
         let mut outcomes: Vec<Outcome> = commands
             .iter()
             .map(|command| self.interpret(&mut view, &before, command, unix))
             .collect();
-        let (client, keys, transaction) = (unit.client, unit.keys.clone(), unit.transaction);
-        let outcome = match transaction {
+        let outcome = match unit.transaction {
             true => Outcome::Multi(outcomes),
             false => outcomes.pop().unwrap_or(Outcome::Ok),
         };
         if let Some(unit) = self.units.get_mut(&id) {
             unit.outcome = Some(outcome);
         }
+        self.write_back(now, id, &before, &view);
+    }
 
-        let (_, writable) = keys_of(&commands);
+    /// Step 3: writes each of the unit's keys whose entry changed from `before` to `view` (with
+    /// covers for those its commands may write but left as they were), or answers at once if
+    /// there is none.
+    fn write_back(&mut self, now: Instant, id: u64, before: &View, view: &View) {
+        let Some(unit) = self.units.get(&id) else {
+            return;
+        };
+        let (client, keys) = (unit.client, unit.keys.clone());
+        let (_, writable) = keys_of(&unit.commands);
         let mut writes = Vec::new();
         let mut covers = 0;
         for key in keys {
@@ -224,6 +265,57 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// One call of the running script `id` (step 2 for one command): its outcome, from memory.
+    pub(super) fn script_call(
+        &mut self,
+        client: super::ClientId,
+        id: u64,
+        command: &Command,
+    ) -> Outcome {
+        let Some(mut running) = self
+            .units
+            .get_mut(&id)
+            .filter(|unit| unit.client == client)
+            .and_then(|unit| unit.script.take())
+        else {
+            return Outcome::Error(CommandError::NoRunningScript);
+        };
+        let outcome = if command
+            .keys()
+            .iter()
+            .all(|key| running.before.contains_key(key))
+        {
+            self.interpret(&mut running.view, &running.before, command, running.unix)
+        } else {
+            Outcome::Error(CommandError::UndeclaredKey)
+        };
+        if let Some(unit) = self.units.get_mut(&id) {
+            unit.script = Some(running);
+        }
+        outcome
+    }
+
+    /// The running script `id` finished: writes what it changed (step 3), answering `token`
+    /// once they are acknowledged.
+    pub(super) fn script_end(
+        &mut self,
+        now: Instant,
+        client: super::ClientId,
+        token: u64,
+        id: u64,
+    ) {
+        let Some(unit) = self.units.get_mut(&id).filter(|unit| unit.client == client) else {
+            self.finish(token, Outcome::Error(CommandError::NoRunningScript));
+            return;
+        };
+        let Some(running) = unit.script.take() else {
+            self.finish(token, Outcome::Error(CommandError::NoRunningScript));
+            return;
+        };
+        unit.token = token;
+        self.write_back(now, id, &running.before, &running.view);
     }
 
     /// The writes are acknowledged (step 4), or failed.
@@ -485,6 +577,9 @@ impl Engine {
                 Outcome::Error(CommandError::NotInTransaction("WATCH"))
             }
             Command::Transaction(_) => Outcome::Error(CommandError::NotInTransaction("MULTI")),
+            Command::Script(_) | Command::ScriptCall { .. } | Command::ScriptEnd(_) => {
+                Outcome::Error(CommandError::NotInTransaction("EVAL"))
+            }
         }
     }
 }

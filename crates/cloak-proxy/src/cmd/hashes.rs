@@ -1,12 +1,13 @@
-//! Hash commands: HSET HSETNX HGET HMGET HDEL HGETALL HEXISTS HINCRBY HLEN HKEYS HVALS HSTRLEN.
+//! Hash commands: HSET HMSET HSETNX HGET HMGET HDEL HGETALL HEXISTS HINCRBY HINCRBYFLOAT HLEN HKEYS
+//! HVALS HSTRLEN.
 //!
 //! A hash is one value (see `cloak_core::hash`), so what storage sees is what a string command
 //! makes: a read of one key for HGET and the other reads, and a read then a write of one key for
-//! HSET, HSETNX, HDEL and HINCRBY (see `cloak_core::engine` for the covers that stand in for
+//! HSET, HMSET, HSETNX, HDEL, HINCRBY and HINCRBYFLOAT (see `cloak_core::engine` for the covers that stand in for
 //! accesses a missing key or a failed check would not need).
 
 use bytes::Bytes;
-use cloak_core::{Command, HashOp};
+use cloak_core::{Command, HashOp, long_double};
 
 use super::expiry::integer;
 use super::{Args, Request};
@@ -28,17 +29,19 @@ fn one(args: &mut Args) -> Bytes {
 
 /// `HSET key field value [field value …]`.
 pub fn hset(args: &mut Args) -> Result<Request, Reply> {
+    setting(args, HashOp::Set)
+}
+
+/// `HMSET key field value [field value …]`: HSET answering OK.
+pub fn hmset(args: &mut Args) -> Result<Request, Reply> {
+    setting(args, HashOp::MSet)
+}
+
+fn setting(args: &mut Args, op: fn(Vec<(Bytes, Bytes)>) -> HashOp) -> Result<Request, Reply> {
     if args.len() < 3 || args.len().is_multiple_of(2) {
         return Err(args.arity());
     }
-    hash(args, |args| {
-        let flat = args.take_all();
-        Ok(HashOp::Set(
-            flat.chunks_exact(2)
-                .map(|pair| (pair[0].clone(), pair[1].clone()))
-                .collect(),
-        ))
-    })
+    hash(args, |args| Ok(op(args.pairs()?)))
 }
 
 pub fn hsetnx(args: &mut Args) -> Result<Request, Reply> {
@@ -77,6 +80,23 @@ pub fn hincrby(args: &mut Args) -> Result<Request, Reply> {
         let field = one(args);
         let by = integer(&one(args))?;
         Ok(HashOp::IncrBy(field, by))
+    })
+}
+
+/// `HINCRBYFLOAT key field increment`, the increment checked first as Redis does.
+pub fn hincrbyfloat(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(3)?;
+    hash(args, |args| {
+        let field = one(args);
+        let by = one(args);
+        if !long_double::is_valid(&by) {
+            return Err(Reply::err("value is not a valid float"));
+        }
+        // Adding a valid float to zero fails only for an infinite one.
+        if long_double::add(b"0", &by).is_err() {
+            return Err(Reply::err("value is NaN or Infinity"));
+        }
+        Ok(HashOp::IncrByFloat(field, by))
     })
 }
 

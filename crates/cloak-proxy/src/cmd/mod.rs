@@ -11,6 +11,7 @@ mod expiry;
 mod generic;
 mod hashes;
 mod keys;
+mod scripting;
 mod server;
 mod strings;
 pub mod table;
@@ -23,6 +24,7 @@ use crate::resp::Reply;
 
 pub use client::{ClientRequest, KillFilter, LibAttribute};
 pub use connection::{DATABASES, Hello};
+pub use scripting::{Eval, ScriptRequest, Source};
 pub use server::CommandQuery;
 
 /// A parsed request. Only [`Request::Data`] reaches the engine (and so storage); the front end
@@ -65,6 +67,10 @@ pub enum Request {
     Discard,
     /// WATCH (a `Command::Watch`), which the connection refuses inside MULTI.
     Watch(Command),
+    /// EVAL and its relatives (run by [`crate::scripting`]).
+    Eval(Eval),
+    /// A `SCRIPT` subcommand.
+    Script(ScriptRequest),
 }
 
 impl Request {

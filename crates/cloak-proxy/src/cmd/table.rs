@@ -7,7 +7,8 @@
 //! these commands. One line per command, so adding one is adding a line.
 
 use super::{
-    Args, Request, client, connection, expiry, generic, hashes, keys, server, strings, transactions,
+    Args, Request, client, connection, expiry, generic, hashes, keys, scripting, server, strings,
+    transactions,
 };
 use crate::resp::Reply;
 
@@ -92,6 +93,13 @@ const COMMAND: &[Spec] = &[
     Spec { name: "command|list", arity: -2, flags: &["loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "server", since: "7.0.0", summary: "Get an array of Redis command names", run: Run::Parse(server::command_list) },
 ];
 
+#[rustfmt::skip]
+const SCRIPT: &[Spec] = &[
+    Spec { name: "script|load", arity: 3, flags: &["noscript", "stale"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "Load the specified Lua script into the script cache.", run: Run::Parse(scripting::script_load) },
+    Spec { name: "script|exists", arity: -3, flags: &["noscript"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "Check existence of scripts in the script cache.", run: Run::Parse(scripting::script_exists) },
+    Spec { name: "script|flush", arity: -2, flags: &["noscript"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "Remove all the scripts from the script cache.", run: Run::Parse(scripting::script_flush) },
+];
+
 /// Every supported command, in the order `COMMAND` lists them.
 #[rustfmt::skip]
 pub const COMMANDS: &[Spec] = &[
@@ -123,6 +131,8 @@ pub const COMMANDS: &[Spec] = &[
     Spec { name: "hgetall", arity: 2, flags: &["readonly"], acl: &["@read", "@hash", "@slow"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get all the fields and values in a hash", run: Run::Parse(hashes::hgetall) },
     Spec { name: "hexists", arity: 3, flags: &["readonly", "fast"], acl: &["@read", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Determine if a hash field exists", run: Run::Parse(hashes::hexists) },
     Spec { name: "hincrby", arity: 4, flags: &["write", "denyoom", "fast"], acl: &["@write", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Increment the integer value of a hash field by the given number", run: Run::Parse(hashes::hincrby) },
+    Spec { name: "hincrbyfloat", arity: 4, flags: &["write", "denyoom", "fast"], acl: &["@write", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.6.0", summary: "Increment the float value of a hash field by the given amount", run: Run::Parse(hashes::hincrbyfloat) },
+    Spec { name: "hmset", arity: -4, flags: &["write", "denyoom", "fast"], acl: &["@write", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Set multiple hash fields to multiple values", run: Run::Parse(hashes::hmset) },
     Spec { name: "hlen", arity: 2, flags: &["readonly", "fast"], acl: &["@read", "@hash", "@fast"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get the number of fields in a hash", run: Run::Parse(hashes::hlen) },
     Spec { name: "hkeys", arity: 2, flags: &["readonly"], acl: &["@read", "@hash", "@slow"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get all the fields in a hash", run: Run::Parse(hashes::hkeys) },
     Spec { name: "hvals", arity: 2, flags: &["readonly"], acl: &["@read", "@hash", "@slow"], keys: (1, 1, 1), group: "hash", since: "2.0.0", summary: "Get all the values in a hash", run: Run::Parse(hashes::hvals) },
@@ -155,6 +165,11 @@ pub const COMMANDS: &[Spec] = &[
     Spec { name: "discard", arity: 1, flags: &["noscript", "loading", "stale", "fast", "allow_busy"], acl: &["@fast", "@transaction"], keys: (0, 0, 0), group: "transactions", since: "2.0.0", summary: "Discard all commands issued after MULTI", run: Run::Parse(transactions::discard) },
     Spec { name: "watch", arity: -2, flags: &["noscript", "loading", "stale", "fast", "allow_busy"], acl: &["@fast", "@transaction"], keys: (1, -1, 1), group: "transactions", since: "2.2.0", summary: "Watch the given keys to determine execution of the MULTI/EXEC block", run: Run::Parse(transactions::watch) },
     Spec { name: "unwatch", arity: 1, flags: &["noscript", "loading", "stale", "fast", "allow_busy"], acl: &["@fast", "@transaction"], keys: (0, 0, 0), group: "transactions", since: "2.2.0", summary: "Forget about all watched keys", run: Run::Parse(transactions::unwatch) },
+    Spec { name: "eval", arity: -3, flags: &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "Execute a Lua script server side", run: Run::Parse(scripting::eval) },
+    Spec { name: "evalsha", arity: -3, flags: &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "Execute a Lua script server side", run: Run::Parse(scripting::evalsha) },
+    Spec { name: "eval_ro", arity: -3, flags: &["readonly", "noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "7.0.0", summary: "Execute a read-only Lua script server side", run: Run::Parse(scripting::eval_ro) },
+    Spec { name: "evalsha_ro", arity: -3, flags: &["readonly", "noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "7.0.0", summary: "Execute a read-only Lua script server side", run: Run::Parse(scripting::evalsha_ro) },
+    Spec { name: "script", arity: -2, flags: &[], acl: &["@slow"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "A container for Lua scripts management commands", run: Run::Container(SCRIPT, None) },
     Spec { name: "ping", arity: -1, flags: &["fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Ping the server", run: Run::Parse(connection::ping) },
     Spec { name: "echo", arity: 2, flags: &["loading", "stale", "fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Echo the given string", run: Run::Parse(connection::echo) },
     Spec { name: "auth", arity: -2, flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "connection", since: "1.0.0", summary: "Authenticate to the server", run: Run::Parse(connection::auth) },

@@ -77,6 +77,7 @@ pub struct Setup {
     pub max_clients: usize,
     pub reply_limit: usize,
     pub pending_limit: usize,
+    pub script_time_limit: Duration,
 }
 
 impl Setup {
@@ -95,6 +96,7 @@ impl Setup {
             max_clients: cloak_proxy::DEFAULT_MAX_CLIENTS,
             reply_limit: cloak_proxy::DEFAULT_REPLY_LIMIT,
             pending_limit: cloak_proxy::DEFAULT_PROXY_PENDING_BYTES,
+            script_time_limit: cloak_proxy::DEFAULT_SCRIPT_TIME_LIMIT,
         }
     }
 
@@ -153,6 +155,7 @@ impl Setup {
             max_clients: self.max_clients,
             reply_limit: self.reply_limit,
             pending_limit: self.pending_limit,
+            script_time_limit: self.script_time_limit,
             ..ProxyOptions::default()
         };
         let proxy = tokio::spawn(cloak_proxy::run(
@@ -334,4 +337,49 @@ pub async fn run(
         Ok(value) => from_redis(value),
         Err(error) => Err(error.to_string()),
     }
+}
+
+/// Clients that each increment `counter` `increments` times, `depth` increments in flight at
+/// once on each connection, through `increment(i)` (the i-th of a batch, answering the new
+/// value); the counter must end at exactly the total: no increment lost to another running at
+/// the same time.
+pub async fn count_concurrently(
+    scheme: SchemeName,
+    clients: i64,
+    increments: i64,
+    depth: usize,
+    increment: fn(usize) -> redis::Cmd,
+) {
+    let proxy = Setup::new(scheme, 100).start().await;
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let con = proxy.connection().await;
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0;
+            while done < increments {
+                let batch = depth.min((increments - done) as usize);
+                let replies = futures::future::join_all((0..batch).map(|i| {
+                    let mut con = con.clone();
+                    async move { increment(i).query_async::<i64>(&mut con).await }
+                }))
+                .await;
+                for reply in replies {
+                    let value = reply.unwrap_or_else(|e| panic!("client {client}: {e}"));
+                    assert!((1..=clients * increments).contains(&value));
+                }
+                done += batch as i64;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut con = proxy.connection().await;
+    let total: i64 = redis::cmd("GET")
+        .arg("counter")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(total, clients * increments, "{scheme:?} lost increments");
+    proxy.shutdown().await;
 }
