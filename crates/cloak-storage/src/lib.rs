@@ -19,6 +19,7 @@ mod observing;
 mod redis_store;
 pub mod server;
 mod tcp;
+pub mod tls;
 pub mod wire;
 
 use async_trait::async_trait;

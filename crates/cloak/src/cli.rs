@@ -44,8 +44,10 @@ pub enum Command {
     Server(ServerArgs),
     /// Run the trusted proxy in front of a storage server.
     Proxy(ProxyArgs),
-    /// Print a new random 256-bit key (hex) for `--key-file`.
+    /// Print a new random 256-bit key (hex) for `--key-file` or `--storage-secret-file`.
     Keygen(KeygenArgs),
+    /// Make a test CA and TLS certificates (server and client) for a quick start.
+    Certs(CertsArgs),
     /// Measure schemes side by side on a workload, through real processes or in process.
     #[command(long_about = BENCH_ABOUT)]
     Bench(BenchArgs),
@@ -338,6 +340,10 @@ pub struct UpArgs {
     #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
 
+    #[command(flatten)]
+    #[serde(skip)]
+    pub security: ClientSecurityArgs,
+
     /// Most clients connected at once; one more gets "-ERR max number of clients reached"
     #[arg(long, value_name = "N", help = max_clients_help())]
     pub max_clients: Option<usize>,
@@ -359,6 +365,34 @@ pub struct UpArgs {
     pub metrics: Option<String>,
 }
 
+/// How clients reach `up` and `proxy`: TLS, client certificates, protected mode. TOML: in
+/// `[up]` or `[proxy]`, beside their other keys.
+#[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ClientSecurityArgs {
+    /// Serve clients over TLS with this certificate (PEM, with its chain); reloaded on SIGHUP.
+    /// Without --tls-port the client port speaks TLS only
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require clients to present a certificate signed by this CA (mutual TLS)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Serve TLS on this port (same address) alongside the plain client port
+    #[arg(long, value_name = "PORT", requires = "tls_cert")]
+    pub tls_port: Option<u16>,
+
+    /// Refuse to listen on a non-loopback address when clients need neither a password nor a
+    /// client certificate; `--protected-mode no` allows it [default: yes]
+    #[arg(long, value_name = "yes|no", value_parser = clap::builder::BoolishValueParser::new())]
+    pub protected_mode: Option<bool>,
+}
+
 /// TOML: `[server]`.
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -372,6 +406,29 @@ pub struct ServerArgs {
     /// Without it the elements live in memory only
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+
+    /// Serve proxies over TLS with this certificate (PEM, with its chain); reloaded on SIGHUP
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Accept only proxies that present a certificate signed by this CA (mutual TLS)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+
+    /// Accept only proxies that prove they know the secret in this file (a challenge-response
+    /// at connect; the secret never crosses the network). Make one with `cloak keygen`
+    #[arg(long, value_name = "FILE")]
+    pub storage_secret_file: Option<PathBuf>,
+
+    /// Refuse to listen on a non-loopback address when anyone who reaches it could use the
+    /// store (neither --client-ca nor --storage-secret-file); `--protected-mode no` allows it
+    /// [default: yes]
+    #[arg(long, value_name = "yes|no", value_parser = clap::builder::BoolishValueParser::new())]
+    pub protected_mode: Option<bool>,
 }
 
 /// TOML: `[proxy]`.
@@ -401,6 +458,10 @@ pub struct ProxyArgs {
     #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
 
+    #[command(flatten)]
+    #[serde(skip)]
+    pub security: ClientSecurityArgs,
+
     /// Most clients connected at once; one more gets "-ERR max number of clients reached"
     #[arg(long, value_name = "N", help = max_clients_help())]
     pub max_clients: Option<usize>,
@@ -412,6 +473,24 @@ pub struct ProxyArgs {
     /// Bytes of requests the proxy holds between reading them and writing their replies
     #[arg(long, value_name = "BYTES", help = max_pending_bytes_help())]
     pub max_pending_bytes: Option<usize>,
+
+    /// With --storage tls://: the CA that signed the storage server's certificate
+    #[arg(long, value_name = "FILE")]
+    pub storage_ca: Option<PathBuf>,
+
+    /// With --storage tls:// (or rediss://): the certificate this proxy presents to storage
+    /// servers that require one (mutual TLS)
+    #[arg(long, value_name = "FILE", requires = "storage_key")]
+    pub storage_cert: Option<PathBuf>,
+
+    /// The private key of --storage-cert
+    #[arg(long, value_name = "FILE", requires = "storage_cert")]
+    pub storage_key: Option<PathBuf>,
+
+    /// The secret shared with a `cloak server --storage-secret-file`: proves this proxy to it
+    /// (and it to this proxy) at connect, without sending the secret
+    #[arg(long, value_name = "FILE")]
+    pub storage_secret_file: Option<PathBuf>,
 
     /// Connections to the storage server [default: 4]
     #[arg(long, value_name = "N")]
@@ -578,6 +657,18 @@ pub struct BenchArgs {
     /// With --trace-stats: the request rate to size Cloak's batches for [default: 100000]
     #[arg(long, value_name = "R")]
     pub expected_rate: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+pub struct CertsArgs {
+    /// Directory to write ca.pem, server.pem, server.key, client.pem, client.key into
+    #[arg(long, short, value_name = "DIR", default_value = "cloak-certs")]
+    pub output: PathBuf,
+
+    /// Names the server certificate is for (host names or IP addresses the proxy and `cloak
+    /// server` are reached at), comma-separated; localhost and loopback are always included
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub names: Vec<String>,
 }
 
 #[derive(Args, Debug)]
