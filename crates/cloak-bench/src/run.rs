@@ -85,7 +85,7 @@ impl Backend {
                     .ok_or_else(|| RunError::Preload(format!("{url} is not a Redis URL")))?
                     .map_err(|e| preload(&e))?;
                 Arc::new(
-                    RedisStorage::connect(target)
+                    RedisStorage::connect(target, None)
                         .await
                         .map_err(|e| preload(&e))?,
                 )

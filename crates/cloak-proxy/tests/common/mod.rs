@@ -156,7 +156,7 @@ impl Setup {
             ..ProxyOptions::default()
         };
         let proxy = tokio::spawn(cloak_proxy::run(
-            listener,
+            vec![listener.into()],
             engine,
             Arc::new(observed),
             options,

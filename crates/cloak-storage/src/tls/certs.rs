@@ -119,9 +119,9 @@ pub fn write_quick_start(dir: &Path, names: &[&str]) -> Result<QuickStart, TlsEr
     }
     let server = ca.issue(&server_names, Role::Server, QUICK_START_VALIDITY)?;
     let client = ca.issue(&["cloak-client"], Role::Client, QUICK_START_VALIDITY)?;
-    std::fs::create_dir_all(dir).map_err(|source| TlsError::File {
+    std::fs::create_dir_all(dir).map_err(|error| TlsError::File {
         path: dir.to_owned(),
-        source,
+        error,
     })?;
     let files = QuickStart {
         ca: dir.join("ca.pem"),
@@ -150,8 +150,8 @@ fn write(path: &Path, text: &str, secret: bool) -> Result<(), TlsError> {
     options
         .open(path)
         .and_then(|mut file| file.write_all(text.as_bytes()))
-        .map_err(|source| TlsError::File {
+        .map_err(|error| TlsError::File {
             path: path.to_owned(),
-            source,
+            error,
         })
 }

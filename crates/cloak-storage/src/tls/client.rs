@@ -15,8 +15,9 @@ use super::{HANDSHAKE_TIMEOUT, TlsError, pem};
 /// Where the connecting side's trust anchor and own certificate are.
 #[derive(Clone, Debug)]
 pub struct ClientTlsFiles {
-    /// The CA that signed the server's certificate.
-    pub ca: PathBuf,
+    /// The CA that signed the server's certificate; the `redis` crate falls back on the
+    /// system's CAs without one, [`ClientTls`] refuses.
+    pub ca: Option<PathBuf>,
     /// Our certificate and key, for servers that ask for one.
     pub identity: Option<(PathBuf, PathBuf)>,
 }
@@ -30,7 +31,8 @@ pub struct ClientTls {
 impl ClientTls {
     /// Reads the files.
     pub fn load(files: &ClientTlsFiles) -> Result<Self, TlsError> {
-        let builder = ClientConfig::builder().with_root_certificates(pem::roots(&files.ca)?);
+        let ca = files.ca.as_deref().ok_or(TlsError::NoCa)?;
+        let builder = ClientConfig::builder().with_root_certificates(pem::roots(ca)?);
         let config = match &files.identity {
             Some((cert, key)) => {
                 builder.with_client_auth_cert(pem::certificates(cert)?, pem::private_key(key)?)?

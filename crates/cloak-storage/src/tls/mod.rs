@@ -33,12 +33,12 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A certificate or key file could not be read (or, making certificates, written).
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     File {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A file holds no PEM item of the kind wanted, or a malformed one.
     #[error("{path}: {what}")]
@@ -54,6 +54,9 @@ pub enum TlsError {
     /// A CA file's certificates cannot verify anything.
     #[error("client CA: {0}")]
     Verifier(#[from] rustls::server::VerifierBuilderError),
+    /// A client with no CA to check the server's certificate against.
+    #[error("no CA to check the server's certificate against")]
+    NoCa,
     /// The host name cannot be a TLS server name.
     #[error("{0:?} is not a valid TLS server name")]
     ServerName(String),

@@ -9,9 +9,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use super::TlsError;
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::File {
+    std::fs::read(path).map_err(|error| TlsError::File {
         path: path.to_owned(),
-        source,
+        error,
     })
 }
 

@@ -48,12 +48,18 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         .map(|state| state.ledger(&master, store.manifest()))
         .transpose()?
         .map(Arc::new);
+    let credentials = backend::StorageCredentials {
+        ca: args.storage_ca.clone(),
+        identity: args.storage_cert.clone().zip(args.storage_key.clone()),
+        secret_file: args.storage_secret_file.clone(),
+    };
     let storage_io = OwnThread::start("cloak-storage-io")
         .context("cannot start the storage traffic's thread")?;
     let storage = storage_io
         .run(backend::connect(
             url.to_string(),
             args.storage_connections.unwrap_or(4),
+            credentials,
         ))
         .await?;
     let (engine, _) = store
