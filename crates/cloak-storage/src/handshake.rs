@@ -51,10 +51,14 @@ pub enum HandshakeError {
         error: std::io::Error,
     },
     /// The secret is too short to resist guessing.
-    #[error("the storage secret in {0} is shorter than {MIN_SECRET_BYTES} bytes; make one with `cloak keygen`")]
+    #[error(
+        "the storage secret in {0} is shorter than {MIN_SECRET_BYTES} bytes; make one with `cloak keygen`"
+    )]
     TooShort(String),
     /// The peer sent something other than this protocol.
-    #[error("the storage server did not greet as a cloak server does (is it one, of this version?)")]
+    #[error(
+        "the storage server did not greet as a cloak server does (is it one, of this version?)"
+    )]
     NotCloak,
     /// The server requires a secret and this proxy has none.
     #[error("the storage server requires a storage secret: pass --storage-secret-file")]
@@ -208,7 +212,11 @@ pub async fn join<S: AsyncRead + AsyncWrite + Unpin>(
         let proxy_nonce = nonce()?;
         let mut answer = Vec::with_capacity(NONCE + MAC);
         answer.extend_from_slice(&proxy_nonce);
-        answer.extend_from_slice(secret.proof(PROXY_LABEL, server_nonce, &proxy_nonce).as_ref());
+        answer.extend_from_slice(
+            secret
+                .proof(PROXY_LABEL, server_nonce, &proxy_nonce)
+                .as_ref(),
+        );
         stream.write_all(&answer).await?;
         let mut verdict = [0; 1 + MAC];
         match stream.read_exact(&mut verdict).await {
@@ -262,9 +270,15 @@ mod tests {
     #[tokio::test]
     async fn a_missing_secret_on_either_side_is_named() {
         let (_, proxy) = both(Some(secret(ONE)), None).await;
-        assert!(matches!(proxy, Err(HandshakeError::SecretRequired)), "{proxy:?}");
+        assert!(
+            matches!(proxy, Err(HandshakeError::SecretRequired)),
+            "{proxy:?}"
+        );
         let (_, proxy) = both(None, Some(secret(ONE))).await;
-        assert!(matches!(proxy, Err(HandshakeError::ServerUnproven)), "{proxy:?}");
+        assert!(
+            matches!(proxy, Err(HandshakeError::ServerUnproven)),
+            "{proxy:?}"
+        );
         let (server, proxy) = both(None, None).await;
         assert!(server.is_ok() && proxy.is_ok());
     }
@@ -287,7 +301,11 @@ mod tests {
         });
         let _ = join(&mut b, Some(&secret(ONE))).await;
         let seen = server.await.unwrap();
-        assert!(!seen.windows(16).any(|w| ONE.as_bytes().windows(16).any(|s| s == w)));
+        assert!(
+            !seen
+                .windows(16)
+                .any(|w| ONE.as_bytes().windows(16).any(|s| s == w))
+        );
     }
 
     #[tokio::test]
@@ -308,7 +326,10 @@ mod tests {
             a.write_all(&verdict).await.unwrap();
         });
         let proxy = join(&mut b, Some(&secret(ONE))).await;
-        assert!(matches!(proxy, Err(HandshakeError::ServerWrong)), "{proxy:?}");
+        assert!(
+            matches!(proxy, Err(HandshakeError::ServerWrong)),
+            "{proxy:?}"
+        );
     }
 
     #[test]

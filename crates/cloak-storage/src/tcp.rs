@@ -197,7 +197,11 @@ impl Storage for TcpStorage {
     }
 
     fn describe(&self) -> String {
-        let scheme = if self.link.tls.is_some() { "tls" } else { "tcp" };
+        let scheme = if self.link.tls.is_some() {
+            "tls"
+        } else {
+            "tcp"
+        };
         format!("{scheme}://{}", self.addr)
     }
 }

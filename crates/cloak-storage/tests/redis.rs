@@ -165,7 +165,9 @@ async fn a_cluster_write_a_dead_proxy_left_half_done_is_finished_at_connect() {
 #[tokio::test]
 async fn a_dead_redis_gives_clear_errors_and_reconnects_when_it_returns() {
     let mut redis = RedisServer::start();
-    let storage = RedisStorage::connect(target(&redis.url()), None).await.unwrap();
+    let storage = RedisStorage::connect(target(&redis.url()), None)
+        .await
+        .unwrap();
     storage
         .call(StorageOp::Write(vec![(1, Bytes::from_static(b"kept"))]))
         .await

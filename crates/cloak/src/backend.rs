@@ -43,7 +43,9 @@ impl StorageCredentials {
     /// silently ignored.
     fn refuse_unused(&self, url: &str, tls: bool, secret: bool) -> anyhow::Result<()> {
         if !tls && (self.ca.is_some() || self.identity.is_some()) {
-            bail!("--storage-ca/--storage-cert are for tls://, rediss:// and rediss+cluster://, not {url}");
+            bail!(
+                "--storage-ca/--storage-cert are for tls://, rediss:// and rediss+cluster://, not {url}"
+            );
         }
         if !secret && self.secret_file.is_some() {
             bail!("--storage-secret-file is for a cloak server (tcp:// or tls://), not {url}");

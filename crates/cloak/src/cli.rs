@@ -21,8 +21,11 @@ Start here:
 
 Deploy:
   cloak keygen > cloak.key       make the secret key (keep it with the proxy, never the server)
-  cloak server --listen 0.0.0.0:7000 --data-dir /var/lib/cloak-data   on the untrusted machine
-  cloak proxy --storage tcp://HOST:7000 --key-file cloak.key          on the trusted machine";
+  cloak certs -o certs --names HOST   a test CA and TLS certificates for both links
+  cloak server --listen 0.0.0.0:7000 --data-dir /var/lib/cloak-data --tls-cert certs/server.pem \
+    --tls-key certs/server.key --client-ca certs/ca.pem                on the untrusted machine
+  cloak proxy --storage tls://HOST:7000 --storage-ca certs/ca.pem --storage-cert certs/client.pem \
+    --storage-key certs/client.key --key-file cloak.key                on the trusted machine";
 
 #[derive(Parser, Debug)]
 #[command(name = "cloak", version, about = ABOUT, long_about = LONG_ABOUT)]

@@ -182,11 +182,15 @@ mod tests {
 
         assert!(RedisTarget::parse("tcp://h:1").is_none());
 
-        let secure = RedisTarget::parse("rediss://cloak:pw@h:6390").unwrap().unwrap();
+        let secure = RedisTarget::parse("rediss://cloak:pw@h:6390")
+            .unwrap()
+            .unwrap();
         assert_eq!(secure.nodes, vec!["rediss://cloak:pw@h:6390"]);
         assert!(secure.tls && !secure.cluster);
         assert_eq!(secure.describe(), "rediss://h:6390?prefix=cloak:");
-        let secure = RedisTarget::parse("rediss+cluster://u:p@h1:1,h2:2").unwrap().unwrap();
+        let secure = RedisTarget::parse("rediss+cluster://u:p@h1:1,h2:2")
+            .unwrap()
+            .unwrap();
         assert_eq!(secure.nodes, vec!["rediss://u:p@h1:1", "rediss://u:p@h2:2"]);
         assert!(secure.tls && secure.cluster);
         for bad in [

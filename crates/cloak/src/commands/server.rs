@@ -76,7 +76,9 @@ pub async fn run(args: ServerArgs, config: &ConfigFile) -> anyhow::Result<()> {
     )?;
     super::security::reload_on_sighup(tls);
     let link = match (&guard.tls, &guard.secret) {
-        (Some(tls), _) if tls.requires_client_certificate() => "; TLS, client certificates required",
+        (Some(tls), _) if tls.requires_client_certificate() => {
+            "; TLS, client certificates required"
+        }
         (Some(_), Some(_)) => "; TLS, storage secret required",
         (Some(_), None) => "; TLS",
         (None, Some(_)) => "; storage secret required",
