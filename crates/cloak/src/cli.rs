@@ -626,6 +626,11 @@ pub struct BenchArgs {
     #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
 
+    /// Both of each proxy's links over TLS: clients to the proxy, and the proxy to `cloak server`
+    /// with mutual TLS (certificates made for the run). `--sweep tls=0,1` measures both
+    #[arg(long)]
+    pub tls: bool,
+
     /// Simulate in this process with virtual time instead of real processes
     #[arg(long)]
     pub in_process: bool,
@@ -635,8 +640,9 @@ pub struct BenchArgs {
     pub storage_delay: Option<String>,
 
     /// Vary one parameter: zipf-exponent, batch-size, cache-size, value-size, keys, rate or
-    /// durable (0: memory server, no proxy journal; 1: server --data-dir and proxy journal),
-    /// e.g. zipf-exponent=0,0.5,1,1.5,2 or keys=10000,1000000,10000000 or durable=0,1
+    /// durable (0: memory server, no proxy journal; 1: server --data-dir and proxy journal) or
+    /// tls (0: in the clear; 1: both links over TLS), e.g. zipf-exponent=0,0.5,1,1.5,2 or
+    /// keys=10000,1000000,10000000 or durable=0,1 or tls=0,1
     #[arg(long, value_name = "NAME=V1,V2,…")]
     pub sweep: Option<String>,
 
