@@ -51,13 +51,14 @@ pub(crate) fn histogram() -> Histogram<u64> {
 /// room, so the server sees the requests in (nearly) the order of the workload: a workload's
 /// temporal locality reaches it intact, reordered only within the requests in flight.
 pub async fn drive(
-    target: Target,
+    target: impl Into<Target>,
     requests: Arc<Vec<Request>>,
     value: &[u8],
     load: Load,
     patience: Duration,
     bar: &ProgressBar,
 ) -> Result<Answered, ClientError> {
+    let target = target.into();
     let start = Instant::now() + Duration::from_millis(10);
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();

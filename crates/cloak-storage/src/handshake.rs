@@ -283,21 +283,26 @@ mod tests {
         assert!(server.is_ok() && proxy.is_ok());
     }
 
+    /// A hand-written server's side up to the proxy's answer: greets with a fixed nonce and
+    /// returns what the proxy sent back.
+    async fn challenge(server: &mut tokio::io::DuplexStream) -> [u8; NONCE + MAC] {
+        let mut greeting = Vec::from(&MAGIC[..]);
+        greeting.push(SECRET);
+        greeting.extend_from_slice(&[7; NONCE]);
+        server.write_all(&greeting).await.unwrap();
+        let mut answer = [0; NONCE + MAC];
+        server.read_exact(&mut answer).await.unwrap();
+        answer
+    }
+
     #[tokio::test]
     async fn the_secret_never_crosses_the_wire() {
         // Everything the proxy sends, captured: the secret is not in it.
         let (mut a, mut b) = tokio::io::duplex(4096);
         let server = tokio::spawn(async move {
-            let mut seen = Vec::new();
-            let mut greeting = Vec::from(&MAGIC[..]);
-            greeting.push(SECRET);
-            greeting.extend_from_slice(&[7; NONCE]);
-            a.write_all(&greeting).await.unwrap();
-            let mut answer = [0; NONCE + MAC];
-            a.read_exact(&mut answer).await.unwrap();
-            seen.extend_from_slice(&answer);
+            let answer = challenge(&mut a).await;
             a.write_all(&[REFUSED; 1 + MAC]).await.unwrap();
-            seen
+            answer
         });
         let _ = join(&mut b, Some(&secret(ONE))).await;
         let seen = server.await.unwrap();
@@ -313,12 +318,7 @@ mod tests {
         // A server that accepts anyone but cannot prove the secret: the proxy refuses it.
         let (mut a, mut b) = tokio::io::duplex(4096);
         tokio::spawn(async move {
-            let mut greeting = Vec::from(&MAGIC[..]);
-            greeting.push(SECRET);
-            greeting.extend_from_slice(&[7; NONCE]);
-            a.write_all(&greeting).await.unwrap();
-            let mut answer = [0; NONCE + MAC];
-            a.read_exact(&mut answer).await.unwrap();
+            let answer = challenge(&mut a).await;
             let mut verdict = [0; 1 + MAC];
             verdict[0] = ACCEPTED;
             // Echoing the proxy's own MAC back must not pass: the labels differ.

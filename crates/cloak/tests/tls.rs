@@ -70,27 +70,29 @@ fn rust_client(port: u16, ca: &Path) -> redis::Connection {
     connection
 }
 
+/// `cloak up` on `port` with `d`'s server certificate, and `extra` flags.
+fn up_tls(d: &Path, port: u16, extra: &[String]) -> Running {
+    let mut args = vec![
+        "up".to_string(),
+        "--port".into(),
+        port.to_string(),
+        "--tls-cert".into(),
+        path(d, "server.pem"),
+        "--tls-key".into(),
+        path(d, "server.key"),
+        "--capacity".into(),
+        "1000".into(),
+    ];
+    args.extend(extra.iter().cloned());
+    Running::start(&as_strs(&args), "Try:")
+}
+
 #[test]
 fn redis_cli_and_a_rust_client_speak_tls_beside_the_plain_port() {
     let dir = tempfile::tempdir().unwrap();
     let d = certs(dir.path());
     let (port, tls_port) = (free_port(), free_port());
-    let _up = Running::start(
-        &[
-            "up",
-            "--port",
-            &port.to_string(),
-            "--tls-port",
-            &tls_port.to_string(),
-            "--tls-cert",
-            &path(&d, "server.pem"),
-            "--tls-key",
-            &path(&d, "server.key"),
-            "--capacity",
-            "1000",
-        ],
-        "Try:",
-    );
+    let _up = up_tls(&d, port, &["--tls-port".into(), tls_port.to_string()]);
     let ca = path(&d, "ca.pem");
     assert_eq!(
         redis_cli(tls_port, &tls(&ca), &["SET", "k", "over tls"]).trim(),
@@ -121,22 +123,7 @@ fn mutual_tls_serves_only_clients_with_a_certificate_from_the_ca() {
     let d = certs(&dir.path().join("ours"));
     let stranger = certs(&dir.path().join("theirs"));
     let port = free_port();
-    let _up = Running::start(
-        &[
-            "up",
-            "--port",
-            &port.to_string(),
-            "--tls-cert",
-            &path(&d, "server.pem"),
-            "--tls-key",
-            &path(&d, "server.key"),
-            "--tls-ca",
-            &path(&d, "ca.pem"),
-            "--capacity",
-            "1000",
-        ],
-        "Try:",
-    );
+    let _up = up_tls(&d, port, &["--tls-ca".into(), path(&d, "ca.pem")]);
     let ca = path(&d, "ca.pem");
     let ours = tls_as(&ca, &path(&d, "client.pem"), &path(&d, "client.key"));
     assert_eq!(redis_cli(port, &ours, &["SET", "k", "v"]).trim(), "OK");
@@ -169,20 +156,7 @@ fn a_slow_handshake_is_dropped_and_others_are_served_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
     let d = certs(dir.path());
     let port = free_port();
-    let _up = Running::start(
-        &[
-            "up",
-            "--port",
-            &port.to_string(),
-            "--tls-cert",
-            &path(&d, "server.pem"),
-            "--tls-key",
-            &path(&d, "server.key"),
-            "--capacity",
-            "1000",
-        ],
-        "Try:",
-    );
+    let _up = up_tls(&d, port, &[]);
     // Connects and never says hello.
     let mut silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     silent
@@ -502,20 +476,7 @@ fn sighup_reloads_the_certificate_for_new_connections() {
     let live = certs(&dir.path().join("live"));
     let next = certs(&dir.path().join("next"));
     let port = free_port();
-    let up = Running::start(
-        &[
-            "up",
-            "--port",
-            &port.to_string(),
-            "--tls-cert",
-            &path(&live, "server.pem"),
-            "--tls-key",
-            &path(&live, "server.key"),
-            "--capacity",
-            "1000",
-        ],
-        "Try:",
-    );
+    let up = up_tls(&live, port, &[]);
     let old_ca = path(&live, "ca.pem");
     let new_ca = path(&next, "ca.pem");
     let mut established = rust_client(port, &live.join("ca.pem"));
