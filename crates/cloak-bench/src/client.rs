@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use cloak_storage::tls::ClientTls;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// A reply, reduced to what a benchmark needs to know.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +39,11 @@ pub enum ClientError {
     NoReply { addr: SocketAddr, waited: Duration },
     #[error("{addr} answered {error}")]
     Refused { addr: SocketAddr, error: String },
+    #[error("{addr}: {error}")]
+    Tls {
+        addr: SocketAddr,
+        error: cloak_storage::tls::TlsError,
+    },
 }
 
 /// A connection whose two directions can be driven apart: see [`Connection::split`].
@@ -47,13 +52,43 @@ pub struct Connection {
     replies: Replies,
 }
 
+/// Where a benchmark's clients connect: an address, and the TLS to speak there if any.
+#[derive(Clone)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub tls: Option<ClientTls>,
+}
+
+impl From<SocketAddr> for Target {
+    fn from(addr: SocketAddr) -> Self {
+        Self { addr, tls: None }
+    }
+}
+
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
 impl Connection {
-    pub async fn connect(addr: SocketAddr) -> Result<Self, ClientError> {
+    pub async fn connect(target: impl Into<Target>) -> Result<Self, ClientError> {
+        let Target { addr, tls } = target.into();
         let stream = TcpStream::connect(addr)
             .await
             .map_err(|source| ClientError::Io { addr, source })?;
         let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
+        let (read, write): (Reader, Writer) = match tls {
+            None => {
+                let (read, write) = stream.into_split();
+                (Box::new(read), Box::new(write))
+            }
+            Some(tls) => {
+                let stream = tls
+                    .connect(&addr.ip().to_string(), stream)
+                    .await
+                    .map_err(|error| ClientError::Tls { addr, error })?;
+                let (read, write) = tokio::io::split(stream);
+                (Box::new(read), Box::new(write))
+            }
+        };
         Ok(Self {
             requests: Requests {
                 addr,
@@ -86,7 +121,7 @@ impl Connection {
 /// The sending half of a [`Connection`].
 pub struct Requests {
     addr: SocketAddr,
-    write: OwnedWriteHalf,
+    write: Writer,
     output: Vec<u8>,
 }
 
@@ -123,7 +158,7 @@ impl Requests {
 /// The receiving half of a [`Connection`].
 pub struct Replies {
     addr: SocketAddr,
-    read: OwnedReadHalf,
+    read: Reader,
     input: BytesMut,
 }
 

@@ -7,7 +7,6 @@
 //! directions full, nobody moving). And a server that stops answering altogether ends the run
 //! with [`ClientError::NoReply`] after the caller's patience, never a hang.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -16,7 +15,7 @@ use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::client::{ClientError, Connection, Replies, Reply, Requests};
+use crate::client::{ClientError, Connection, Replies, Reply, Requests, Target};
 use crate::workload::{Request, key_name};
 
 /// Bytes of requests queued before they are written even though more are due: keeps the writes
@@ -52,13 +51,14 @@ pub(crate) fn histogram() -> Histogram<u64> {
 /// room, so the server sees the requests in (nearly) the order of the workload: a workload's
 /// temporal locality reaches it intact, reordered only within the requests in flight.
 pub async fn drive(
-    addr: SocketAddr,
+    target: impl Into<Target>,
     requests: Arc<Vec<Request>>,
     value: &[u8],
     load: Load,
     patience: Duration,
     bar: &ProgressBar,
 ) -> Result<Answered, ClientError> {
+    let target = target.into();
     let start = Instant::now() + Duration::from_millis(10);
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -71,8 +71,9 @@ pub async fn drive(
             start,
         };
         let bar = bar.clone();
+        let target = target.clone();
         tasks.push(tokio::spawn(async move {
-            let (requests, replies) = Connection::connect(addr).await?.split();
+            let (requests, replies) = Connection::connect(target).await?.split();
             sender.run(requests, replies, patience, &bar).await
         }));
     }

@@ -22,5 +22,6 @@ pub mod progress;
 pub mod report;
 pub mod run;
 pub mod simulate;
+pub mod tls;
 pub mod trace_stats;
 pub mod workload;

@@ -131,10 +131,12 @@ pub enum Parameter {
     /// 0: a server in memory and a proxy without a journal; 1: the server logs every batch to
     /// disk (`--data-dir`) and the proxy journals every write (`--state-dir`) before answering.
     Durable,
+    /// 0: both of the proxy's links in the clear; 1: both over TLS (see `--tls`).
+    Tls,
 }
 
 impl Parameter {
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "zipf-exponent",
         "batch-size",
         "cache-size",
@@ -142,8 +144,9 @@ impl Parameter {
         "keys",
         "rate",
         "durable",
+        "tls",
     ];
-    const ALL: [Parameter; 7] = [
+    const ALL: [Parameter; 8] = [
         Parameter::ZipfExponent,
         Parameter::BatchSize,
         Parameter::CacheSize,
@@ -151,6 +154,7 @@ impl Parameter {
         Parameter::Keys,
         Parameter::Rate,
         Parameter::Durable,
+        Parameter::Tls,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -165,7 +169,7 @@ impl Parameter {
     fn integral(self) -> bool {
         !matches!(
             self,
-            Parameter::ZipfExponent | Parameter::Rate | Parameter::Durable
+            Parameter::ZipfExponent | Parameter::Rate | Parameter::Durable | Parameter::Tls
         )
     }
 }
@@ -202,9 +206,10 @@ impl FromStr for Sweep {
         if values.is_empty() || values.iter().any(|v| !v.is_finite() || *v < 0.0) {
             return Err(bad());
         }
-        if parameter == Parameter::Durable && values.iter().any(|v| *v != 0.0 && *v != 1.0) {
+        let switch = matches!(parameter, Parameter::Durable | Parameter::Tls);
+        if switch && values.iter().any(|v| *v != 0.0 && *v != 1.0) {
             return Err(PlanError::Invalid(format!(
-                "--sweep durable takes 0 (off) and 1 (on), got {list}"
+                "--sweep {parameter} takes 0 (off) and 1 (on), got {list}"
             )));
         }
         if parameter.integral() && values.iter().any(|v| v.fract() != 0.0 || *v < 1.0) {

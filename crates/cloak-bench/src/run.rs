@@ -23,7 +23,7 @@ use cloak_schemes::SchemeName;
 use cloak_storage::{RedisStorage, RedisTarget, Storage, TcpStorage};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::client::{ClientError, Connection, Reply};
+use crate::client::{ClientError, Connection, Reply, Target};
 use crate::cpu;
 pub use crate::drive::Load;
 use crate::drive::drive;
@@ -31,6 +31,7 @@ use crate::preload;
 use crate::process::{Process, StartError};
 use crate::progress::Progress;
 use crate::report::{Counters, Measurement, Mode, Subject, Timing};
+use crate::tls::BenchTls;
 use crate::workload::{KEY_SIZE, Request};
 
 #[derive(Debug, thiserror::Error)]
@@ -63,29 +64,37 @@ impl Backend {
     }
 
     /// The proxy's `--storage` URL for a server at `addr`.
-    fn url(self, addr: SocketAddr) -> String {
-        match self {
-            Backend::CloakServer => format!("tcp://{addr}"),
-            Backend::Redis => format!("redis://{addr}"),
+    fn url(self, addr: SocketAddr, tls: bool) -> String {
+        match (self, tls) {
+            (Backend::CloakServer, false) => format!("tcp://{addr}"),
+            (Backend::CloakServer, true) => format!("tls://{addr}"),
+            (Backend::Redis, _) => format!("redis://{addr}"),
         }
     }
 
     /// A storage client of the server at `addr`, for the preload.
-    async fn connect(self, addr: SocketAddr) -> Result<Arc<dyn Storage>, RunError> {
+    async fn connect(
+        self,
+        addr: SocketAddr,
+        tls: Option<&BenchTls>,
+    ) -> Result<Arc<dyn Storage>, RunError> {
         let preload = |e: &dyn fmt::Display| RunError::Preload(e.to_string());
         Ok(match self {
-            Backend::CloakServer => Arc::new(
-                TcpStorage::connect(&addr.to_string(), 4)
-                    .await
-                    .map_err(|e| preload(&e))?,
-            ),
+            Backend::CloakServer => {
+                let link = tls.map(BenchTls::storage_link).unwrap_or_default();
+                Arc::new(
+                    TcpStorage::connect_with(&addr.to_string(), 4, link)
+                        .await
+                        .map_err(|e| preload(&e))?,
+                )
+            }
             Backend::Redis => {
-                let url = self.url(addr);
+                let url = self.url(addr, false);
                 let target = RedisTarget::parse(&url)
                     .ok_or_else(|| RunError::Preload(format!("{url} is not a Redis URL")))?
                     .map_err(|e| preload(&e))?;
                 Arc::new(
-                    RedisStorage::connect(target)
+                    RedisStorage::connect(target, None)
                         .await
                         .map_err(|e| preload(&e))?,
                 )
@@ -163,6 +172,8 @@ pub struct Setup {
     pub workload: String,
     /// How long a connection waits for a reply before the run fails as stalled.
     pub reply_timeout: Duration,
+    /// Both links of the proxy over TLS (`cloak server` only; not the Redis baseline).
+    pub tls: Option<Arc<BenchTls>>,
 }
 
 impl Setup {
@@ -175,6 +186,9 @@ impl Setup {
             .map(String::from)
             .to_vec();
         args.extend(self.server_args.iter().cloned());
+        if let Some(tls) = &self.tls {
+            args.extend(tls.server_args());
+        }
         let what = "cloak server";
         Ok(Process::cloak(&self.cloak, &args, what, Progress::lines(what)).await?)
     }
@@ -203,7 +217,10 @@ impl Setup {
         };
         let format = cloak_schemes::element_format(scheme, layout, &master)
             .map_err(|e| start_error("the element format", &e))?;
-        let client = self.backend.connect(storage.addr).await?;
+        let client = self
+            .backend
+            .connect(storage.addr, self.tls.as_deref())
+            .await?;
         preload::write(client, format, self.keys, value, loading)
             .await
             .map_err(|e| RunError::Preload(e.to_string()))?;
@@ -212,7 +229,7 @@ impl Setup {
         let mut args: Vec<String> = [
             "proxy",
             "--storage",
-            &self.backend.url(storage.addr),
+            &self.backend.url(storage.addr, self.tls.is_some()),
             "--listen",
             "127.0.0.1:0",
             "--key-file",
@@ -229,6 +246,9 @@ impl Setup {
         .map(String::from)
         .to_vec();
         args.extend(self.proxy_args.iter().cloned());
+        if let Some(tls) = &self.tls {
+            args.extend(tls.proxy_args());
+        }
         let label = self.contender.to_string();
         // The preload wrote one element per key: that is what the proxy's recovery scans.
         let progress = Progress::recovery(&label, self.keys);
@@ -245,8 +265,8 @@ impl Setup {
 }
 
 /// Every `field:value` line of the proxy's `INFO` (of one `section`, or all).
-async fn info(addr: SocketAddr, section: &str) -> Result<BTreeMap<String, String>, RunError> {
-    let mut con = Connection::connect(addr).await?;
+async fn info(target: Target, section: &str) -> Result<BTreeMap<String, String>, RunError> {
+    let mut con = Connection::connect(target).await?;
     let Reply::Value(Some(text)) = con.call(&[b"INFO", section.as_bytes()]).await? else {
         return Err(RunError::Refused("INFO without a body".into()));
     };
@@ -305,16 +325,30 @@ pub async fn measure(
         ),
     };
     let proxy = proxy.as_ref().map(|(process, _key_dir)| process);
-    // Where the clients connect: the proxy, or the baseline Redis itself.
-    let serving = proxy.map_or(storage.addr, |p| p.addr);
+    // Where the clients connect: the proxy (over TLS with --tls), or the baseline Redis itself.
+    let serving = match proxy {
+        Some(proxy) => Target {
+            addr: proxy.addr,
+            tls: setup.tls.as_ref().map(|tls| tls.clients()),
+        },
+        None => storage.addr.into(),
+    };
 
     if !warmup.is_empty() {
         let warming = bar(warmup.len() as u64, format!("{label}: warming up"));
-        drive(serving, warmup, &value, load, setup.reply_timeout, &warming).await?;
+        drive(
+            serving.clone(),
+            warmup,
+            &value,
+            load,
+            setup.reply_timeout,
+            &warming,
+        )
+        .await?;
         warming.finish_and_clear();
     }
     let before = match proxy {
-        Some(proxy) => counters(&info(proxy.addr, "all").await?),
+        Some(_) => counters(&info(serving.clone(), "all").await?),
         None => Counters::default(),
     };
     let cpu_window =
@@ -323,7 +357,7 @@ pub async fn measure(
     let running = bar(requests.len() as u64, format!("{label}: running"));
     let started = Instant::now();
     let answered = drive(
-        serving,
+        serving.clone(),
         requests.clone(),
         &value,
         load,
@@ -339,9 +373,9 @@ pub async fn measure(
     running.finish_and_clear();
 
     let (after, scheme_info) = match proxy {
-        Some(proxy) => {
-            let after = info(proxy.addr, "all").await?;
-            let mut scheme_info = info(proxy.addr, "scheme").await?;
+        Some(_) => {
+            let after = info(serving.clone(), "all").await?;
+            let mut scheme_info = info(serving.clone(), "scheme").await?;
             if let Some(durability) = after.get("durability") {
                 scheme_info.insert("durability".into(), durability.clone());
             }

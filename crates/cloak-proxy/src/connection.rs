@@ -4,15 +4,20 @@
 //! many commands in flight; the writing half answers them strictly in the order they came, as
 //! RESP requires, writing pipelined replies together. A protocol error gets its `Protocol error`
 //! reply and closes only this connection.
+//!
+//! A connection on a TLS listener first completes its handshake, bounded by the listener's
+//! handshake timeout; until then it has sent nothing the session sees, and it counts against
+//! `--max-clients` like any other, so a flood of slow handshakes is bounded as slow clients are.
+//! After the handshake the same pre-AUTH request limits apply as on the plain port.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::{Buf, Bytes, BytesMut};
 use cloak_core::Outcome;
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use cloak_storage::tls::ServerTls;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::mpsc;
 
 use crate::FrontEnd;
@@ -32,18 +37,49 @@ pub const FLUSH_BYTES: usize = 64 * 1024;
 /// request was read (`HELLO 3`'s own reply is already RESP3).
 type Queued = (Pending, Protocol);
 
-pub async fn serve(stream: TcpStream, front: Arc<FrontEnd>) {
+/// Serves one accepted connection; on a TLS listener (`tls`), after its handshake.
+pub async fn serve(stream: TcpStream, tls: Option<Arc<ServerTls>>, front: Arc<FrontEnd>) {
     let id = front.next_client.fetch_add(1, Ordering::Relaxed) + 1;
     let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
         return; // The client is already gone.
     };
     let registration = front.clients.register(id, addr, laddr);
-    let client = registration.client.clone();
     let _ = stream.set_nodelay(true);
-    let (reader, writer) = stream.into_split();
+    match tls {
+        None => {
+            let (reader, writer) = stream.into_split();
+            serve_halves(reader, writer, &front, &registration.client).await;
+        }
+        Some(tls) => {
+            let client = &registration.client;
+            let handshake = tokio::select! {
+                handshake = tls.accept(stream) => handshake,
+                () = client.killed.notified() => return,
+            };
+            match handshake {
+                Ok(stream) => {
+                    let (reader, writer) = tokio::io::split(stream);
+                    serve_halves(reader, writer, &front, client).await;
+                }
+                // Debug, not warn: anyone who can reach the port can fail a handshake, and
+                // must not be able to fill the log.
+                Err(error) => tracing::debug!(%addr, %error, "TLS client refused"),
+            }
+        }
+    }
+    drop(registration);
+}
+
+/// Requests in from `reader`, replies out to `writer`, until either side ends.
+async fn serve_halves(
+    reader: impl AsyncRead + Unpin,
+    writer: impl AsyncWrite + Send + Unpin + 'static,
+    front: &Arc<FrontEnd>,
+    client: &Arc<crate::clients::Client>,
+) {
     let (replies, queue) = mpsc::channel(PIPELINE);
     let mut writing = tokio::spawn(write_replies(writer, queue, front.reply_limit));
-    let mut session = Session::new(&front, client.clone());
+    let mut session = Session::new(front, client.clone());
     tokio::select! {
         // The client stopped sending (or sent its last request): its replies still go out.
         () = read_requests(reader, &mut session, replies) => {
@@ -56,11 +92,10 @@ pub async fn serve(stream: TcpStream, front: Arc<FrontEnd>) {
         () = client.killed.notified() => writing.abort(),
     }
     session.close().await;
-    drop(registration);
 }
 
 async fn read_requests(
-    mut reader: OwnedReadHalf,
+    mut reader: impl AsyncRead + Unpin,
     session: &mut Session<'_>,
     replies: mpsc::Sender<Queued>,
 ) {

@@ -6,13 +6,14 @@
 //!
 //! - [`resp`]: request decoding and reply encoding.
 //! - [`cmd`]: which commands exist and how their arguments parse.
+//! - [`Listener`]: the ports clients connect to, plain or TLS.
 //! - `connection`: a client's requests in, replies out in order.
 //! - `session`: a connection's state, and the answer to each request.
 //! - `clients`: the list of connected clients (`CLIENT LIST`, `CLIENT KILL`).
 //! - [`core`]: the task that owns the engine and drives it with real time and storage.
 //! - `info`, `server_config`, `introspect`: the `INFO` text, `CONFIG GET`, `COMMAND`.
 //!
-//! [`run`] wires them to a listener and returns on shutdown, after draining.
+//! [`run`] wires them to the listeners and returns on shutdown, after draining.
 
 mod budget;
 mod clients;
@@ -24,6 +25,7 @@ mod info;
 mod introspect;
 pub mod journal;
 pub mod ledger;
+mod listener;
 pub mod metrics;
 pub mod own_thread;
 pub mod priority;
@@ -42,7 +44,6 @@ use std::time::Duration;
 
 use cloak_core::Engine;
 use cloak_storage::Storage;
-use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 use crate::clients::ClientList;
@@ -52,6 +53,7 @@ pub use budget::{CONNECTION_PENDING_BYTES, DEFAULT_PROXY_PENDING_BYTES};
 pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
 pub use ledger::{Ledger, LedgerError, StoreManifest};
+pub use listener::Listener;
 pub use own_thread::OwnThread;
 pub use scripting::DEFAULT_TIME_LIMIT as DEFAULT_SCRIPT_TIME_LIMIT;
 pub use state::{RecoveryReport, StateDir, StateError, discard_damaged, recover};
@@ -142,24 +144,35 @@ pub struct FrontEnd {
 /// A running proxy.
 pub struct Proxy {
     pub stats: StatsHandle,
+    /// The first listener's address.
     pub local_addr: SocketAddr,
+    /// The first TLS listener's address, if there is one.
+    pub tls_addr: Option<SocketAddr>,
 }
 
-/// Serves RESP clients on `listener` with `engine` over `storage` until `shutdown` completes;
+/// Serves RESP clients on `listeners` (at least one) with `engine` over `storage` until `shutdown` completes;
 /// then stops accepting, closes connections and waits (up to the drain timeout) until every
 /// acknowledged write is in storage. `ready` receives the running proxy's handle.
 ///
 /// If the core task dies (a bug: it panicked), the proxy stops listening, closes every
 /// connection and returns an error rather than answering "shutting down" forever.
 pub async fn run(
-    listener: TcpListener,
+    listeners: Vec<Listener>,
     engine: Engine,
     storage: Arc<dyn Storage>,
     options: ProxyOptions,
     ready: impl FnOnce(Proxy),
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let listen = listener.local_addr()?;
+    let Some(first) = listeners.first() else {
+        return Err(std::io::Error::other("the proxy needs a port to listen on"));
+    };
+    let listen = first.local_addr()?;
+    let tls_addr = listeners
+        .iter()
+        .find(|listener| listener.is_tls())
+        .map(Listener::local_addr)
+        .transpose()?;
     let engine_limits = engine.limits();
     let request_limits = RequestLimits::for_store(&engine_limits);
     let (core, mut core_task) = core::spawn(
@@ -190,6 +203,7 @@ pub async fn run(
     ready(Proxy {
         stats: core.stats(),
         local_addr: listen,
+        tls_addr,
     });
     drop(core);
 
@@ -198,17 +212,20 @@ pub async fn run(
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) if connections.len() >= options.max_clients => {
+            (accepted, tls) = listener::accept_any(&listeners) => match accepted {
+                Ok(stream) if connections.len() >= options.max_clients => {
                     // A fresh socket's send buffer is empty, so this cannot block; if it fails
-                    // the client is closed all the same.
-                    let _ = stream.try_write(TOO_MANY_CLIENTS.as_bytes());
+                    // the client is closed all the same. A TLS client could not read the line
+                    // before its handshake, so it is just closed.
+                    if tls.is_none() {
+                        let _ = stream.try_write(TOO_MANY_CLIENTS.as_bytes());
+                    }
                     // Counted for INFO rather than logged: a flood of connections must not
                     // become a flood of log lines.
                     front.rejected.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok((stream, _)) => {
-                    connections.spawn(connection::serve(stream, front.clone()));
+                Ok(stream) => {
+                    connections.spawn(connection::serve(stream, tls, front.clone()));
                 }
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
@@ -218,7 +235,7 @@ pub async fn run(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             // The front end holds a handle, so the core cannot have finished normally.
             ended = &mut core_task => {
-                drop(listener);
+                drop(listeners);
                 connections.shutdown().await;
                 let why = match ended {
                     Err(error) if error.is_panic() => "panicked",
@@ -236,7 +253,7 @@ pub async fn run(
             }
         }
     }
-    drop(listener);
+    drop(listeners);
     connections.shutdown().await;
     drop(front);
     let limit = options.drain_timeout.unwrap_or(Duration::from_secs(30));

@@ -68,7 +68,7 @@ async fn a_panic_in_the_core_stops_the_proxy_with_an_error() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let proxy = tokio::spawn(cloak_proxy::run(
-        listener,
+        vec![listener.into()],
         engine,
         Arc::new(MemoryStorage::new()),
         ProxyOptions::default(),

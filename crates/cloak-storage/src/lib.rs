@@ -14,11 +14,13 @@
 
 pub mod dir;
 mod disk;
+pub mod handshake;
 mod memory;
 mod observing;
 mod redis_store;
 pub mod server;
 mod tcp;
+pub mod tls;
 pub mod wire;
 
 use async_trait::async_trait;
@@ -28,7 +30,7 @@ pub use disk::{DiskError, DiskStorage, Opened};
 pub use memory::MemoryStorage;
 pub use observing::{Observing, TraceHandle};
 pub use redis_store::{DEFAULT_PREFIX, RedisStorage, RedisTarget, UrlError};
-pub use tcp::TcpStorage;
+pub use tcp::{Link, TcpStorage};
 
 /// A storage backend. Requests in flight together may be applied in any order; a request issued
 /// after another completed sees its effects. Written values may be slices of a much larger buffer

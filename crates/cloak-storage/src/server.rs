@@ -3,20 +3,70 @@
 //! Each connection is served in order: requests are applied one after another and answered in
 //! the order they came, with answers to pipelined requests written out together. Connections are
 //! independent; a malformed frame closes only its own connection.
+//!
+//! A [`Guard`] decides who may connect: TLS (with client certificates, only proxies holding one
+//! the server's CA signed), and a storage secret proved in the [`handshake`]. Both are checked
+//! before the first frame is read, each bounded by a timeout, so a peer that is refused, or
+//! that stalls, never reaches the store and holds its connection for at most that long.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::handshake::{self, HandshakeError, StorageSecret};
+use crate::tls::{ServerTls, TlsError};
 use crate::wire::{self, WireError};
 use crate::{Storage, StorageError};
 
-/// Accepts connections until `shutdown` completes, then closes every connection.
+/// Who may use the server.
+#[derive(Clone, Default)]
+pub struct Guard {
+    /// TLS on every connection; with a client CA, only proxies with a certificate it signed.
+    pub tls: Option<Arc<ServerTls>>,
+    /// A secret every proxy must prove it knows.
+    pub secret: Option<StorageSecret>,
+}
+
+impl Guard {
+    /// Whether whoever connects must prove who they are (a client certificate or the secret).
+    pub fn authenticates(&self) -> bool {
+        self.secret.is_some()
+            || self
+                .tls
+                .as_ref()
+                .is_some_and(|tls| tls.requires_client_certificate())
+    }
+}
+
+/// Why a connection ended other than by its peer closing it.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error("refused: {0}")]
+    Tls(#[from] TlsError),
+    #[error("refused: {0}")]
+    Handshake(#[from] HandshakeError),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+}
+
+/// Accepts connections from anyone until `shutdown` completes, then closes every connection.
 pub async fn serve(
     listener: TcpListener,
     storage: Arc<dyn Storage>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    serve_guarded(listener, storage, Guard::default(), shutdown).await
+}
+
+/// Accepts connections that pass `guard` until `shutdown` completes, then closes every
+/// connection.
+pub async fn serve_guarded(
+    listener: TcpListener,
+    storage: Arc<dyn Storage>,
+    guard: Guard,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     tokio::pin!(shutdown);
@@ -35,10 +85,17 @@ pub async fn serve(
                     }
                 };
                 let storage = storage.clone();
+                let guard = guard.clone();
                 connections.spawn(async move {
                     tracing::debug!(%peer, "storage client connected");
-                    match serve_connection(stream, storage).await {
-                        Ok(()) | Err(WireError::Closed) => {}
+                    match serve_peer(stream, storage, &guard).await {
+                        Ok(()) | Err(Ended::Wire(WireError::Closed)) => {}
+                        // A proxy that stops drops its TLS connections without a close_notify.
+                        Err(Ended::Wire(WireError::Io(error)))
+                            if error.kind() == std::io::ErrorKind::UnexpectedEof =>
+                        {
+                            tracing::debug!(%peer, %error, "storage connection closed");
+                        }
                         Err(error) => tracing::warn!(%peer, %error, "storage connection closed"),
                     }
                 });
@@ -49,9 +106,35 @@ pub async fn serve(
     }
 }
 
-async fn serve_connection(stream: TcpStream, storage: Arc<dyn Storage>) -> Result<(), WireError> {
-    stream.set_nodelay(true)?;
-    let (mut reader, mut writer) = stream.into_split();
+/// TLS and the handshake first, as `guard` asks; then requests until the peer leaves.
+async fn serve_peer(
+    stream: TcpStream,
+    storage: Arc<dyn Storage>,
+    guard: &Guard,
+) -> Result<(), Ended> {
+    stream.set_nodelay(true).map_err(WireError::from)?;
+    let secret = guard.secret.as_ref();
+    match &guard.tls {
+        None => {
+            let mut stream = stream;
+            handshake::admit(&mut stream, secret).await?;
+            let (reader, writer) = stream.into_split();
+            Ok(serve_connection(reader, writer, storage).await?)
+        }
+        Some(tls) => {
+            let mut stream = tls.accept(stream).await?;
+            handshake::admit(&mut stream, secret).await?;
+            let (reader, writer) = tokio::io::split(stream);
+            Ok(serve_connection(reader, writer, storage).await?)
+        }
+    }
+}
+
+async fn serve_connection(
+    mut reader: impl AsyncRead + Unpin,
+    mut writer: impl AsyncWrite + Unpin,
+    storage: Arc<dyn Storage>,
+) -> Result<(), WireError> {
     let mut input = BytesMut::with_capacity(64 * 1024);
     let mut answers = Vec::new();
     loop {

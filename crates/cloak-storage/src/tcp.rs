@@ -3,6 +3,12 @@
 //! Each connection has a writer task (requests out, coalesced when several are ready) and a
 //! reader task (answers in, matched to requests in order). A broken connection fails every
 //! request waiting on it, and the next request opens a new one; schemes decide whether to retry.
+//!
+//! A [`Link`] adds TLS (checking the server's certificate, presenting ours if the server wants
+//! one) and the storage secret's [`handshake`]; a connection is used only once both pass, and
+//! each is bounded by a timeout, so a wrong certificate or secret is an error, never a hang.
+//! TLS changes nothing the server sees of the store: it still receives every request, and the
+//! TLS records' sizes and timing follow the requests', which the scheme already makes public.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,10 +17,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::handshake::{self, StorageSecret};
+use crate::tls::ClientTls;
+use crate::tls::client::host_of;
 use crate::wire::{self, Frame};
 use crate::{Release, Storage, StorageError, StorageOp, StorageReply};
 
@@ -44,9 +53,19 @@ impl Connection {
     }
 }
 
+/// How connections to `cloak server` are secured.
+#[derive(Clone, Default)]
+pub struct Link {
+    /// TLS, checking the server's certificate (and presenting ours when configured).
+    pub tls: Option<ClientTls>,
+    /// The storage secret to prove, and to have the server prove.
+    pub secret: Option<StorageSecret>,
+}
+
 /// A client for `cloak server` over the [`crate::wire`] protocol, on a few connections.
 pub struct TcpStorage {
     addr: String,
+    link: Link,
     connections: Vec<tokio::sync::Mutex<Option<Connection>>>,
     next: AtomicUsize,
     next_id: AtomicUsize,
@@ -56,10 +75,22 @@ pub struct TcpStorage {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl TcpStorage {
-    /// Connects to a storage server at `addr` (`host:port`), checking it is reachable now.
+    /// Connects to a storage server at `addr` (`host:port`) in the clear, checking it is
+    /// reachable now.
     pub async fn connect(addr: &str, connections: usize) -> Result<Self, StorageError> {
+        Self::connect_with(addr, connections, Link::default()).await
+    }
+
+    /// Connects to a storage server at `addr` (`host:port`) over `link`, checking now that it
+    /// is reachable and that both sides pass the link's checks.
+    pub async fn connect_with(
+        addr: &str,
+        connections: usize,
+        link: Link,
+    ) -> Result<Self, StorageError> {
         let storage = Self {
             addr: addr.to_string(),
+            link,
             connections: (0..connections.max(1))
                 .map(|_| tokio::sync::Mutex::new(None))
                 .collect(),
@@ -90,7 +121,39 @@ impl TcpStorage {
             .map_err(|_| unreachable(&"timed out"))?
             .map_err(|e| unreachable(&e))?;
         stream.set_nodelay(true).map_err(|e| unreachable(&e))?;
-        let (reader, writer) = stream.into_split();
+        let refused = |e: &dyn std::fmt::Display| {
+            StorageError(format!("storage server {}: {e}", self.describe()))
+        };
+        let secret = self.link.secret.as_ref();
+        Ok(match &self.link.tls {
+            None => {
+                let mut stream = stream;
+                handshake::join(&mut stream, secret)
+                    .await
+                    .map_err(|e| refused(&e))?;
+                let (reader, writer) = stream.into_split();
+                self.start(reader, writer)
+            }
+            Some(tls) => {
+                let mut stream = tls
+                    .connect(host_of(&self.addr), stream)
+                    .await
+                    .map_err(|e| refused(&e))?;
+                handshake::join(&mut stream, secret)
+                    .await
+                    .map_err(|e| refused(&e))?;
+                let (reader, writer) = tokio::io::split(stream);
+                self.start(reader, writer)
+            }
+        })
+    }
+
+    /// The reading and writing tasks of a connection that passed its checks.
+    fn start(
+        &self,
+        reader: impl AsyncRead + Send + Unpin + 'static,
+        writer: impl AsyncWrite + Send + Unpin + 'static,
+    ) -> Connection {
         let waiting: Waiting = Arc::new(Mutex::new(Some(VecDeque::new())));
         let (jobs, queue) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(
@@ -100,7 +163,7 @@ impl TcpStorage {
             self.addr.clone(),
         ));
         tokio::spawn(read_loop(reader, waiting.clone(), self.addr.clone()));
-        Ok(Connection { jobs, waiting })
+        Connection { jobs, waiting }
     }
 }
 
@@ -120,7 +183,12 @@ impl Storage for TcpStorage {
     }
 
     fn describe(&self) -> String {
-        format!("tcp://{}", self.addr)
+        let scheme = if self.link.tls.is_some() {
+            "tls"
+        } else {
+            "tcp"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 }
 
@@ -160,7 +228,7 @@ fn fail_all(waiting: &Waiting, reason: &str) {
 }
 
 async fn write_loop(
-    mut writer: OwnedWriteHalf,
+    mut writer: impl AsyncWrite + Unpin,
     mut jobs: mpsc::UnboundedReceiver<Job>,
     waiting: Waiting,
     addr: String,
@@ -195,7 +263,7 @@ async fn write_loop(
     }
 }
 
-async fn read_loop(mut reader: OwnedReadHalf, waiting: Waiting, addr: String) {
+async fn read_loop(mut reader: impl AsyncRead + Unpin, waiting: Waiting, addr: String) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let reason = loop {
         let frame = match wire::read_frame(&mut reader, &mut buf).await {

@@ -39,10 +39,10 @@ async fn scan_all(storage: &dyn Storage, limit: u32) -> Vec<(u128, Bytes)> {
 /// Writes, reads, deletes and scans, checked against what was written; two prefixes share
 /// the server without seeing each other.
 async fn behaves_like_storage(url: &str) {
-    let first = RedisStorage::connect(target(&format!("{url}?prefix=one:")))
+    let first = RedisStorage::connect(target(&format!("{url}?prefix=one:")), None)
         .await
         .unwrap();
-    let second = RedisStorage::connect(target(&format!("{url}?prefix=two:")))
+    let second = RedisStorage::connect(target(&format!("{url}?prefix=two:")), None)
         .await
         .unwrap();
     // Dense addresses and pseudorandom labels, in a batch spread over every hash slot.
@@ -123,7 +123,7 @@ async fn a_redis_cluster_stores_and_scans_elements_across_its_masters() {
 async fn a_cluster_write_a_dead_proxy_left_half_done_is_finished_at_connect() {
     let cluster = RedisCluster::start(3);
     let url = format!("{}?prefix=half:", cluster.url());
-    let storage = RedisStorage::connect(target(&url)).await.unwrap();
+    let storage = RedisStorage::connect(target(&url), None).await.unwrap();
     let old: Vec<(u128, Bytes)> = (0..200u128).map(|a| (a, value(a, 1))).collect();
     storage.call(StorageOp::Write(old)).await.unwrap();
     drop(storage);
@@ -148,7 +148,7 @@ async fn a_cluster_write_a_dead_proxy_left_half_done_is_finished_at_connect() {
         .await
         .unwrap();
 
-    let storage = RedisStorage::connect(t.clone()).await.unwrap();
+    let storage = RedisStorage::connect(t.clone(), None).await.unwrap();
     assert_eq!(
         scan_all(&storage, 50).await,
         new,
@@ -165,7 +165,9 @@ async fn a_cluster_write_a_dead_proxy_left_half_done_is_finished_at_connect() {
 #[tokio::test]
 async fn a_dead_redis_gives_clear_errors_and_reconnects_when_it_returns() {
     let mut redis = RedisServer::start();
-    let storage = RedisStorage::connect(target(&redis.url())).await.unwrap();
+    let storage = RedisStorage::connect(target(&redis.url()), None)
+        .await
+        .unwrap();
     storage
         .call(StorageOp::Write(vec![(1, Bytes::from_static(b"kept"))]))
         .await
@@ -210,7 +212,7 @@ async fn an_unreachable_redis_fails_at_connect_with_the_address() {
         .local_addr()
         .unwrap()
         .port();
-    let error = RedisStorage::connect(target(&format!("redis://127.0.0.1:{port}")))
+    let error = RedisStorage::connect(target(&format!("redis://127.0.0.1:{port}")), None)
         .await
         .err()
         .expect("nothing listens there");
@@ -268,7 +270,7 @@ async fn endless_scan_server() -> std::net::SocketAddr {
 #[tokio::test]
 async fn a_scan_that_never_ends_is_refused_by_name() {
     let addr = endless_scan_server().await;
-    let storage = RedisStorage::connect(target(&format!("redis://{addr}")))
+    let storage = RedisStorage::connect(target(&format!("redis://{addr}")), None)
         .await
         .unwrap();
     let scan = tokio::time::timeout(

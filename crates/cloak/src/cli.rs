@@ -21,8 +21,11 @@ Start here:
 
 Deploy:
   cloak keygen > cloak.key       make the secret key (keep it with the proxy, never the server)
-  cloak server --listen 0.0.0.0:7000 --data-dir /var/lib/cloak-data   on the untrusted machine
-  cloak proxy --storage tcp://HOST:7000 --key-file cloak.key          on the trusted machine";
+  cloak certs -o certs --names HOST   a test CA and TLS certificates for both links
+  cloak server --listen 0.0.0.0:7000 --data-dir /var/lib/cloak-data --tls-cert certs/server.pem \
+    --tls-key certs/server.key --client-ca certs/ca.pem                on the untrusted machine
+  cloak proxy --storage tls://HOST:7000 --storage-ca certs/ca.pem --storage-cert certs/client.pem \
+    --storage-key certs/client.key --key-file cloak.key                on the trusted machine";
 
 #[derive(Parser, Debug)]
 #[command(name = "cloak", version, about = ABOUT, long_about = LONG_ABOUT)]
@@ -44,8 +47,10 @@ pub enum Command {
     Server(ServerArgs),
     /// Run the trusted proxy in front of a storage server.
     Proxy(ProxyArgs),
-    /// Print a new random 256-bit key (hex) for `--key-file`.
+    /// Print a new random 256-bit key (hex) for `--key-file` or `--storage-secret-file`.
     Keygen(KeygenArgs),
+    /// Make a test CA and TLS certificates (server and client) for a quick start.
+    Certs(CertsArgs),
     /// Measure schemes side by side on a workload, through real processes or in process.
     #[command(long_about = BENCH_ABOUT)]
     Bench(BenchArgs),
@@ -338,6 +343,10 @@ pub struct UpArgs {
     #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
 
+    #[command(flatten)]
+    #[serde(skip)]
+    pub security: ClientSecurityArgs,
+
     /// Most clients connected at once; one more gets "-ERR max number of clients reached"
     #[arg(long, value_name = "N", help = max_clients_help())]
     pub max_clients: Option<usize>,
@@ -359,6 +368,34 @@ pub struct UpArgs {
     pub metrics: Option<String>,
 }
 
+/// How clients reach `up` and `proxy`: TLS, client certificates, protected mode. TOML: in
+/// `[up]` or `[proxy]`, beside their other keys.
+#[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ClientSecurityArgs {
+    /// Serve clients over TLS with this certificate (PEM, with its chain); reloaded on SIGHUP.
+    /// Without --tls-port the client port speaks TLS only
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require clients to present a certificate signed by this CA (mutual TLS)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Serve TLS on this port (same address) alongside the plain client port
+    #[arg(long, value_name = "PORT", requires = "tls_cert")]
+    pub tls_port: Option<u16>,
+
+    /// Refuse to listen on a non-loopback address when clients need neither a password nor a
+    /// client certificate; `--protected-mode no` allows it [default: yes]
+    #[arg(long, value_name = "yes|no", value_parser = clap::builder::BoolishValueParser::new())]
+    pub protected_mode: Option<bool>,
+}
+
 /// TOML: `[server]`.
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -372,6 +409,29 @@ pub struct ServerArgs {
     /// Without it the elements live in memory only
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+
+    /// Serve proxies over TLS with this certificate (PEM, with its chain); reloaded on SIGHUP
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Accept only proxies that present a certificate signed by this CA (mutual TLS)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+
+    /// Accept only proxies that prove they know the secret in this file (a challenge-response
+    /// at connect; the secret never crosses the network). Make one with `cloak keygen`
+    #[arg(long, value_name = "FILE")]
+    pub storage_secret_file: Option<PathBuf>,
+
+    /// Refuse to listen on a non-loopback address when anyone who reaches it could use the
+    /// store (neither --client-ca nor --storage-secret-file); `--protected-mode no` allows it
+    /// [default: yes]
+    #[arg(long, value_name = "yes|no", value_parser = clap::builder::BoolishValueParser::new())]
+    pub protected_mode: Option<bool>,
 }
 
 /// TOML: `[proxy]`.
@@ -401,6 +461,10 @@ pub struct ProxyArgs {
     #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
 
+    #[command(flatten)]
+    #[serde(skip)]
+    pub security: ClientSecurityArgs,
+
     /// Most clients connected at once; one more gets "-ERR max number of clients reached"
     #[arg(long, value_name = "N", help = max_clients_help())]
     pub max_clients: Option<usize>,
@@ -412,6 +476,24 @@ pub struct ProxyArgs {
     /// Bytes of requests the proxy holds between reading them and writing their replies
     #[arg(long, value_name = "BYTES", help = max_pending_bytes_help())]
     pub max_pending_bytes: Option<usize>,
+
+    /// With --storage tls://: the CA that signed the storage server's certificate
+    #[arg(long, value_name = "FILE")]
+    pub storage_ca: Option<PathBuf>,
+
+    /// With --storage tls:// (or rediss://): the certificate this proxy presents to storage
+    /// servers that require one (mutual TLS)
+    #[arg(long, value_name = "FILE", requires = "storage_key")]
+    pub storage_cert: Option<PathBuf>,
+
+    /// The private key of --storage-cert
+    #[arg(long, value_name = "FILE", requires = "storage_cert")]
+    pub storage_key: Option<PathBuf>,
+
+    /// The secret shared with a `cloak server --storage-secret-file`: proves this proxy to it
+    /// (and it to this proxy) at connect, without sending the secret
+    #[arg(long, value_name = "FILE")]
+    pub storage_secret_file: Option<PathBuf>,
 
     /// Connections to the storage server [default: 4]
     #[arg(long, value_name = "N")]
@@ -544,6 +626,11 @@ pub struct BenchArgs {
     #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
 
+    /// Both of each proxy's links over TLS: clients to the proxy, and the proxy to `cloak server`
+    /// with mutual TLS (certificates made for the run). `--sweep tls=0,1` measures both
+    #[arg(long)]
+    pub tls: bool,
+
     /// Simulate in this process with virtual time instead of real processes
     #[arg(long)]
     pub in_process: bool,
@@ -553,8 +640,9 @@ pub struct BenchArgs {
     pub storage_delay: Option<String>,
 
     /// Vary one parameter: zipf-exponent, batch-size, cache-size, value-size, keys, rate or
-    /// durable (0: memory server, no proxy journal; 1: server --data-dir and proxy journal),
-    /// e.g. zipf-exponent=0,0.5,1,1.5,2 or keys=10000,1000000,10000000 or durable=0,1
+    /// durable (0: memory server, no proxy journal; 1: server --data-dir and proxy journal) or
+    /// tls (0: in the clear; 1: both links over TLS), e.g. zipf-exponent=0,0.5,1,1.5,2 or
+    /// keys=10000,1000000,10000000 or durable=0,1 or tls=0,1
     #[arg(long, value_name = "NAME=V1,V2,…")]
     pub sweep: Option<String>,
 
@@ -578,6 +666,18 @@ pub struct BenchArgs {
     /// With --trace-stats: the request rate to size Cloak's batches for [default: 100000]
     #[arg(long, value_name = "R")]
     pub expected_rate: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+pub struct CertsArgs {
+    /// Directory to write ca.pem, server.pem, server.key, client.pem, client.key into
+    #[arg(long, short, value_name = "DIR", default_value = "cloak-certs")]
+    pub output: PathBuf,
+
+    /// Names the server certificate is for (host names or IP addresses the proxy and `cloak
+    /// server` are reached at), comma-separated; localhost and loopback are always included
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub names: Vec<String>,
 }
 
 #[derive(Args, Debug)]

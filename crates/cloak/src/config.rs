@@ -66,20 +66,59 @@ impl ConfigFile {
         flags: &T,
         sections: &[&str],
     ) -> anyhow::Result<T> {
+        let table = self.overlaid([as_table(flags)?], sections);
+        let (settings, unknown) = self.settings(table)?;
+        self.refuse_unknown(unknown, sections)?;
+        Ok(settings)
+    }
+
+    /// [`Self::merge`] for flags split into two structs (a group of flags flattened into a
+    /// subcommand's) that take their keys from the same sections: a key is unknown only when
+    /// neither knows it.
+    pub fn merge_pair<T, U>(&self, flags: &T, more: &U, sections: &[&str]) -> anyhow::Result<(T, U)>
+    where
+        T: Serialize + DeserializeOwned,
+        U: Serialize + DeserializeOwned,
+    {
+        let table = self.overlaid([as_table(flags)?, as_table(more)?], sections);
+        let (first, unknown_first) = self.settings(table.clone())?;
+        let (second, unknown_second) = self.settings(table)?;
+        let unknown = unknown_first
+            .into_iter()
+            .filter(|key| unknown_second.contains(key))
+            .collect();
+        self.refuse_unknown(unknown, sections)?;
+        Ok((first, second))
+    }
+
+    /// The file's `sections` with the flags over them.
+    fn overlaid<const N: usize>(&self, flags: [toml::Table; N], sections: &[&str]) -> toml::Table {
         let mut merged = toml::Table::new();
         for section in sections {
             if let Some(toml::Value::Table(table)) = self.table.get(*section) {
                 merged.extend(table.clone());
             }
         }
-        let flags = toml::Table::try_from(flags).context("cannot represent the flags as TOML")?;
-        merged.extend(flags);
+        for flags in flags {
+            merged.extend(flags);
+        }
+        merged
+    }
 
+    /// The settings in `table`, and the keys they have no place for.
+    fn settings<T: DeserializeOwned>(
+        &self,
+        table: toml::Table,
+    ) -> anyhow::Result<(T, Vec<String>)> {
         let mut unknown = Vec::new();
-        let settings = serde_ignored::deserialize(toml::Value::Table(merged), |path| {
+        let settings = serde_ignored::deserialize(toml::Value::Table(table), |path| {
             unknown.push(path.to_string())
         })
         .with_context(|| format!("invalid setting in {}", self.path))?;
+        Ok((settings, unknown))
+    }
+
+    fn refuse_unknown(&self, unknown: Vec<String>, sections: &[&str]) -> anyhow::Result<()> {
         if !unknown.is_empty() {
             bail!(
                 "{}: unknown setting(s) {} in [{}]",
@@ -88,6 +127,11 @@ impl ConfigFile {
                 sections.join("]/[")
             );
         }
-        Ok(settings)
+        Ok(())
     }
+}
+
+/// The flags given on the command line as TOML (those left out are absent, not empty).
+fn as_table<T: Serialize>(flags: &T) -> anyhow::Result<toml::Table> {
+    toml::Table::try_from(flags).context("cannot represent the flags as TOML")
 }

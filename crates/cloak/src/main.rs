@@ -38,17 +38,19 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = ConfigFile::load(cli.config.as_deref())?;
-    if let Command::Keygen(args) = cli.command {
-        return commands::keygen::run(args);
-    }
+    let command = match cli.command {
+        Command::Keygen(args) => return commands::keygen::run(args),
+        Command::Certs(args) => return commands::certs::run(args),
+        command => command,
+    };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Up(args) => commands::up::run(args, &config).await,
             Command::Server(args) => commands::server::run(args, &config).await,
             Command::Proxy(args) => commands::proxy::run(args, &config).await,
             Command::Bench(args) => commands::bench::run(args, &config).await,
-            Command::Keygen(_) => unreachable!("handled above"),
+            Command::Keygen(_) | Command::Certs(_) => unreachable!("handled above"),
             Command::Audit(args) => commands::audit::run(args, &config),
         }
     })

@@ -76,7 +76,7 @@ impl Server {
             let storage: Box<dyn Storage> = match self {
                 Server::Cloak { addr, .. } => Box::new(TcpStorage::connect(addr, 1).await.unwrap()),
                 Server::Redis(redis) => Box::new(
-                    RedisStorage::connect(RedisTarget::parse(&redis.url()).unwrap().unwrap())
+                    RedisStorage::connect(RedisTarget::parse(&redis.url()).unwrap().unwrap(), None)
                         .await
                         .unwrap(),
                 ),

@@ -159,7 +159,7 @@ impl Setup {
             ..ProxyOptions::default()
         };
         let proxy = tokio::spawn(cloak_proxy::run(
-            listener,
+            vec![listener.into()],
             engine,
             Arc::new(observed),
             options,

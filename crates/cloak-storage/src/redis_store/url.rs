@@ -1,9 +1,12 @@
 //! `--storage redis://…` and `redis+cluster://…`: what the URL says, and how addresses become keys.
 //!
 //! ```text
-//! redis://[:PASSWORD@]HOST:PORT[/DB][?prefix=P]
-//! redis+cluster://[:PASSWORD@]HOST:PORT,HOST:PORT,…[?prefix=P]
+//! redis://[[USER]:PASSWORD@]HOST:PORT[/DB][?prefix=P]
+//! redis+cluster://[[USER]:PASSWORD@]HOST:PORT,HOST:PORT,…[?prefix=P]
 //! ```
+//!
+//! `rediss://` and `rediss+cluster://` are the same over TLS. `USER` is a Redis ACL user (Redis 6
+//! and later); without one, the password is the default user's (`requirepass`).
 //!
 //! An element at address `a` is the key `P ‖ hex(a)`, 32 lowercase hex digits of the address
 //! in big-endian order: keys sort as their addresses do (a scan can sort keys to get address
@@ -23,6 +26,8 @@ pub struct RedisTarget {
     pub nodes: Vec<String>,
     /// Whether the nodes are seeds of a Redis Cluster.
     pub cluster: bool,
+    /// Whether the nodes speak TLS (`rediss`).
+    pub tls: bool,
     /// The prefix of every key the store writes.
     pub prefix: Vec<u8>,
 }
@@ -36,13 +41,17 @@ pub struct UrlError {
 }
 
 impl RedisTarget {
-    /// Parses a `redis://` or `redis+cluster://` URL; `None` if it is neither.
+    /// Parses a `redis[s]://` or `redis[s]+cluster://` URL; `None` if it is neither.
     pub fn parse(url: &str) -> Option<Result<Self, UrlError>> {
-        let (cluster, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
-            (true, rest)
-        } else {
-            (false, url.strip_prefix("redis://")?)
+        let (scheme, rest) = url.split_once("://")?;
+        let (cluster, tls) = match scheme {
+            "redis" => (false, false),
+            "rediss" => (false, true),
+            "redis+cluster" => (true, false),
+            "rediss+cluster" => (true, true),
+            _ => return None,
         };
+        let node_scheme = if tls { "rediss" } else { "redis" };
         let error = |reason: &str| UrlError {
             url: url.to_string(),
             reason: reason.to_string(),
@@ -71,18 +80,19 @@ impl RedisTarget {
                     .split(',')
                     .map(|node| match node.trim() {
                         "" => Err(error("an empty node in the list")),
-                        node => Ok(format!("redis://{credentials}{node}")),
+                        node => Ok(format!("{node_scheme}://{credentials}{node}")),
                     })
                     .collect::<Result<Vec<_>, _>>()?
             } else {
                 if hosts.contains(',') {
                     return Err(error("several nodes: use redis+cluster:// for a cluster"));
                 }
-                vec![format!("redis://{credentials}{hosts}")]
+                vec![format!("{node_scheme}://{credentials}{hosts}")]
             };
             Ok(Self {
                 nodes,
                 cluster,
+                tls,
                 prefix,
             })
         })())
@@ -131,14 +141,15 @@ impl RedisTarget {
             .nodes
             .iter()
             .map(|n| {
-                let n = n.trim_start_matches("redis://");
+                let n = n.split_once("://").map_or(n.as_str(), |(_, rest)| rest);
                 n.rsplit_once('@').map_or(n, |(_, host)| host)
             })
             .collect();
-        let scheme = if self.cluster {
-            "redis+cluster"
-        } else {
-            "redis"
+        let scheme = match (self.tls, self.cluster) {
+            (false, false) => "redis",
+            (true, false) => "rediss",
+            (false, true) => "redis+cluster",
+            (true, true) => "rediss+cluster",
         };
         format!(
             "{scheme}://{}?prefix={}",
@@ -170,6 +181,18 @@ mod tests {
         assert_eq!(cluster.prefix, DEFAULT_PREFIX.as_bytes());
 
         assert!(RedisTarget::parse("tcp://h:1").is_none());
+
+        let secure = RedisTarget::parse("rediss://cloak:pw@h:6390")
+            .unwrap()
+            .unwrap();
+        assert_eq!(secure.nodes, vec!["rediss://cloak:pw@h:6390"]);
+        assert!(secure.tls && !secure.cluster);
+        assert_eq!(secure.describe(), "rediss://h:6390?prefix=cloak:");
+        let secure = RedisTarget::parse("rediss+cluster://u:p@h1:1,h2:2")
+            .unwrap()
+            .unwrap();
+        assert_eq!(secure.nodes, vec!["rediss://u:p@h1:1", "rediss://u:p@h2:2"]);
+        assert!(secure.tls && secure.cluster);
         for bad in [
             "redis://",
             "redis://h:1?prefx=x",

@@ -17,6 +17,7 @@ use cloak_bench::plot;
 use cloak_bench::report::{self, Measurement};
 use cloak_bench::run::{self, Backend, Contender, Load, Setup};
 use cloak_bench::simulate::Simulation;
+use cloak_bench::tls::BenchTls;
 use cloak_bench::trace_stats::TraceStats;
 use cloak_bench::workload::{KEY_SIZE, Request, Trace, key_name};
 use cloak_schemes::{Budgets, SchemeName};
@@ -82,6 +83,18 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
     {
         bail!("--sweep durable measures disks and journals: run it without --in-process");
     }
+    let tls_measured = args.tls
+        || sweep
+            .as_ref()
+            .is_some_and(|s| s.parameter == Parameter::Tls);
+    if tls_measured
+        && (args.in_process || backend == Backend::Redis || contenders.contains(&Contender::Redis))
+    {
+        bail!(
+            "--tls and --sweep tls measure a proxy's links to its clients and to `cloak server`: \
+             run them without --in-process, --backend redis and the redis baseline"
+        );
+    }
     let points: Vec<Option<f64>> = match &sweep {
         Some(sweep) => sweep.values.iter().copied().map(Some).collect(),
         None => vec![None],
@@ -94,6 +107,12 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let cloak = std::env::current_exe().context("cannot find the cloak binary to start")?;
     let config_dir = tempfile::tempdir().context("cannot make a temporary directory")?;
 
+    // One CA and set of certificates for every TLS point of the run.
+    let bench_tls = tls_measured
+        .then(BenchTls::new)
+        .transpose()
+        .context("cannot make the run's TLS certificates")?
+        .map(Arc::new);
     let mut results: Vec<Measurement> = Vec::new();
     for value in points {
         let mut point = Point {
@@ -102,6 +121,7 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
             load,
             value_size: args.value_size.unwrap_or(1024),
             durable: false,
+            tls: args.tls,
         };
         let parameter = sweep.as_ref().zip(value).map(|(s, v)| (s.parameter, v));
         if let Some((parameter, value)) = parameter {
@@ -200,6 +220,7 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                     server_args,
                     workload: point.workload.describe(),
                     reply_timeout,
+                    tls: bench_tls.clone().filter(|_| point.tls),
                 };
                 run::measure(&setup, warm.clone(), requests.clone(), point.load)
                     .await
@@ -243,6 +264,8 @@ struct Point {
     value_size: usize,
     /// The server logs to disk and the proxy journals (see `Parameter::Durable`).
     durable: bool,
+    /// Both of the proxy's links over TLS (see `Parameter::Tls`).
+    tls: bool,
 }
 
 impl Point {
@@ -261,6 +284,7 @@ impl Point {
             Parameter::Keys => self.workload.keys = value as u64,
             Parameter::Rate => self.load.rate = Some(value),
             Parameter::Durable => self.durable = value == 1.0,
+            Parameter::Tls => self.tls = value == 1.0,
         }
         if matches!(self.workload.kind, WorkloadKind::Trace(_))
             && matches!(parameter, Parameter::ZipfExponent | Parameter::Keys)

@@ -2,8 +2,10 @@
 
 pub mod audit;
 pub mod bench;
+pub mod certs;
 pub mod keygen;
 pub mod proxy;
+pub mod security;
 pub mod server;
 pub mod up;
 

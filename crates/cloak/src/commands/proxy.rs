@@ -13,7 +13,7 @@ use crate::store::{load_key, random_incarnation};
 
 pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let store = config.merge(&args.store, &["store"])?.resolve()?;
-    let args = config.merge(&args, &["proxy"])?;
+    let (args, security) = config.merge_pair(&args, &args.security, &["proxy"])?;
     // Checked before anything starts, so a bad flag fails at once.
     let front = super::front_end(
         args.password.clone(),
@@ -48,12 +48,18 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         .map(|state| state.ledger(&master, store.manifest()))
         .transpose()?
         .map(Arc::new);
+    let credentials = backend::StorageCredentials {
+        ca: args.storage_ca.clone(),
+        identity: args.storage_cert.clone().zip(args.storage_key.clone()),
+        secret_file: args.storage_secret_file.clone(),
+    };
     let storage_io = OwnThread::start("cloak-storage-io")
         .context("cannot start the storage traffic's thread")?;
     let storage = storage_io
         .run(backend::connect(
             url.to_string(),
             args.storage_connections.unwrap_or(4),
+            credentials,
         ))
         .await?;
     let (engine, _) = store
@@ -73,6 +79,9 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    let (listeners, tls) =
+        super::security::client_listeners(listener, &security, args.password.is_some()).await?;
+    super::security::reload_on_sighup(tls);
     let durability = if journal.is_some() { "wal" } else { "none" };
     let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
     let options = ProxyOptions {
@@ -82,13 +91,18 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         ..front
     };
     cloak_proxy::run(
-        listener,
+        listeners,
         engine,
         storage,
         options,
         |proxy| {
+            let tls = match proxy.tls_addr {
+                Some(addr) if addr == proxy.local_addr => " (TLS)".to_string(),
+                Some(addr) => format!(", TLS on {addr}"),
+                None => String::new(),
+            };
             println!(
-                "cloak proxy listening on {} ({summary}; storage {storage_name}; durability {durability})",
+                "cloak proxy listening on {}{tls} ({summary}; storage {storage_name}; durability {durability})",
                 proxy.local_addr
             );
             super::serve_metrics(metrics, &proxy);

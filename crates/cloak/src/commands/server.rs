@@ -3,6 +3,9 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use cloak_storage::handshake::StorageSecret;
+use cloak_storage::server::Guard;
+use cloak_storage::tls::server::ServerTlsFiles;
 use cloak_storage::{DiskStorage, MemoryStorage, Storage, server};
 use tokio::net::TcpListener;
 
@@ -11,6 +14,28 @@ use crate::config::ConfigFile;
 
 pub async fn run(args: ServerArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let args = config.merge(&args, &["server"])?;
+    // Read before anything starts, so a wrong path fails at once.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(super::security::load_server_tls(ServerTlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.client_ca.clone(),
+        })?),
+        (None, None) if args.client_ca.is_some() => {
+            anyhow::bail!("--client-ca needs --tls-cert and --tls-key")
+        }
+        (None, None) => None,
+        _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+    };
+    let secret = args
+        .storage_secret_file
+        .as_deref()
+        .map(StorageSecret::load)
+        .transpose()?;
+    let guard = Guard {
+        tls: tls.clone(),
+        secret,
+    };
     let (storage, held): (Arc<dyn Storage>, String) = match &args.data_dir {
         Some(dir) => {
             let dir = dir.clone();
@@ -39,10 +64,27 @@ pub async fn run(args: ServerArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    println!(
-        "cloak storage server listening on {} ({held})",
-        listener.local_addr()?
-    );
-    server::serve(listener, storage, super::shutdown_signal()).await?;
+    let addr = listener.local_addr()?;
+    super::security::protect(
+        "cloak server",
+        addr,
+        guard.authenticates(),
+        args.protected_mode,
+        "require proxies to prove themselves with mutual TLS (--tls-cert, --tls-key and \
+         --client-ca) or a storage secret (--storage-secret-file); TLS alone encrypts the link \
+         but lets anyone connect",
+    )?;
+    super::security::reload_on_sighup(tls);
+    let link = match (&guard.tls, &guard.secret) {
+        (Some(tls), _) if tls.requires_client_certificate() => {
+            "; TLS, client certificates required"
+        }
+        (Some(_), Some(_)) => "; TLS, storage secret required",
+        (Some(_), None) => "; TLS",
+        (None, Some(_)) => "; storage secret required",
+        (None, None) => "",
+    };
+    println!("cloak storage server listening on {addr} ({held}{link})");
+    server::serve_guarded(listener, storage, guard, super::shutdown_signal()).await?;
     Ok(())
 }

@@ -17,7 +17,7 @@ use crate::store::{load_key, random_incarnation};
 
 pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let store = config.merge(&args.store, &["store"])?.resolve()?;
-    let args = config.merge(&args, &["up"])?;
+    let (args, security) = config.merge_pair(&args, &args.security, &["up"])?;
     // Checked before anything starts, so a bad flag fails at once.
     let options = super::front_end(
         args.password.clone(),
@@ -69,6 +69,18 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let listener = TcpListener::bind((bind, port)).await.with_context(|| {
         format!("cannot listen on {bind}:{port} (is another server using it? try --port)")
     })?;
+    let (listeners, tls) =
+        super::security::client_listeners(listener, &security, args.password.is_some()).await?;
+    super::security::reload_on_sighup(tls);
+    // What redis-cli needs to connect over TLS: the CA that signed the proxy's certificate (the
+    // proxy is not told it, so a stand-in name), and with --tls-ca a client certificate.
+    let tls_flags = security.tls_cert.as_ref().map(|_| match &security.tls_ca {
+        Some(ca) => format!(
+            " --tls --cacert CA.pem --cert CLIENT.pem --key CLIENT.key   (clients need a certificate from {})",
+            ca.display()
+        ),
+        None => " --tls --cacert CA.pem".to_string(),
+    });
     let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
     let auth = if args.password.is_some() {
         " -a PASSWORD"
@@ -80,17 +92,31 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
         ..options
     };
     cloak_proxy::run(
-        listener,
+        listeners,
         engine,
         storage,
         options,
         |proxy| {
-            let port = proxy.local_addr.port();
+            // The examples use the TLS port when clients can only use it.
+            let (port, auth) = match (proxy.tls_addr, &tls_flags) {
+                (Some(addr), Some(tls)) if addr == proxy.local_addr => {
+                    (addr.port(), format!("{tls}{auth}"))
+                }
+                _ => (proxy.local_addr.port(), auth.to_string()),
+            };
             println!("Cloak is up: {summary}.");
             println!(
                 "  clients:  redis-cli -p {port}{auth}   (listening on {})",
                 proxy.local_addr
             );
+            if let (Some(addr), Some(tls)) = (proxy.tls_addr, &tls_flags)
+                && addr != proxy.local_addr
+            {
+                println!(
+                    "  TLS:      redis-cli -p {}{tls}   (listening on {addr})",
+                    addr.port()
+                );
+            }
             println!("  storage:  cloak server on {storage_addr}, elements in memory");
             println!("  key:      {key_note}");
             super::serve_metrics(metrics, &proxy);

@@ -1,0 +1,98 @@
+//! The accepting side of TLS: a certificate and key, and optionally a CA whose certificates
+//! clients must present (mutual TLS). The files are read again on [`ServerTls::reload`]: new
+//! connections get the new certificate, established ones keep the session they have.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rustls::ServerConfig;
+use rustls::server::WebPkiClientVerifier;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use super::{HANDSHAKE_TIMEOUT, TlsError, pem};
+
+/// Where the accepting side's certificate, key and client CA are.
+#[derive(Clone, Debug)]
+pub struct ServerTlsFiles {
+    /// The certificate (and its chain) presented to peers.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// When set, peers must present a certificate signed by this CA.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl ServerTlsFiles {
+    fn load(&self) -> Result<ServerConfig, TlsError> {
+        let certs = pem::certificates(&self.cert)?;
+        let key = pem::private_key(&self.key)?;
+        let builder = ServerConfig::builder();
+        let builder = match &self.client_ca {
+            Some(ca) => builder.with_client_cert_verifier(
+                WebPkiClientVerifier::builder(Arc::new(pem::roots(ca)?)).build()?,
+            ),
+            None => builder.with_no_client_auth(),
+        };
+        Ok(builder.with_single_cert(certs, key)?)
+    }
+}
+
+/// TLS for a listener, reloadable while it serves.
+pub struct ServerTls {
+    files: ServerTlsFiles,
+    config: RwLock<Arc<ServerConfig>>,
+    handshake_timeout: Duration,
+}
+
+impl ServerTls {
+    /// Reads the files now, so a wrong path or a key that does not match fails at start.
+    pub fn load(files: ServerTlsFiles) -> Result<Self, TlsError> {
+        let config = RwLock::new(Arc::new(files.load()?));
+        Ok(Self {
+            files,
+            config,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        })
+    }
+
+    /// How long a client may take over the handshake (tests shorten it).
+    pub fn with_handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Whether peers must present a certificate.
+    pub fn requires_client_certificate(&self) -> bool {
+        self.files.client_ca.is_some()
+    }
+
+    /// Reads the files again. On an error the certificate in use stays, so a half-written file
+    /// never takes the listener down.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let config = Arc::new(self.files.load()?);
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+        Ok(())
+    }
+
+    /// The handshake on a freshly accepted connection, with the certificate in force now.
+    pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        stream: S,
+    ) -> Result<TlsStream<S>, TlsError> {
+        let config = self
+            .config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        tokio::time::timeout(
+            self.handshake_timeout,
+            TlsAcceptor::from(config).accept(stream),
+        )
+        .await
+        .map_err(|_| TlsError::HandshakeTimeout(self.handshake_timeout))?
+        .map_err(TlsError::Handshake)
+    }
+}
