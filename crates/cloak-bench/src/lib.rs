@@ -7,7 +7,7 @@
 //! - [`preload`]: stores that hold every key before the measured window;
 //! - [`run`]: one scheme (or plain Redis) on one workload through real processes, started by
 //!   [`process`], with their CPU time from [`cpu`] and a proxy's start-up shown by [`progress`];
-//!   [`simulate`]: in process;
+//!   [`simulate`]: in process; [`startup`]: what a proxy's start on a preloaded store costs;
 //! - [`report`]: results as a table and as JSON; [`plot`]: as charts;
 //! - [`trace_stats`]: a trace's reuse distances and the Cloak budgets that fit it.
 
@@ -22,6 +22,7 @@ pub mod progress;
 pub mod report;
 pub mod run;
 pub mod simulate;
+pub mod startup;
 pub mod tls;
 pub mod trace_stats;
 pub mod workload;

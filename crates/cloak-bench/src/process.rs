@@ -175,10 +175,21 @@ impl Process {
         self.child.id()
     }
 
+    /// Resident memory now.
     pub fn rss_bytes(&self) -> Option<u64> {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// The most resident memory the process ever had (its high-water mark).
+    pub fn peak_rss_bytes(&self) -> Option<u64> {
+        self.status_bytes("VmHWM:")
+    }
+
+    /// A memory field of `/proc/PID/status`, which gives it in KiB.
+    fn status_bytes(&self, field: &str) -> Option<u64> {
         let pid = self.pid()?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let line = status.lines().find(|l| l.starts_with(field))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib * 1024)
     }

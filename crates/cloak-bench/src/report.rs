@@ -5,6 +5,8 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use crate::startup::Startup;
+
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Latency {
     pub p50: u64,
@@ -101,6 +103,9 @@ pub struct Measurement {
     /// `real_slots`, …) and ratios cover the proxy's whole life, preload fill and warm-up
     /// included; the fields above cover the measured requests only.
     pub scheme_info: BTreeMap<String, String>,
+    /// What the proxy's start on the preloaded store cost; `None` in process and for the Redis
+    /// baseline.
+    pub startup: Option<Startup>,
 }
 
 /// What was measured.
@@ -160,6 +165,7 @@ impl Measurement {
             storage_cpu_seconds_per_op: None,
             parameter: None,
             scheme_info: BTreeMap::new(),
+            startup: None,
         }
     }
 }
@@ -210,6 +216,10 @@ pub fn table(results: &[Measurement]) -> String {
         "B/op",
         "hits",
         "RSS/key",
+        "peak RSS/key",
+        "scan s",
+        "listen s",
+        "1st read s",
         "errors",
     ];
     let rows: Vec<Vec<String>> = results
@@ -217,6 +227,7 @@ pub fn table(results: &[Measurement]) -> String {
         .map(|m| {
             let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
             let micros = |s: f64| format!("{:.1}", s * 1e6);
+            let seconds = |s: f64| format!("{s:.2}");
             vec![
                 m.scheme.clone(),
                 m.backend.clone().unwrap_or_else(|| "-".into()),
@@ -237,6 +248,15 @@ pub fn table(results: &[Measurement]) -> String {
                 opt(m.storage_bytes_per_op, |b| format!("{:.0}", b)),
                 opt(m.cache_hit_rate, |h| format!("{:.3}", h)),
                 opt(m.proxy_rss_bytes_per_key, |r| format!("{:.0}", r)),
+                opt(
+                    m.startup
+                        .and_then(|s| s.peak_rss_bytes)
+                        .map(|peak| peak as f64 / m.keys.max(1) as f64),
+                    |r| format!("{:.0}", r),
+                ),
+                opt(m.startup.map(|s| s.scan_floor_seconds), seconds),
+                opt(m.startup.map(|s| s.listening_seconds), seconds),
+                opt(m.startup.map(|s| s.first_read_seconds), seconds),
                 m.errors.to_string(),
             ]
         })

@@ -31,8 +31,9 @@ use crate::preload;
 use crate::process::{Process, StartError};
 use crate::progress::Progress;
 use crate::report::{Counters, Measurement, Mode, Subject, Timing};
+use crate::startup::{self, Startup};
 use crate::tls::BenchTls;
-use crate::workload::{KEY_SIZE, Request};
+use crate::workload::{KEY_SIZE, Request, key_name};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -194,14 +195,15 @@ impl Setup {
     }
 
     /// Writes every key to `storage` as `scheme` stores it and starts its proxy there, which
-    /// recovers them. The key file's directory must outlive the proxy.
+    /// recovers them, and says what that start cost (see [`Startup`]). The key file's directory
+    /// must outlive the proxy.
     async fn start_proxy(
         &self,
         scheme: SchemeName,
         storage: &Process,
         value: &Bytes,
         loading: &ProgressBar,
-    ) -> Result<(Process, tempfile::TempDir), RunError> {
+    ) -> Result<(Process, tempfile::TempDir, Startup), RunError> {
         let start_error = |what: &str, e: &dyn fmt::Display| StartError {
             what: what.to_string(),
             reason: e.to_string(),
@@ -221,10 +223,14 @@ impl Setup {
             .backend
             .connect(storage.addr, self.tls.as_deref())
             .await?;
-        preload::write(client, format, self.keys, value, loading)
+        preload::write(client.clone(), format, self.keys, value, loading)
             .await
             .map_err(|e| RunError::Preload(e.to_string()))?;
         loading.finish_and_clear();
+        let (scan_floor, _) = startup::scan_floor(client.as_ref())
+            .await
+            .map_err(|e| RunError::Preload(format!("scanning the preloaded store: {e}")))?;
+        drop(client);
 
         let mut args: Vec<String> = [
             "proxy",
@@ -252,6 +258,7 @@ impl Setup {
         let label = self.contender.to_string();
         // The preload wrote one element per key: that is what the proxy's recovery scans.
         let progress = Progress::recovery(&label, self.keys);
+        let spawned = Instant::now();
         let proxy = Process::cloak(
             &self.cloak,
             &args,
@@ -260,7 +267,16 @@ impl Setup {
         )
         .await;
         progress.finish();
-        Ok((proxy?, dir))
+        let proxy = proxy?;
+        let listening = spawned.elapsed();
+        startup::first_read(proxy.addr, key_name(0).as_bytes()).await?;
+        let startup = Startup {
+            scan_floor_seconds: scan_floor.as_secs_f64(),
+            listening_seconds: listening.as_secs_f64(),
+            first_read_seconds: spawned.elapsed().as_secs_f64(),
+            peak_rss_bytes: proxy.peak_rss_bytes(),
+        };
+        Ok((proxy, dir, startup))
     }
 }
 
@@ -324,7 +340,8 @@ pub async fn measure(
                 .await?,
         ),
     };
-    let proxy = proxy.as_ref().map(|(process, _key_dir)| process);
+    let startup = proxy.as_ref().map(|(_, _, startup)| *startup);
+    let proxy = proxy.as_ref().map(|(process, _key_dir, _)| process);
     // Where the clients connect: the proxy (over TLS with --tls), or the baseline Redis itself.
     let serving = match proxy {
         Some(proxy) => Target {
@@ -399,6 +416,7 @@ pub async fn measure(
     let mut measurement =
         Measurement::new(subject, timing, &answered.latency, after.since(before), rss);
     measurement.scheme_info = scheme_info;
+    measurement.startup = startup;
     measurement.set_cpu(proxy_cpu, storage_cpu);
     match setup.contender {
         Contender::Redis => {

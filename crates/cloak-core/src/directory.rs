@@ -1,14 +1,14 @@
 //! The key directory: which logical slot holds which client key.
 //!
-//! Keys are stored as 96 bits of a keyed hash (see `cloak_crypto::KeyHasher`): about 22 bytes
-//! per slot with the index that finds them, whatever the key length. Clients cannot aim for a
-//! collision without the hash key, and two of a billion keys collide by chance with probability
-//! about 2^-37. The full key lives in the element and the engine compares it on every read, so
-//! even then a read would answer nothing rather than another key's value.
+//! Each slot's key lives in one [`KeyArena`] (the key's own bytes plus 8 bytes a slot), and a
+//! table of slot numbers (4 bytes a bucket) finds a key's slot: it is placed by a keyed hash of
+//! the key (see `cloak_crypto::KeyHasher`), so clients cannot aim keys at one bucket without the
+//! hash key, and a candidate is confirmed by comparing the whole key with the arena's, so two
+//! keys never share a slot. At a million 16-byte keys that is about 34 bytes a key, against 54
+//! when each slot kept a 12-byte hash for the table and a boxed copy of its key for listing.
 //!
-//! The keys themselves are kept too, by slot, for the commands that list keys (KEYS, SCAN,
-//! RANDOMKEY, FLUSHDB): 16 bytes a slot plus the key's own bytes. Listing therefore needs no
-//! storage access at all, and the storage server sees nothing of it.
+//! The commands that list keys (KEYS, SCAN, RANDOMKEY, FLUSHDB) read the arena: listing needs
+//! no storage access at all, and the storage server sees nothing of it.
 //!
 //! A key can also be *designated* a slot before it exists ([`KeyDirectory::designate`]): the
 //! slot is kept for that key alone (it is not in the free list, and it returns to the key, not
@@ -22,33 +22,27 @@ use cloak_crypto::KeyHasher;
 use hashbrown::HashTable;
 
 use crate::element::Slot;
+use crate::key_arena::KeyArena;
 
-type Hash = [u8; 12];
-
-fn hash(hasher: &KeyHasher, key: &[u8]) -> Hash {
+/// Where `key` goes in the table: 8 bytes of its keyed hash, which are uniformly random.
+fn table_hash(hasher: &KeyHasher, key: &[u8]) -> u64 {
     let full = hasher.hash(key);
-    full[..12].try_into().expect("12 of 16 bytes")
+    u64::from_le_bytes(full[..8].try_into().expect("8 of 16 bytes"))
 }
 
-/// A key hash is already uniformly random: its first 8 bytes serve as the table's hash.
-fn table_hash(hash: &Hash) -> u64 {
-    u64::from_le_bytes(hash[..8].try_into().expect("8 of 12 bytes"))
-}
-
-/// Which slot holds which key hash, in about 22 bytes a slot at full load: each slot's hash in a
-/// vector indexed by slot, and a table of slot numbers (4 bytes a bucket) that finds a hash's
-/// slot by looking its candidates up in that vector. A map from hash to slot would spend a
-/// 16-byte bucket on each entry, and keep up to twice as many buckets as keys.
+/// Which slot holds which key: the keys in an arena by slot, and a table of slot numbers that
+/// finds a key's slot by comparing its candidates' keys in the arena.
 struct Slots {
-    /// The hash of the key each slot holds; meaningful only for slots in `index`.
-    held: Vec<Hash>,
+    hasher: KeyHasher,
+    names: KeyArena,
     index: HashTable<u32>,
 }
 
 impl Slots {
-    fn with_capacity(capacity: usize) -> Self {
+    fn with_capacity(hasher: KeyHasher, capacity: usize) -> Self {
         Self {
-            held: vec![[0; 12]; capacity],
+            hasher,
+            names: KeyArena::new(capacity),
             index: HashTable::with_capacity(capacity),
         }
     }
@@ -57,44 +51,50 @@ impl Slots {
         self.index.len()
     }
 
-    fn get(&self, hash: &Hash) -> Option<u32> {
+    fn get(&self, key: &[u8]) -> Option<u32> {
+        let names = &self.names;
         self.index
-            .find(table_hash(hash), |&slot| self.held[slot as usize] == *hash)
+            .find(table_hash(&self.hasher, key), |&slot| {
+                names.get(slot as usize) == Some(key)
+            })
             .copied()
     }
 
-    /// Records `hash` at `slot`; the caller knows `hash` is not in the table yet.
-    fn insert(&mut self, hash: Hash, slot: u32) {
-        self.held[slot as usize] = hash;
-        let held = &self.held;
-        self.index.insert_unique(table_hash(&hash), slot, |&slot| {
-            table_hash(&held[slot as usize])
-        });
+    /// Records `key` at `slot`; the caller knows `key` is not in the table yet.
+    fn insert(&mut self, key: &[u8], slot: u32) {
+        self.names.set(slot as usize, key);
+        let (names, hasher) = (&self.names, &self.hasher);
+        // The table is made for every slot at once, so it never grows and this rehash (of
+        // keys the arena holds) never runs in practice.
+        self.index
+            .insert_unique(table_hash(hasher, key), slot, |&slot| {
+                table_hash(hasher, names.get(slot as usize).unwrap_or_default())
+            });
     }
 
-    fn remove(&mut self, hash: &Hash) -> Option<u32> {
-        let held = &self.held;
+    fn remove(&mut self, key: &[u8]) -> Option<u32> {
+        let names = &self.names;
         let entry = self
             .index
-            .find_entry(table_hash(hash), |&slot| held[slot as usize] == *hash)
+            .find_entry(table_hash(&self.hasher, key), |&slot| {
+                names.get(slot as usize) == Some(key)
+            })
             .ok()?;
-        Some(entry.remove().0)
+        let slot = entry.remove().0;
+        self.names.clear(slot as usize);
+        Some(slot)
     }
 }
 
-/// Which slot each key has: keys are stored as keyed hashes, slots handed out from a free
-/// list.
+/// Which slot each key has: keys kept by slot in an arena, slots handed out from a free list.
 pub struct KeyDirectory {
-    hasher: KeyHasher,
     slots: Slots,
     /// Slots not holding a key; popped from the end, and shrunk as the store fills.
     free: Vec<u32>,
     capacity: usize,
     /// Keys given a slot in advance, and those slots.
-    designated: HashMap<Hash, u32>,
+    designated: HashMap<Box<[u8]>, u32>,
     designated_slots: HashSet<u32>,
-    /// The key each slot holds, for listing; `None` for slots holding none.
-    names: Vec<Option<Box<[u8]>>>,
 }
 
 impl KeyDirectory {
@@ -102,32 +102,29 @@ impl KeyDirectory {
     pub fn new(hasher: KeyHasher, capacity: usize) -> Self {
         assert!(capacity <= u32::MAX as usize, "capacity fits in 32 bits");
         Self {
-            hasher,
             // Sized for a full store now, so it never resizes under load (and never leaves the
             // old table's memory behind in the allocator).
-            slots: Slots::with_capacity(capacity),
+            slots: Slots::with_capacity(hasher, capacity),
             free: (0..capacity as u32).rev().collect(),
             capacity,
             designated: HashMap::new(),
             designated_slots: Default::default(),
-            names: vec![None; capacity],
         }
     }
 
     /// The key `slot` holds, if any.
     pub fn key_at(&self, slot: Slot) -> Option<&[u8]> {
-        self.names.get(slot as usize)?.as_deref()
+        self.slots.names.get(usize::try_from(slot).ok()?)
     }
 
     /// The keys held at slots `from..`, in slot order, with their slots. A key keeps its slot for
     /// as long as it exists, so walking slots in order (SCAN's cursor) meets every key that
     /// exists throughout the walk exactly once, whatever else is added or removed meanwhile.
     pub fn keys_from(&self, from: Slot) -> impl Iterator<Item = (Slot, &[u8])> {
-        self.names
-            .iter()
-            .enumerate()
-            .skip(usize::try_from(from).unwrap_or(usize::MAX))
-            .filter_map(|(slot, name)| Some((slot as Slot, name.as_deref()?)))
+        self.slots
+            .names
+            .keys_from(usize::try_from(from).unwrap_or(usize::MAX))
+            .map(|(slot, key)| (slot as Slot, key))
     }
 
     /// Slots it hands out.
@@ -147,19 +144,17 @@ impl KeyDirectory {
 
     /// The key's slot, if the key exists.
     pub fn get(&self, key: &[u8]) -> Option<Slot> {
-        self.slots.get(&hash(&self.hasher, key)).map(Slot::from)
+        self.slots.get(key).map(Slot::from)
     }
 
     /// The key's slot, allocating a free one for a new key: `Some((slot, is_new))`, or `None`
     /// when the key is new and no slot is free.
     pub fn get_or_insert(&mut self, key: &[u8]) -> Option<(Slot, bool)> {
-        let hash = hash(&self.hasher, key);
-        if let Some(slot) = self.slots.get(&hash) {
+        if let Some(slot) = self.slots.get(key) {
             return Some((Slot::from(slot), false));
         }
-        if let Some(&slot) = self.designated.get(&hash) {
-            self.slots.insert(hash, slot);
-            self.names[slot as usize] = Some(key.into());
+        if let Some(&slot) = self.designated.get(key) {
+            self.slots.insert(key, slot);
             return Some((Slot::from(slot), true));
         }
         let slot = self.free.pop()?;
@@ -167,17 +162,14 @@ impl KeyDirectory {
         if self.free.capacity() > 1024 && self.free.len() < self.free.capacity() / 4 {
             self.free.shrink_to(self.free.len() * 2);
         }
-        self.slots.insert(hash, slot);
-        self.names[slot as usize] = Some(key.into());
+        self.slots.insert(key, slot);
         Some((Slot::from(slot), true))
     }
 
     /// Forgets a key. Its slot is not reusable until [`KeyDirectory::release`]: the caller first
     /// makes sure storage no longer holds the old record.
     pub fn remove(&mut self, key: &[u8]) -> Option<Slot> {
-        let slot = self.slots.remove(&hash(&self.hasher, key))?;
-        self.names[slot as usize] = None;
-        Some(Slot::from(slot))
+        self.slots.remove(key).map(Slot::from)
     }
 
     /// Makes a removed key's slot free again (see [`KeyDirectory::remove`]).
@@ -191,16 +183,15 @@ impl KeyDirectory {
     /// The slot `key` has or will have: its slot if it exists, else one set aside for it now
     /// (`None` when no slot is free). The key does not exist until it is inserted.
     pub fn designate(&mut self, key: &[u8]) -> Option<Slot> {
-        let hash = hash(&self.hasher, key);
         if let Some(slot) = self
             .slots
-            .get(&hash)
-            .or_else(|| self.designated.get(&hash).copied())
+            .get(key)
+            .or_else(|| self.designated.get(key).copied())
         {
             return Some(Slot::from(slot));
         }
         let slot = self.free.pop()?;
-        self.designated.insert(hash, slot);
+        self.designated.insert(key.into(), slot);
         self.designated_slots.insert(slot);
         Some(Slot::from(slot))
     }
@@ -210,8 +201,7 @@ impl KeyDirectory {
     pub fn has_room_for<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> bool {
         let needed = keys
             .into_iter()
-            .map(|key| hash(&self.hasher, key))
-            .filter(|h| self.slots.get(h).is_none() && !self.designated.contains_key(h))
+            .filter(|key| self.slots.get(key).is_none() && !self.designated.contains_key(*key))
             .count();
         needed <= self.free.len()
     }
@@ -225,17 +215,17 @@ impl KeyDirectory {
         let mut directory = Self::new(hasher, capacity);
         let mut taken = vec![false; capacity];
         for (slot, key) in keys {
-            let hash = hash(&directory.hasher, key);
             // A key recovered twice keeps its first slot (recovery hands over each key once).
-            if directory.slots.get(&hash).is_none() {
-                directory.slots.insert(hash, slot as u32);
-                directory.names[slot as usize] = Some(key.into());
+            if directory.slots.get(key).is_none() {
+                directory.slots.insert(key, slot as u32);
             }
             taken[slot as usize] = true;
         }
         directory.free.retain(|&s| !taken[s as usize]);
-        // A full store's free list is empty: give back the 4 bytes a slot it was made with.
+        // A full store's free list is empty: give back the 4 bytes a slot it was made with, and
+        // what the arena grew by beyond its keys.
         directory.free.shrink_to_fit();
+        directory.slots.names.shrink_to_fit();
         directory
     }
 }

@@ -17,6 +17,7 @@ pub mod envelope;
 pub mod hash;
 pub mod integrity;
 pub mod journal;
+pub mod key_arena;
 pub mod keyspace;
 pub mod long_double;
 pub mod memory;

@@ -16,6 +16,7 @@
 //! [`crate::integrity`]).
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -110,12 +111,23 @@ impl ElementFormat {
     ) -> Result<(u64, Vec<(Slot, Record)>), ElementError> {
         match self {
             ElementFormat::Sealed(codec) => codec.open_found(address, element),
-            ElementFormat::Plain(layout) => layout
-                .decode(element)
-                .map(|(slot, record)| (0, vec![(slot, record)])),
+            // A plaintext record is a slice of the element, which is a slice of the whole scan
+            // reply (whose buffer grew to up to twice its size as it arrived): copied out, a
+            // recovered record keeps only its own bytes alive, not the reply's.
+            ElementFormat::Plain(layout) => layout.decode(element).map(|(slot, record)| {
+                let copied = Record {
+                    version: record.version,
+                    key: Bytes::copy_from_slice(&record.key),
+                    value: Bytes::copy_from_slice(&record.value),
+                };
+                (0, vec![(slot, copied)])
+            }),
         }
     }
 }
+
+/// A chunk of the scan, in address order, not opened yet (see [`Recovery::accept`]).
+pub struct ScannedChunk(Vec<(Addr, Bytes)>);
 
 /// Rebuilds the store's records from a scan of storage (see the module docs).
 pub struct Recovery {
@@ -155,8 +167,18 @@ impl Recovery {
         })
     }
 
-    /// Takes storage's answer to the last request from [`Recovery::next_request`].
+    /// Takes storage's answer to the last request from [`Recovery::next_request`]: checks it
+    /// ([`Recovery::accept`]) and opens its elements ([`Recovery::open`]).
     pub fn handle(&mut self, reply: StorageReply) -> Result<(), StorageError> {
+        let chunk = self.accept(reply)?;
+        self.open(chunk);
+        Ok(())
+    }
+
+    /// Checks storage's answer to the last request from [`Recovery::next_request`] and moves the
+    /// scan past it, without opening its elements yet: the next request can then go out while
+    /// [`Recovery::open`] opens these.
+    pub fn accept(&mut self, reply: StorageReply) -> Result<ScannedChunk, StorageError> {
         let StorageReply::Entries(entries) = reply else {
             return Err(StorageError(format!(
                 "storage answered a scan with {}",
@@ -169,12 +191,20 @@ impl Recovery {
         if entries.len() < SCAN_CHUNK as usize {
             self.done = true;
         }
-        for (address, element) in entries {
-            if self.after.is_some_and(|after| address <= after) {
+        for (address, _) in &entries {
+            if self.after.is_some_and(|after| *address <= after) {
                 return Err(StorageError("storage scanned out of order".into()));
             }
-            self.after = Some(address);
-            self.elements += 1;
+            self.after = Some(*address);
+        }
+        self.elements += entries.len() as u64;
+        Ok(ScannedChunk(entries))
+    }
+
+    /// Opens the elements of a chunk [`Recovery::accept`] took and keeps the newest record of
+    /// every slot they hold; an element that does not open is recorded as damage.
+    pub fn open(&mut self, chunk: ScannedChunk) {
+        for (address, element) in chunk.0 {
             match self.format.records(address, &element) {
                 Ok((generation, records)) => {
                     self.max_generation = self.max_generation.max(generation);
@@ -188,7 +218,6 @@ impl Recovery {
                 }
             }
         }
-        Ok(())
     }
 
     fn offer(&mut self, slot: Slot, record: Record) {
@@ -209,32 +238,6 @@ impl Recovery {
         for (slot, record) in journal {
             self.offer(slot, record);
         }
-        // A key in two slots can only be a stale copy next to its newer home: keep the newest,
-        // and turn the other into an empty record so it never comes back.
-        let mut homes: HashMap<Bytes, (Slot, u64)> = HashMap::new();
-        let mut stale = Vec::new();
-        for (&slot, record) in &self.newest {
-            if record.is_empty() {
-                continue;
-            }
-            match homes.get(&record.key) {
-                Some(&(_, version)) if version >= record.version => stale.push(slot),
-                Some(&(other, _)) => {
-                    stale.push(other);
-                    homes.insert(record.key.clone(), (slot, record.version));
-                }
-                None => {
-                    homes.insert(record.key.clone(), (slot, record.version));
-                }
-            }
-        }
-        for slot in stale {
-            let record = self.newest.get_mut(&slot).expect("listed above");
-            *record = Record {
-                version: record.version,
-                ..Record::empty()
-            };
-        }
         let next_version = self.newest.values().map(|r| r.version).max().unwrap_or(0) + 1;
         // Empty records no client ever wrote (an initial fill's padding) say nothing.
         let mut records: Vec<(Slot, Record)> = self
@@ -242,6 +245,7 @@ impl Recovery {
             .into_iter()
             .filter(|(_, r)| r.version > 0)
             .collect();
+        empty_stale_copies(&mut records);
         records.sort_unstable_by_key(|(slot, _)| *slot);
         Recovered {
             records,
@@ -250,6 +254,48 @@ impl Recovery {
             damage: self.damage,
             max_generation: self.max_generation,
         }
+    }
+}
+
+/// A key in two slots can only be a stale copy next to its newer home: keeps the newest (of
+/// equal versions, the lower slot) and turns every other copy into an empty record, so it never
+/// comes back.
+///
+/// Copies are found by sorting (fingerprint, index) pairs, 16 bytes a record, where a map from
+/// key to home cost about a hundred at a million keys. The fingerprint is a randomly seeded
+/// hash, so the sort compares integers and reads keys only where fingerprints tie (a copy, or a
+/// chance collision, which the key comparison then tells apart); sorting by the keys themselves
+/// chased two pointers per comparison and cost seconds at a million records.
+fn empty_stale_copies(records: &mut [(Slot, Record)]) {
+    let seed = hashbrown::DefaultHashBuilder::default();
+    let mut by_key: Vec<(u64, u32)> = (0..records.len() as u32)
+        .filter(|&i| !records[i as usize].1.is_empty())
+        .map(|i| (seed.hash_one(&records[i as usize].1.key), i))
+        .collect();
+    let newest_first = |a: u32, b: u32| {
+        let ((slot_a, a), (slot_b, b)) = (&records[a as usize], &records[b as usize]);
+        a.key
+            .cmp(&b.key)
+            .then(b.version.cmp(&a.version))
+            .then(slot_a.cmp(slot_b))
+    };
+    by_key.sort_unstable_by(|(hash_a, a), (hash_b, b)| {
+        hash_a.cmp(hash_b).then_with(|| newest_first(*a, *b))
+    });
+    let mut stale = Vec::new();
+    for pair in by_key.windows(2) {
+        let (a, b) = (pair[0].1 as usize, pair[1].1 as usize);
+        if pair[0].0 == pair[1].0 && records[a].1.key == records[b].1.key {
+            stale.push(b);
+        }
+    }
+    drop(by_key);
+    for i in stale {
+        let record = &mut records[i].1;
+        *record = Record {
+            version: record.version,
+            ..Record::empty()
+        };
     }
 }
 
@@ -295,6 +341,46 @@ impl Recovered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(version: u64, key: &'static [u8]) -> Record {
+        Record {
+            version,
+            key: Bytes::from_static(key),
+            value: Bytes::from_static(b"value"),
+        }
+    }
+
+    #[test]
+    fn a_key_in_two_slots_keeps_only_its_newest_copy() {
+        let recovery = Recovery::new(ElementFormat::Plain(RecordLayout {
+            max_key: 8,
+            max_value: 8,
+        }));
+        let recovered = recovery.finish([
+            (1, record(5, b"a")),
+            (2, record(7, b"a")),
+            (3, record(4, b"b")),
+            (4, record(4, b"b")),
+            (5, record(3, b"c")),
+        ]);
+        let held: Vec<(Slot, u64, &[u8])> = recovered
+            .records
+            .iter()
+            .map(|(slot, r)| (*slot, r.version, &r.key[..]))
+            .collect();
+        assert_eq!(
+            held,
+            [
+                (1, 5, &b""[..]),
+                (2, 7, &b"a"[..]),
+                (3, 4, &b"b"[..]),
+                (4, 4, &b""[..]),
+                (5, 3, &b"c"[..]),
+            ],
+            "the older copy, and of equal versions the higher slot, is emptied at its version"
+        );
+        assert_eq!(recovered.next_version, 8);
+    }
 
     #[test]
     fn a_progress_line_comes_once_the_interval_has_passed_and_not_before() {

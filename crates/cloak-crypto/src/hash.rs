@@ -1,4 +1,5 @@
-//! A keyed hash of client keys, so the key directory stores 16 bytes per key instead of the key.
+//! A keyed hash of client keys: where the key directory's table places a key, so clients cannot
+//! aim many keys at one bucket.
 //!
 //! SipHash-1-3 with a 128-bit output and a secret key: clients cannot aim for collisions without
 //! the key, and accidental collisions among 2^32 keys have probability below 2^-64.

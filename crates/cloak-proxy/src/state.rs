@@ -165,9 +165,24 @@ pub async fn recover(
     // Progress is only logged here: the scan's requests are the same full scan in address order
     // as without it, so the server sees nothing new.
     let mut progress = ScanProgress::every(ScanProgress::INTERVAL);
-    while let Some(op) = recovery.next_request() {
-        let reply = storage.call(op).await?;
-        recovery.handle(reply)?;
+    // A pipeline of two: the next chunk's request goes out before this chunk's elements are
+    // opened, so storage reads and sends one chunk while the proxy decrypts and checks the one
+    // before. The requests are the ones a chunk-by-chunk scan sends, in the same order (each
+    // starts after the last address of the chunk before), so the server sees nothing new.
+    let mut reply = match recovery.next_request() {
+        Some(first) => Some(storage.call(first).await?),
+        None => None,
+    };
+    while let Some(answer) = reply.take() {
+        let chunk = recovery.accept(answer)?;
+        match recovery.next_request() {
+            Some(next) => {
+                let (next_answer, ()) =
+                    tokio::join!(storage.call(next), async { recovery.open(chunk) });
+                reply = Some(next_answer?);
+            }
+            None => recovery.open(chunk),
+        }
         progress.scanned(recovery.scanned());
     }
     let journaled = match journal {

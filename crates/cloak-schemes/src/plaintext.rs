@@ -3,16 +3,19 @@
 //! Each op becomes one storage access at address = slot, in the clear, sent as soon as the
 //! driver polls: ops that arrive together go out together (one read request, one write request),
 //! the way any Redis proxy pipelines. No encryption, no padding, no hiding. Records recovered
-//! after a crash are written first (repeated until stored); client ops wait for that.
+//! after a crash are written first, a few requests at a time (each repeated until stored);
+//! client ops wait for that.
 
 use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, Op, OpId, RecordLayout, Reply, SchemeError, SchemeStats, Slot, StorageError, StorageOp,
+    Addr, Op, OpId, Record, RecordLayout, Reply, SchemeError, SchemeStats, Slot, StorageError,
+    StorageOp,
 };
 
 use crate::Start;
+use crate::shell::fill::Fill;
 use crate::shell::{Algorithm, Answer, Io, OnFailure, RequestPurpose};
 
 /// Most recovered records in one storage request.
@@ -48,8 +51,9 @@ pub struct Unsafe {
     writes: Vec<(OpId, Addr, Bytes)>,
     /// Client ops sent and not answered.
     in_flight: u64,
-    /// Restore requests sent and not yet stored (a failed one is repeated, so it stays counted).
-    restoring: usize,
+    /// Recovered records not yet written (emptied as they go), and how far writing them got.
+    restore: Vec<(Slot, Record)>,
+    restoring: Fill,
     /// Client ops that arrived before the recovered records were stored.
     held: Vec<(OpId, Op)>,
     io: Io<Purpose>,
@@ -58,15 +62,10 @@ pub struct Unsafe {
 impl Unsafe {
     /// A pass-through store of `slots` slots whose first requests write `start`'s records.
     pub fn new(slots: u64, layout: RecordLayout, start: Start) -> Self {
-        let recovered: Vec<(Slot, u64, Bytes)> = start
+        let restore: Vec<(Slot, Record)> = start
             .records
             .into_iter()
             .filter(|(_, record)| !record.is_empty())
-            .map(|(slot, record)| {
-                let mut bytes = Vec::new();
-                layout.encode_compact(slot, &record, &mut bytes);
-                (slot, record.version, Bytes::from(bytes))
-            })
             .collect();
         let mut scheme = Self {
             slots,
@@ -74,22 +73,37 @@ impl Unsafe {
             reads: Vec::new(),
             writes: Vec::new(),
             in_flight: 0,
-            restoring: 0,
+            restoring: Fill::new(restore.len() as u64, REQUEST_LIMIT as u64),
+            restore,
             held: Vec::new(),
             io: Io::default(),
         };
-        for chunk in recovered.chunks(REQUEST_LIMIT) {
-            let versions = chunk.iter().map(|(slot, v, _)| (*slot, *v)).collect();
-            let writes = chunk
-                .iter()
-                .map(|(slot, _, bytes)| (Addr::from(*slot), bytes.clone()))
+        scheme.pump_restore();
+        scheme
+    }
+
+    /// Keeps a few requests of recovered records in flight, each encoded as it goes out: a
+    /// restart holds the records once, not once more as requests, and each value is dropped as
+    /// it is sent.
+    fn pump_restore(&mut self) {
+        while let Some(chunk) = self.restoring.next_chunk() {
+            let records = &mut self.restore[chunk.start as usize..chunk.end as usize];
+            let versions = records.iter().map(|(slot, r)| (*slot, r.version)).collect();
+            let writes = records
+                .iter_mut()
+                .map(|(slot, record)| {
+                    let mut bytes = Vec::new();
+                    self.layout
+                        .encode_compact(*slot, &std::mem::take(record), &mut bytes);
+                    (Addr::from(*slot), Bytes::from(bytes))
+                })
                 .collect();
-            scheme.restoring += 1;
-            scheme
-                .io
+            self.io
                 .send(Purpose::Restore(versions), StorageOp::Write(writes));
         }
-        scheme
+        if self.restoring.is_done() && !self.restore.is_empty() {
+            self.restore = Vec::new();
+        }
     }
 
     fn accept(&mut self, id: OpId, op: Op) {
@@ -133,7 +147,7 @@ impl Algorithm for Unsafe {
     }
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
-        if self.restoring == 0 {
+        if self.restoring.is_done() {
             self.accept(id, op);
         } else {
             self.held.push((id, op));
@@ -141,6 +155,7 @@ impl Algorithm for Unsafe {
     }
 
     fn poll(&mut self) {
+        self.pump_restore();
         if !self.reads.is_empty() {
             let (ops, slots): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut self.reads).into_iter().unzip();
@@ -164,8 +179,10 @@ impl Algorithm for Unsafe {
                 for (slot, version) in records {
                     self.io.out.release(slot, version);
                 }
-                self.restoring -= 1;
-                if self.restoring == 0 {
+                // Released above: the fill only counts the answer.
+                self.restoring.written(Vec::new(), &mut self.io.out);
+                self.pump_restore();
+                if self.restoring.is_done() {
                     for (id, op) in std::mem::take(&mut self.held) {
                         self.accept(id, op);
                     }

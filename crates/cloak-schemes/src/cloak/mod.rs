@@ -43,6 +43,7 @@ use sets::Sets;
 use crate::Start;
 use crate::schedule::Schedule;
 use crate::shell::fill::Fill;
+use crate::shell::recovered::RecoveredRecords;
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 
 /// Elements written per request while the store is first filled.
@@ -139,7 +140,7 @@ pub struct Cloak {
     flight: Option<Flight>,
 
     /// Records the initial fill places (recovered after a crash), by slot.
-    initial: HashMap<u32, Record>,
+    initial: RecoveredRecords,
     /// How many recovered records the fill places. Until every chunk has landed, storage may
     /// hold some of them nowhere (a chunk overwrote a record's old address before the one with
     /// its new address landed), so they count as unwritten and a clean stop waits for the fill.
@@ -195,6 +196,7 @@ impl Cloak {
         }
 
         let batch_size = budgets.batch_size();
+        let initial = RecoveredRecords::new(start.records);
         Self {
             max_pending: config.max_pending.unwrap_or(2 * batch_size).max(1),
             cache: NonZeroUsize::new(config.cache_size).map(LruCache::new),
@@ -212,12 +214,8 @@ impl Cloak {
             queued: 0,
             corrupt: HashSet::new(),
             flight: None,
-            recovered: start.records.iter().filter(|(_, r)| r.version > 0).count() as u64,
-            initial: start
-                .records
-                .into_iter()
-                .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
-                .collect(),
+            recovered: initial.written(),
+            initial,
             fill: Fill::new(n as u64, FILL_CHUNK),
             schedule: Schedule::new(config.batch_interval, Some(config.write_back_hold)),
             io: Io::default(),
@@ -247,7 +245,7 @@ impl Cloak {
             let writes = (chunk.start as usize..chunk.end as usize)
                 .map(|addr| {
                     let slot = self.slot_at[addr];
-                    let record = self.initial.remove(&slot).unwrap_or_default();
+                    let record = self.initial.take(Slot::from(slot));
                     if record.version > 0 {
                         recovered.push((slot, record.version));
                     }
@@ -268,7 +266,7 @@ impl Cloak {
             tracing::info!(elements = self.pos.len(), "storage filled, batches start");
             self.schedule.start(now);
             // A recovery handed over every record; the emptied table would keep its peak size.
-            self.initial = HashMap::new();
+            self.initial = RecoveredRecords::default();
         }
     }
 

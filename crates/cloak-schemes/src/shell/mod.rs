@@ -13,7 +13,8 @@
 //! - the timers ([`timers`]): the repeats' and the algorithm's own deadline;
 //! - the [`cloak_core::Outbox`] and the journal completions it waits for, and the counters
 //!   ([`Io`]);
-//! - the initial fill's pacing ([`fill`]) and the check that a client op names an existing slot.
+//! - the initial fill's pacing ([`fill`]), the recovered records it writes ([`recovered`]), and
+//!   the check that a client op names an existing slot.
 //!
 //! What the server sees stays the algorithm's choice alone: the shell sends exactly the requests
 //! the algorithm asks for, in that order, and repeats a failed one unchanged (a repeat shows the
@@ -22,6 +23,7 @@
 pub mod fill;
 pub mod in_flight;
 mod io;
+pub mod recovered;
 pub mod retry;
 pub mod timers;
 

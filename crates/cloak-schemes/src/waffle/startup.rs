@@ -14,7 +14,7 @@ use std::mem;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cloak_core::{Addr, ElementCodec, JournalId, NO_SLOT, Record, StorageOp};
+use cloak_core::{Addr, ElementCodec, JournalId, NO_SLOT, Record, Slot, StorageOp};
 use hashbrown::HashMap;
 use lru::LruCache;
 use rand::seq::SliceRandom;
@@ -28,6 +28,7 @@ use crate::Start;
 use crate::schedule::Schedule;
 use crate::shell::Io;
 use crate::shell::fill::Fill;
+use crate::shell::recovered::RecoveredRecords;
 
 /// Elements per scan request.
 const SCAN_CHUNK: u32 = 4096;
@@ -38,7 +39,7 @@ const DELETE_CHUNK: usize = 4096;
 
 pub(super) struct Startup {
     /// Recovered records of slots storage will hold, until the fill writes them.
-    initial: HashMap<u32, Record>,
+    initial: RecoveredRecords,
     /// Cached slots holding recovered records: the journal must have them before the earlier
     /// run's elements go.
     cached_recovered: Vec<u32>,
@@ -60,11 +61,7 @@ impl Startup {
         start: Start,
     ) -> Waffle {
         let objects = params.objects as usize;
-        let mut initial: HashMap<u32, Record> = start
-            .records
-            .into_iter()
-            .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
-            .collect();
+        let mut initial = RecoveredRecords::new(start.records);
 
         let mut cached: Vec<u32> = rand::seq::index::sample(&mut rng, objects, params.cache)
             .into_iter()
@@ -74,7 +71,7 @@ impl Startup {
         let mut cache = LruCache::unbounded();
         let mut cached_recovered = Vec::new();
         for slot in cached {
-            let record = initial.remove(&slot).unwrap_or_default();
+            let record = initial.take(Slot::from(slot));
             if record.version > 0 {
                 cached_recovered.push(slot);
             }
@@ -168,10 +165,9 @@ impl Waffle {
             for i in chunk.start as usize..chunk.end as usize {
                 let object = self.startup.order[i];
                 let (slot, record) = match object {
-                    Object::Real(slot) => (
-                        u64::from(slot),
-                        self.startup.initial.remove(&slot).unwrap_or_default(),
-                    ),
+                    Object::Real(slot) => {
+                        (u64::from(slot), self.startup.initial.take(Slot::from(slot)))
+                    }
                     Object::Dummy(_) => (NO_SLOT, Record::empty()),
                 };
                 if record.version > 0 {
