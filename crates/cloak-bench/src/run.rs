@@ -269,7 +269,11 @@ impl Setup {
         progress.finish();
         let proxy = proxy?;
         let listening = spawned.elapsed();
-        startup::first_read(proxy.addr, key_name(0).as_bytes()).await?;
+        let target = Target {
+            addr: proxy.addr,
+            tls: self.tls.as_ref().map(|tls| tls.clients()),
+        };
+        startup::first_read(target, key_name(0).as_bytes()).await?;
         let startup = Startup {
             scan_floor_seconds: scan_floor.as_secs_f64(),
             listening_seconds: listening.as_secs_f64(),

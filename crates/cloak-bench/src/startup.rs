@@ -6,14 +6,13 @@
 //! The bench's proxy start is exactly a restart: the preload wrote the store, and the proxy
 //! recovers it with its ordinary storage scan (see [`crate::preload`]).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cloak_core::{Addr, StorageError, StorageOp, StorageReply};
 use cloak_storage::Storage;
 use serde::Serialize;
 
-use crate::client::{ClientError, Connection, Reply};
+use crate::client::{ClientError, Connection, Reply, Target};
 
 /// Elements per scan request: the proxy's recovery asks for as many.
 const SCAN_CHUNK: u32 = 4096;
@@ -59,10 +58,11 @@ pub async fn scan_floor(storage: &dyn Storage) -> Result<(Duration, u64), Storag
     }
 }
 
-/// Reads `key` through the proxy at `addr` and waits for its answer, however long the proxy
-/// holds it.
-pub async fn first_read(addr: SocketAddr, key: &[u8]) -> Result<(), ClientError> {
-    let mut connection = Connection::connect(addr).await?;
+/// Reads `key` through the proxy at `target` (over TLS if the bench's clients use it) and waits
+/// for its answer, however long the proxy holds it.
+pub async fn first_read(target: Target, key: &[u8]) -> Result<(), ClientError> {
+    let addr = target.addr;
+    let mut connection = Connection::connect(target).await?;
     match connection.call(&[b"GET", key]).await? {
         Reply::Error(error) => Err(ClientError::Refused { addr, error }),
         _ => Ok(()),

@@ -200,6 +200,53 @@ fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
     );
 }
 
+/// `--sweep tls=0,1` runs each scheme with both links in the clear and over TLS, start-up probe
+/// included (it once connected in the clear to a TLS-only proxy and the run failed).
+#[test]
+fn a_tls_sweep_runs_each_scheme_with_and_without_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("tls.json");
+    bench_ok(&[
+        "--scheme",
+        "cloak,unsafe",
+        "--keys",
+        "500",
+        "--requests",
+        "2000",
+        "--clients",
+        "2",
+        "--first-budget",
+        "20",
+        "--batch-interval",
+        "5ms",
+        "--sweep",
+        "tls=0,1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let runs: Vec<(String, f64)> = results(&json)
+        .iter()
+        .map(|m| {
+            assert_eq!(number(m, "errors"), 0.0, "{m}");
+            assert_eq!(number(m, "ops"), 2000.0, "{m}");
+            (
+                m["scheme"].as_str().unwrap().to_string(),
+                m["parameter"][1].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, f64)> = [
+        ("cloak", 0.0),
+        ("unsafe", 0.0),
+        ("cloak", 1.0),
+        ("unsafe", 1.0),
+    ]
+    .into_iter()
+    .map(|(s, t)| (s.to_string(), t))
+    .collect();
+    assert_eq!(runs, expected);
+}
+
 #[test]
 fn in_process_sweeps_reproduce_the_skew_effect() {
     let dir = tempfile::tempdir().unwrap();
