@@ -151,10 +151,10 @@ fn a_plain_redis_baseline_beside_a_proxy_over_redis() {
     );
 }
 
-#[test]
-fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
+/// The results of a small Cloak-and-unsafe run over `sweep` (`NAME=V1,V2`).
+fn small_sweep(sweep: &str) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("durable.json");
+    let json = dir.path().join("sweep.json");
     bench_ok(&[
         "--scheme",
         "cloak,unsafe",
@@ -171,11 +171,16 @@ fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
         "--warmup",
         "500",
         "--sweep",
-        "durable=0,1",
+        sweep,
         "--json",
         json.to_str().unwrap(),
     ]);
-    let results = results(&json);
+    results(&json)
+}
+
+#[test]
+fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
+    let results = small_sweep("durable=0,1");
     let runs: Vec<(&str, f64, &str)> = results
         .iter()
         .map(|m| {
@@ -204,27 +209,7 @@ fn a_durability_sweep_runs_each_scheme_with_and_without_disks() {
 /// included (it once connected in the clear to a TLS-only proxy and the run failed).
 #[test]
 fn a_tls_sweep_runs_each_scheme_with_and_without_tls() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("tls.json");
-    bench_ok(&[
-        "--scheme",
-        "cloak,unsafe",
-        "--keys",
-        "500",
-        "--requests",
-        "2000",
-        "--clients",
-        "2",
-        "--first-budget",
-        "20",
-        "--batch-interval",
-        "5ms",
-        "--sweep",
-        "tls=0,1",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let runs: Vec<(String, f64)> = results(&json)
+    let runs: Vec<(String, f64)> = small_sweep("tls=0,1")
         .iter()
         .map(|m| {
             assert_eq!(number(m, "errors"), 0.0, "{m}");
