@@ -7,7 +7,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use cloak_core::{Observed, Trace};
 
-use crate::{Release, Storage, StorageError, StorageOp, StorageReply};
+use crate::{Storage, StorageError, StorageOp, StorageReply};
 
 /// The trace so far, and how many requests were taken from it before (so an answer that comes
 /// back after its request was taken is not written onto another request).
@@ -96,11 +96,8 @@ impl<S: Storage> Storage for Observing<S> {
         reply
     }
 
-    async fn call_at(&self, op: StorageOp, release: Release) -> Result<StorageReply, StorageError> {
-        // Recorded when it leaves: the server sees nothing of it before.
-        release.await;
-        self.call(op).await
-    }
+    // `call_at` keeps the trait's own: it waits for the release and then calls `call`, so a
+    // timed request is recorded when it leaves (the server sees nothing of it before).
 
     fn describe(&self) -> String {
         format!("observed {}", self.inner.describe())

@@ -190,19 +190,24 @@ impl RedisStorage {
         }
     }
 
-    /// Whether a write or delete goes through the cluster's intent key (several keys of a
-    /// cluster are not changed by one atomic command).
-    fn needs_intent(&self, op: &StorageOp) -> bool {
-        self.target.cluster && op.len() > 1
+    async fn change(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
+        self.apply(self.command(&op), &op).await
     }
 
-    async fn change(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
-        let Some(command) = self.command(&op) else {
+    /// Sends `command`, the write or delete `op` (`None`: nothing to change). In a cluster,
+    /// several keys are not changed by one atomic command, so the change goes through the
+    /// intent key.
+    async fn apply(
+        &self,
+        command: Option<Cmd>,
+        op: &StorageOp,
+    ) -> Result<StorageReply, StorageError> {
+        let Some(command) = command else {
             return Ok(StorageReply::Done);
         };
-        if self.needs_intent(&op) {
+        if self.target.cluster && op.len() > 1 {
             let _one_at_a_time = self.cluster_writes.lock().await;
-            let intent = wire::encode_request(0, &op).to_bytes();
+            let intent = wire::encode_request(0, op).to_bytes();
             let mut set = redis::cmd("SET");
             set.arg(self.target.intent_key()).arg(intent.as_ref());
             self.query::<()>(&set).await?;
@@ -418,13 +423,10 @@ impl Storage for RedisStorage {
                     self.send_read(mget, addrs.len()).await?,
                 ))
             }
-            StorageOp::Write(_) | StorageOp::Delete(_) if !self.needs_intent(&op) => {
+            StorageOp::Write(_) | StorageOp::Delete(_) => {
                 let command = self.command(&op);
                 release.await;
-                if let Some(command) = command {
-                    self.query::<Value>(&command).await?;
-                }
-                Ok(StorageReply::Done)
+                self.apply(command, &op).await
             }
             op => {
                 release.await;
