@@ -55,9 +55,12 @@ pub enum HandshakeError {
         "the storage secret in {0} is shorter than {MIN_SECRET_BYTES} bytes; make one with `cloak keygen`"
     )]
     TooShort(String),
-    /// The peer sent something other than this protocol.
+    /// The peer sent something other than this protocol, or closed without greeting. A TLS
+    /// server waits for a hello that never comes and closes after its own handshake timeout,
+    /// which races ours: so this error, too, names `tls://`.
     #[error(
-        "the storage server did not greet as a cloak server does (is it one, of this version?)"
+        "the storage server did not greet as a cloak server does (is it one, of this version? a \
+         server that speaks TLS is reached with tls://)"
     )]
     NotCloak,
     /// The server requires a secret and this proxy has none.
