@@ -371,7 +371,7 @@ fn a_storage_secret_admits_only_proxies_that_know_it() {
 fn protected_mode_refuses_open_ports_on_other_interfaces() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port().to_string();
-    let open = fails(&[
+    let open_up = [
         "up",
         "--bind",
         "0.0.0.0",
@@ -379,7 +379,8 @@ fn protected_mode_refuses_open_ports_on_other_interfaces() {
         &port,
         "--capacity",
         "100",
-    ]);
+    ];
+    let open = fails(&open_up);
     assert!(
         open.contains("protected mode") && open.contains("--password"),
         "{open}"
@@ -404,15 +405,7 @@ fn protected_mode_refuses_open_ports_on_other_interfaces() {
 
     // A password, or turning protected mode off, lets it start.
     for extra in [["--password", "pw"], ["--protected-mode", "no"]] {
-        let mut args = vec![
-            "up",
-            "--bind",
-            "0.0.0.0",
-            "--port",
-            &port,
-            "--capacity",
-            "100",
-        ];
+        let mut args = open_up.to_vec();
         args.extend(extra);
         Running::start(&args, "Try:").stop();
     }
