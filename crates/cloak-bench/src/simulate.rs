@@ -66,10 +66,7 @@ impl Simulation {
             self.keys as usize,
             records.iter().map(|(slot, r)| (*slot, &r.key[..])),
         );
-        let start = Start {
-            records,
-            generation_base: Start::generation_base(1),
-        };
+        let start = Start::with(records, Start::generation_base(1));
         let scheme = cloak_schemes::build(self.scheme, &store, &self.options, &master, start)?;
         let limits = Limits {
             max_key: KEY_SIZE,

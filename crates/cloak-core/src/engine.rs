@@ -272,7 +272,7 @@ impl Engine {
         }
     }
 
-    /// Starts from the types and deadlines recovery found (see [`Keyspace::restore`]).
+    /// Starts from the types and deadlines recovery found (see [`crate::RecoveredRecords::keyspace`]).
     pub fn with_keyspace(mut self, keyspace: Keyspace) -> Self {
         self.keyspace = keyspace;
         self

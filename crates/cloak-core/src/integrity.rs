@@ -16,7 +16,7 @@ use std::fmt;
 use bytes::Bytes;
 use cloak_crypto::CryptoError;
 
-use crate::element::{ElementError, Record, Slot};
+use crate::element::{ElementError, Slot};
 use crate::storage::Addr;
 
 /// The newest version of each slot that storage (with the journal) must hold: every write the
@@ -106,31 +106,26 @@ pub struct Findings {
 }
 
 impl Findings {
-    /// Compares what recovery found (`records`, sorted by slot) with what storage must hold.
-    pub fn new(
+    /// Compares what recovery found (`found` gives a slot's version and key, if it found the
+    /// slot) with what storage must hold.
+    pub fn new<'a>(
         elements: u64,
         damage: Damage,
-        records: &[(Slot, Record)],
+        found: impl Fn(Slot) -> Option<(u64, Option<&'a Bytes>)>,
         expected: &SlotVersions,
     ) -> Self {
         let mut stale: Vec<StaleSlot> = expected
             .iter()
             // Version 0 is a slot no client ever wrote: nothing to find.
             .filter(|(_, version)| **version > 0)
-            .filter_map(|(&slot, &expected)| {
-                let found = records
-                    .binary_search_by_key(&slot, |(s, _)| *s)
-                    .ok()
-                    .map(|i| &records[i].1);
-                match found {
-                    Some(record) if record.version >= expected => None,
-                    _ => Some(StaleSlot {
-                        slot,
-                        expected,
-                        found: found.map(|r| r.version),
-                        key: found.filter(|r| !r.is_empty()).map(|r| r.key.clone()),
-                    }),
-                }
+            .filter_map(|(&slot, &expected)| match found(slot) {
+                Some((version, _)) if version >= expected => None,
+                found => Some(StaleSlot {
+                    slot,
+                    expected,
+                    found: found.map(|(version, _)| version),
+                    key: found.and_then(|(_, key)| key.cloned()),
+                }),
             })
             .collect();
         stale.sort_unstable_by_key(|s| s.slot);
@@ -260,11 +255,17 @@ impl fmt::Display for Findings {
 mod tests {
     use super::*;
 
-    fn record(version: u64, key: &'static [u8]) -> Record {
-        Record {
-            version,
-            key: Bytes::from_static(key),
-            value: Bytes::new(),
+    fn record(version: u64, key: &'static [u8]) -> (u64, Option<Bytes>) {
+        (version, (!key.is_empty()).then(|| Bytes::from_static(key)))
+    }
+
+    /// A lookup of `records` for [`Findings::new`].
+    fn found<'a>(
+        records: &'a [(Slot, (u64, Option<Bytes>))],
+    ) -> impl Fn(Slot) -> Option<(u64, Option<&'a Bytes>)> {
+        |slot| {
+            let (_, (version, key)) = records.iter().find(|(s, _)| *s == slot)?;
+            Some((*version, key.as_ref()))
         }
     }
 
@@ -277,7 +278,7 @@ mod tests {
             (4, record(6, b"d")), // brought back after a DEL at version 7
         ];
         let expected = SlotVersions::from([(1, 5), (2, 8), (3, 6), (4, 7), (5, 3), (6, 0)]);
-        let findings = Findings::new(10, Damage::default(), &records, &expected);
+        let findings = Findings::new(10, Damage::default(), found(&records), &expected);
         let stale: Vec<(Slot, Option<u64>)> =
             findings.stale.iter().map(|s| (s.slot, s.found)).collect();
         assert_eq!(stale, vec![(3, Some(4)), (4, Some(6)), (5, None)]);
@@ -297,7 +298,7 @@ mod tests {
         for address in 0..20 {
             damage.record(address, &ElementError::Crypto(CryptoError::Tampered));
         }
-        let findings = Findings::new(20, damage.clone(), &[], &SlotVersions::new());
+        let findings = Findings::new(20, damage.clone(), found(&[]), &SlotVersions::new());
         assert!(!findings.is_clean());
         let text = findings.to_string();
         assert!(
@@ -311,7 +312,7 @@ mod tests {
         damage.record(98, &ElementError::Malformed("wrong length"));
         assert_eq!((damage.short.count(), damage.malformed.count()), (1, 1));
         assert_eq!(damage.addresses().count(), 22);
-        let text = Findings::new(30, damage, &[], &SlotVersions::new()).to_string();
+        let text = Findings::new(30, damage, found(&[]), &SlotVersions::new()).to_string();
         assert!(text.contains("1 of 30 elements are too short"), "{text}");
         assert!(text.contains("deleted, altered or rolled back"), "{text}");
     }
@@ -320,6 +321,6 @@ mod tests {
     fn a_whole_current_store_is_clean() {
         let records = vec![(1, record(5, b"a")), (2, record(6, b""))];
         let expected = SlotVersions::from([(1, 5), (2, 6)]);
-        assert!(Findings::new(2, Damage::default(), &records, &expected).is_clean());
+        assert!(Findings::new(2, Damage::default(), found(&records), &expected).is_clean());
     }
 }

@@ -11,8 +11,8 @@ use bytes::Bytes;
 // Keys here are slots, never chosen by clients: a fast hash is safe.
 use hashbrown::{HashMap, HashSet};
 
-use crate::element::{Record, Slot};
-use crate::envelope::{Entry, EnvelopeError, Kind};
+use crate::element::Slot;
+use crate::envelope::Kind;
 
 /// Each key's type and deadline, kept in memory beside the directory and rebuilt from the elements at start.
 #[derive(Clone, Debug, Default)]
@@ -26,22 +26,6 @@ pub struct Keyspace {
 }
 
 impl Keyspace {
-    /// The keyspace of recovered records (the newest of every slot), from their envelopes;
-    /// the first value without a readable envelope stops it, naming its slot.
-    pub fn restore<'a>(
-        records: impl IntoIterator<Item = &'a (Slot, Record)>,
-    ) -> Result<Self, (Slot, EnvelopeError)> {
-        let mut keyspace = Self::default();
-        for (slot, record) in records {
-            if record.is_empty() {
-                continue;
-            }
-            let entry = Entry::open(&record.value).map_err(|error| (*slot, error))?;
-            keyspace.set(*slot, &record.key, entry.kind, entry.deadline);
-        }
-        Ok(keyspace)
-    }
-
     /// The type of the key in `slot`.
     pub fn kind(&self, slot: Slot) -> Kind {
         if self.hashes.contains(&slot) {
@@ -113,6 +97,9 @@ impl Keyspace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::element::Record;
+    use crate::envelope::{Entry, EnvelopeError};
+    use crate::recovery::RecoveredRecords;
 
     #[test]
     fn deadlines_come_due_in_order_and_restore_from_envelopes() {
@@ -132,7 +119,7 @@ mod tests {
             (3, record(b"never", None)),
             (4, Record::empty()),
         ];
-        let mut keyspace = Keyspace::restore(&records).unwrap();
+        let mut keyspace = RecoveredRecords::from(records).keyspace().unwrap();
         assert_eq!(keyspace.expiring(), 2);
         assert_eq!(keyspace.next_deadline(), Some(100));
         let due: Vec<Slot> = keyspace.due(300).map(|(slot, _)| slot).collect();
@@ -151,7 +138,7 @@ mod tests {
             },
         )];
         assert_eq!(
-            Keyspace::restore(&bare).err(),
+            RecoveredRecords::from(bare).keyspace().err(),
             Some((7, EnvelopeError::Missing))
         );
     }

@@ -45,7 +45,7 @@ pub use journal::JournalMap;
 pub use keyspace::Keyspace;
 pub use memory::MemoryStore;
 pub use outbox::Outbox;
-pub use recovery::{ElementFormat, Recovered, Recovery};
+pub use recovery::{ElementFormat, Recovered, RecoveredRecords, Recovery, RecoveryError};
 pub use scheme::{
     JournalId, JournalOp, JournalRequest, Op, OpId, Reply, Scheme, SchemeError, SchemeStats,
 };

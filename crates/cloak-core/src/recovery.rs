@@ -7,6 +7,11 @@
 //! and [`Recovered`] holds the result, from which the proxy rebuilds the key directory and starts
 //! a new scheme instance with a fresh random layout.
 //!
+//! Memory stays near the steady state's: as the scan goes, recovery keeps per slot only its
+//! newest version, key and envelope, and appends the element holding it to a spool on local
+//! disk ([`spool`]); the new instance's fill reads each value back as it places it
+//! ([`RecoveredRecords::take`]).
+//!
 //! What the server learns: a scan of every element, then the new instance's initial fill. Both
 //! read and write everything, whatever the workload was, so recovery reveals nothing about it.
 //! What recovery trusts: nothing it cannot check. An element that does not open is recorded as
@@ -15,7 +20,11 @@
 //! proxy refuses to start on any finding unless its operator accepts the loss (see
 //! [`crate::integrity`]).
 
+mod records;
+pub mod spool;
+
 use std::collections::HashMap;
+use std::fs::File;
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
@@ -24,6 +33,45 @@ use bytes::Bytes;
 use crate::element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slot};
 use crate::integrity::{Damage, Findings, SlotVersions};
 use crate::storage::{Addr, StorageError, StorageOp, StorageReply};
+pub use records::RecoveredRecords;
+use records::{Found, Value};
+use spool::SpoolWriter;
+
+/// Why a recovery stopped, or a recovered record could not be handed over.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    /// Storage failed or answered the scan wrongly.
+    #[error("recovery could not read storage: {0}")]
+    Storage(#[from] StorageError),
+    /// The local file holding the scanned elements failed.
+    #[error(
+        "the recovery spool (the scanned elements kept in a temporary file until the new \
+         layout's fill writes them) failed: {0}"
+    )]
+    Spool(#[from] std::io::Error),
+    /// The spool an interrupted start left holds an element that does not open.
+    #[error(
+        "the recovery spool an interrupted start left in the state directory holds an element \
+         (address {address}) that does not open: {error}"
+    )]
+    EarlierSpool {
+        /// The element's address.
+        address: Addr,
+        /// Why it does not open.
+        error: ElementError,
+    },
+    /// The spool gave back something other than what recovery wrote to it.
+    #[error(
+        "the recovery spool gave back slot {slot} altered ({reason}): the local temporary file \
+         was changed while the proxy ran"
+    )]
+    Altered {
+        /// The slot whose record could not be read back.
+        slot: Slot,
+        /// What was wrong.
+        reason: &'static str,
+    },
+}
 
 /// Elements read per scan request.
 const SCAN_CHUNK: u32 = 4096;
@@ -111,17 +159,11 @@ impl ElementFormat {
     ) -> Result<(u64, Vec<(Slot, Record)>), ElementError> {
         match self {
             ElementFormat::Sealed(codec) => codec.open_found(address, element),
-            // A plaintext record is a slice of the element, which is a slice of the whole scan
-            // reply (whose buffer grew to up to twice its size as it arrived): copied out, a
-            // recovered record keeps only its own bytes alive, not the reply's.
-            ElementFormat::Plain(layout) => layout.decode(element).map(|(slot, record)| {
-                let copied = Record {
-                    version: record.version,
-                    key: Bytes::copy_from_slice(&record.key),
-                    value: Bytes::copy_from_slice(&record.value),
-                };
-                (0, vec![(slot, copied)])
-            }),
+            // A plaintext record is a slice of the element: recovery keeps a copy of its key
+            // only, and a value read back from the spool is a slice of its own small buffer.
+            ElementFormat::Plain(layout) => layout
+                .decode(element)
+                .map(|(slot, record)| (0, vec![(slot, record)])),
         }
     }
 }
@@ -134,7 +176,8 @@ pub struct Recovery {
     format: ElementFormat,
     after: Option<Addr>,
     done: bool,
-    newest: HashMap<Slot, Record>,
+    newest: HashMap<Slot, Found>,
+    spool: SpoolWriter,
     elements: u64,
     damage: Damage,
     max_generation: u64,
@@ -148,10 +191,18 @@ impl Recovery {
             after: None,
             done: false,
             newest: HashMap::new(),
+            spool: SpoolWriter::default(),
             elements: 0,
             damage: Damage::default(),
             max_generation: 0,
         }
+    }
+
+    /// A recovery that spools to `file` (empty, open for reading and writing) and syncs it to
+    /// disk when finished, instead of to an unlinked temporary file (see [`spool`]).
+    pub fn spooling_to(mut self, file: File) -> Self {
+        self.spool = SpoolWriter::durable(file);
+        self
     }
 
     /// Elements read so far.
@@ -169,10 +220,9 @@ impl Recovery {
 
     /// Takes storage's answer to the last request from [`Recovery::next_request`]: checks it
     /// ([`Recovery::accept`]) and opens its elements ([`Recovery::open`]).
-    pub fn handle(&mut self, reply: StorageReply) -> Result<(), StorageError> {
+    pub fn handle(&mut self, reply: StorageReply) -> Result<(), RecoveryError> {
         let chunk = self.accept(reply)?;
-        self.open(chunk);
-        Ok(())
+        self.open(chunk)
     }
 
     /// Checks storage's answer to the last request from [`Recovery::next_request`] and moves the
@@ -202,58 +252,101 @@ impl Recovery {
     }
 
     /// Opens the elements of a chunk [`Recovery::accept`] took and keeps the newest record of
-    /// every slot they hold; an element that does not open is recorded as damage.
-    pub fn open(&mut self, chunk: ScannedChunk) {
+    /// every slot they hold, spooling the element of each value it keeps; an element that does
+    /// not open is recorded as damage. Fails only if the spool cannot be written.
+    pub fn open(&mut self, chunk: ScannedChunk) -> Result<(), RecoveryError> {
         for (address, element) in chunk.0 {
             match self.format.records(address, &element) {
-                Ok((generation, records)) => {
-                    self.max_generation = self.max_generation.max(generation);
-                    for (slot, record) in records {
-                        self.offer(slot, record);
-                    }
-                }
+                Ok((generation, records)) => self.keep(address, &element, generation, records)?,
                 Err(error) => {
                     tracing::debug!(address, %error, "an element recovery cannot read");
                     self.damage.record(address, &error);
                 }
             }
         }
+        Ok(())
     }
 
-    fn offer(&mut self, slot: Slot, record: Record) {
-        if slot == NO_SLOT {
-            return;
+    /// Adds elements an earlier start spooled, whose fill may not have written them all back
+    /// (read with [`spool::entries`]): kept like scanned ones, but not counted as scanned, and
+    /// one that does not open is an error, not damage storage did.
+    pub fn add_spooled(&mut self, elements: Vec<(Addr, Bytes)>) -> Result<(), RecoveryError> {
+        for (address, element) in elements {
+            let (generation, records) = self
+                .format
+                .records(address, &element)
+                .map_err(|error| RecoveryError::EarlierSpool { address, error })?;
+            self.keep(address, &element, generation, records)?;
         }
-        if self
-            .newest
-            .get(&slot)
-            .is_none_or(|held| held.version < record.version)
-        {
-            self.newest.insert(slot, record);
-        }
+        Ok(())
     }
 
-    /// Adds the journal's records and settles every slot.
-    pub fn finish(mut self, journal: impl IntoIterator<Item = (Slot, Record)>) -> Recovered {
+    /// Keeps the records of `element` newer than those held, spooling it once if any of them
+    /// has a value.
+    fn keep(
+        &mut self,
+        address: Addr,
+        element: &Bytes,
+        generation: u64,
+        records: Vec<(Slot, Record)>,
+    ) -> Result<(), RecoveryError> {
+        self.max_generation = self.max_generation.max(generation);
+        let mut spooled = None;
+        for (slot, record) in records {
+            if !self.is_newer(slot, record.version) {
+                continue;
+            }
+            let value = if record.value.is_empty() {
+                Value::default()
+            } else {
+                let at = match spooled {
+                    Some(at) => at,
+                    None => *spooled.insert(self.spool.append(address, element)?),
+                };
+                Value::Spooled(at)
+            };
+            self.newest.insert(slot, Found::new(&record, value));
+        }
+        Ok(())
+    }
+
+    /// Whether a record of `slot` at `version` is newer than the one held (padding never is).
+    fn is_newer(&self, slot: Slot, version: u64) -> bool {
+        slot != NO_SLOT
+            && self
+                .newest
+                .get(&slot)
+                .is_none_or(|held| held.version < version)
+    }
+
+    /// Adds the journal's records and settles every slot. Fails only if the spool cannot be
+    /// written out.
+    pub fn finish(
+        mut self,
+        journal: impl IntoIterator<Item = (Slot, Record)>,
+    ) -> Result<Recovered, RecoveryError> {
         for (slot, record) in journal {
-            self.offer(slot, record);
+            if self.is_newer(slot, record.version) {
+                let value = Value::Kept(record.value.clone());
+                self.newest.insert(slot, Found::new(&record, value));
+            }
         }
         let next_version = self.newest.values().map(|r| r.version).max().unwrap_or(0) + 1;
         // Empty records no client ever wrote (an initial fill's padding) say nothing.
-        let mut records: Vec<(Slot, Record)> = self
+        let mut found: Vec<(Slot, Found)> = self
             .newest
             .into_iter()
             .filter(|(_, r)| r.version > 0)
             .collect();
-        empty_stale_copies(&mut records);
-        records.sort_unstable_by_key(|(slot, _)| *slot);
-        Recovered {
-            records,
+        empty_stale_copies(&mut found);
+        found.sort_unstable_by_key(|(slot, _)| *slot);
+        Ok(Recovered {
+            records: RecoveredRecords::spooled(found, self.spool.finish()?, self.format),
             next_version,
             elements: self.elements,
             damage: self.damage,
             max_generation: self.max_generation,
-        }
+        })
     }
 }
 
@@ -266,7 +359,7 @@ impl Recovery {
 /// hash, so the sort compares integers and reads keys only where fingerprints tie (a copy, or a
 /// chance collision, which the key comparison then tells apart); sorting by the keys themselves
 /// chased two pointers per comparison and cost seconds at a million records.
-fn empty_stale_copies(records: &mut [(Slot, Record)]) {
+fn empty_stale_copies(records: &mut [(Slot, Found)]) {
     let seed = hashbrown::DefaultHashBuilder::default();
     let mut by_key: Vec<(u64, u32)> = (0..records.len() as u32)
         .filter(|&i| !records[i as usize].1.is_empty())
@@ -291,19 +384,16 @@ fn empty_stale_copies(records: &mut [(Slot, Record)]) {
     }
     drop(by_key);
     for i in stale {
-        let record = &mut records[i].1;
-        *record = Record {
-            version: record.version,
-            ..Record::empty()
-        };
+        let found = &mut records[i].1;
+        *found = Found::emptied(found.version);
     }
 }
 
 /// A store's state as recovery found it.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Recovered {
     /// The newest record of every slot found (empty records for freed slots), by slot.
-    pub records: Vec<(Slot, Record)>,
+    pub records: RecoveredRecords,
     /// The version the engine continues from.
     pub next_version: u64,
     /// Elements the scan read.
@@ -318,14 +408,19 @@ impl Recovered {
     /// What is wrong with the store found, given the version of every slot storage must hold
     /// (empty when the proxy knows of none: a new store, or no state directory).
     pub fn findings(&self, expected: &SlotVersions) -> Findings {
-        Findings::new(self.elements, self.damage.clone(), &self.records, expected)
+        Findings::new(
+            self.elements,
+            self.damage.clone(),
+            |slot| self.records.get(slot),
+            expected,
+        )
     }
 
     /// The version of every slot found, to compare later starts with.
     pub fn versions(&self) -> SlotVersions {
         self.records
             .iter()
-            .map(|(slot, record)| (*slot, record.version))
+            .map(|(slot, version, _)| (slot, version))
             .collect()
     }
 
@@ -333,8 +428,8 @@ impl Recovered {
     pub fn keys(&self) -> impl Iterator<Item = (Slot, &[u8])> {
         self.records
             .iter()
-            .filter(|(_, r)| !r.is_empty())
-            .map(|(slot, r)| (*slot, &r.key[..]))
+            .filter(|(_, _, key)| !key.is_empty())
+            .map(|(slot, _, key)| (slot, &key[..]))
     }
 }
 
@@ -356,17 +451,19 @@ mod tests {
             max_key: 8,
             max_value: 8,
         }));
-        let recovered = recovery.finish([
-            (1, record(5, b"a")),
-            (2, record(7, b"a")),
-            (3, record(4, b"b")),
-            (4, record(4, b"b")),
-            (5, record(3, b"c")),
-        ]);
+        let mut recovered = recovery
+            .finish([
+                (1, record(5, b"a")),
+                (2, record(7, b"a")),
+                (3, record(4, b"b")),
+                (4, record(4, b"b")),
+                (5, record(3, b"c")),
+            ])
+            .unwrap();
         let held: Vec<(Slot, u64, &[u8])> = recovered
             .records
             .iter()
-            .map(|(slot, r)| (*slot, r.version, &r.key[..]))
+            .map(|(slot, version, key)| (slot, version, &key[..]))
             .collect();
         assert_eq!(
             held,
@@ -380,6 +477,11 @@ mod tests {
             "the older copy, and of equal versions the higher slot, is emptied at its version"
         );
         assert_eq!(recovered.next_version, 8);
+        assert_eq!(
+            recovered.records.take(2).unwrap().value,
+            Bytes::from_static(b"value"),
+            "a journaled value is kept in memory"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! sockets.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -153,6 +154,7 @@ pub fn spawn(
     storage: Arc<dyn Storage>,
     journal: Option<Arc<dyn Journal>>,
     ledger: Option<Arc<Ledger>>,
+    spool: Option<PathBuf>,
     storage_io: tokio::runtime::Handle,
 ) -> std::io::Result<(CoreHandle, tokio::task::JoinHandle<()>)> {
     let alarms = Alarms::start()?;
@@ -165,6 +167,7 @@ pub fn spawn(
         alarms,
         journal,
         ledger,
+        spool,
         journal_queue: Vec::new(),
         journal_busy: false,
         waiting: HashMap::new(),
@@ -192,6 +195,8 @@ struct Core {
     alarms: Alarms,
     journal: Option<Arc<dyn Journal>>,
     ledger: Option<Arc<Ledger>>,
+    /// The recovery spool in the state directory, until storage holds every record.
+    spool: Option<PathBuf>,
     /// Journal requests waiting for the commit in progress to finish.
     journal_queue: Vec<(JournalId, JournalOp)>,
     journal_busy: bool,
@@ -218,6 +223,9 @@ impl Core {
         let mut alarm: Option<(Instant, Alarm)> = None;
         loop {
             self.flush(&done_tx, &committed_tx);
+            if self.spool.is_some() && self.engine.scheme_stats().unwritten == 0 {
+                self.retire_spool();
+            }
             if !open && self.drained() {
                 tracing::info!("all acknowledged writes are in storage");
                 self.save_ledger();
@@ -406,6 +414,25 @@ impl Core {
                 %error,
                 "could not save the ledger; the next start checks storage against the one saved \
                  at this start"
+            ),
+        }
+    }
+
+    /// Deletes the recovery spool: storage holds every record now (see [`crate::state`]).
+    fn retire_spool(&mut self) {
+        let Some(path) = self.spool.take() else {
+            return;
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => tracing::info!(
+                path = %path.display(),
+                "storage holds every recovered record; deleted the recovery spool"
+            ),
+            // Left behind, it costs the next start a read of it, and loses nothing.
+            Err(error) => tracing::warn!(
+                path = %path.display(),
+                %error,
+                "could not delete the recovery spool; the next start reads it again"
             ),
         }
     }

@@ -38,6 +38,7 @@ mod wake;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -86,6 +87,9 @@ pub struct ProxyOptions {
     /// The state directory's ledger: a clean stop saves every slot's version there, for the next
     /// start to check storage against.
     pub ledger: Option<Arc<Ledger>>,
+    /// The spool this start left in the state directory: deleted once storage holds every
+    /// record (see [`state`]).
+    pub recovery_spool: Option<PathBuf>,
     /// Most clients connected at once; one more is refused with an error.
     pub max_clients: usize,
     /// Bytes of unread replies after which a client is disconnected.
@@ -106,6 +110,7 @@ impl Default for ProxyOptions {
             drain_timeout: None,
             journal: None,
             ledger: None,
+            recovery_spool: None,
             max_clients: DEFAULT_MAX_CLIENTS,
             reply_limit: DEFAULT_REPLY_LIMIT,
             pending_limit: DEFAULT_PROXY_PENDING_BYTES,
@@ -180,6 +185,7 @@ pub async fn run(
         storage,
         options.journal,
         options.ledger,
+        options.recovery_spool,
         options
             .storage_io
             .unwrap_or_else(tokio::runtime::Handle::current),

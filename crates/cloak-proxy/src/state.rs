@@ -6,18 +6,28 @@
 //! DIR/journal.redb   records only the proxy held (see `journal`)
 //! DIR/ledger         what the store was created with, and the slot versions storage must hold
 //!                    (see `ledger`)
+//! DIR/recovery.spool the elements the last start recovered, kept until storage holds every
+//!                    record again (see `cloak_core::recovery::spool`)
 //! ```
 //!
 //! Every start rebuilds the store from storage and the journal ([`recover`]): nothing the proxy
 //! keeps in memory (position maps, key directory, reuse-distance sets) has to survive a crash.
 //! What the scan found is checked against the ledger before anything is served.
+//!
+//! The spool closes a window the new layout's fill opens: it overwrites addresses that held
+//! recovered records before the requests carrying those records' new addresses land, so for a
+//! moment storage holds some records in no element, and neither does the journal (storage had
+//! them). A start writes its spool as `recovery.spool.next`, syncs it and renames it to
+//! `recovery.spool` before the fill begins; the proxy deletes it once storage holds every
+//! record ([`cloak_core::Scheme::stats`]' `unwritten` is 0). A start that finds one reads it
+//! like a part of storage, so a proxy killed mid-fill loses nothing.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cloak_core::recovery::ScanProgress;
+use cloak_core::recovery::{ScanProgress, spool};
 use cloak_core::{
     Addr, Damage, ElementFormat, Findings, Recovered, Recovery, SlotVersions, StorageOp,
 };
@@ -48,6 +58,8 @@ pub enum StateError {
     Ledger(#[from] LedgerError),
     #[error("recovery could not read storage: {0}")]
     Storage(#[from] cloak_core::StorageError),
+    #[error(transparent)]
+    Recovery(#[from] cloak_core::RecoveryError),
 }
 
 impl From<DirError> for StateError {
@@ -55,6 +67,13 @@ impl From<DirError> for StateError {
         StateError::Dir(error)
     }
 }
+
+/// The spool of the last start, while storage may lack some of its records.
+const SPOOL: &str = "recovery.spool";
+/// The spool of a start in progress, which replaces [`SPOOL`] once it is complete and synced.
+const SPOOL_NEXT: &str = "recovery.spool.next";
+/// Elements of an earlier spool read at a time.
+const SPOOL_CHUNK: usize = 4096;
 
 /// An opened state directory.
 pub struct StateDir {
@@ -122,6 +141,66 @@ impl StateDir {
         Ok(DiskJournal::open(&self.path.join("journal.redb"))?)
     }
 
+    /// The file a start spools its recovered elements to (see the module docs): empty,
+    /// readable by this user only.
+    fn next_spool(&self) -> Result<File, StateError> {
+        let path = self.path.join(SPOOL_NEXT);
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        options.open(&path).map_err(|source| StateError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Adds to `recovery` the spool an earlier start left, if it left one: its fill may not
+    /// have written all of it back.
+    fn add_earlier_spool(&self, recovery: &mut Recovery) -> Result<(), StateError> {
+        let path = self.path.join(SPOOL);
+        let io = |source| StateError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io(e)),
+        };
+        tracing::warn!(
+            path = %path.display(),
+            "the last start did not see its fill through; reading back the records it spooled"
+        );
+        let mut entries = spool::entries(file);
+        loop {
+            let chunk = entries
+                .by_ref()
+                .take(SPOOL_CHUNK)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(io)?;
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            recovery.add_spooled(chunk)?;
+        }
+    }
+
+    /// Makes this start's spool the one a later start reads, now that it is complete and
+    /// synced; where it is.
+    fn commit_spool(&self) -> Result<PathBuf, StateError> {
+        let path = self.path.join(SPOOL);
+        let io = |source| StateError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        fs::rename(self.path.join(SPOOL_NEXT), &path).map_err(io)?;
+        File::open(&self.path)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io)?;
+        Ok(path)
+    }
+
     /// The store's ledger, checked against `master` and the settings in `manifest`.
     pub fn ledger(
         &self,
@@ -150,18 +229,27 @@ pub struct RecoveryReport {
     pub findings: Findings,
     pub journal_records: usize,
     pub took: Duration,
+    /// The spool this start keeps in the state directory until storage holds every record
+    /// again, when the proxy deletes it (see the module docs).
+    pub spool: Option<PathBuf>,
 }
 
-/// Rebuilds the store's records from storage (a full scan) and the journal, and checks them
-/// against `expected`, the slot versions storage must hold (from the ledger; empty without one).
+/// Rebuilds the store's records from storage (a full scan), the spool an interrupted start
+/// left in `state` and the journal, and checks them against `expected`, the slot versions
+/// storage must hold (from the ledger; empty without one). With a state directory, the
+/// recovered elements are spooled there (see the module docs).
 pub async fn recover(
     storage: &dyn Storage,
     format: ElementFormat,
     journal: Option<&dyn Journal>,
     expected: &SlotVersions,
+    state: Option<&StateDir>,
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
     let mut recovery = Recovery::new(format);
+    if let Some(state) = state {
+        recovery = recovery.spooling_to(state.next_spool()?);
+    }
     // Progress is only logged here: the scan's requests are the same full scan in address order
     // as without it, so the server sees nothing new.
     let mut progress = ScanProgress::every(ScanProgress::INTERVAL);
@@ -177,25 +265,32 @@ pub async fn recover(
         let chunk = recovery.accept(answer)?;
         match recovery.next_request() {
             Some(next) => {
-                let (next_answer, ()) =
+                let (next_answer, opened) =
                     tokio::join!(storage.call(next), async { recovery.open(chunk) });
+                opened?;
                 reply = Some(next_answer?);
             }
-            None => recovery.open(chunk),
+            None => recovery.open(chunk)?,
         }
         progress.scanned(recovery.scanned());
+    }
+    // Read after the scan, so the requests storage sees are the same with or without it.
+    if let Some(state) = state {
+        state.add_earlier_spool(&mut recovery)?;
     }
     let journaled = match journal {
         Some(journal) => journal.records()?,
         None => Vec::new(),
     };
     let journal_records = journaled.len();
-    let recovered = recovery.finish(journaled);
+    let recovered = recovery.finish(journaled)?;
+    let spool = state.map(StateDir::commit_spool).transpose()?;
     Ok(RecoveryReport {
         findings: recovered.findings(expected),
         recovered,
         journal_records,
         took: start.elapsed(),
+        spool,
     })
 }
 

@@ -26,7 +26,7 @@ use cloak_core::{
 };
 use cloak_crypto::{Binding, Prf};
 
-use crate::Start;
+use crate::Loaded;
 use crate::shell::retry::Retry;
 use crate::shell::{Algorithm, Answer, Io, OnFailure, RequestPurpose};
 
@@ -84,7 +84,7 @@ pub struct Encrypted {
 impl Encrypted {
     /// A store of `slots` slots under `prf`'s labels whose first requests rewrite `start`'s
     /// records.
-    pub fn new(slots: u64, prf: Prf, codec: ElementCodec, start: Start) -> Self {
+    pub fn new(slots: u64, prf: Prf, codec: ElementCodec, start: Loaded) -> Self {
         let mut scheme = Self {
             prf,
             codec,

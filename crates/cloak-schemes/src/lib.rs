@@ -34,7 +34,10 @@ pub mod waffle;
 use std::fmt;
 use std::str::FromStr;
 
-use cloak_core::{ElementCodec, ElementFormat, Record, RecordLayout, Scheme, Slot};
+use cloak_core::{
+    ElementCodec, ElementFormat, Record, RecordLayout, RecoveredRecords, RecoveryError, Scheme,
+    Slot,
+};
 use cloak_crypto::{KeyError, MasterKey, Prf, Sealer};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -124,10 +127,12 @@ pub struct StoreSpec {
 }
 
 /// Where a new scheme instance begins: empty, or with the records recovered after a crash.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Start {
-    /// Records the store holds from the start; other slots are empty.
-    pub records: Vec<(Slot, Record)>,
+    /// Records the store holds from the start; other slots are empty. Cloak and Waffle take
+    /// them one at a time as their fill places them, so a restart never holds every value at
+    /// once; the other schemes [`Start::load`] them all first.
+    pub records: RecoveredRecords,
     /// Every generation this instance binds into an element is above this, so no element from
     /// an earlier run can pass for a current one. Runs take it from their incarnation number.
     pub generation_base: u64,
@@ -138,6 +143,32 @@ impl Start {
     pub fn generation_base(incarnation: u64) -> u64 {
         incarnation << 40
     }
+
+    /// A start with `records` in memory (tests, tools).
+    pub fn with(records: Vec<(Slot, Record)>, generation_base: u64) -> Self {
+        Self {
+            records: records.into(),
+            generation_base,
+        }
+    }
+
+    /// Every recovered value read into memory, for a scheme that places all records at once.
+    pub fn load(self) -> Result<Loaded, RecoveryError> {
+        Ok(Loaded {
+            records: self.records.into_vec()?,
+            generation_base: self.generation_base,
+        })
+    }
+}
+
+/// A [`Start`] with every recovered record in memory: how Pancake, CURIOUS, Path ORAM and the
+/// baselines begin (a restart of theirs holds the store's values at once).
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    /// Records the store holds from the start, by slot; other slots are empty.
+    pub records: Vec<(Slot, Record)>,
+    /// As [`Start::generation_base`].
+    pub generation_base: u64,
 }
 
 /// Parameters of every scheme, each used only by its scheme.
@@ -194,6 +225,9 @@ pub enum BuildError {
     /// The key material cannot be derived.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// The recovered records could not be read back.
+    #[error(transparent)]
+    Recovery(#[from] RecoveryError),
 }
 
 /// Set in the environment of a process built with the `leak-demo` feature (the binary as the
@@ -241,10 +275,10 @@ pub fn build(
     master: &MasterKey,
     start: Start,
 ) -> Result<Box<dyn Scheme>, BuildError> {
-    if let Some((slot, _)) = start
+    if let Some((slot, _, _)) = start
         .records
         .iter()
-        .find(|(s, r)| *s >= store.capacity && !r.is_empty())
+        .find(|(s, _, key)| *s >= store.capacity && !key.is_empty())
     {
         return Err(BuildError::Invalid(format!(
             "recovered slot {slot} is beyond the capacity {}; start with the capacity the store \
@@ -278,9 +312,13 @@ pub fn build(
             store.capacity,
             Prf::new(master, "encrypted"),
             sealed_codec(store, master)?,
-            from.start,
+            from.start.load()?,
         )),
-        SchemeName::Unsafe => running(Unsafe::new(store.capacity, store.layout, from.start)),
+        SchemeName::Unsafe => running(Unsafe::new(
+            store.capacity,
+            store.layout,
+            from.start.load()?,
+        )),
     })
 }
 

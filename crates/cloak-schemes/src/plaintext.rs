@@ -14,7 +14,7 @@ use cloak_core::{
     StorageOp,
 };
 
-use crate::Start;
+use crate::Loaded;
 use crate::shell::fill::Fill;
 use crate::shell::{Algorithm, Answer, Io, OnFailure, RequestPurpose};
 
@@ -61,7 +61,7 @@ pub struct Unsafe {
 
 impl Unsafe {
     /// A pass-through store of `slots` slots whose first requests write `start`'s records.
-    pub fn new(slots: u64, layout: RecordLayout, start: Start) -> Self {
+    pub fn new(slots: u64, layout: RecordLayout, start: Loaded) -> Self {
         let restore: Vec<(Slot, Record)> = start
             .records
             .into_iter()

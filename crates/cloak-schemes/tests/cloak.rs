@@ -638,8 +638,8 @@ fn after_a_crash_the_server_sees_one_full_fill_then_the_budgets_again() {
         // Then batches exactly as before the crash.
         assert_budget_shape(&view[1..], &budgets());
         // And the data is all there.
-        for (_, record) in recovered.records.iter().filter(|(_, r)| !r.is_empty()) {
-            let key = std::str::from_utf8(&record.key).unwrap();
+        for (_, key) in recovered.keys() {
+            let key = std::str::from_utf8(key).unwrap();
             assert_eq!(sim.execute(9, get(key)), value("v"));
         }
     })
@@ -688,10 +688,7 @@ fn recovered_records_count_as_unwritten_until_the_fill_has_landed() {
             (slot, record)
         })
         .collect();
-    let start = || Start {
-        records: records.clone(),
-        generation_base: 1 << 40,
-    };
+    let start = || Start::with(records.clone(), 1 << 40);
     let filling = scheme(options(0, None), 17, start());
     assert_eq!(filling.stats().unwritten, 50);
     let sim = simulator_from(options(0, None), 17, start());
@@ -701,10 +698,7 @@ fn recovered_records_count_as_unwritten_until_the_fill_has_landed() {
 #[test]
 fn batch_ids_past_32_bits_keep_sets_and_bindings_right() {
     // Batch ids are stored as their low 32 bits; start just below the wrap and cross it.
-    let start = Start {
-        records: Vec::new(),
-        generation_base: (1 << 32) - 40,
-    };
+    let start = Start::with(Vec::new(), (1 << 32) - 40);
     let mut sim = simulator_from(options(0, None), 16, start);
     sim.take_trace();
     for i in 0..60 {

@@ -157,7 +157,7 @@ mod restart {
             storage_delay: Duration::from_micros(300),
         };
         let directory = KeyDirectory::new(KeyHasher::new(&master), capacity as usize);
-        let first = Simulator::new(Engine::new(build(Vec::new(), 0), directory, limits))
+        let first = Simulator::new(Engine::new(build(Default::default(), 0), directory, limits))
             .with_storage_delay(restart.storage_delay)
             .with_journal_delay(restart.journal_delay);
         f(&restart, first);

@@ -64,10 +64,7 @@ fn simulator_with(
         curious: options,
         ..SchemeOptions::default()
     };
-    let start = Start {
-        records: records.clone(),
-        generation_base: 0,
-    };
+    let start = Start::with(records.clone(), 0);
     let scheme = build(SchemeName::Curious, &store, &options, &master(), start).unwrap();
     let keys = records.iter().map(|(slot, r)| (*slot, &r.key[..]));
     let directory = KeyDirectory::restore(KeyHasher::new(&master()), capacity as usize, keys);
@@ -656,7 +653,7 @@ fn scan(sim: &mut Simulator) -> Recovered {
     while let Some(op) = recovery.next_request() {
         recovery.handle(sim.store_mut().apply(op)).unwrap();
     }
-    recovery.finish(Vec::new())
+    recovery.finish(Vec::new()).unwrap()
 }
 
 #[test]
@@ -682,7 +679,7 @@ fn draining_writes_the_eviction_cache_to_storage_in_one_fixed_write() {
         let held = |r: &Recovered| {
             r.records
                 .iter()
-                .filter(|(_, rec)| rec.key.starts_with(b"k"))
+                .filter(|(_, _, key)| key.starts_with(b"k"))
                 .count()
         };
         assert!(

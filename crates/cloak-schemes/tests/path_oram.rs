@@ -554,7 +554,7 @@ fn crashes_lose_no_acknowledged_write_with_a_busy_stash() {
             storage_delay: Duration::from_micros(300),
         };
         let directory = KeyDirectory::new(KeyHasher::new(&master()), capacity as usize);
-        let first = Simulator::new(Engine::new(build(Vec::new(), 0), directory, LIMITS))
+        let first = Simulator::new(Engine::new(build(Default::default(), 0), directory, LIMITS))
             .with_storage_delay(restart.storage_delay)
             .with_journal_delay(restart.journal_delay);
         suite::crash_recovery(&restart, first, 6, 30, 4, seed);
@@ -601,9 +601,11 @@ fn a_drain_writes_the_stash_back_so_storage_alone_holds_everything() {
     while let Some(op) = recovery.next_request() {
         recovery.handle(store.apply(op)).unwrap();
     }
-    let recovered = recovery.finish(Vec::new());
+    let recovered = recovery.finish(Vec::new()).unwrap();
     let mut found: Vec<(String, String)> = recovered
         .records
+        .into_vec()
+        .unwrap()
         .iter()
         .filter(|(_, r)| !r.is_empty())
         .map(|(_, r)| {
@@ -727,7 +729,8 @@ fn recoverable(store: &mut MemoryStore, journal: &JournalMap) -> HashMap<u64, Re
         recovery.handle(store.apply(op)).unwrap();
     }
     let journaled = journal.records().map(|(slot, r)| (slot, r.clone()));
-    recovery.finish(journaled).records.into_iter().collect()
+    let recovered = recovery.finish(journaled).unwrap();
+    recovered.records.into_vec().unwrap().into_iter().collect()
 }
 
 /// Drives the scheme directly against storage that applies requests in flight together in a

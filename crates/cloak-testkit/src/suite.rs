@@ -417,8 +417,7 @@ pub struct Restart<'a> {
     pub capacity: usize,
     pub limits: cloak_core::Limits,
     /// Builds the new scheme instance from the recovered records and a generation base.
-    pub build:
-        &'a dyn Fn(Vec<(cloak_core::Slot, cloak_core::Record)>, u64) -> Box<dyn cloak_core::Scheme>,
+    pub build: &'a dyn Fn(cloak_core::RecoveredRecords, u64) -> Box<dyn cloak_core::Scheme>,
     pub journal_delay: Duration,
     pub storage_delay: Duration,
 }
@@ -431,20 +430,13 @@ impl Restart<'_> {
         incarnation: u64,
     ) -> (Simulator, cloak_core::Recovered) {
         let (mut store, journal) = crashed;
-        let mut recovery = cloak_core::Recovery::new((self.format)());
-        while let Some(op) = recovery.next_request() {
-            recovery
-                .handle(store.apply(op))
-                .expect("a memory store scans correctly");
-        }
-        let recovered = recovery.finish(
-            journal
-                .records()
-                .map(|(slot, record)| (slot, record.clone())),
-        );
+        // Scanned twice: the new instance takes the records (their values from the spool, as
+        // in the proxy), and the caller keeps what was found to check.
+        let handed = self.scan(&mut store, &journal);
+        let recovered = self.scan(&mut store, &journal);
         let directory =
             cloak_core::KeyDirectory::restore(self.hasher.clone(), self.capacity, recovered.keys());
-        let scheme = (self.build)(recovered.records.clone(), incarnation << 40);
+        let scheme = (self.build)(handed.records, incarnation << 40);
         let engine = cloak_core::Engine::new(scheme, directory, self.limits)
             .with_next_version(recovered.next_version)
             .with_acknowledged(recovered.versions());
@@ -452,6 +444,27 @@ impl Restart<'_> {
             .with_storage_delay(self.storage_delay)
             .with_journal_delay(self.journal_delay);
         (sim, recovered)
+    }
+
+    /// What recovery finds in `store` and `journal`.
+    fn scan(
+        &self,
+        store: &mut cloak_core::MemoryStore,
+        journal: &cloak_core::JournalMap,
+    ) -> cloak_core::Recovered {
+        let mut recovery = cloak_core::Recovery::new((self.format)());
+        while let Some(op) = recovery.next_request() {
+            recovery
+                .handle(store.apply(op))
+                .expect("a memory store scans correctly");
+        }
+        recovery
+            .finish(
+                journal
+                    .records()
+                    .map(|(slot, record)| (slot, record.clone())),
+            )
+            .expect("the spool works")
     }
 }
 

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_core::{Engine, KeyDirectory, Keyspace, Limits, RecordLayout, SlotVersions};
+use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, SlotVersions};
 use cloak_crypto::{KeyHasher, MasterKey};
-use cloak_proxy::{Journal, Ledger, RecoveryReport, StoreManifest};
+use cloak_proxy::{Journal, Ledger, RecoveryReport, StateDir, StoreManifest};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
 use cloak_schemes::{
     CloakOptions, CuriousOptions, PancakeOptions, PathOramOptions, SchemeName, SchemeOptions,
@@ -162,8 +162,9 @@ impl Store {
         }
     }
 
-    /// Rebuilds the store from `storage` and `journal` and starts the engine on what was found,
-    /// in `incarnation` (a number no earlier start of this store used). What was found must be
+    /// Rebuilds the store from `storage` and `journal` (and the spool an interrupted start left
+    /// in `state`) and starts the engine on what was found, in `incarnation` (a number no
+    /// earlier start of this store used). What was found must be
     /// the whole store, as new as `ledger` says storage holds it; anything else refuses the
     /// start unless `accept_data_loss`, which starts on what is there and says what was lost.
     /// The ledger then records what this start found.
@@ -172,6 +173,7 @@ impl Store {
         master: &MasterKey,
         storage: &dyn Storage,
         journal: Option<&dyn Journal>,
+        state: Option<&StateDir>,
         incarnation: u64,
         ledger: Option<&Ledger>,
         accept_data_loss: bool,
@@ -182,6 +184,7 @@ impl Store {
             cloak_schemes::element_format(self.scheme, self.spec.layout, master)?,
             journal,
             ledger.map_or(&nothing_expected, |l| &l.expected),
+            state,
         )
         .await
         .context("recovering the store from storage")?;
@@ -218,7 +221,7 @@ impl Store {
         let mut directory =
             KeyDirectory::restore(KeyHasher::new(master), capacity, recovered.keys());
         let versions = recovered.versions();
-        let keyspace = Keyspace::restore(&recovered.records).map_err(|(slot, error)| {
+        let keyspace = recovered.records.keyspace().map_err(|(slot, error)| {
             anyhow::anyhow!(
                 "slot {slot}: {error}; start it with the Cloak that wrote it, or load its data \
                  into a new store"

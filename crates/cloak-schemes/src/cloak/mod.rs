@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, Op, OpId, Record, Reply, SchemeError, SchemeStats, Slot, StorageError,
-    StorageOp,
+    Addr, ElementCodec, Op, OpId, Record, RecoveredRecords, Reply, SchemeError, SchemeStats, Slot,
+    StorageError, StorageOp,
 };
 use cloak_crypto::Binding;
 use hashbrown::{HashMap, HashSet};
@@ -43,7 +43,7 @@ use sets::Sets;
 use crate::Start;
 use crate::schedule::Schedule;
 use crate::shell::fill::Fill;
-use crate::shell::recovered::RecoveredRecords;
+use crate::shell::recovered::take_for_fill;
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 
 /// Elements written per request while the store is first filled.
@@ -196,7 +196,7 @@ impl Cloak {
         }
 
         let batch_size = budgets.batch_size();
-        let initial = RecoveredRecords::new(start.records);
+        let initial = start.records;
         Self {
             max_pending: config.max_pending.unwrap_or(2 * batch_size).max(1),
             cache: NonZeroUsize::new(config.cache_size).map(LruCache::new),
@@ -245,7 +245,7 @@ impl Cloak {
             let writes = (chunk.start as usize..chunk.end as usize)
                 .map(|addr| {
                     let slot = self.slot_at[addr];
-                    let record = self.initial.take(Slot::from(slot));
+                    let record = take_for_fill(&mut self.initial, slot, &mut self.corrupt);
                     if record.version > 0 {
                         recovered.push((slot, record.version));
                     }

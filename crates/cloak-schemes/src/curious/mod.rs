@@ -105,7 +105,7 @@ use hashbrown::HashMap;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
-use crate::Start;
+use crate::Loaded;
 use crate::shell::fill::Fill;
 use crate::shell::retry::Retry;
 use crate::shell::{Algorithm, Answer as ShellAnswer, Io, RequestPurpose};
@@ -240,7 +240,7 @@ impl Curious {
         layout: Layout,
         codec: ElementCodec,
         rng: ChaCha20Rng,
-        start: Start,
+        start: Loaded,
     ) -> Self {
         let slots = usize::try_from(config.capacity).expect("the capacity was checked");
         let elements = usize::try_from(layout.elements()).expect("storage layout fits memory");

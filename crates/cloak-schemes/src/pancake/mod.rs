@@ -51,7 +51,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::weighted::WeightedAliasIndex;
 
-use crate::Start;
+use crate::Loaded;
 use crate::shell::fill::Fill;
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 pub use estimate::{
@@ -155,7 +155,7 @@ impl Pancake {
         prf: Prf,
         codec: ElementCodec,
         mut rng: ChaCha20Rng,
-        start: Start,
+        start: Loaded,
     ) -> Self {
         let keys = estimate.probabilities().len();
         let plan = Plan::new(estimate.probabilities());

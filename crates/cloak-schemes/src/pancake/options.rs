@@ -99,7 +99,12 @@ impl PancakeOptions {
         let prf = Prf::new(master, "pancake");
         let codec = crate::sealed_codec(store, master)?;
         Ok(Pancake::new(
-            self, estimate, prf, codec, from.rng, from.start,
+            self,
+            estimate,
+            prf,
+            codec,
+            from.rng,
+            from.start.load()?,
         ))
     }
 }

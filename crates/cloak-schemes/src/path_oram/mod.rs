@@ -95,7 +95,7 @@ use cloak_crypto::Binding;
 use hashbrown::HashMap;
 use rand_chacha::ChaCha20Rng;
 
-use crate::Start;
+use crate::Loaded;
 use crate::shell::fill::FILL_WINDOW;
 use crate::shell::retry::Retry;
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
@@ -219,7 +219,7 @@ impl PathOram {
         slots: u64,
         codec: ElementCodec,
         mut rng: ChaCha20Rng,
-        start: Start,
+        start: Loaded,
     ) -> Self {
         let tree = Tree::for_capacity(slots);
         let z = config.bucket_size;

@@ -82,7 +82,7 @@ impl PathOramOptions {
             store.capacity,
             codec,
             from.rng,
-            from.start,
+            from.start.load()?,
         ))
     }
 }

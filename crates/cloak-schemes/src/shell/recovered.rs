@@ -1,47 +1,31 @@
-//! The recovered records a new instance's fill writes, handed out one slot at a time.
+//! Taking a recovered record for the initial fill.
 //!
-//! A fill asks for every slot's record once, in the random order of its new layout. Keeping
-//! them in the vector recovery sorted by slot, and finding each by binary search, costs nothing
-//! beyond the records themselves; a hash map of them cost about twice their count in 72-byte
-//! buckets (150 MB at a million records, on top of the 80 MB vector it was built from). Each
-//! value is dropped as the fill takes it, so a restart's memory falls as the fill goes.
+//! Recovered values wait in recovery's spool on local disk until the fill places them
+//! ([`RecoveredRecords::take`]). If one cannot be read back, the fill must still write the
+//! slot's element (the fill writes every address whatever the data, so the server sees nothing
+//! of it), but never as a silently empty key: the slot is marked corrupt, so reads of its key
+//! fail with an integrity error until a client writes it again, and the empty record goes out at
+//! version 0, below the version the ledger expects, so the next start names the slot as lost.
 
-use cloak_core::{Record, Slot};
+use cloak_core::{Record, RecoveredRecords, Slot};
 
-/// Recovered records by slot (see the module docs).
-#[derive(Debug, Default)]
-pub struct RecoveredRecords {
-    /// Sorted by slot, one record per slot; a taken record is left empty.
-    records: Vec<(Slot, Record)>,
-}
-
-impl RecoveredRecords {
-    /// The records of `records`; of two for one slot, the later one counts (as when they were
-    /// collected into a map).
-    pub fn new(mut records: Vec<(Slot, Record)>) -> Self {
-        // Stable, and linear on the sorted input recovery gives.
-        records.sort_by_key(|(slot, _)| *slot);
-        records.dedup_by(|later, kept| {
-            let same = later.0 == kept.0;
-            if same {
-                std::mem::swap(later, kept);
-            }
-            same
-        });
-        Self { records }
-    }
-
-    /// Records some client wrote (version above 0).
-    pub fn written(&self) -> u64 {
-        self.records.iter().filter(|(_, r)| r.version > 0).count() as u64
-    }
-
-    /// `slot`'s record, leaving it empty here: a fill takes each slot once. Empty for a slot
-    /// recovery found nothing for.
-    pub fn take(&mut self, slot: Slot) -> Record {
-        match self.records.binary_search_by_key(&slot, |(s, _)| *s) {
-            Ok(i) => std::mem::take(&mut self.records[i].1),
-            Err(_) => Record::empty(),
+/// `slot`'s recovered record for the fill; a record that cannot be read back is logged, `slot`
+/// goes into `corrupt` and the fill writes it empty (see the module docs).
+pub fn take_for_fill(
+    initial: &mut RecoveredRecords,
+    slot: u32,
+    corrupt: &mut impl Extend<u32>,
+) -> Record {
+    match initial.take(Slot::from(slot)) {
+        Ok(record) => record,
+        Err(error) => {
+            tracing::error!(
+                slot,
+                %error,
+                "a recovered record is lost: reads of its key fail until a client writes it again"
+            );
+            corrupt.extend([slot]);
+            Record::empty()
         }
     }
 }
@@ -52,31 +36,20 @@ mod tests {
 
     use super::*;
 
-    fn record(version: u64) -> Record {
-        Record {
-            version,
-            key: Bytes::from(format!("key {version}")),
-            value: Bytes::from_static(b"value"),
-        }
-    }
-
     #[test]
-    fn each_slot_gives_its_latest_record_once() {
-        let mut records = RecoveredRecords::new(vec![
-            (9, record(1)),
-            (3, record(2)),
-            (9, record(3)),
-            (5, Record::empty()),
-        ]);
+    fn a_record_read_back_is_handed_over_and_nothing_is_marked() {
+        let record = Record {
+            version: 4,
+            key: Bytes::from_static(b"key"),
+            value: Bytes::from_static(b"value"),
+        };
+        let mut initial = RecoveredRecords::from(vec![(2, record.clone())]);
+        let mut corrupt = Vec::new();
+        assert_eq!(take_for_fill(&mut initial, 2, &mut corrupt), record);
         assert_eq!(
-            records.written(),
-            2,
-            "slot 9 once, slot 3; not the empty slot 5"
+            take_for_fill(&mut initial, 3, &mut corrupt),
+            Record::empty()
         );
-        assert_eq!(records.take(9), record(3), "the later of two for a slot");
-        assert_eq!(records.take(9), Record::empty(), "taken once");
-        assert_eq!(records.take(3), record(2));
-        assert_eq!(records.take(4), Record::empty(), "nothing recovered there");
-        assert_eq!(records.written(), 0);
+        assert!(corrupt.is_empty());
     }
 }

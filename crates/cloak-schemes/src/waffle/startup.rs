@@ -14,8 +14,8 @@ use std::mem;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cloak_core::{Addr, ElementCodec, JournalId, NO_SLOT, Record, Slot, StorageOp};
-use hashbrown::HashMap;
+use cloak_core::{Addr, ElementCodec, JournalId, NO_SLOT, Record, RecoveredRecords, StorageOp};
+use hashbrown::{HashMap, HashSet};
 use lru::LruCache;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
@@ -28,7 +28,7 @@ use crate::Start;
 use crate::schedule::Schedule;
 use crate::shell::Io;
 use crate::shell::fill::Fill;
-use crate::shell::recovered::RecoveredRecords;
+use crate::shell::recovered::take_for_fill;
 
 /// Elements per scan request.
 const SCAN_CHUNK: u32 = 4096;
@@ -61,7 +61,8 @@ impl Startup {
         start: Start,
     ) -> Waffle {
         let objects = params.objects as usize;
-        let mut initial = RecoveredRecords::new(start.records);
+        let mut initial = start.records;
+        let mut corrupt = HashSet::new();
 
         let mut cached: Vec<u32> = rand::seq::index::sample(&mut rng, objects, params.cache)
             .into_iter()
@@ -71,7 +72,7 @@ impl Startup {
         let mut cache = LruCache::unbounded();
         let mut cached_recovered = Vec::new();
         for slot in cached {
-            let record = initial.take(Slot::from(slot));
+            let record = take_for_fill(&mut initial, slot, &mut corrupt);
             if record.version > 0 {
                 cached_recovered.push(slot);
             }
@@ -103,7 +104,7 @@ impl Startup {
             server,
             cache,
             dummies,
-            corrupt: Default::default(),
+            corrupt,
             pending: HashMap::new(),
             queue: Default::default(),
             stage: Stage::Scanning,
@@ -165,9 +166,10 @@ impl Waffle {
             for i in chunk.start as usize..chunk.end as usize {
                 let object = self.startup.order[i];
                 let (slot, record) = match object {
-                    Object::Real(slot) => {
-                        (u64::from(slot), self.startup.initial.take(Slot::from(slot)))
-                    }
+                    Object::Real(slot) => (
+                        u64::from(slot),
+                        take_for_fill(&mut self.startup.initial, slot, &mut self.corrupt),
+                    ),
                     Object::Dummy(_) => (NO_SLOT, Record::empty()),
                 };
                 if record.version > 0 {

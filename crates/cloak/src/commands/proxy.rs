@@ -62,11 +62,12 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
             credentials,
         ))
         .await?;
-    let (engine, _) = store
+    let (engine, report) = store
         .start(
             &master,
             storage.as_ref(),
             journal.as_deref(),
+            state.as_ref(),
             incarnation,
             ledger.as_deref(),
             args.accept_data_loss,
@@ -87,6 +88,7 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let options = ProxyOptions {
         journal,
         ledger,
+        recovery_spool: report.spool,
         storage_io: Some(storage_io.handle()),
         ..front
     };

@@ -58,6 +58,7 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
             &master,
             storage.as_ref(),
             None,
+            None,
             random_incarnation()?,
             None,
             false,

@@ -1,0 +1,357 @@
+//! The records a recovery found, handed to the new instance's fill one slot at a time.
+//!
+//! In memory: per slot its version, key, the type and deadline from its value's envelope, and
+//! where its element is in the spool (see [`super::spool`]); the value itself stays on disk
+//! until the fill takes the record, so a restart holds the store's keys, not its values. A fill
+//! asks for every slot's record once, in the random order of its new layout: the records are a
+//! vector sorted by slot, found by binary search, which costs nothing beyond the entries
+//! themselves (a hash map of them cost about twice their count in buckets).
+
+use bytes::Bytes;
+
+use super::spool::{SpoolReader, Spooled};
+use super::{ElementFormat, RecoveryError};
+use crate::element::{Record, Slot};
+use crate::envelope::{Entry, EnvelopeError, Kind};
+use crate::keyspace::Keyspace;
+
+/// Where a found record's value is.
+#[derive(Debug)]
+pub(super) enum Value {
+    /// In the element at this place in the spool.
+    Spooled(Spooled),
+    /// Here (a record from the journal, an empty one, or records a test or tool handed over).
+    Kept(Bytes),
+}
+
+impl Default for Value {
+    fn default() -> Self {
+        Value::Kept(Bytes::new())
+    }
+}
+
+/// What the keyspace needs of a value: its type and deadline, or why its envelope is unreadable.
+type Shape = Result<(Kind, Option<u64>), EnvelopeError>;
+
+/// A slot's newest record as recovery found it, without its value.
+#[derive(Debug)]
+pub(super) struct Found {
+    pub(super) version: u64,
+    /// Its own copy: a slice of the opened element would keep the whole element alive.
+    pub(super) key: Bytes,
+    pub(super) value: Value,
+    shape: Shape,
+}
+
+impl Default for Found {
+    fn default() -> Self {
+        Self {
+            version: 0,
+            key: Bytes::new(),
+            value: Value::default(),
+            shape: Ok((Kind::String, None)),
+        }
+    }
+}
+
+impl Found {
+    /// `record`, whose value is at `value`.
+    pub(super) fn new(record: &Record, value: Value) -> Self {
+        let shape = if record.is_empty() {
+            Ok((Kind::String, None))
+        } else {
+            Entry::open(&record.value).map(|entry| (entry.kind, entry.deadline))
+        };
+        Self {
+            version: record.version,
+            key: Bytes::copy_from_slice(&record.key),
+            value,
+            shape,
+        }
+    }
+
+    /// An empty record at `version`: a freed slot.
+    pub(super) fn emptied(version: u64) -> Self {
+        Self {
+            version,
+            ..Self::default()
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.key.is_empty()
+    }
+}
+
+/// Recovered records by slot (see the module docs).
+#[derive(Default)]
+pub struct RecoveredRecords {
+    /// Sorted by slot, one per slot; a taken record is left as a default (version 0) entry.
+    found: Vec<(Slot, Found)>,
+    spool: SpoolReader,
+    /// Opens spooled elements again; `None` when nothing is spooled.
+    format: Option<ElementFormat>,
+}
+
+impl RecoveredRecords {
+    /// `found`, sorted by slot with one entry a slot, whose spooled values `spool` holds in
+    /// elements of `format`.
+    pub(super) fn spooled(
+        found: Vec<(Slot, Found)>,
+        spool: SpoolReader,
+        format: ElementFormat,
+    ) -> Self {
+        debug_assert!(found.windows(2).all(|w| w[0].0 < w[1].0));
+        Self {
+            found,
+            spool,
+            format: Some(format),
+        }
+    }
+
+    /// Slots found, with their versions and keys (empty for a freed slot), by slot.
+    pub fn iter(&self) -> impl Iterator<Item = (Slot, u64, &Bytes)> {
+        self.found
+            .iter()
+            .map(|(slot, f)| (*slot, f.version, &f.key))
+    }
+
+    /// How many slots were found.
+    pub fn len(&self) -> usize {
+        self.found.len()
+    }
+
+    /// Whether no slot was found.
+    pub fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+
+    /// Records some client wrote (version above 0) and no fill took yet.
+    pub fn written(&self) -> u64 {
+        self.found.iter().filter(|(_, f)| f.version > 0).count() as u64
+    }
+
+    /// The version and key (if it holds one) of `slot`'s record.
+    pub fn get(&self, slot: Slot) -> Option<(u64, Option<&Bytes>)> {
+        let i = self.position(slot)?;
+        let found = &self.found[i].1;
+        Some((found.version, (!found.is_empty()).then_some(&found.key)))
+    }
+
+    /// The keyspace of the records' keys, from their envelopes; the first value without a
+    /// readable envelope stops it, naming its slot.
+    pub fn keyspace(&self) -> Result<Keyspace, (Slot, EnvelopeError)> {
+        let mut keyspace = Keyspace::default();
+        for (slot, found) in self.found.iter().filter(|(_, f)| !f.is_empty()) {
+            let (kind, deadline) = found.shape.clone().map_err(|error| (*slot, error))?;
+            keyspace.set(*slot, &found.key, kind, deadline);
+        }
+        Ok(keyspace)
+    }
+
+    /// `slot`'s record, leaving it empty here: a fill takes each slot once. Empty for a slot
+    /// recovery found nothing for. Reads a spooled value back, so it fails if the spool cannot
+    /// be read or no longer holds what was written to it.
+    pub fn take(&mut self, slot: Slot) -> Result<Record, RecoveryError> {
+        let Some(i) = self.position(slot) else {
+            return Ok(Record::empty());
+        };
+        let found = std::mem::take(&mut self.found[i].1);
+        match found.value {
+            Value::Kept(value) => Ok(Record {
+                version: found.version,
+                key: found.key,
+                value,
+            }),
+            Value::Spooled(at) => {
+                let held = self.open(slot, at)?;
+                pick(slot, found, &held)
+            }
+        }
+    }
+
+    /// Every record, by slot, each spooled element read and opened once (a bucket holding
+    /// several records is not opened once for each).
+    pub fn into_vec(mut self) -> Result<Vec<(Slot, Record)>, RecoveryError> {
+        let mut found = std::mem::take(&mut self.found);
+        found.sort_by_key(|(_, f)| match f.value {
+            Value::Kept(_) => None,
+            Value::Spooled(at) => Some(at),
+        });
+        let mut records = Vec::with_capacity(found.len());
+        let mut opened: Option<(Spooled, Vec<(Slot, Record)>)> = None;
+        for (slot, found) in found {
+            let record = match found.value {
+                Value::Kept(ref value) => Record {
+                    version: found.version,
+                    value: value.clone(),
+                    key: found.key,
+                },
+                Value::Spooled(at) => {
+                    if opened.as_ref().is_none_or(|(held_at, _)| *held_at != at) {
+                        opened = Some((at, self.open(slot, at)?));
+                    }
+                    let held = opened.as_ref().map_or(&[][..], |(_, held)| &held[..]);
+                    pick(slot, found, held)?
+                }
+            };
+            records.push((slot, record));
+        }
+        records.sort_unstable_by_key(|(slot, _)| *slot);
+        Ok(records)
+    }
+
+    fn position(&self, slot: Slot) -> Option<usize> {
+        self.found.binary_search_by_key(&slot, |(s, _)| *s).ok()
+    }
+
+    /// The records of the element at `at`, opened again bound to the address it was read at.
+    fn open(&mut self, slot: Slot, at: Spooled) -> Result<Vec<(Slot, Record)>, RecoveryError> {
+        let (address, element) = self.spool.read(at)?;
+        let format = self.format.as_ref().ok_or(RecoveryError::Altered {
+            slot,
+            reason: "the value is spooled but the records have no element format",
+        })?;
+        let (_, records) =
+            format
+                .records(address, &element)
+                .map_err(|_| RecoveryError::Altered {
+                    slot,
+                    reason: "its element no longer opens",
+                })?;
+        Ok(records)
+    }
+}
+
+/// `found`'s record, with its value from the records of the element it was spooled in.
+fn pick(slot: Slot, found: Found, held: &[(Slot, Record)]) -> Result<Record, RecoveryError> {
+    held.iter()
+        .find(|(s, r)| *s == slot && r.version == found.version && r.key == found.key)
+        .map(|(_, record)| Record {
+            version: found.version,
+            key: found.key,
+            value: record.value.clone(),
+        })
+        .ok_or(RecoveryError::Altered {
+            slot,
+            reason: "its element no longer holds the record read from it",
+        })
+}
+
+impl std::fmt::Debug for RecoveredRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoveredRecords")
+            .field("slots", &self.found.len())
+            .field("spool", &self.spool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<Vec<(Slot, Record)>> for RecoveredRecords {
+    /// Records in memory (tests, tools); of two for one slot, the later one counts.
+    fn from(mut records: Vec<(Slot, Record)>) -> Self {
+        // Stable, and linear on sorted input.
+        records.sort_by_key(|(slot, _)| *slot);
+        records.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
+        let found = records
+            .into_iter()
+            .map(|(slot, record)| (slot, Found::new(&record, Value::Kept(record.value.clone()))))
+            .collect();
+        Self {
+            found,
+            spool: SpoolReader::default(),
+            format: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::element::RecordLayout;
+    use crate::recovery::spool::SpoolWriter;
+
+    fn record(version: u64) -> Record {
+        Record {
+            version,
+            key: Bytes::from(format!("key {version}")),
+            value: Entry::string(Bytes::from_static(b"value")).seal(),
+        }
+    }
+
+    #[test]
+    fn each_slot_gives_its_latest_record_once() {
+        let mut records = RecoveredRecords::from(vec![
+            (9, record(1)),
+            (3, record(2)),
+            (9, record(3)),
+            (5, Record::empty()),
+        ]);
+        assert_eq!(
+            records.written(),
+            2,
+            "slot 9 once, slot 3; not the empty slot 5"
+        );
+        assert_eq!(
+            records.take(9).unwrap(),
+            record(3),
+            "the later of two for a slot"
+        );
+        assert_eq!(records.take(9).unwrap(), Record::empty(), "taken once");
+        assert_eq!(records.take(3).unwrap(), record(2));
+        assert_eq!(
+            records.take(4).unwrap(),
+            Record::empty(),
+            "nothing recovered there"
+        );
+        assert_eq!(records.written(), 0);
+    }
+
+    /// Records 1..=3 spooled as plaintext elements at addresses 100 + slot.
+    fn spooled() -> RecoveredRecords {
+        let layout = RecordLayout {
+            max_key: 16,
+            max_value: 32,
+        };
+        let mut format = ElementFormat::Plain(layout);
+        let mut writer = SpoolWriter::default();
+        let found = (1..=3)
+            .map(|slot| {
+                let record = record(slot);
+                let element = format.encode(100 + u128::from(slot), slot, &record);
+                let at = writer.append(100 + u128::from(slot), &element).unwrap();
+                (slot, Found::new(&record, Value::Spooled(at)))
+            })
+            .collect();
+        RecoveredRecords::spooled(found, writer.finish().unwrap(), format)
+    }
+
+    #[test]
+    fn spooled_values_are_read_back_one_at_a_time_or_all_at_once() {
+        let mut records = spooled();
+        assert_eq!(records.get(2).map(|(v, _)| v), Some(2));
+        assert_eq!(records.take(2).unwrap(), record(2));
+        assert_eq!(
+            records.into_vec().unwrap(),
+            vec![(1, record(1)), (2, Record::empty()), (3, record(3))]
+        );
+    }
+
+    #[test]
+    fn a_spooled_element_that_no_longer_holds_its_record_is_an_error_naming_the_slot() {
+        let mut records = spooled();
+        // The entry says version 7; the spooled element holds version 2.
+        records.found[1].1.version = 7;
+        let error = records.take(2).unwrap_err();
+        assert!(
+            matches!(error, RecoveryError::Altered { slot: 2, .. }),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,264 @@
+//! The scanned elements recovery keeps on local disk until the new layout's fill writes them.
+//!
+//! A restart used to hold every recovered value in memory at once (about the store's size).
+//! Recovery now appends each element it keeps a record of to a spool file as the scan goes, and
+//! keeps in memory only what it needs per slot (version, key, where the element is); the fill
+//! reads each element back when it places its record.
+//!
+//! What goes to the file: the elements exactly as storage sent them, each after its address and
+//! length. The storage server holds them already, and sealed ones open only with the master key,
+//! so the file tells whoever reads this disk nothing storage does not. Each is opened again when
+//! read back, bound to its address, so a file changed underneath the proxy is an error, never a
+//! wrong value.
+//!
+//! Without a state directory the spool is an unlinked temporary file (in `TMPDIR`), gone with
+//! the process. With one, the proxy keeps it there, synced before the fill overwrites anything,
+//! until storage holds every record again: a proxy that dies in the middle of the fill has left
+//! some records in no element, and the next start reads them back from it (see
+//! `cloak_proxy::state`).
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
+
+use bytes::Bytes;
+
+use crate::storage::Addr;
+
+/// Bytes before each element in the file: its address, which opening it again needs, and its
+/// length, which reading the file from the start needs.
+const HEADER_LEN: u64 = 16 + 4;
+
+/// Where an element is in the spool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Spooled {
+    /// Byte offset of its header in the file.
+    pub at: u64,
+    /// The element's length in bytes.
+    pub len: u32,
+}
+
+/// Elements appended during a scan (see the module docs).
+#[derive(Default)]
+pub struct SpoolWriter {
+    /// Made at the first element unless given, so a scan of an empty store makes no file.
+    file: Option<BufWriter<File>>,
+    len: u64,
+    /// Whether [`SpoolWriter::finish`] syncs the file to disk.
+    durable: bool,
+}
+
+/// A spool's buffer between writes to the file: large enough that a scan chunk of small
+/// elements costs a few system calls, small beside the store.
+const WRITE_BUFFER: usize = 1 << 20;
+
+impl SpoolWriter {
+    /// A spool written to `file` (empty, open for reading and writing), synced to disk when
+    /// finished.
+    pub fn durable(file: File) -> Self {
+        Self {
+            file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
+            len: 0,
+            durable: true,
+        }
+    }
+
+    /// Appends `element`, read at `address`, and says where it went.
+    pub fn append(&mut self, address: Addr, element: &[u8]) -> std::io::Result<Spooled> {
+        let len = u32::try_from(element.len()).map_err(|_| {
+            std::io::Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "an element of {} bytes is too large to spool",
+                    element.len()
+                ),
+            )
+        })?;
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => self.file.insert(BufWriter::with_capacity(
+                WRITE_BUFFER,
+                tempfile::tempfile()?,
+            )),
+        };
+        file.write_all(&address.to_le_bytes())?;
+        file.write_all(&len.to_le_bytes())?;
+        file.write_all(element)?;
+        let spooled = Spooled { at: self.len, len };
+        self.len += HEADER_LEN + u64::from(len);
+        Ok(spooled)
+    }
+
+    /// Bytes appended so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was appended.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes out what is buffered (and syncs a durable spool); the spool is read from then on.
+    pub fn finish(self) -> std::io::Result<SpoolReader> {
+        let file = match self.file {
+            Some(writer) => {
+                let file = writer.into_inner().map_err(|e| e.into_error())?;
+                if self.durable {
+                    file.sync_data()?;
+                }
+                Some(file)
+            }
+            None => None,
+        };
+        Ok(SpoolReader { file })
+    }
+}
+
+/// A finished spool, read back an element at a time.
+#[derive(Debug, Default)]
+pub struct SpoolReader {
+    file: Option<File>,
+}
+
+impl SpoolReader {
+    /// The element at `spooled`, and the address it was read at.
+    pub fn read(&mut self, spooled: Spooled) -> std::io::Result<(Addr, Bytes)> {
+        let Some(file) = &mut self.file else {
+            return Err(std::io::Error::new(
+                ErrorKind::UnexpectedEof,
+                "the spool is empty",
+            ));
+        };
+        file.seek(SeekFrom::Start(spooled.at))?;
+        let (address, len) = read_header(file)?.ok_or(ErrorKind::UnexpectedEof)?;
+        if len != spooled.len {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                format!(
+                    "the element at byte {} is {len} bytes long, not {}",
+                    spooled.at, spooled.len
+                ),
+            ));
+        }
+        Ok((address, read_element(file, len)?))
+    }
+}
+
+/// Every element of the spool in `file`, from its start, as (address, element). An element cut
+/// short is an error: a spool is only ever read once it was completely written.
+pub fn entries(file: File) -> impl Iterator<Item = std::io::Result<(Addr, Bytes)>> {
+    let mut reader = BufReader::with_capacity(WRITE_BUFFER, file);
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed {
+            return None;
+        }
+        let entry = match read_header(&mut reader) {
+            Ok(None) => return None,
+            Ok(Some((address, len))) => read_element(&mut reader, len).map(|e| (address, e)),
+            Err(error) => Err(error),
+        };
+        failed = entry.is_err();
+        Some(entry)
+    })
+}
+
+/// The next header, or `None` at the end of the file.
+fn read_header(reader: &mut impl Read) -> std::io::Result<Option<(Addr, u32)>> {
+    let mut header = [0u8; HEADER_LEN as usize];
+    let mut filled = 0;
+    while filled < header.len() {
+        match reader.read(&mut header[filled..]) {
+            Ok(0) if filled == 0 => return Ok(None),
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(error) if error.kind() == ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    let (address, len) = header.split_at(16);
+    let address = Addr::from_le_bytes(address.try_into().map_err(|_| ErrorKind::InvalidData)?);
+    let len = u32::from_le_bytes(len.try_into().map_err(|_| ErrorKind::InvalidData)?);
+    Ok(Some((address, len)))
+}
+
+fn read_element(reader: &mut impl Read, len: u32) -> std::io::Result<Bytes> {
+    let mut element = vec![0; len as usize];
+    reader.read_exact(&mut element)?;
+    Ok(Bytes::from(element))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three(writer: &mut SpoolWriter) -> [Spooled; 3] {
+        [
+            writer.append(1, b"first").unwrap(),
+            writer.append(u128::MAX, &[7; 3000]).unwrap(),
+            writer.append(3, b"").unwrap(),
+        ]
+    }
+
+    #[test]
+    fn elements_come_back_as_appended_in_any_order() {
+        let mut writer = SpoolWriter::default();
+        let [a, b, c] = three(&mut writer);
+        assert_eq!(writer.len(), 3 * HEADER_LEN + 3005);
+        let mut reader = writer.finish().unwrap();
+        assert_eq!(
+            reader.read(b).unwrap(),
+            (u128::MAX, Bytes::from(vec![7; 3000]))
+        );
+        assert_eq!(reader.read(a).unwrap(), (1, Bytes::from_static(b"first")));
+        assert_eq!(reader.read(c).unwrap(), (3, Bytes::new()));
+        assert!(
+            reader.read(Spooled { at: 3000, len: 10 }).is_err(),
+            "past the end is an error"
+        );
+        assert!(
+            reader.read(Spooled { at: a.at, len: 4 }).is_err(),
+            "a length other than the one written is an error"
+        );
+    }
+
+    #[test]
+    fn an_empty_spool_makes_no_file_and_reads_nothing() {
+        let writer = SpoolWriter::default();
+        assert!(writer.is_empty());
+        let mut reader = writer.finish().unwrap();
+        assert!(reader.read(Spooled { at: 0, len: 1 }).is_err());
+    }
+
+    #[test]
+    fn a_durable_spool_reads_back_from_its_start_and_a_cut_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spool");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        let mut writer = SpoolWriter::durable(file);
+        three(&mut writer);
+        writer.finish().unwrap();
+        let all: Vec<(Addr, Bytes)> = entries(File::open(&path).unwrap())
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let addresses: Vec<Addr> = all.iter().map(|(a, _)| *a).collect();
+        assert_eq!(addresses, [1, u128::MAX, 3]);
+        assert_eq!(all[1].1.len(), 3000);
+
+        let length = std::fs::metadata(&path).unwrap().len();
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(length - 30)
+            .unwrap();
+        let cut: Vec<_> = entries(File::open(&path).unwrap()).collect();
+        assert_eq!(cut.len(), 2, "the first element, then the error");
+        assert!(cut[0].is_ok() && cut[1].is_err());
+    }
+}
