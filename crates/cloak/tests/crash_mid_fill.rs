@@ -35,9 +35,11 @@ fn cut_relay(listen: &str, upstream: String, budget: u64) -> mpsc::Receiver<()> 
             let (sent, drained) = (sent.clone(), drained.clone());
             let (mut from_server, mut to_proxy) =
                 (server.try_clone().unwrap(), proxy.try_clone().unwrap());
-            // Answers flow back untouched until the server closes.
+            // Answers flow back untouched until the server closes; once the proxy is gone they
+            // are read and dropped, so the server never waits on a full socket.
             std::thread::spawn(move || {
                 let _ = std::io::copy(&mut from_server, &mut to_proxy);
+                let _ = std::io::copy(&mut from_server, &mut std::io::sink());
                 let _ = drained.send(());
             });
             std::thread::spawn(move || forward_until(proxy, server, &sent, budget));
@@ -47,7 +49,8 @@ fn cut_relay(listen: &str, upstream: String, budget: u64) -> mpsc::Receiver<()> 
 }
 
 /// Copies `from` to `to` while the bytes sent by every connection stay within `budget`, then
-/// closes `to`'s sending side.
+/// closes `to`'s sending side and drops what `from` sends until it closes (the proxy's side stays
+/// open, so it waits for answers instead of seeing the link fail).
 fn forward_until(mut from: TcpStream, mut to: TcpStream, sent: &AtomicU64, budget: u64) {
     let mut buffer = [0u8; 16 * 1024];
     while let Ok(n @ 1..) = from.read(&mut buffer) {
@@ -58,8 +61,7 @@ fn forward_until(mut from: TcpStream, mut to: TcpStream, sent: &AtomicU64, budge
         }
     }
     let _ = to.shutdown(Shutdown::Write);
-    // Hold the proxy's side open, so it waits for answers instead of seeing the link fail.
-    std::thread::sleep(Duration::from_secs(60));
+    let _ = std::io::copy(&mut from, &mut std::io::sink());
 }
 
 fn proxy_args<'a>(

@@ -41,6 +41,7 @@ impl Curious {
             });
             match free {
                 Some(address) => {
+                    self.recovered += 1;
                     self.staged.entry(address).or_default().push((slot, record));
                     self.positions.set(slot, Place::Stored { sub, leaf });
                 }

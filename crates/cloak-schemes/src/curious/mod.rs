@@ -212,6 +212,11 @@ pub struct Curious {
 
     /// Recovered blocks the initial fill places, by address.
     staged: HashMap<u64, Vec<(u32, Record)>>,
+    /// How many recovered records the fill places. Until it is done, storage may hold some of
+    /// them nowhere (a fill request overwrote the bucket that held one before the request with
+    /// its new bucket landed), so they count as unwritten: a clean stop waits for the fill, and
+    /// the proxy keeps its recovery spool until then.
+    recovered: u64,
     /// The initial fill waits for the journal to hold recovered blocks that went to the cache.
     fill_gate: Option<Vec<u32>>,
     fill: Fill,
@@ -258,6 +263,7 @@ impl Curious {
             generations: vec![fill_generation; elements],
             next_generation: fill_generation + 1,
             staged: HashMap::new(),
+            recovered: 0,
             fill_gate: None,
             fill: Fill::new(layout.elements(), FILL_CHUNK),
             filled: false,
@@ -602,7 +608,12 @@ impl Curious {
     }
 
     fn unwritten(&self) -> usize {
-        self.cache.unsaved() + self.evicting + self.requests.transit_writes()
+        let filling = if self.filled {
+            0
+        } else {
+            self.recovered as usize
+        };
+        self.cache.unsaved() + self.evicting + self.requests.transit_writes() + filling
     }
 }
 

@@ -137,6 +137,11 @@ pub struct Pancake {
     held: Vec<u64>,
     /// Records the fill writes (recovered after a crash), by slot.
     initial: HashMap<u32, Record>,
+    /// How many of `initial` some client wrote. Until the fill is done, storage may hold some of
+    /// them nowhere (a fill request overwrote a label that held one before the request with its
+    /// new labels landed), so they count as unwritten: a clean stop waits for the fill, and the
+    /// proxy keeps its recovery spool until then.
+    recovered: u64,
     fill: Fill,
     filled: bool,
     next_generation: u64,
@@ -198,6 +203,7 @@ impl Pancake {
                 .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
                 .collect(),
             fill,
+            recovered: 0,
             filled: false,
             next_generation: start.generation_base,
             next_tick: None,
@@ -205,6 +211,7 @@ impl Pancake {
             adaptations: 0,
             swaps: 0,
         };
+        scheme.recovered = scheme.initial.values().filter(|r| r.version > 0).count() as u64;
         scheme.phase = scheme.settled_phase(estimate);
         scheme.pump_fill(None);
         scheme
@@ -685,7 +692,8 @@ impl Algorithm for Pancake {
 
     fn current_stats(&self, stats: &mut SchemeStats) {
         stats.queued = self.queue.len() as u64;
-        stats.unwritten = self.cache.unwritten() as u64;
+        let filling = if self.filled { 0 } else { self.recovered };
+        stats.unwritten = self.cache.unwritten() as u64 + filling;
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {
