@@ -163,8 +163,8 @@ impl Store {
     }
 
     /// Rebuilds the store from `storage` and `journal` (and the spool an interrupted start left
-    /// in `state`) and starts the engine on what was found, in `incarnation` (a number no
-    /// earlier start of this store used). What was found must be
+    /// in `state`) and starts the engine on what was found, in the state directory's
+    /// incarnation (without one, a random one: a number no earlier start of this store used). What was found must be
     /// the whole store, as new as `ledger` says storage holds it; anything else refuses the
     /// start unless `accept_data_loss`, which starts on what is there and says what was lost.
     /// The ledger then records what this start found.
@@ -174,7 +174,6 @@ impl Store {
         storage: &dyn Storage,
         journal: Option<&dyn Journal>,
         state: Option<&StateDir>,
-        incarnation: u64,
         ledger: Option<&Ledger>,
         accept_data_loss: bool,
     ) -> anyhow::Result<(Engine, RecoveryReport)> {
@@ -230,7 +229,10 @@ impl Store {
         // The records move into the scheme (one copy of the store in memory, not two).
         let start = Start {
             records: std::mem::take(&mut report.recovered.records),
-            generation_base: Start::generation_base(incarnation),
+            generation_base: Start::generation_base(match state {
+                Some(state) => state.incarnation,
+                None => random_incarnation()?,
+            }),
         };
         let recovered = &report.recovered;
         let mut options = self.options.clone();
@@ -343,7 +345,7 @@ fn interval(flag: &str, text: Option<&str>, default: Duration) -> anyhow::Result
 
 /// An incarnation for a start without a state directory: random, so two such starts of one
 /// store almost surely differ (generations must never repeat; a state directory counts instead).
-pub fn random_incarnation() -> anyhow::Result<u64> {
+fn random_incarnation() -> anyhow::Result<u64> {
     // 24 bits: generations are `incarnation << 40`.
     Ok((cloak_crypto::random_u64()? >> 40).max(1))
 }

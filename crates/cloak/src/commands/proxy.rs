@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use crate::backend;
 use crate::cli::ProxyArgs;
 use crate::config::ConfigFile;
-use crate::store::{load_key, random_incarnation};
+use crate::store::load_key;
 
 pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let store = config.merge(&args.store, &["store"])?.resolve()?;
@@ -35,10 +35,6 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         (Some("wal") | None, Some(state)) => Some(Arc::new(state.journal()?) as Arc<DiskJournal>),
         (Some("wal"), None) => bail!("--durability wal needs a --state-dir for its journal"),
         (Some(other), _) => bail!("--durability must be wal or none, not {other:?}"),
-    };
-    let incarnation = match &state {
-        Some(state) => state.incarnation,
-        None => random_incarnation()?,
     };
     let Some(url) = args.storage.as_deref() else {
         bail!("no storage: pass --storage {}", backend::SCHEMES);
@@ -68,7 +64,6 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
             storage.as_ref(),
             journal.as_deref(),
             state.as_ref(),
-            incarnation,
             ledger.as_deref(),
             args.accept_data_loss,
         )

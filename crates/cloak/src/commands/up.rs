@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 
 use crate::cli::UpArgs;
 use crate::config::ConfigFile;
-use crate::store::{load_key, random_incarnation};
+use crate::store::load_key;
 
 pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let store = config.merge(&args.store, &["store"])?.resolve()?;
@@ -54,15 +54,7 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     );
 
     let (engine, _) = store
-        .start(
-            &master,
-            storage.as_ref(),
-            None,
-            None,
-            random_incarnation()?,
-            None,
-            false,
-        )
+        .start(&master, storage.as_ref(), None, None, None, false)
         .await?;
     let summary = store.summary(&engine);
     let bind = args.bind.as_deref().unwrap_or("127.0.0.1");
