@@ -3,11 +3,14 @@
 //! without sending it.
 //!
 //! ```text
-//! server → proxy   greeting = "CLOAK-STORAGE-01" ‖ mode (u8: 0 open, 1 secret) ‖ nonce_s (32)
+//! server → proxy   greeting = "CLOAK-STORAGE-01" ‖ mode (u8: 0 open, 1 secret, 2 full) ‖ nonce_s (32)
 //! proxy  → server  (mode 1) nonce_p (32) ‖ HMAC-SHA256(secret, "cloak proxy"  ‖ nonce_s ‖ nonce_p)
 //! server → proxy   (mode 1) verdict (u8: 1 accepted, 0 refused)
 //!                           ‖ HMAC-SHA256(secret, "cloak server" ‖ nonce_s ‖ nonce_p)  (zeros if refused)
 //! ```
+//!
+//! A server at its connection limit greets with mode 2 (and a zero nonce) and closes, so the proxy
+//! can say why instead of reporting a reset.
 //!
 //! Every message has a fixed size, so nothing a peer announces makes the other side allocate,
 //! and each side reads with [`HANDSHAKE_TIMEOUT`]. Both nonces are fresh and random, so a
@@ -33,6 +36,7 @@ const MAC: usize = 32;
 const GREETING: usize = MAGIC.len() + 1 + NONCE;
 const OPEN: u8 = 0;
 const SECRET: u8 = 1;
+const FULL: u8 = 2;
 const ACCEPTED: u8 = 1;
 const REFUSED: u8 = 0;
 
@@ -72,6 +76,12 @@ pub enum HandshakeError {
          ours: refusing it (start it with --storage-secret-file, or drop ours)"
     )]
     ServerUnproven,
+    /// The server has as many connections as it allows.
+    #[error(
+        "the storage server is at its connection limit (its --max-connections): close other \
+         connections to it or raise the limit"
+    )]
+    Full,
     /// The server refused our proof.
     #[error("the storage server refused this proxy's storage secret (the secrets differ)")]
     Refused,
@@ -186,6 +196,15 @@ pub async fn admit<S: AsyncRead + AsyncWrite + Unpin>(
     .await
 }
 
+/// The greeting of a server at its connection limit: written without waiting (a peer that does
+/// not read it just misses it), so turning a connection away costs no task and no buffer.
+pub fn turn_away(stream: &tokio::net::TcpStream) {
+    let mut greeting = [0; GREETING];
+    greeting[..MAGIC.len()].copy_from_slice(MAGIC);
+    greeting[MAGIC.len()] = FULL;
+    let _ = stream.try_write(&greeting);
+}
+
 /// The proxy's side: reads the greeting, and proves (and checks) the secret when there is one.
 pub async fn join<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
@@ -210,6 +229,7 @@ pub async fn join<S: AsyncRead + AsyncWrite + Unpin>(
             (OPEN, Some(_)) => return Err(HandshakeError::ServerUnproven),
             (SECRET, None) => return Err(HandshakeError::SecretRequired),
             (SECRET, Some(secret)) => secret,
+            (FULL, _) => return Err(HandshakeError::Full),
             _ => return Err(HandshakeError::NotCloak),
         };
         let proxy_nonce = nonce()?;

@@ -7,7 +7,9 @@
 //! A [`Guard`] decides who may connect: TLS (with client certificates, only proxies holding one
 //! the server's CA signed), and a storage secret proved in the [`handshake`]. Both are checked
 //! before the first frame is read, each bounded by a timeout, so a peer that is refused, or
-//! that stalls, never reaches the store and holds its connection for at most that long.
+//! that stalls, never reaches the store and holds its connection for at most that long. The
+//! guard also caps how many connections are open at once: a flood of connections (refused or
+//! not) cannot make the server hold more than that many buffers and tasks.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,6 +30,9 @@ pub struct Guard {
     pub tls: Option<Arc<ServerTls>>,
     /// A secret every proxy must prove it knows.
     pub secret: Option<StorageSecret>,
+    /// At most this many connections at once (`None`: no limit). Beyond it a connection is
+    /// greeted as "full" and closed at once.
+    pub max_connections: Option<usize>,
 }
 
 impl Guard {
@@ -72,6 +77,7 @@ pub async fn serve_guarded(
     tokio::pin!(shutdown);
     // Dropping the set when we return aborts the connection tasks.
     let mut connections = tokio::task::JoinSet::new();
+    let mut turned_away = TurnedAway::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -84,6 +90,13 @@ pub async fn serve_guarded(
                         continue;
                     }
                 };
+                // Finished connections are only counted out once joined.
+                while connections.try_join_next().is_some() {}
+                if let Some(limit) = guard.max_connections.filter(|&l| connections.len() >= l) {
+                    handshake::turn_away(&stream);
+                    turned_away.note(peer, limit);
+                    continue;
+                }
                 let storage = storage.clone();
                 let guard = guard.clone();
                 connections.spawn(async move {
@@ -103,6 +116,34 @@ pub async fn serve_guarded(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             () = &mut shutdown => return Ok(()),
         }
+    }
+}
+
+/// Warns about connections turned away at the limit, at most once a second, so a flood of
+/// them cannot flood the log too.
+#[derive(Default)]
+struct TurnedAway {
+    since_warning: u64,
+    warned: Option<std::time::Instant>,
+}
+
+impl TurnedAway {
+    fn note(&mut self, peer: std::net::SocketAddr, limit: usize) {
+        self.since_warning += 1;
+        if self
+            .warned
+            .is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(1))
+        {
+            return;
+        }
+        tracing::warn!(
+            %peer,
+            limit,
+            turned_away = self.since_warning,
+            "at the connection limit (--max-connections): connections turned away"
+        );
+        self.since_warning = 0;
+        self.warned = Some(std::time::Instant::now());
     }
 }
 

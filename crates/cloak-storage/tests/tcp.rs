@@ -152,3 +152,55 @@ async fn observing_records_what_the_server_sees() {
         "sent after the first was answered"
     );
 }
+
+#[tokio::test]
+async fn a_server_at_its_connection_limit_says_so_and_serves_again_once_one_closes() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let guard = server::Guard {
+        max_connections: Some(2),
+        ..Default::default()
+    };
+    tokio::spawn(server::serve_guarded(
+        listener,
+        storage,
+        guard,
+        std::future::pending(),
+    ));
+
+    // Two connections fill it; a third is told why, not reset.
+    // (A client opens its first connection at once, the rest when needed.)
+    let first = TcpStorage::connect(&addr, 1).await.unwrap();
+    let second = TcpStorage::connect(&addr, 1).await.unwrap();
+    let refused = TcpStorage::connect(&addr, 1).await.err().unwrap();
+    assert!(
+        refused.to_string().contains("connection limit"),
+        "{refused}"
+    );
+    // The two still work.
+    let read = StorageOp::Read(vec![1]);
+    for client in [&first, &second] {
+        assert_eq!(
+            client.call(read.clone()).await.unwrap(),
+            StorageReply::Values(vec![None])
+        );
+    }
+
+    // Once one closes, there is room again.
+    drop(first);
+    let start = std::time::Instant::now();
+    let one = loop {
+        match TcpStorage::connect(&addr, 1).await {
+            Ok(client) => break client,
+            Err(error) => {
+                assert!(start.elapsed() < Duration::from_secs(10), "{error}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    assert_eq!(
+        one.call(read).await.unwrap(),
+        StorageReply::Values(vec![None])
+    );
+}

@@ -373,7 +373,8 @@ pub struct UpArgs {
 #[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct ClientSecurityArgs {
-    /// Serve clients over TLS with this certificate (PEM, with its chain); reloaded on SIGHUP.
+    /// Serve clients over TLS with this certificate (PEM, with its chain); reloaded on SIGHUP
+    /// and when its files change.
     /// Without --tls-port the client port speaks TLS only
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -411,6 +412,7 @@ pub struct ServerArgs {
     pub data_dir: Option<PathBuf>,
 
     /// Serve proxies over TLS with this certificate (PEM, with its chain); reloaded on SIGHUP
+    /// and when its files change
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 
@@ -426,6 +428,12 @@ pub struct ServerArgs {
     /// at connect; the secret never crosses the network). Make one with `cloak keygen`
     #[arg(long, value_name = "FILE")]
     pub storage_secret_file: Option<PathBuf>,
+
+    /// Serve at most this many connections at once (a proxy opens a few); more are told the
+    /// server is full and closed, so a flood of connections cannot exhaust the server
+    /// [default: 1024]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
 
     /// Refuse to listen on a non-loopback address when anyone who reaches it could use the
     /// store (neither --client-ca nor --storage-secret-file); `--protected-mode no` allows it

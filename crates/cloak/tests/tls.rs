@@ -480,8 +480,21 @@ fn sighup_reloads_the_certificate_for_new_connections() {
         .unwrap();
 
     for name in ["server.pem", "server.key"] {
+        let modified = std::fs::metadata(live.join(name))
+            .unwrap()
+            .modified()
+            .unwrap();
         std::fs::copy(next.join(name), live.join(name)).unwrap();
+        // The same modification time, so only the signal can tell the proxy (a changed file is
+        // reloaded without one: `a_certificate_renewed_in_place_is_reloaded_without_a_signal`).
+        let file = std::fs::File::options()
+            .write(true)
+            .open(live.join(name))
+            .unwrap();
+        file.set_modified(modified).unwrap();
     }
+    // Past the proxy's check for changed files: the old certificate is still served.
+    std::thread::sleep(Duration::from_secs(3));
     // A certificate the clients of the old CA cannot check, until the proxy is told.
     assert_eq!(redis_cli(port, &tls(&old_ca), &["PING"]).trim(), "PONG");
     let status = Command::new("kill")
@@ -498,4 +511,28 @@ fn sighup_reloads_the_certificate_for_new_connections() {
     // The connection made before the reload continues.
     let value: String = redis::cmd("GET").arg("k").query(&mut established).unwrap();
     assert_eq!(value, "v");
+}
+
+#[test]
+fn a_certificate_renewed_in_place_is_reloaded_without_a_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = certs(&dir.path().join("live"));
+    let next = certs(&dir.path().join("next"));
+    let port = free_port();
+    let _up = up_tls(&live, port, &[]);
+    let new_ca = path(&next, "ca.pem");
+    assert_ne!(redis_cli(port, &tls(&new_ca), &["PING"]).trim(), "PONG");
+
+    for name in ["server.pem", "server.key"] {
+        std::fs::copy(next.join(name), live.join(name)).unwrap();
+    }
+    let start = Instant::now();
+    while redis_cli(port, &tls(&new_ca), &["PING"]).trim() != "PONG" {
+        assert!(start.elapsed() < Duration::from_secs(15), "never reloaded");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_ne!(
+        redis_cli(port, &tls(&path(&live, "ca.pem")), &["PING"]).trim(),
+        "PONG"
+    );
 }

@@ -1,10 +1,12 @@
 //! The accepting side of TLS: a certificate and key, and optionally a CA whose certificates
-//! clients must present (mutual TLS). The files are read again on [`ServerTls::reload`]: new
-//! connections get the new certificate, established ones keep the session they have.
+//! clients must present (mutual TLS). The files are read again on [`ServerTls::reload`], or on
+//! [`ServerTls::reload_if_changed`] when one of them changed on disk: new connections get the new
+//! certificate, established ones keep the session they have.
 
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
@@ -25,7 +27,23 @@ pub struct ServerTlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+/// When each file was last modified, as of the last read (nothing where it could not be read).
+/// Writing or replacing a file changes it.
+type Stamp = Vec<Option<SystemTime>>;
+
 impl ServerTlsFiles {
+    fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
+            .into_iter()
+            .flatten()
+    }
+
+    fn stamp(&self) -> Stamp {
+        self.paths()
+            .map(|path| std::fs::metadata(path).ok()?.modified().ok())
+            .collect()
+    }
+
     fn load(&self) -> Result<ServerConfig, TlsError> {
         let certs = pem::certificates(&self.cert)?;
         let key = pem::private_key(&self.key)?;
@@ -44,16 +62,20 @@ impl ServerTlsFiles {
 pub struct ServerTls {
     files: ServerTlsFiles,
     config: RwLock<Arc<ServerConfig>>,
+    /// The files as they were at the last load or attempt.
+    seen: Mutex<Stamp>,
     handshake_timeout: Duration,
 }
 
 impl ServerTls {
     /// Reads the files now, so a wrong path or a key that does not match fails at start.
     pub fn load(files: ServerTlsFiles) -> Result<Self, TlsError> {
+        let seen = Mutex::new(files.stamp());
         let config = RwLock::new(Arc::new(files.load()?));
         Ok(Self {
             files,
             config,
+            seen,
             handshake_timeout: HANDSHAKE_TIMEOUT,
         })
     }
@@ -75,6 +97,21 @@ impl ServerTls {
         let config = Arc::new(self.files.load()?);
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
         Ok(())
+    }
+
+    /// Reads the files again if any was modified since they were last read; `None`
+    /// when none did. A file caught half-written fails to load and keeps the old certificate;
+    /// finishing the write changes it again, so the next call tries again.
+    pub fn reload_if_changed(&self) -> Option<Result<(), TlsError>> {
+        let now = self.files.stamp();
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if *seen == now {
+                return None;
+            }
+            *seen = now;
+        }
+        Some(self.reload())
     }
 
     /// The handshake on a freshly accepted connection, with the certificate in force now.

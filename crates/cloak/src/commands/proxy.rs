@@ -77,7 +77,7 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {listen}"))?;
     let (listeners, tls) =
         super::security::client_listeners(listener, &security, args.password.is_some()).await?;
-    super::security::reload_on_sighup(tls);
+    super::security::reload_certificates(tls);
     let durability = if journal.is_some() { "wal" } else { "none" };
     let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
     let options = ProxyOptions {

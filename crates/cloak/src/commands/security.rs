@@ -1,5 +1,5 @@
 //! What `up`, `proxy` and `server` share about who may connect: the client ports (plain or
-//! TLS), protected mode, and reloading certificates on SIGHUP.
+//! TLS), protected mode, and reloading certificates on SIGHUP or when their files change.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,27 +83,44 @@ pub fn protect(
     )
 }
 
-/// Reads every certificate in `tls` again on each SIGHUP: new connections get the new
-/// certificate, established ones keep theirs. A file that cannot be read keeps the old one.
-pub fn reload_on_sighup(tls: Option<Arc<ServerTls>>) {
+/// How often the certificate files are checked for changes.
+const RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads every certificate in `tls` again on each SIGHUP and whenever one of its files changes
+/// (checked every [`RELOAD_CHECK`]; tools that renew certificates in place, like certbot or
+/// cert-manager, need no signal): new connections get the new certificate, established ones keep
+/// theirs. A file that cannot be read keeps the old one.
+pub fn reload_certificates(tls: Option<Arc<ServerTls>>) {
+    let Some(tls) = tls else { return };
+    let report = |why: &str, result: Result<(), cloak_storage::tls::TlsError>| match result {
+        Ok(()) => tracing::info!("{why}: TLS certificate reloaded"),
+        Err(error) => {
+            tracing::error!(%error, "{why}: TLS certificate not reloaded; the old one stays")
+        }
+    };
+    let polled = tls.clone();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(RELOAD_CHECK);
+        loop {
+            ticks.tick().await;
+            if let Some(result) = polled.reload_if_changed() {
+                report("certificate file changed", result);
+            }
+        }
+    });
     #[cfg(unix)]
-    if let Some(tls) = tls {
+    {
         use tokio::signal::unix::{SignalKind, signal};
         let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            tracing::warn!("cannot watch for SIGHUP; certificates are not reloaded");
+            tracing::warn!(
+                "cannot watch for SIGHUP; certificates are reloaded when their files change"
+            );
             return;
         };
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
-                match tls.reload() {
-                    Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
-                    Err(error) => {
-                        tracing::error!(%error, "SIGHUP: TLS certificate not reloaded; the old one stays")
-                    }
-                }
+                report("SIGHUP", tls.reload());
             }
         });
     }
-    #[cfg(not(unix))]
-    let _ = tls;
 }

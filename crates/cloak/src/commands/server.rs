@@ -12,6 +12,9 @@ use tokio::net::TcpListener;
 use crate::cli::ServerArgs;
 use crate::config::ConfigFile;
 
+/// `--max-connections` when not given: far more than the few connections each proxy opens.
+const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
+
 pub async fn run(args: ServerArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let args = config.merge(&args, &["server"])?;
     // Read before anything starts, so a wrong path fails at once.
@@ -35,6 +38,7 @@ pub async fn run(args: ServerArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let guard = Guard {
         tls: tls.clone(),
         secret,
+        max_connections: Some(args.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS) as usize),
     };
     let (storage, held): (Arc<dyn Storage>, String) = match &args.data_dir {
         Some(dir) => {
@@ -74,7 +78,7 @@ pub async fn run(args: ServerArgs, config: &ConfigFile) -> anyhow::Result<()> {
          --client-ca) or a storage secret (--storage-secret-file); TLS alone encrypts the link \
          but lets anyone connect",
     )?;
-    super::security::reload_on_sighup(tls);
+    super::security::reload_certificates(tls);
     let link = match (&guard.tls, &guard.secret) {
         (Some(tls), _) if tls.requires_client_certificate() => {
             "; TLS, client certificates required"

@@ -64,7 +64,7 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     })?;
     let (listeners, tls) =
         super::security::client_listeners(listener, &security, args.password.is_some()).await?;
-    super::security::reload_on_sighup(tls);
+    super::security::reload_certificates(tls);
     // What redis-cli needs to connect over TLS: the CA that signed the proxy's certificate (the
     // proxy is not told it, so a stand-in name), and with --tls-ca a client certificate.
     let tls_flags = security.tls_cert.as_ref().map(|_| match &security.tls_ca {
