@@ -40,16 +40,7 @@ async fn up(args: Box<ClusterUpArgs>, config: &ConfigFile) -> anyhow::Result<()>
     let mut store_args = config.merge(&args.store, &["store"])?;
     store_args.capacity = store_args.capacity.or(Some(TRY_CAPACITY));
     let store = store_args.resolve()?;
-    if args.proxies == 0 {
-        bail!("--proxies must be at least 1");
-    }
-    if args.partitions < args.proxies {
-        bail!(
-            "--partitions ({}) must be at least --proxies ({}): every proxy hosts a partition",
-            args.partitions,
-            args.proxies
-        );
-    }
+    enough_partitions(args.proxies, args.partitions)?;
     let proxies = (0..args.proxies)
         .map(|i| {
             let port = u16::try_from(usize::from(args.port) + i)
@@ -151,6 +142,20 @@ async fn up(args: Box<ClusterUpArgs>, config: &ConfigFile) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Every proxy of an even map hosts a partition (a proxy with none would serve nothing).
+fn enough_partitions(proxies: usize, partitions: usize) -> anyhow::Result<()> {
+    if proxies == 0 {
+        bail!("a cluster needs at least one proxy");
+    }
+    if partitions < proxies {
+        bail!(
+            "--partitions ({partitions}) must be at least the number of proxies ({proxies}): \
+             every proxy hosts a partition"
+        );
+    }
+    Ok(())
+}
+
 /// Prints the cluster file of an even map.
 fn init(args: ClusterInitArgs) -> anyhow::Result<()> {
     let proxies = args
@@ -163,6 +168,7 @@ fn init(args: ClusterInitArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("--proxy {entry:?} is not NAME=HOST:PORT"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    enough_partitions(proxies.len(), args.partitions)?;
     let map = ClusterMap::even(&proxies, args.partitions, &args.storage)?;
     println!(
         "# A Cloak cluster of {} partitions on {} proxies. Start each proxy with\n\
