@@ -89,6 +89,13 @@ impl MasterKey {
         hex::encode(self.0)
     }
 
+    /// The key of one partition of a cluster whose proxies share this key: independent of every
+    /// other partition's, so an element a storage server moves from one partition's storage to
+    /// another's fails to open there, as one sealed under a foreign key does.
+    pub fn for_partition(&self, partition: u64) -> MasterKey {
+        MasterKey(self.derive(&[b"cluster partition", &partition.to_be_bytes()]))
+    }
+
     /// Derives `N` bytes of key material for one purpose. Distinct `purpose` strings give
     /// independent keys (HKDF-SHA256, RFC 5869).
     pub(crate) fn derive<const N: usize>(&self, purpose: &[&[u8]]) -> [u8; N] {
@@ -143,5 +150,13 @@ mod tests {
         let b: [u8; 32] = key.derive(&[b"b"]);
         assert_ne!(a, b);
         assert_eq!(a, key.derive::<32>(&[b"a"]));
+    }
+
+    #[test]
+    fn partitions_get_their_own_keys() {
+        let key = MasterKey::from_bytes([1; 32]);
+        assert_ne!(key.for_partition(0).0, key.for_partition(1).0);
+        assert_ne!(key.for_partition(0).0, key.0);
+        assert_eq!(key.for_partition(3).0, key.for_partition(3).0);
     }
 }

@@ -13,7 +13,16 @@ use crate::core::Snapshot;
 use crate::session::REDIS_VERSION;
 
 /// Renders the sections named (any case; none, `default`, `all` or `everything` for all).
-pub fn render(front: &FrontEnd, s: &Snapshot, wanted: &[String]) -> String {
+/// `s` is the store's snapshot; a cluster proxy passes its first partition's there (the
+/// `Scheme`, `Latency` and `Storage` sections are that partition's) and every hosted partition's
+/// in `partitions`, which the keyspace adds up and a `Partitions` section lists one by one.
+pub fn render(
+    front: &FrontEnd,
+    s: &Snapshot,
+    wanted: &[String],
+    partitions: &[(usize, Snapshot)],
+) -> String {
+    let cluster = front.cores.cluster().is_some();
     let stats = &s.stats;
     let mut sections: Vec<(&str, Vec<(String, String)>)> = Vec::new();
     let kv = |k: &str, v: String| (k.to_string(), v);
@@ -23,7 +32,10 @@ pub fn render(front: &FrontEnd, s: &Snapshot, wanted: &[String]) -> String {
         "Server",
         vec![
             kv("redis_version", REDIS_VERSION.into()),
-            kv("redis_mode", "standalone".into()),
+            kv(
+                "redis_mode",
+                if cluster { "cluster" } else { "standalone" }.into(),
+            ),
             kv(
                 "os",
                 format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
@@ -84,12 +96,30 @@ pub fn render(front: &FrontEnd, s: &Snapshot, wanted: &[String]) -> String {
             kv("connected_slaves", "0".into()),
         ],
     ));
+    // A cluster proxy answers for all its partitions' keys, as a Redis node for its slots.
+    let engines: Vec<&cloak_core::EngineStats> = if partitions.is_empty() {
+        vec![&s.engine]
+    } else {
+        partitions.iter().map(|(_, p)| &p.engine).collect()
+    };
+    let per_db = |field: fn(&cloak_core::EngineStats) -> &Vec<u64>| -> Vec<u64> {
+        let mut total = vec![0; usize::from(cloak_core::database::DATABASES)];
+        for engine in &engines {
+            for (sum, n) in total.iter_mut().zip(field(engine)) {
+                *sum += n;
+            }
+        }
+        total
+    };
+    let (keys_per_db, expires_per_db) = (per_db(|e| &e.keys_per_db), per_db(|e| &e.expires_per_db));
+    sections.push((
+        "Cluster",
+        vec![kv("cluster_enabled", u8::from(cluster).to_string())],
+    ));
     // Redis lists only databases that hold keys.
-    let keyspace = s
-        .engine
-        .keys_per_db
+    let keyspace = keys_per_db
         .iter()
-        .zip(s.engine.expires_per_db.iter().chain(std::iter::repeat(&0)))
+        .zip(expires_per_db.iter())
         .enumerate()
         .filter(|(_, (keys, _))| **keys > 0)
         .map(|(db, (keys, expires))| {
@@ -134,6 +164,32 @@ pub fn render(front: &FrontEnd, s: &Snapshot, wanted: &[String]) -> String {
         kv("timing_priority", crate::priority::granted().into()),
     ]);
     sections.push(("Scheme", scheme));
+    if let Some(hosted) = front.cores.cluster() {
+        // The storage URL goes last: it may hold commas (`cloak cluster status` reads this).
+        let lines = partitions
+            .iter()
+            .map(|(index, p)| {
+                let slots: Vec<String> = hosted.map.partitions()[*index]
+                    .slots
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                kv(
+                    &format!("partition_{index}"),
+                    format!(
+                        "slots={},keys={},capacity={},scheme={},batches_sent={},storage={}",
+                        slots.join(" "),
+                        p.engine.keys,
+                        p.engine.capacity,
+                        p.scheme,
+                        p.stats.batches,
+                        p.storage
+                    ),
+                )
+            })
+            .collect();
+        sections.push(("Partitions", lines));
+    }
     let l = &s.latency;
     sections.push((
         "Latency",

@@ -11,12 +11,16 @@
 //! - `session`: a connection's state, and the answer to each request.
 //! - `clients`: the list of connected clients (`CLIENT LIST`, `CLIENT KILL`).
 //! - [`core`]: the task that owns the engine and drives it with real time and storage.
+//! - [`cluster`]: a proxy in a Cloak cluster: one core per partition it hosts, commands routed
+//!   by hash slot, `-MOVED` and `-CROSSSLOT`, and the `CLUSTER` commands.
 //! - `info`, `server_config`, `introspect`: the `INFO` text, `CONFIG GET`, `COMMAND`.
 //!
-//! [`run`] wires them to the listeners and returns on shutdown, after draining.
+//! [`run`] wires them to the listeners and returns on shutdown, after draining;
+//! [`run_cluster`] does the same for a proxy hosting several partitions of a cluster.
 
 mod budget;
 mod clients;
+pub mod cluster;
 pub mod cmd;
 mod connection;
 pub mod core;
@@ -43,11 +47,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use cloak_cluster::ClusterMap;
 use cloak_core::Engine;
 use cloak_storage::Storage;
 use tokio::sync::Notify;
 
 use crate::clients::ClientList;
+use crate::cluster::{Cores, Hosted};
 use crate::resp::RequestLimits;
 
 pub use budget::{CONNECTION_PENDING_BYTES, DEFAULT_PROXY_PENDING_BYTES};
@@ -83,12 +89,13 @@ pub struct ProxyOptions {
     /// How long shutdown waits for acknowledged writes to reach storage.
     pub drain_timeout: Option<Duration>,
     /// Where records only the proxy holds are kept durably; `None` keeps them in memory only.
+    /// (A cluster proxy's partitions each bring their own: see [`HostedStore`].)
     pub journal: Option<Arc<dyn Journal>>,
     /// The state directory's ledger: a clean stop saves every slot's version there, for the next
     /// start to check storage against.
     pub ledger: Option<Arc<Ledger>>,
     /// The spool this start left in the state directory: deleted once storage holds every
-    /// record (see [`state`]).
+    /// record (see [`state`]). (A cluster proxy's partitions each bring their own.)
     pub recovery_spool: Option<PathBuf>,
     /// Most clients connected at once; one more is refused with an error.
     pub max_clients: usize,
@@ -120,9 +127,28 @@ impl Default for ProxyOptions {
     }
 }
 
+/// One store a proxy serves: its engine, its storage, and where its acknowledged writes and
+/// slot versions are kept.
+pub struct HostedStore {
+    pub engine: Engine,
+    pub storage: Arc<dyn Storage>,
+    pub journal: Option<Arc<dyn Journal>>,
+    pub ledger: Option<Arc<Ledger>>,
+    /// The spool its start left in the state directory (see [`ProxyOptions::recovery_spool`]).
+    pub recovery_spool: Option<PathBuf>,
+}
+
+/// A proxy's place in a cluster: the public map, and which of its proxies this one is.
+pub struct ClusterRole {
+    pub map: Arc<ClusterMap>,
+    /// An index into the map's proxies.
+    pub me: usize,
+}
+
 /// What every connection shares.
 pub struct FrontEnd {
-    core: CoreHandle,
+    /// Where key commands go: the store's core, or in a cluster each partition's.
+    cores: Cores,
     password: Option<String>,
     /// Request limits once a client is authenticated (before, [`RequestLimits::UNAUTHENTICATED`]).
     request_limits: RequestLimits,
@@ -169,6 +195,39 @@ pub async fn run(
     ready: impl FnOnce(Proxy),
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let store = HostedStore {
+        engine,
+        storage,
+        journal: options.journal.clone(),
+        ledger: options.ledger.clone(),
+        recovery_spool: options.recovery_spool.clone(),
+    };
+    serve(listeners, None, vec![(0, store)], options, ready, shutdown).await
+}
+
+/// [`run`] for a proxy of a cluster: `stores` are the partitions `role` gives this proxy (by
+/// partition number), each with its own core; commands for other partitions' slots are
+/// redirected with `-MOVED`. The partitions share the store settings, so the first one's limits
+/// are every one's.
+pub async fn run_cluster(
+    listeners: Vec<Listener>,
+    role: ClusterRole,
+    stores: Vec<(usize, HostedStore)>,
+    options: ProxyOptions,
+    ready: impl FnOnce(Proxy),
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    serve(listeners, Some(role), stores, options, ready, shutdown).await
+}
+
+async fn serve(
+    listeners: Vec<Listener>,
+    role: Option<ClusterRole>,
+    stores: Vec<(usize, HostedStore)>,
+    options: ProxyOptions,
+    ready: impl FnOnce(Proxy),
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let Some(first) = listeners.first() else {
         return Err(std::io::Error::other("the proxy needs a port to listen on"));
     };
@@ -178,20 +237,39 @@ pub async fn run(
         .find(|listener| listener.is_tls())
         .map(Listener::local_addr)
         .transpose()?;
-    let engine_limits = engine.limits();
+    let Some((_, first_store)) = stores.first() else {
+        return Err(std::io::Error::other("the proxy has no store to serve"));
+    };
+    let engine_limits = first_store.engine.limits();
     let request_limits = RequestLimits::for_store(&engine_limits);
-    let (core, mut core_task) = core::spawn(
-        engine,
-        storage,
-        options.journal,
-        options.ledger,
-        options.recovery_spool,
-        options
-            .storage_io
-            .unwrap_or_else(tokio::runtime::Handle::current),
-    )?;
+    let storage_io = options
+        .storage_io
+        .clone()
+        .unwrap_or_else(tokio::runtime::Handle::current);
+    // Each core's task, watched so that one that dies stops the proxy.
+    let mut running = tokio::task::JoinSet::new();
+    let mut handles = Vec::with_capacity(stores.len());
+    for (partition, store) in stores {
+        let (core, task) = core::spawn(
+            store.engine,
+            store.storage,
+            store.journal,
+            store.ledger,
+            store.recovery_spool,
+            storage_io.clone(),
+        )?;
+        handles.push((partition, core));
+        running.spawn(task);
+    }
+    let cores = match role {
+        None => Cores::Single(handles.remove(0).1),
+        Some(role) => {
+            Cores::Cluster(Hosted::new(role.map, role.me, handles).map_err(std::io::Error::other)?)
+        }
+    };
+    let stats = cores.first().stats();
     let front = Arc::new(FrontEnd {
-        core: core.clone(),
+        cores,
         password: options.password,
         request_limits,
         reply_limit: options.reply_limit,
@@ -207,11 +285,10 @@ pub async fn run(
         scripts: scripting::Scripts::new(options.script_time_limit),
     });
     ready(Proxy {
-        stats: core.stats(),
+        stats,
         local_addr: listen,
         tls_addr,
     });
-    drop(core);
 
     tokio::pin!(shutdown);
     // Dropping the set on return closes every connection.
@@ -239,15 +316,16 @@ pub async fn run(
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            // The front end holds a handle, so the core cannot have finished normally.
-            ended = &mut core_task => {
+            // The front end holds a handle to every core, so none can have finished normally.
+            Some(ended) = running.join_next() => {
                 drop(listeners);
                 connections.shutdown().await;
+                // The set's task awaits the core's: either may carry the panic.
                 let why = match ended {
-                    Err(error) if error.is_panic() => "panicked",
+                    Ok(Err(error)) | Err(error) if error.is_panic() => "panicked",
                     _ => "stopped",
                 };
-                tracing::error!("the core task {why}; the proxy stops");
+                tracing::error!("a core task {why}; the proxy stops");
                 return Err(std::io::Error::other(format!(
                     "the proxy's core task {why}; no command can be served"
                 )));
@@ -263,7 +341,8 @@ pub async fn run(
     connections.shutdown().await;
     drop(front);
     let limit = options.drain_timeout.unwrap_or(Duration::from_secs(30));
-    if tokio::time::timeout(limit, core_task).await.is_err() {
+    let drained = async { while running.join_next().await.is_some() {} };
+    if tokio::time::timeout(limit, drained).await.is_err() {
         tracing::error!(
             ?limit,
             "storage did not take every acknowledged write before the drain timeout"

@@ -5,6 +5,8 @@
 //!
 //! Only key commands (`Request::Data`) reach the engine, and so the storage server; every other
 //! request is answered here from what the proxy already holds, and causes no storage traffic.
+//! On a cluster proxy each key command goes to the core of the partition owning its keys' slot,
+//! or gets Redis Cluster's `-MOVED`/`-CROSSSLOT` instead (see [`crate::cluster`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -17,7 +19,9 @@ use tokio::sync::oneshot;
 use crate::FrontEnd;
 use crate::budget::Charge;
 use crate::clients::Client;
+use crate::cluster::{Route, fanout, replies};
 use crate::cmd::{self, ClientRequest, DATABASES, Hello, LibAttribute, Request};
+use crate::core::{CoreHandle, Snapshot};
 use crate::resp::{Protocol, Reply};
 use crate::{info, introspect, server_config};
 
@@ -113,8 +117,14 @@ impl<'a> Session<'a> {
                 return self.submit(command, charge).await;
             }
             Request::Eval(eval) => {
+                // A script runs on the partition of its keys (they must share a slot).
+                let core = match self.front.cores.route_keys(&eval.keys) {
+                    Ok(Route::One(core)) => core.clone(),
+                    Ok(Route::Every(_)) => self.front.cores.first().clone(),
+                    Err(reply) => return Pending::Now(reply),
+                };
                 let caller = crate::scripting::Caller {
-                    core: self.front.core.clone(),
+                    core,
                     client: self.client.id,
                     db: self.db(),
                     max_key: self.front.max_key,
@@ -136,6 +146,10 @@ impl<'a> Session<'a> {
                 Err(error) => error,
             },
             Request::Quit => return Pending::Close(Some(Reply::ok())),
+            // As Redis Cluster: one database, so that a key's slot is all that places it.
+            Request::Select(index) if index != 0 && self.front.cores.cluster().is_some() => {
+                Reply::err("SELECT is not allowed in cluster mode")
+            }
             Request::Select(index) if (0..DATABASES).contains(&index) => {
                 self.client.state().db = index;
                 Reply::ok()
@@ -144,10 +158,14 @@ impl<'a> Session<'a> {
             Request::Hello(hello) => self.hello(hello).unwrap_or_else(|error| error),
             Request::Reset => self.reset().await,
             Request::Client(request) => return self.client_command(request),
-            Request::Info(sections) => match self.front.core.snapshot().await {
-                Ok(snapshot) => Reply::Verbatim(info::render(self.front, &snapshot, &sections)),
+            Request::Info(sections) => match self.snapshots().await {
+                Ok((first, partitions)) => {
+                    Reply::Verbatim(info::render(self.front, &first, &sections, &partitions))
+                }
                 Err(stopped) => Reply::err(stopped),
             },
+            Request::Cluster(request) => replies::answer(&self.front.cores, request),
+            Request::ReadOnly => replies::read_only(&self.front.cores),
             Request::ConfigGet(patterns) => server_config::get(self.front, &patterns),
             Request::Command(query) => introspect::answer(&query),
             Request::Time => time(),
@@ -175,16 +193,40 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// Sends a command to the core (in a cluster: the one of its keys' partition, or every
+    /// hosted partition for a command without keys).
     async fn submit_raw(&mut self, command: Command, charge: Charge) -> Pending {
-        match self
-            .front
-            .core
-            .submit(self.client.id, command, charge)
-            .await
-        {
+        let client = self.client.id;
+        let submitted = match self.front.cores.route(&command) {
+            Err(reply) => return Pending::Now(reply),
+            Ok(Route::One(core)) => core.submit(client, command, charge).await,
+            Ok(Route::Every(hosted)) if fanout::answers(&command) => {
+                fanout::submit(hosted, client, command, charge).await
+            }
+            // A transaction of commands without keys runs where one store's would.
+            Ok(Route::Every(_)) => {
+                let core = self.front.cores.first();
+                core.submit(client, command, charge).await
+            }
+        };
+        match submitted {
             Ok(outcome) => Pending::Later(outcome),
             Err(stopped) => Pending::Now(Reply::err(stopped)),
         }
+    }
+
+    /// The first store's snapshot, and in a cluster every hosted partition's.
+    async fn snapshots(
+        &self,
+    ) -> Result<(Snapshot, Vec<(usize, Snapshot)>), crate::core::CoreStopped> {
+        let first = self.front.cores.first().snapshot().await?;
+        let mut partitions = Vec::new();
+        if let Some(hosted) = self.front.cores.cluster() {
+            for (index, core) in hosted.cores() {
+                partitions.push((*index, CoreHandle::snapshot(core).await?));
+            }
+        }
+        Ok((first, partitions))
     }
 
     /// Inside MULTI: queue key commands, run EXEC and DISCARD, refuse the rest. As in Redis, a
@@ -199,15 +241,22 @@ impl<'a> Session<'a> {
             }
         };
         let reply = match request {
+            // A command for another proxy's slots, or spanning slots, is refused now, as Redis
+            // Cluster refuses it while queuing, and the transaction is discarded.
             Request::Data(command) => {
-                match database::in_db(command, self.db(), self.front.max_key) {
+                let queued = match self.front.cores.route(&command) {
+                    Err(refused) => Err(refused),
+                    Ok(_) => database::in_db(command, self.db(), self.front.max_key)
+                        .map_err(|error| Reply::Error(error.redis_line())),
+                };
+                match queued {
                     Ok(command) => {
                         self.queued.get_or_insert_default().push(command);
                         Reply::status("QUEUED")
                     }
                     Err(error) => {
                         self.refused = true;
-                        Reply::Error(error.redis_line())
+                        error
                     }
                 }
             }
@@ -292,7 +341,14 @@ impl<'a> Session<'a> {
             ("version", Reply::bulk(REDIS_VERSION)),
             ("proto", Reply::Integer(state.protocol.version().into())),
             ("id", Reply::Integer(self.client.id as i64)),
-            ("mode", Reply::bulk("standalone")),
+            (
+                "mode",
+                Reply::bulk(if self.front.cores.cluster().is_some() {
+                    "cluster"
+                } else {
+                    "standalone"
+                }),
+            ),
             ("role", Reply::bulk("master")),
             ("modules", Reply::Array(Vec::new())),
         ]))

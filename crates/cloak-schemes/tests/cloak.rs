@@ -231,6 +231,85 @@ fn assert_budget_shape(view: &[Observed], b: &Budgets) {
     }
 }
 
+/// A cluster's partitions, each a store of its own driven by the commands whose keys hash to
+/// its slots: with all the load on one slot (one partition loaded, the others idle) and with
+/// uniform keys (every partition loaded), every partition shows the server the same schedule,
+/// the same batch sizes and the budgets' per-set counts. So the server cannot tell which
+/// partitions are busy, let alone which keys.
+#[test]
+fn every_partition_of_a_cluster_shows_the_same_schedule_under_one_hot_slot_and_uniform_keys() {
+    use cloak_cluster::{ClusterMap, key_slot};
+
+    const PARTITIONS: usize = 4;
+    let proxy = [("p".to_string(), "127.0.0.1:7001".to_string())];
+    let map = ClusterMap::even(&proxy, PARTITIONS, "memory").unwrap();
+    let partition_of = |key: &str| map.partition_of(key_slot(key.as_bytes())).index;
+    let b = budgets();
+    let run = 3 * b.sets() as u32 * DELTA;
+    let op = |rng: &mut ChaCha8Rng, key: &str| {
+        if rng.random_bool(0.5) {
+            set(key, "v")
+        } else {
+            get(key)
+        }
+    };
+
+    let hot = partition_of("hot");
+    let one_slot: Vec<Simulator> = (0..PARTITIONS)
+        .map(|p| {
+            let mut sim = simulator(options(8, None), 10 + p as u64);
+            if p == hot {
+                drive(&mut sim, 4, 4, run, |rng| op(rng, "hot"));
+            } else {
+                sim.run_for(run);
+            }
+            sim
+        })
+        .collect();
+    let uniform: Vec<Simulator> = (0..PARTITIONS)
+        .map(|p| {
+            let mut sim = simulator(options(8, None), 20 + p as u64);
+            // The uniform workload's requests that the map sends to this partition.
+            drive(&mut sim, 4, 4, run, |rng| {
+                loop {
+                    let key = format!("k{}", rng.random_range(0..CAPACITY));
+                    if partition_of(&key) == p {
+                        return op(rng, &key);
+                    }
+                }
+            });
+            sim
+        })
+        .collect();
+
+    let shape = |view: &[Observed]| -> Vec<(Duration, AccessKind, usize)> {
+        view.iter().map(|o| (o.at, o.kind, o.addrs.len())).collect()
+    };
+    let mut shapes = Vec::new();
+    for mut sim in one_slot.into_iter().chain(uniform) {
+        let view = sim.take_trace();
+        assert_budget_shape(&view, &b);
+        shapes.push(shape(&view));
+    }
+    assert!(
+        shapes[0].len() > 4 * b.sets(),
+        "the run covers several generations of sets"
+    );
+    for (k, other) in shapes.iter().enumerate() {
+        assert_eq!(
+            &shapes[0],
+            other,
+            "partition {} of the {} run shows another schedule",
+            k % PARTITIONS,
+            if k < PARTITIONS {
+                "one-slot"
+            } else {
+                "uniform"
+            }
+        );
+    }
+}
+
 #[test]
 fn batches_are_sent_when_idle() {
     let mut sim = simulator(options(8, None), 3);

@@ -46,7 +46,7 @@ pub enum Command {
     /// Run the untrusted storage server (it only ever sees fixed-size ciphertexts).
     Server(ServerArgs),
     /// Run the trusted proxy in front of a storage server.
-    Proxy(ProxyArgs),
+    Proxy(Box<ProxyArgs>),
     /// Print a new random 256-bit key (hex) for `--key-file` or `--storage-secret-file`.
     Keygen(KeygenArgs),
     /// Make a test CA and TLS certificates (server and client) for a quick start.
@@ -57,6 +57,9 @@ pub enum Command {
     /// Show what each scheme's storage server learns: play two workloads, record both server
     /// views in process, tell them apart and attack them.
     Audit(AuditArgs),
+    /// A Cloak cluster that cluster-aware Redis clients use unmodified: start one to try it,
+    /// write a cluster file, or show a running one's partitions.
+    Cluster(ClusterArgs),
 }
 
 const BENCH_ABOUT: &str = "\
@@ -528,6 +531,84 @@ pub struct ProxyArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+
+    /// Be one proxy of the Cloak cluster this file describes (`cloak cluster init` writes one):
+    /// host the partitions it gives --node, each in the storage it names (with --state-dir, in
+    /// DIR/partition-N), and redirect clients to the other proxies for the other slots
+    #[arg(long, value_name = "FILE", requires = "node")]
+    pub cluster: Option<PathBuf>,
+
+    /// With --cluster: which of the file's proxies this is
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    pub node: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    pub command: ClusterCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Start a whole cluster in this process to try it: --proxies proxies on consecutive ports,
+    /// --partitions partitions spread evenly over them, each a store with its own key in memory
+    Up(Box<ClusterUpArgs>),
+    /// Print a cluster file for `cloak proxy --cluster FILE --node NAME`: slots spread evenly
+    /// over the partitions, partitions in equal runs over the proxies
+    Init(ClusterInitArgs),
+    /// Show a running cluster: every proxy, whether it answers, and its partitions' slots and
+    /// fill
+    Status(ClusterStatusArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterUpArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// Proxies to start
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub proxies: usize,
+
+    /// Partitions: the store is this many stores of --capacity keys each, fixed at creation
+    #[arg(long, value_name = "N", default_value_t = 12)]
+    pub partitions: usize,
+
+    /// The first proxy's port; the others follow it
+    #[arg(long, short, value_name = "PORT", default_value_t = 7001)]
+    pub port: u16,
+
+    /// Address the proxies listen on and announce to clients
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub bind: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterInitArgs {
+    /// The proxies, NAME=HOST:PORT (where clients reach it), comma-separated
+    #[arg(long, value_delimiter = ',', value_name = "LIST", required = true)]
+    pub proxy: Vec<String>,
+
+    /// Partitions, fixed for the cluster's life
+    #[arg(long, value_name = "N")]
+    pub partitions: usize,
+
+    /// Each partition's storage URL; {partition} becomes its number, so partitions sharing one
+    /// Redis keep apart, e.g. 'redis+cluster://10.0.0.1:7000?prefix=app:p{partition}:'
+    #[arg(long, value_name = "URL")]
+    pub storage: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterStatusArgs {
+    /// Any proxy of the cluster, HOST:PORT; the others are found from its CLUSTER NODES
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7001")]
+    pub node: String,
+
+    /// The proxies' password, if they require one
+    #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -52,6 +52,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Bench(args) => commands::bench::run(args, &config).await,
             Command::Keygen(_) | Command::Certs(_) => unreachable!("handled above"),
             Command::Audit(args) => commands::audit::run(args, &config),
+            Command::Cluster(args) => commands::cluster::run(args, &config).await,
         }
     })
 }

@@ -17,12 +17,12 @@ use std::process::{Command, Stdio};
 use std::sync::Once;
 use std::time::Duration;
 
-use cloak_testkit::redis_server::RedisServer;
+use cloak_testkit::redis_server::{RedisCluster, RedisServer};
 use redis::{ConnectionLike, Value};
 
 mod common;
 
-use common::{Running, free_port, wait_timeout};
+use common::{Running, free_port, free_ports, wait_timeout};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -268,4 +268,64 @@ fn client_libraries_see_redis_through_the_unsafe_scheme() {
 #[test]
 fn client_libraries_see_redis_through_the_cloak_scheme() {
     libraries_see_redis("cloak");
+}
+
+/// The cluster clients (redis-py's `RedisCluster`, go-redis's `ClusterClient`), with default
+/// options, print the same transcript against a 3-proxy `cloak cluster up` as against a real
+/// 3-master Redis Cluster: they learn the slots, follow redirections, get CROSSSLOT errors for
+/// multi-key commands across slots, and split pipelines by node.
+#[test]
+fn cluster_clients_see_a_cloak_cluster_as_a_redis_cluster() {
+    install();
+    let redis = RedisCluster::start(3);
+    let port = free_ports(3);
+    let _cloak = Running::start(
+        &[
+            "cluster",
+            "up",
+            "--proxies",
+            "3",
+            "--partitions",
+            "6",
+            "--port",
+            &port.to_string(),
+            "--capacity",
+            "500",
+            "--batch-interval",
+            "10ms",
+        ],
+        "Cloak cluster is up",
+    );
+    let programs = [
+        Program {
+            name: "redis-py RedisCluster",
+            command: |port| {
+                let mut command = Command::new(libs().join("python/bin/python"));
+                command
+                    .arg(root().join("tests/clients/python/cluster.py"))
+                    .arg(port.to_string());
+                command
+            },
+        },
+        Program {
+            name: "go-redis ClusterClient",
+            command: |port| {
+                let mut command = Command::new(libs().join("bin/go-client"));
+                command.arg("--cluster").arg(port.to_string());
+                command
+            },
+        },
+    ];
+    let mut differences = Vec::new();
+    for program in &programs {
+        let name = program.name;
+        let expected = transcript(program, redis.nodes[0].port);
+        let got = transcript(program, port);
+        if expected != got {
+            differences.push(format!(
+                "{name}:\n--- redis cluster:\n{expected}--- cloak cluster:\n{got}"
+            ));
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n\n"));
 }

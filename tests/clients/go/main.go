@@ -1,7 +1,7 @@
 // go-redis v9, in its default configuration, runs the shared client script and prints a
 // transcript.
 //
-// Usage: go-client PORT. The same transcript must come out against a real redis-server and
+// Usage: go-client PORT (and go-client --cluster PORT for the cluster script, cluster.go). The same transcript must come out against a real redis-server and
 // against Cloak (crates/cloak/tests/client_libs.rs compares them). Each step is one line in
 // main; its result (or error) is printed canonically, so adding a step is adding a line.
 package main
@@ -104,8 +104,12 @@ func scanAll(it *redis.ScanIterator) (interface{}, error) {
 }
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "--cluster" {
+		runCluster(os.Args[2])
+		return
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: go-client PORT")
+		fmt.Fprintln(os.Stderr, "usage: go-client PORT, or go-client --cluster PORT")
 		os.Exit(2)
 	}
 	// Default options except the address and the client name.

@@ -6,6 +6,7 @@
 //! refuses an unknown command.
 
 mod client;
+mod cluster;
 mod connection;
 mod expiry;
 mod generic;
@@ -23,6 +24,7 @@ use cloak_core::Command;
 use crate::resp::Reply;
 
 pub use client::{ClientRequest, KillFilter, LibAttribute};
+pub use cluster::ClusterRequest;
 pub use connection::{DATABASES, Hello};
 pub use scripting::{Eval, ScriptRequest, Source};
 pub use server::CommandQuery;
@@ -71,6 +73,10 @@ pub enum Request {
     Eval(Eval),
     /// A `SCRIPT` subcommand.
     Script(ScriptRequest),
+    /// A `CLUSTER` subcommand.
+    Cluster(ClusterRequest),
+    /// `READONLY` or `READWRITE`: accepted in a cluster (there are no replicas to read from).
+    ReadOnly,
 }
 
 impl Request {

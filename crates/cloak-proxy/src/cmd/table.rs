@@ -7,8 +7,8 @@
 //! these commands. One line per command, so adding one is adding a line.
 
 use super::{
-    Args, Request, client, connection, expiry, generic, hashes, keys, scripting, server, strings,
-    transactions,
+    Args, Request, client, cluster, connection, expiry, generic, hashes, keys, scripting, server,
+    strings, transactions,
 };
 use crate::resp::Reply;
 
@@ -100,6 +100,16 @@ const SCRIPT: &[Spec] = &[
     Spec { name: "script|flush", arity: -2, flags: &["noscript"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "Remove all the scripts from the script cache.", run: Run::Parse(scripting::script_flush) },
 ];
 
+#[rustfmt::skip]
+const CLUSTER: &[Spec] = &[
+    Spec { name: "cluster|slots", arity: 2, flags: &["stale"], acl: &["@slow"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "Get array of Cluster slot to node mappings", run: Run::Parse(cluster::slots) },
+    Spec { name: "cluster|shards", arity: 2, flags: &["stale"], acl: &["@slow"], keys: (0, 0, 0), group: "cluster", since: "7.0.0", summary: "Get array of cluster slots to node mappings", run: Run::Parse(cluster::shards) },
+    Spec { name: "cluster|nodes", arity: 2, flags: &["stale"], acl: &["@slow"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "Get Cluster config for the node", run: Run::Parse(cluster::nodes) },
+    Spec { name: "cluster|info", arity: 2, flags: &["stale"], acl: &["@slow"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "Provides info about Redis Cluster node state", run: Run::Parse(cluster::info) },
+    Spec { name: "cluster|keyslot", arity: 3, flags: &["stale"], acl: &["@slow"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "Returns the hash slot of the specified key", run: Run::Parse(cluster::keyslot) },
+    Spec { name: "cluster|myid", arity: 2, flags: &["stale"], acl: &["@slow"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "Return the node id", run: Run::Parse(cluster::myid) },
+];
+
 /// Every supported command, in the order `COMMAND` lists them.
 #[rustfmt::skip]
 pub const COMMANDS: &[Spec] = &[
@@ -182,5 +192,8 @@ pub const COMMANDS: &[Spec] = &[
     Spec { name: "config", arity: -2, flags: &[], acl: &["@slow"], keys: (0, 0, 0), group: "server", since: "2.0.0", summary: "A container for server configuration commands", run: Run::Container(CONFIG, None) },
     Spec { name: "command", arity: -1, flags: &["loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "server", since: "2.8.13", summary: "Get array of Redis command details", run: Run::Container(COMMAND, Some(server::command)) },
     Spec { name: "time", arity: 1, flags: &["loading", "stale", "fast"], acl: &["@fast"], keys: (0, 0, 0), group: "server", since: "2.6.0", summary: "Return the current server time", run: Run::Parse(server::time) },
+    Spec { name: "cluster", arity: -2, flags: &[], acl: &["@slow"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "A container for cluster commands", run: Run::Container(CLUSTER, None) },
+    Spec { name: "readonly", arity: 1, flags: &["loading", "stale", "fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "Enables read queries for a connection to a cluster replica node", run: Run::Parse(cluster::readonly) },
+    Spec { name: "readwrite", arity: 1, flags: &["loading", "stale", "fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "Disables read queries for a connection to a cluster replica node", run: Run::Parse(cluster::readwrite) },
     Spec { name: "shutdown", arity: -1, flags: &["admin", "noscript", "loading", "stale", "no_multi", "allow_busy"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "server", since: "1.0.0", summary: "Synchronously save the dataset to disk and then shut down the server", run: Run::Parse(server::shutdown) },
 ];

@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod bench;
 pub mod certs;
+pub mod cluster;
 pub mod keygen;
 pub mod proxy;
 pub mod security;

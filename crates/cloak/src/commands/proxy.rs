@@ -1,17 +1,21 @@
-//! `cloak proxy`: the trusted proxy in front of a storage server.
+//! `cloak proxy`: the trusted proxy in front of a storage server, serving one store, or with
+//! `--cluster FILE --node NAME` the partitions of a cluster that the file gives this proxy.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use cloak_proxy::{DiskJournal, Journal, OwnThread, ProxyOptions, StateDir};
+use cloak_cluster::ClusterMap;
+use cloak_crypto::MasterKey;
+use cloak_proxy::{ClusterRole, DiskJournal, HostedStore, Journal, OwnThread, StateDir};
 use tokio::net::TcpListener;
 
 use crate::backend;
 use crate::cli::ProxyArgs;
 use crate::config::ConfigFile;
-use crate::store::load_key;
+use crate::store::{Store, load_key};
 
-pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
+pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()> {
     let store = config.merge(&args.store, &["store"])?.resolve()?;
     let (args, security) = config.merge_pair(&args, &args.security, &["proxy"])?;
     // Checked before anything starts, so a bad flag fails at once.
@@ -21,8 +25,184 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         args.client_reply_limit,
         args.max_pending_bytes,
     )?;
-    let state = args.state_dir.as_deref().map(StateDir::open).transpose()?;
-    let master = match (load_key(args.key_file.as_deref())?, &state) {
+    let key = load_key(args.key_file.as_deref())?;
+    let storage_io = OwnThread::start("cloak-storage-io")
+        .context("cannot start the storage traffic's thread")?;
+    let (stores, role, listen) = match (&args.cluster, &args.node) {
+        (Some(file), Some(node)) => {
+            if args.storage.is_some() {
+                bail!("--storage is for a single store; the cluster file names each partition's");
+            }
+            let (map, me) = read_cluster(file, node)?;
+            let mut stores = Vec::new();
+            for partition in map.hosted_by(me) {
+                let index = partition.index;
+                let state = args
+                    .state_dir
+                    .as_deref()
+                    .map(|dir| partition_state(dir, index));
+                // Each partition has a key of its own (see `MasterKey::for_partition`).
+                let key = key.as_ref().map(|key| key.for_partition(index as u64));
+                let opened = open_store(
+                    &store,
+                    &args,
+                    state.as_deref(),
+                    key,
+                    &partition.storage,
+                    &storage_io,
+                )
+                .await
+                .with_context(|| format!("partition {index}"))?;
+                stores.push((index, opened));
+            }
+            let listen = args
+                .listen
+                .clone()
+                .unwrap_or_else(|| map.proxies()[me].address());
+            let role = ClusterRole {
+                map: Arc::new(map),
+                me,
+            };
+            (stores, Some(role), listen)
+        }
+        (None, None) => {
+            let Some(url) = args.storage.as_deref() else {
+                bail!("no storage: pass --storage {}", backend::SCHEMES);
+            };
+            let opened = open_store(
+                &store,
+                &args,
+                args.state_dir.as_deref(),
+                key,
+                url,
+                &storage_io,
+            )
+            .await?;
+            let listen = args
+                .listen
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1:6380".into());
+            (vec![(0, opened)], None, listen)
+        }
+        // clap requires both or neither.
+        _ => bail!("--cluster and --node go together"),
+    };
+    let listener = TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let (listeners, tls) =
+        super::security::client_listeners(listener, &security, args.password.is_some()).await?;
+    super::security::reload_certificates(tls);
+    let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
+    let options = cloak_proxy::ProxyOptions {
+        storage_io: Some(storage_io.handle()),
+        ..front
+    };
+    let lines: Vec<String> = stores
+        .iter()
+        .map(|(_, opened)| opened.line.clone())
+        .collect();
+    let node = args.node.clone();
+    let ready = move |proxy: cloak_proxy::Proxy| {
+        let tls = match proxy.tls_addr {
+            Some(addr) if addr == proxy.local_addr => " (TLS)".to_string(),
+            Some(addr) => format!(", TLS on {addr}"),
+            None => String::new(),
+        };
+        match &node {
+            None => println!(
+                "cloak proxy listening on {}{tls} ({})",
+                proxy.local_addr,
+                lines.join("")
+            ),
+            Some(node) => {
+                println!(
+                    "cloak proxy listening on {}{tls} (cluster node {node}, {} partitions)",
+                    proxy.local_addr,
+                    lines.len()
+                );
+                for line in &lines {
+                    println!("  {line}");
+                }
+            }
+        }
+        super::serve_metrics(metrics, &proxy);
+    };
+    let stores: Vec<(usize, HostedStore)> = stores
+        .into_iter()
+        .map(|(index, opened)| (index, opened.store))
+        .collect();
+    match role {
+        None => {
+            let [(_, single)]: [(usize, HostedStore); 1] = stores
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("a single store was opened"))?;
+            let options = cloak_proxy::ProxyOptions {
+                journal: single.journal,
+                ledger: single.ledger,
+                recovery_spool: single.recovery_spool,
+                ..options
+            };
+            cloak_proxy::run(
+                listeners,
+                single.engine,
+                single.storage,
+                options,
+                ready,
+                super::shutdown_signal(),
+            )
+            .await?;
+        }
+        Some(role) => {
+            cloak_proxy::run_cluster(
+                listeners,
+                role,
+                stores,
+                options,
+                ready,
+                super::shutdown_signal(),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The cluster file's map, and which of its proxies `node` is.
+pub fn read_cluster(file: &Path, node: &str) -> anyhow::Result<(ClusterMap, usize)> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read cluster file {}", file.display()))?;
+    let map = ClusterMap::from_toml(&text).with_context(|| format!("{}", file.display()))?;
+    let Some(me) = map.proxy_named(node) else {
+        let names: Vec<&str> = map.proxies().iter().map(|p| p.name.as_str()).collect();
+        bail!(
+            "--node {node:?} is not one of the proxies of {}: {}",
+            file.display(),
+            names.join(", ")
+        );
+    };
+    Ok((map, me))
+}
+
+/// A store started and ready to serve, and one line saying what it is.
+struct Opened {
+    store: HostedStore,
+    line: String,
+}
+
+/// Opens one store: its state directory (key, journal, ledger), its storage, and the engine
+/// rebuilt from what storage and the journal hold. `key` (from `--key-file` or `CLOAK_KEY`)
+/// wins over the state directory's own.
+async fn open_store(
+    store: &Store,
+    args: &ProxyArgs,
+    state_dir: Option<&Path>,
+    key: Option<MasterKey>,
+    url: &str,
+    storage_io: &OwnThread,
+) -> anyhow::Result<Opened> {
+    let state = state_dir.map(StateDir::open).transpose()?;
+    let master = match (key, &state) {
         (Some(key), _) => key,
         (None, Some(state)) => state.key()?,
         (None, None) => bail!(
@@ -36,9 +216,6 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         (Some("wal"), None) => bail!("--durability wal needs a --state-dir for its journal"),
         (Some(other), _) => bail!("--durability must be wal or none, not {other:?}"),
     };
-    let Some(url) = args.storage.as_deref() else {
-        bail!("no storage: pass --storage {}", backend::SCHEMES);
-    };
     let ledger = state
         .as_ref()
         .map(|state| state.ledger(&master, store.manifest()))
@@ -49,8 +226,6 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
         identity: args.storage_cert.clone().zip(args.storage_key.clone()),
         secret_file: args.storage_secret_file.clone(),
     };
-    let storage_io = OwnThread::start("cloak-storage-io")
-        .context("cannot start the storage traffic's thread")?;
     let storage = storage_io
         .run(backend::connect(
             url.to_string(),
@@ -68,44 +243,27 @@ pub async fn run(args: ProxyArgs, config: &ConfigFile) -> anyhow::Result<()> {
             args.accept_data_loss,
         )
         .await?;
-    let summary = store.summary(&engine);
-    // Described by the backend: a Redis URL's password stays out of the output.
-    let storage_name = storage.describe();
-    let listen = args.listen.as_deref().unwrap_or("127.0.0.1:6380");
-    let listener = TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    let (listeners, tls) =
-        super::security::client_listeners(listener, &security, args.password.is_some()).await?;
-    super::security::reload_certificates(tls);
     let durability = if journal.is_some() { "wal" } else { "none" };
-    let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
-    let options = ProxyOptions {
-        journal,
-        ledger,
-        recovery_spool: report.spool,
-        storage_io: Some(storage_io.handle()),
-        ..front
-    };
-    cloak_proxy::run(
-        listeners,
-        engine,
-        storage,
-        options,
-        |proxy| {
-            let tls = match proxy.tls_addr {
-                Some(addr) if addr == proxy.local_addr => " (TLS)".to_string(),
-                Some(addr) => format!(", TLS on {addr}"),
-                None => String::new(),
-            };
-            println!(
-                "cloak proxy listening on {}{tls} ({summary}; storage {storage_name}; durability {durability})",
-                proxy.local_addr
-            );
-            super::serve_metrics(metrics, &proxy);
+    // Described by the backend: a Redis URL's password stays out of the output.
+    let line = format!(
+        "{}; storage {}; durability {durability}",
+        store.summary(&engine),
+        storage.describe()
+    );
+    Ok(Opened {
+        store: HostedStore {
+            engine,
+            storage,
+            journal,
+            ledger,
+            recovery_spool: report.spool,
         },
-        super::shutdown_signal(),
-    )
-    .await?;
-    Ok(())
+        line,
+    })
+}
+
+/// The state directory of a cluster proxy's partition: its own key (unless `--key-file` gives
+/// the proxies one to derive each partition's from), journal, ledger and start counter.
+fn partition_state(dir: &Path, partition: usize) -> PathBuf {
+    dir.join(format!("partition-{partition}"))
 }

@@ -18,6 +18,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The first of `count` consecutive free loopback ports (`cloak cluster up` takes consecutive
+/// ports from its `--port`).
+pub fn free_ports(count: u16) -> u16 {
+    loop {
+        let first = free_port();
+        if first < 60_000 && (1..count).all(|i| TcpListener::bind(("127.0.0.1", first + i)).is_ok())
+        {
+            return first;
+        }
+    }
+}
+
 /// A running `cloak` process, stopped with SIGTERM when dropped.
 pub struct Running {
     child: Child,

@@ -1,0 +1,209 @@
+//! The cluster file (TOML): the proxies, and which slots each partition owns, which proxy hosts
+//! it and where it is stored.
+//!
+//! ```toml
+//! # Each partition's storage unless it names its own; {partition} becomes its number.
+//! storage = "redis+cluster://10.0.0.1:7000,10.0.0.2:7000?prefix=app:p{partition}:"
+//!
+//! [[proxy]]
+//! name = "a"
+//! address = "10.0.0.1:6380"      # where clients reach it
+//!
+//! [[partition]]                   # partition 0
+//! slots = "0-8191"
+//! proxy = "a"
+//!
+//! [[partition]]                   # partition 1
+//! slots = "8192-16383"
+//! proxy = "a"
+//! storage = "tcp://10.0.0.9:7000" # a cloak server of its own
+//! ```
+//!
+//! A misspelt key is an error, never ignored.
+
+use serde::{Deserialize, Serialize};
+
+use crate::map::{ClusterMap, MapError, PartitionSpec, SlotRange, storage_of};
+
+/// The file as written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    storage: Option<String>,
+    #[serde(rename = "proxy", default)]
+    proxies: Vec<ProxyEntry>,
+    #[serde(rename = "partition", default)]
+    partitions: Vec<PartitionEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProxyEntry {
+    name: String,
+    address: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartitionEntry {
+    slots: String,
+    proxy: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    storage: Option<String>,
+}
+
+/// A cluster file that cannot be read as a map.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// Not TOML, or not the file's shape (a misspelt or missing key).
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    /// A partition's `slots` is not a list of slots and ranges.
+    #[error(
+        "partition {partition}: slots {text:?} is not like \"0-5460\" or \"0-100,200,300-400\""
+    )]
+    Slots {
+        /// The partition.
+        partition: usize,
+        /// What it said.
+        text: String,
+    },
+    /// The map it describes is not a valid one.
+    #[error(transparent)]
+    Map(#[from] MapError),
+}
+
+impl ClusterMap {
+    /// Reads a cluster file's text.
+    pub fn from_toml(text: &str) -> Result<Self, FileError> {
+        let file: ClusterFile = toml::from_str(text)?;
+        let proxies: Vec<(String, String)> = file
+            .proxies
+            .into_iter()
+            .map(|proxy| (proxy.name, proxy.address))
+            .collect();
+        let mut specs = Vec::with_capacity(file.partitions.len());
+        for (index, entry) in file.partitions.into_iter().enumerate() {
+            let slots = parse_slots(&entry.slots).ok_or_else(|| FileError::Slots {
+                partition: index,
+                text: entry.slots.clone(),
+            })?;
+            let storage = entry
+                .storage
+                .or_else(|| file.storage.clone())
+                .map(|template| storage_of(&template, index))
+                .unwrap_or_default();
+            specs.push(PartitionSpec {
+                slots,
+                proxy: entry.proxy,
+                storage,
+            });
+        }
+        Ok(ClusterMap::new(&proxies, specs)?)
+    }
+
+    /// The map as a cluster file ([`ClusterMap::from_toml`] reads it back as it is).
+    pub fn to_toml(&self) -> String {
+        let file = ClusterFile {
+            storage: None,
+            proxies: self
+                .proxies()
+                .iter()
+                .map(|proxy| ProxyEntry {
+                    name: proxy.name.clone(),
+                    address: proxy.address(),
+                })
+                .collect(),
+            partitions: self
+                .partitions()
+                .iter()
+                .map(|partition| PartitionEntry {
+                    slots: partition
+                        .slots
+                        .iter()
+                        .map(SlotRange::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    proxy: self.proxies()[partition.proxy].name.clone(),
+                    storage: Some(partition.storage.clone()),
+                })
+                .collect(),
+        };
+        // Strings, lists and tables of strings always serialize.
+        toml::to_string(&file).unwrap_or_default()
+    }
+}
+
+/// `"0-100,200,300-400"` as ranges; `None` if it is not that shape (numbers are checked against
+/// the slot count by the map).
+fn parse_slots(text: &str) -> Option<Vec<SlotRange>> {
+    text.split(',')
+        .map(|part| {
+            let part = part.trim();
+            let (first, last) = part.split_once('-').unwrap_or((part, part));
+            Some(SlotRange {
+                first: first.trim().parse().ok()?,
+                last: last.trim().parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+storage = "redis://127.0.0.1:6379?prefix=app:p{partition}:"
+
+[[proxy]]
+name = "a"
+address = "127.0.0.1:7001"
+
+[[proxy]]
+name = "b"
+address = "127.0.0.1:7002"
+
+[[partition]]
+slots = "0-8000"
+proxy = "a"
+
+[[partition]]
+slots = "8001-16000, 16001-16383"
+proxy = "b"
+storage = "tcp://127.0.0.1:7100"
+"#;
+
+    #[test]
+    fn a_file_reads_into_its_map_and_back() {
+        let map = ClusterMap::from_toml(FILE).unwrap();
+        assert_eq!(
+            map.partitions()[0].storage,
+            "redis://127.0.0.1:6379?prefix=app:p0:"
+        );
+        assert_eq!(map.partitions()[1].storage, "tcp://127.0.0.1:7100");
+        assert_eq!(map.partition_of(16383).index, 1);
+        assert_eq!(map.proxies()[1].address(), "127.0.0.1:7002");
+        assert_eq!(ClusterMap::from_toml(&map.to_toml()).unwrap(), map);
+    }
+
+    #[test]
+    fn a_bad_file_says_what_is_wrong() {
+        let misspelt = FILE.replace("proxy = \"b\"", "proxi = \"b\"");
+        let error = ClusterMap::from_toml(&misspelt).unwrap_err().to_string();
+        assert!(error.contains("proxi"), "{error}");
+        let bad_slots = FILE.replace("0-8000", "0..8000");
+        let error = ClusterMap::from_toml(&bad_slots).unwrap_err().to_string();
+        assert!(error.contains("partition 0: slots \"0..8000\""), "{error}");
+        let gap = FILE.replace("0-8000", "0-7999");
+        let error = ClusterMap::from_toml(&gap).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "1 slots belong to no partition, the first is slot 8000"
+        );
+        let no_storage = FILE.replace("storage = \"redis", "# storage = \"redis");
+        let error = ClusterMap::from_toml(&no_storage).unwrap_err().to_string();
+        assert!(error.starts_with("partition 0 has no storage"), "{error}");
+    }
+}

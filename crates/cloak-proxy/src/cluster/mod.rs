@@ -1,0 +1,135 @@
+//! A proxy in a Cloak cluster: which of its partitions' cores a command goes to, and the
+//! redirections and refusals a Redis Cluster node gives.
+//!
+//! A plain proxy has one store and sends everything to its core. A cluster proxy hosts one or
+//! more partitions, each an ordinary store with its own core (engine, schedule, journal,
+//! storage). A command's keys must all hash to one slot (else `-CROSSSLOT`, as Redis); the
+//! slot's partition runs it if this proxy hosts it, and otherwise the client is sent to the
+//! proxy that does (`-MOVED slot host:port`). Commands without keys (DBSIZE, KEYS, SCAN, FLUSHDB,
+//! …) run on every partition hosted here and their answers are merged ([`fanout`]), as a Redis
+//! Cluster node answers for its own slots.
+//!
+//! Routing is decided here, in memory, from the public map: the storage server sees each
+//! partition's own fixed schedule whatever is routed where (see `cloak_cluster`).
+
+pub mod fanout;
+pub mod replies;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cloak_cluster::{ClusterMap, CrossSlot, slot};
+use cloak_core::Command;
+
+use crate::core::CoreHandle;
+use crate::resp::Reply;
+
+/// Where a proxy's key commands go.
+pub enum Cores {
+    /// A proxy of one store: every command goes to its core.
+    Single(CoreHandle),
+    /// A proxy in a cluster: each command goes to the partition owning its keys' slot.
+    Cluster(Hosted),
+}
+
+/// The partitions a cluster proxy hosts, and the map of the rest.
+pub struct Hosted {
+    pub map: Arc<ClusterMap>,
+    /// This proxy, an index into the map's proxies.
+    pub me: usize,
+    /// The cores of the partitions hosted here, in partition order (the order SCAN walks them).
+    cores: Vec<(usize, CoreHandle)>,
+}
+
+/// Where one command runs.
+pub enum Route<'a> {
+    /// On this core.
+    One(&'a CoreHandle),
+    /// On every partition hosted here (a command without keys in a cluster).
+    Every(&'a Hosted),
+}
+
+impl Hosted {
+    /// `cores` are the cores of the partitions the map gives proxy `me`, by partition number;
+    /// none may be missing, since clients are never redirected away from here for them.
+    pub fn new(
+        map: Arc<ClusterMap>,
+        me: usize,
+        mut cores: Vec<(usize, CoreHandle)>,
+    ) -> Result<Self, String> {
+        cores.sort_by_key(|(partition, _)| *partition);
+        let expected: Vec<usize> = map.hosted_by(me).map(|p| p.index).collect();
+        let given: Vec<usize> = cores.iter().map(|(partition, _)| *partition).collect();
+        if expected != given || expected.is_empty() {
+            return Err(format!(
+                "proxy {} hosts partitions {expected:?} in the cluster map, but {given:?} were \
+                 started",
+                map.proxies().get(me).map_or("?", |p| p.name.as_str())
+            ));
+        }
+        Ok(Self { map, me, cores })
+    }
+
+    /// The hosted partitions' cores, in partition order.
+    pub fn cores(&self) -> &[(usize, CoreHandle)] {
+        &self.cores
+    }
+
+    fn core_of(&self, partition: usize) -> Option<&CoreHandle> {
+        self.cores
+            .iter()
+            .find(|(hosted, _)| *hosted == partition)
+            .map(|(_, core)| core)
+    }
+}
+
+impl Cores {
+    /// Where `command` runs, or the error a Redis Cluster node would give.
+    pub fn route(&self, command: &Command) -> Result<Route<'_>, Reply> {
+        match (self, command) {
+            (Cores::Single(core), _) => Ok(Route::One(core)),
+            // The only command whose keys are not in `keys()`: it reads none.
+            (Cores::Cluster(_), Command::Watch(keys)) => self.route_keys(keys),
+            (Cores::Cluster(_), command) => self.route_keys(&command.keys()),
+        }
+    }
+
+    /// Where a command naming `keys` runs, or the error a Redis Cluster node would give.
+    pub fn route_keys(&self, keys: &[Bytes]) -> Result<Route<'_>, Reply> {
+        let hosted = match self {
+            Cores::Single(core) => return Ok(Route::One(core)),
+            Cores::Cluster(hosted) => hosted,
+        };
+        let slot = match slot::common_slot(keys.iter().map(|key| key.as_ref())) {
+            Err(cross @ CrossSlot) => return Err(Reply::Error(cross.to_string())),
+            Ok(None) => return Ok(Route::Every(hosted)),
+            Ok(Some(slot)) => slot,
+        };
+        let partition = hosted.map.partition_of(slot);
+        match hosted.core_of(partition.index) {
+            Some(core) => Ok(Route::One(core)),
+            None => {
+                let owner = &hosted.map.proxies()[partition.proxy];
+                Err(Reply::Error(format!("MOVED {slot} {}", owner.address())))
+            }
+        }
+    }
+
+    /// The core that answers for the whole proxy where one must (INFO's store figures, a
+    /// transaction or script that names no key): the only one, or the first partition's.
+    pub fn first(&self) -> &CoreHandle {
+        match self {
+            Cores::Single(core) => core,
+            // `Hosted::new` refuses a proxy that hosts nothing.
+            Cores::Cluster(hosted) => &hosted.cores[0].1,
+        }
+    }
+
+    /// The cluster this proxy is part of, if any.
+    pub fn cluster(&self) -> Option<&Hosted> {
+        match self {
+            Cores::Single(_) => None,
+            Cores::Cluster(hosted) => Some(hosted),
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Cluster commands: `CLUSTER SLOTS SHARDS NODES INFO KEYSLOT MYID`, `READONLY`, `READWRITE`.
+//!
+//! They describe the public cluster map (or, on a proxy that is not part of a cluster, are
+//! refused as Redis refuses them with cluster support disabled); none reaches storage.
+
+use bytes::Bytes;
+
+use super::{Args, Request};
+use crate::resp::Reply;
+
+/// A `CLUSTER` subcommand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterRequest {
+    Slots,
+    Shards,
+    Nodes,
+    Info,
+    KeySlot(Bytes),
+    MyId,
+}
+
+pub fn slots(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(0)?;
+    Ok(Request::Cluster(ClusterRequest::Slots))
+}
+
+pub fn shards(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(0)?;
+    Ok(Request::Cluster(ClusterRequest::Shards))
+}
+
+pub fn nodes(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(0)?;
+    Ok(Request::Cluster(ClusterRequest::Nodes))
+}
+
+pub fn info(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(0)?;
+    Ok(Request::Cluster(ClusterRequest::Info))
+}
+
+pub fn keyslot(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(1)?;
+    Ok(Request::Cluster(ClusterRequest::KeySlot(args.first())))
+}
+
+pub fn myid(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(0)?;
+    Ok(Request::Cluster(ClusterRequest::MyId))
+}
+
+/// `READONLY`: reads may go to replicas. A Cloak cluster has none, so it changes nothing.
+pub fn readonly(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(0)?;
+    Ok(Request::ReadOnly)
+}
+
+/// `READWRITE`: the opposite of `READONLY`, equally without effect.
+pub fn readwrite(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(0)?;
+    Ok(Request::ReadOnly)
+}
