@@ -166,9 +166,8 @@ const PER_THREAD: usize = 128;
 /// samples at one batch every 5 ms).
 fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     static CORES: OnceLock<usize> = OnceLock::new();
-    let cores = *CORES.get_or_init(|| {
-        std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
-    });
+    let cores =
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
     let threads = cores.min(items.len() / PER_THREAD).max(1);
     if threads == 1 {
         return items.iter().map(f).collect();
@@ -350,8 +349,10 @@ mod tests {
             .collect();
         let sealed = c.seal_all(&batch);
         assert_eq!(sealed.len(), n);
-        let nonces: std::collections::HashSet<_> =
-            sealed.iter().map(|e| ClearHeader::read(e).unwrap().nonce).collect();
+        let nonces: std::collections::HashSet<_> = sealed
+            .iter()
+            .map(|e| ClearHeader::read(e).unwrap().nonce)
+            .collect();
         assert_eq!(nonces.len(), n, "every element has a nonce of its own");
         let to_open: Vec<_> = batch
             .iter()
