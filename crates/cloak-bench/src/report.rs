@@ -87,6 +87,11 @@ pub struct Measurement {
     pub utilisation: Option<f64>,
     pub dummy_fraction: Option<f64>,
     pub storage_bytes_per_op: Option<f64>,
+    /// Throughput over `unsafe`'s at the same sweep point, when `unsafe` ran (see [`relate`]).
+    pub throughput_ratio: Option<f64>,
+    /// `unsafe`'s storage bytes per op over this scheme's at the same sweep point: the
+    /// throughput ratio the bytes alone would allow if moving bytes were all that cost.
+    pub bytes_ratio: Option<f64>,
     pub cache_hit_rate: Option<f64>,
     pub proxy_rss_bytes: Option<u64>,
     pub proxy_rss_bytes_per_key: Option<f64>,
@@ -155,6 +160,8 @@ impl Measurement {
             utilisation: share(counters.real, accesses),
             dummy_fraction: share(counters.dummy, accesses),
             storage_bytes_per_op: (ops > 0).then(|| counters.storage_bytes as f64 / ops as f64),
+            throughput_ratio: None,
+            bytes_ratio: None,
             cache_hit_rate: share(
                 counters.cache_hits,
                 counters.cache_hits + counters.cache_misses,
@@ -183,18 +190,50 @@ impl Measurement {
     }
 }
 
+/// The measurement of `baseline` at the same sweep point as `m`, if it ran.
+fn baseline<'a>(
+    results: &'a [Measurement],
+    m: &Measurement,
+    name: &str,
+) -> Option<&'a Measurement> {
+    results
+        .iter()
+        .find(|b| b.scheme == name && b.parameter == m.parameter)
+}
+
+/// Fills in each result's throughput ratio and bytes ratio against `unsafe` at the same sweep
+/// point (both stay `None` where `unsafe` did not run, or moved no bytes to compare).
+pub fn relate(results: &mut [Measurement]) {
+    let ratios: Vec<(Option<f64>, Option<f64>)> = results
+        .iter()
+        .map(|m| {
+            let Some(base) = baseline(results, m, "unsafe") else {
+                return (None, None);
+            };
+            let throughput = m.throughput.zip(base.throughput).map(|(t, b)| t / b);
+            let bytes = base
+                .storage_bytes_per_op
+                .zip(m.storage_bytes_per_op.filter(|&b| b > 0.0))
+                .map(|(b, own)| b / own);
+            (throughput, bytes)
+        })
+        .collect();
+    for (m, (throughput, bytes)) in results.iter_mut().zip(ratios) {
+        m.throughput_ratio = throughput;
+        m.bytes_ratio = bytes;
+    }
+}
+
 fn opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
     value.map_or_else(|| "-".into(), f)
 }
 
 /// The results as an aligned table, with each scheme's throughput as a share of `unsafe`'s and
-/// of plain Redis's when they ran in the same group.
+/// of plain Redis's when they ran in the same group, and the bytes ratio beside them (call
+/// [`relate`] first).
 pub fn table(results: &[Measurement]) -> String {
-    let ratio = |m: &Measurement, baseline: &str| {
-        let base = results
-            .iter()
-            .find(|b| b.scheme == baseline && b.parameter == m.parameter)
-            .and_then(|b| b.throughput);
+    let redis_ratio = |m: &Measurement| {
+        let base = baseline(results, m, "redis").and_then(|b| b.throughput);
         m.throughput.zip(base).map(|(t, b)| t / b)
     };
     let mut out = String::new();
@@ -214,6 +253,7 @@ pub fn table(results: &[Measurement]) -> String {
         "util",
         "dummy",
         "B/op",
+        "bytes ×unsafe",
         "hits",
         "RSS/key",
         "peak RSS/key",
@@ -235,8 +275,8 @@ pub fn table(results: &[Measurement]) -> String {
                     .as_ref()
                     .map_or_else(|| "-".into(), |(name, v)| format!("{name}={v}")),
                 opt(m.throughput, |t| format!("{t:.0}")),
-                opt(ratio(m, "redis"), |r| format!("{r:.2}")),
-                opt(ratio(m, "unsafe"), |r| format!("{r:.2}")),
+                opt(redis_ratio(m), |r| format!("{r:.2}")),
+                opt(m.throughput_ratio, |r| format!("{r:.2}")),
                 ms(m.latency_us.p50),
                 ms(m.latency_us.p95),
                 ms(m.latency_us.p99),
@@ -246,6 +286,7 @@ pub fn table(results: &[Measurement]) -> String {
                 opt(m.utilisation, |u| format!("{:.3}", u)),
                 opt(m.dummy_fraction, |d| format!("{:.3}", d)),
                 opt(m.storage_bytes_per_op, |b| format!("{:.0}", b)),
+                opt(m.bytes_ratio, |r| format!("{r:.2}")),
                 opt(m.cache_hit_rate, |h| format!("{:.3}", h)),
                 opt(m.proxy_rss_bytes_per_key, |r| format!("{:.0}", r)),
                 opt(
@@ -291,4 +332,87 @@ pub fn table(results: &[Measurement]) -> String {
         let _ = writeln!(out, "{}", line(row));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket measurement of `scheme` at sweep value `point`: `ops` operations in one second
+    /// that moved `bytes` storage bytes.
+    fn measured(scheme: &str, point: f64, ops: u64, bytes: u64) -> Measurement {
+        let subject = Subject {
+            scheme: scheme.into(),
+            mode: Mode::Sockets,
+            workload: "w".into(),
+            keys: 10,
+        };
+        let timing = Timing {
+            ops,
+            errors: 0,
+            seconds: 1.0,
+        };
+        let counters = Counters {
+            storage_bytes: bytes,
+            ..Counters::default()
+        };
+        let latency = hdrhistogram::Histogram::new(3).unwrap();
+        let mut m = Measurement::new(subject, timing, &latency, counters, None);
+        m.parameter = Some(("keys".into(), point));
+        m
+    }
+
+    #[test]
+    fn ratios_compare_with_unsafe_at_the_same_sweep_point() {
+        let mut results = vec![
+            measured("cloak", 1.0, 400, 800_000),     // 2,000 B/op
+            measured("unsafe", 1.0, 1000, 1_000_000), // 1,000 B/op
+            measured("cloak", 2.0, 300, 1_200_000),   // 4,000 B/op
+            measured("unsafe", 2.0, 600, 600_000),    // 1,000 B/op
+        ];
+        relate(&mut results);
+        let ratios: Vec<_> = results
+            .iter()
+            .map(|m| (m.throughput_ratio, m.bytes_ratio))
+            .collect();
+        assert_eq!(
+            ratios,
+            [
+                (Some(0.4), Some(0.5)),
+                (Some(1.0), Some(1.0)),
+                (Some(0.5), Some(0.25)),
+                (Some(1.0), Some(1.0)),
+            ]
+        );
+        let table = table(&results);
+        assert!(table.contains("bytes ×unsafe"), "{table}");
+        assert!(
+            table
+                .lines()
+                .nth(1)
+                .is_some_and(|row| row.contains("0.40") && row.contains("0.50")),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn without_unsafe_or_bytes_there_is_no_ratio() {
+        let mut alone = vec![measured("cloak", 1.0, 400, 800_000)];
+        relate(&mut alone);
+        assert_eq!(
+            (alone[0].throughput_ratio, alone[0].bytes_ratio),
+            (None, None)
+        );
+
+        let mut idle = vec![
+            measured("cloak", 1.0, 400, 0),
+            measured("unsafe", 1.0, 1000, 1_000_000),
+        ];
+        relate(&mut idle);
+        assert_eq!(idle[0].throughput_ratio, Some(0.4));
+        assert_eq!(
+            idle[0].bytes_ratio, None,
+            "no bytes moved: no ratio to give"
+        );
+    }
 }

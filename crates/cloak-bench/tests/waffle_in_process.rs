@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use cloak_bench::report::table;
+use cloak_bench::report::{relate, table};
 use cloak_bench::run::Load;
 use cloak_bench::simulate::Simulation;
 use cloak_bench::workload::{Distribution, Mix, Ycsb, take};
@@ -46,5 +46,6 @@ fn waffle_beside_cloak_in_process() {
             results.push(measured);
         }
     }
+    relate(&mut results);
     println!("{}", table(&results));
 }

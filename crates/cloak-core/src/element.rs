@@ -17,6 +17,9 @@
 //! Every plaintext is padded to the same length so element sizes reveal nothing, and every
 //! element carries its slot, key and version so the proxy's maps can be rebuilt from storage.
 
+use std::num::NonZeroUsize;
+use std::sync::OnceLock;
+
 use bytes::Bytes;
 use cloak_crypto::{Binding, CryptoError, SEAL_OVERHEAD, Sealer};
 
@@ -151,6 +154,43 @@ impl RecordLayout {
     }
 }
 
+/// Fewest elements a thread opens or seals in [`ElementCodec::open_all`] and
+/// [`ElementCodec::seal_all`]: each takes about a microsecond (1 KiB values), and starting a
+/// thread some tens of microseconds, so a smaller share costs more than it saves.
+const PER_THREAD: usize = 128;
+
+/// `f` of every item, in order, spread over the machine's cores: the calling thread takes the
+/// first share and a scoped thread each of the others. Threads are started per call rather than
+/// kept in a pool: a pool's idle workers spin between jobs, and on a small machine that spinning
+/// took CPU the clients and the storage server needed (rayon's took a fifth of the proxy's
+/// samples at one batch every 5 ms).
+fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let cores =
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
+    let threads = cores.min(items.len() / PER_THREAD).max(1);
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    let share = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let mut shares = items.chunks(share);
+        let first = shares.next().unwrap_or_default();
+        let others: Vec<_> = shares
+            .map(|share| scope.spawn(move || share.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        let mut out: Vec<R> = first.iter().map(f).collect();
+        for other in others {
+            match other.join() {
+                Ok(results) => out.extend(results),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        out
+    })
+}
+
 /// Seals and opens single-record elements: the format every dense scheme stores.
 pub struct ElementCodec {
     /// The record layout every element pads to.
@@ -176,6 +216,39 @@ impl ElementCodec {
         Bytes::from(self.sealer.seal_with(binding, layout.encoded_len(), |out| {
             layout.encode(slot, record, out)
         }))
+    }
+
+    /// Seals a batch of elements, `(binding, slot, record)` each, and returns them in the same
+    /// order, encrypting on every core (the elements of a batch are independent).
+    ///
+    /// Why this shows the server nothing a one-by-one [`ElementCodec::seal`] would not: each
+    /// element's nonce and epoch are drawn here first, one after another in the order given,
+    /// from the sealer's one generator (random nonces, see `cloak_crypto::sealer`); the
+    /// threads only encrypt, and each result lands at its own index. So the bytes of every
+    /// element and their order in the request are those of the sequential loop, whichever
+    /// thread finishes first, and when the request leaves is the scheme's schedule's business.
+    pub fn seal_all(&mut self, elements: &[(Binding, Slot, Record)]) -> Vec<Bytes> {
+        let layout = self.layout;
+        let jobs: Vec<_> = elements
+            .iter()
+            .map(|element| (self.sealer.prepare(), element))
+            .collect();
+        on_every_core(&jobs, |(seal, (binding, slot, record))| {
+            Bytes::from(seal.seal_with(*binding, layout.encoded_len(), |out| {
+                layout.encode(*slot, record, out)
+            }))
+        })
+    }
+
+    /// Opens a batch of elements, `(binding, element, expected slot)` each, on every core;
+    /// the results come in the order given (see [`ElementCodec::open`]).
+    pub fn open_all(
+        &self,
+        elements: &[(Binding, Option<&Bytes>, Option<Slot>)],
+    ) -> Vec<Result<(Slot, Record), ElementError>> {
+        on_every_core(elements, |&(binding, element, expected)| {
+            self.open(binding, element, expected)
+        })
     }
 
     /// Opens an element and checks it holds `expected` (when the caller knows which slot).
@@ -241,7 +314,7 @@ impl ElementCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cloak_crypto::MasterKey;
+    use cloak_crypto::{ClearHeader, MasterKey};
 
     fn codec() -> ElementCodec {
         let layout = RecordLayout {
@@ -252,6 +325,47 @@ mod tests {
             layout,
             Sealer::new(&MasterKey::from_bytes([1; 32])).unwrap(),
         )
+    }
+
+    /// A batch sealed and opened on several threads comes back in the order given, each
+    /// element bound to its own address and holding its own record, with a nonce of its own.
+    #[test]
+    fn batches_seal_and_open_in_order_on_several_threads() {
+        let mut c = codec();
+        let n = 5 * PER_THREAD + 7; // several shares, the last one short
+        let batch: Vec<(Binding, Slot, Record)> = (0..n as u64)
+            .map(|i| {
+                let record = Record {
+                    version: i + 1,
+                    key: Bytes::from(format!("k{i}")),
+                    value: Bytes::from(i.to_le_bytes().to_vec()),
+                };
+                let binding = Binding {
+                    address: u128::from(i) * 3,
+                    generation: 2,
+                };
+                (binding, i + 100, record)
+            })
+            .collect();
+        let sealed = c.seal_all(&batch);
+        assert_eq!(sealed.len(), n);
+        let nonces: std::collections::HashSet<_> = sealed
+            .iter()
+            .map(|e| ClearHeader::read(e).unwrap().nonce)
+            .collect();
+        assert_eq!(nonces.len(), n, "every element has a nonce of its own");
+        let to_open: Vec<_> = batch
+            .iter()
+            .zip(&sealed)
+            .map(|((binding, slot, _), element)| (*binding, Some(element), Some(*slot)))
+            .collect();
+        let opened = c.open_all(&to_open);
+        for ((_, slot, record), opened) in batch.iter().zip(opened) {
+            assert_eq!(opened, Ok((*slot, record.clone())));
+        }
+        // Each element opens only at its own address.
+        let swapped = [(batch[1].0, Some(&sealed[0]), None)];
+        assert!(c.open_all(&swapped)[0].is_err());
     }
 
     #[test]

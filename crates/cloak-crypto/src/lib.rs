@@ -22,4 +22,4 @@ pub use hash::KeyHasher;
 pub use key::{KeyError, MasterKey, random_u64};
 pub use mac::FileMac;
 pub use prf::Prf;
-pub use sealer::{Binding, ClearHeader, CryptoError, SEAL_OVERHEAD, Sealer};
+pub use sealer::{Binding, ClearHeader, CryptoError, PreparedSeal, SEAL_OVERHEAD, Sealer};

@@ -175,33 +175,24 @@ impl Sealer {
         len: usize,
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Vec<u8> {
+        self.prepare().seal_with(binding, len, write)
+    }
+
+    /// Takes the next element's epoch key and nonce, in the order elements are sealed; the
+    /// encryption itself ([`PreparedSeal::seal_with`]) may then run on any thread. What the
+    /// server reads of the result is what [`Sealer::seal_with`] would have written: the nonce
+    /// comes from the same generator, drawn here one element at a time, so it stays random
+    /// whichever thread encrypts or finishes first.
+    pub fn prepare(&mut self) -> PreparedSeal {
         if self.sealed == MESSAGES_PER_EPOCH {
             self.next_epoch();
         }
         self.sealed += 1;
-        let nonce = self.next_nonce();
-
-        let mut out = Vec::with_capacity(len + SEAL_OVERHEAD);
-        out.extend_from_slice(&self.epoch.to_le_bytes());
-        out.extend_from_slice(&nonce);
-        out.extend_from_slice(&binding.generation.to_le_bytes());
-        write(&mut out);
-        assert_eq!(
-            out.len(),
-            HEADER_LEN + len,
-            "seal_with wrote the wrong length"
-        );
-        let tag = self
-            .key
-            .seal_in_place_separate_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(binding.aad()),
-                &mut out[HEADER_LEN..],
-            )
-            // ring only refuses messages longer than GCM's 64 GiB limit.
-            .expect("element fits AES-GCM's message limit");
-        out.extend_from_slice(tag.as_ref());
-        out
+        PreparedSeal {
+            epoch: self.epoch,
+            nonce: self.next_nonce(),
+            key: self.key.clone(),
+        }
     }
 
     /// Decrypts and authenticates an element this sealer sealed with `binding`: what a scheme
@@ -289,6 +280,45 @@ impl Sealer {
             known.insert(epoch, key.clone());
         }
         key
+    }
+}
+
+/// One element's seal with its epoch key and nonce already chosen (see [`Sealer::prepare`]).
+pub struct PreparedSeal {
+    epoch: u64,
+    nonce: [u8; NONCE_LEN],
+    key: Arc<LessSafeKey>,
+}
+
+impl PreparedSeal {
+    /// Encrypts the `len` bytes that `write` appends, bound to `binding`.
+    pub fn seal_with(
+        &self,
+        binding: Binding,
+        len: usize,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + SEAL_OVERHEAD);
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(&self.nonce);
+        out.extend_from_slice(&binding.generation.to_le_bytes());
+        write(&mut out);
+        assert_eq!(
+            out.len(),
+            HEADER_LEN + len,
+            "seal_with wrote the wrong length"
+        );
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(self.nonce),
+                Aad::from(binding.aad()),
+                &mut out[HEADER_LEN..],
+            )
+            // ring only refuses messages longer than GCM's 64 GiB limit.
+            .expect("element fits AES-GCM's message limit");
+        out.extend_from_slice(tag.as_ref());
+        out
     }
 }
 

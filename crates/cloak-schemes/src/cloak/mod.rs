@@ -483,20 +483,29 @@ impl Cloak {
     /// the write-back over to leave at its time on the schedule (now if that has passed).
     fn finish_read(&mut self, now: Instant, values: Vec<Option<Bytes>>) {
         let mut flight = self.flight.take().expect("a batch is in flight");
-        // Where each element goes: `addrs[perm[j]]`'s element moves to `addrs[j]`. Sealing each
-        // element for its new address as soon as it is decrypted keeps no batch of plaintexts.
+        // Where each element goes: `addrs[perm[j]]`'s element moves to `addrs[j]`.
         let mut moves_to = vec![0u32; flight.perm.len()];
         for (to, &from) in flight.perm.iter().enumerate() {
             moves_to[from as usize] = to as u32;
         }
-        let mut writes: Vec<(Addr, Bytes)> = vec![(0, Bytes::new()); flight.addrs.len()];
-        for (i, value) in values.into_iter().enumerate() {
+        // Open every element on every core, settle each slot in read order, then seal the batch
+        // in write order on every core: the plaintexts of one batch are held meanwhile (a
+        // batch's worth of memory, fixed by the budgets). `ElementCodec::seal_all` says why
+        // sealing on several threads shows the server nothing new.
+        let to_open: Vec<_> = values
+            .iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let binding = self.binding(flight.addrs[i], flight.old_generations[i]);
+                let slot = Slot::from(flight.old_slots[i]);
+                (binding, value.as_ref(), Some(slot))
+            })
+            .collect();
+        let opened = self.codec.open_all(&to_open);
+        let mut to_seal = vec![(self.binding(0, 0), 0, Record::empty()); flight.addrs.len()];
+        for (i, opened) in opened.into_iter().enumerate() {
             let (addr, slot) = (flight.addrs[i], flight.old_slots[i]);
-            let binding = self.binding(addr, flight.old_generations[i]);
-            let opened = self
-                .codec
-                .open(binding, value.as_ref(), Some(Slot::from(slot)))
-                .map(|(_, record)| record);
+            let opened = opened.map(|(_, record)| record);
             let pending = self.pending.get_mut(&slot);
             let waiting = pending.and_then(|p| p.flight.take());
             let newer_write_queued = matches!(
@@ -562,16 +571,16 @@ impl Cloak {
                 self.pending.remove(&slot);
             }
             let to = moves_to[i] as usize;
-            let address = Addr::from(flight.addrs[to]);
-            let binding = Binding {
-                address,
-                generation: flight.batch,
-            };
-            writes[to] = (
-                address,
-                self.codec.seal(binding, Slot::from(slot), &content),
-            );
+            let binding = self.binding(flight.addrs[to], flight.batch);
+            to_seal[to] = (binding, Slot::from(slot), content);
         }
+        let sealed = self.codec.seal_all(&to_seal);
+        let writes: Vec<(Addr, Bytes)> = flight
+            .addrs
+            .iter()
+            .map(|&addr| Addr::from(addr))
+            .zip(sealed)
+            .collect();
         let started = flight.started;
         self.flight = Some(flight);
         // Sealing is done: what the write-back carries, and when it leaves, no longer depends

@@ -240,6 +240,7 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
         }
     }
 
+    report::relate(&mut results);
     print!("{}", report::table(&results));
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&results)?;
