@@ -19,8 +19,8 @@
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -152,7 +152,10 @@ fn pump(from: &TcpStream, mut to: TcpStream) -> Stamped {
             Ok((0, _)) | Err(_) => break,
             Ok(read) => read,
         };
-        let at = at.expect("the kernel stamps every packet once SO_TIMESTAMPNS is on");
+        // The kernel turns stamping on shortly after the first socket asks for it (deferred
+        // work): packets in that moment have no stamp and get the relay's clock, which is
+        // later by however long the relay took to read.
+        let at = at.unwrap_or_else(unix_now);
         record.push((at, Bytes::copy_from_slice(&buf[..n])));
         if to.write_all(&buf[..n]).is_err() {
             break;
@@ -338,7 +341,8 @@ pub fn to_trace(
         let Some((name, args)) = command.args.split_first() else {
             continue;
         };
-        let keys = |args: &[Bytes]| -> Vec<Addr> { args.iter().filter_map(|k| addr_of(k)).collect() };
+        let keys =
+            |args: &[Bytes]| -> Vec<Addr> { args.iter().filter_map(|k| addr_of(k)).collect() };
         let (kind, addrs, values) = match name.to_ascii_uppercase().as_slice() {
             b"MGET" => (AccessKind::Read, keys(args), Vec::new()),
             b"DEL" => (AccessKind::Delete, keys(args), Vec::new()),
@@ -396,8 +400,14 @@ mod tests {
         let commands = pair(&requests, &answers);
         let at = |ms| Duration::from_millis(ms);
         assert_eq!(commands.len(), 3);
-        assert_eq!((commands[0].sent, commands[0].answered), (at(1), Some(at(5))));
-        assert_eq!((commands[1].sent, commands[1].answered), (at(1), Some(at(5))));
+        assert_eq!(
+            (commands[0].sent, commands[0].answered),
+            (at(1), Some(at(5)))
+        );
+        assert_eq!(
+            (commands[1].sent, commands[1].answered),
+            (at(1), Some(at(5)))
+        );
         assert_eq!(commands[1].args[2], Bytes::from_static(b"\x00\r"));
         assert_eq!((commands[2].sent, commands[2].answered), (at(3), None));
     }
@@ -421,7 +431,10 @@ mod tests {
         };
         let trace = to_trace(&commands, Duration::from_secs(100), addr_of);
         assert_eq!(trace.len(), 3);
-        assert_eq!((trace[0].kind, &trace[0].addrs[..]), (AccessKind::Read, &[1, 2][..]));
+        assert_eq!(
+            (trace[0].kind, &trace[0].addrs[..]),
+            (AccessKind::Read, &[1, 2][..])
+        );
         assert_eq!(trace[1].at, Duration::from_millis(2));
         assert_eq!(trace[1].answered, Some(Duration::from_millis(3)));
         assert_eq!(trace[1].addrs, [2, 1]);
@@ -438,7 +451,9 @@ mod tests {
             let mut buf = [0u8; 64];
             while let Ok(n @ 1..) = socket.read(&mut buf) {
                 std::thread::sleep(Duration::from_millis(30));
-                socket.write_all(&b"+OK\r\n".repeat(buf[..n].iter().filter(|&&b| b == b'*').count())).unwrap();
+                socket
+                    .write_all(&b"+OK\r\n".repeat(buf[..n].iter().filter(|&&b| b == b'*').count()))
+                    .unwrap();
             }
         });
         port
@@ -465,7 +480,10 @@ mod tests {
             // Stamped within a few ms of the write (the kernel's clock, not the relay's
             // thread), and answered after Redis's 30 ms pause.
             assert!(command.sent >= sent && command.sent - sent < Duration::from_millis(10));
-            assert!(answered - command.sent >= Duration::from_millis(30), "{command:?}");
+            assert!(
+                answered - command.sent >= Duration::from_millis(30),
+                "{command:?}"
+            );
         }
     }
 }

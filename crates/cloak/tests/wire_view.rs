@@ -425,7 +425,6 @@ fn pancake_on_redis_shows_nothing_in_its_headers() {
 /// How much more than the two idle windows differ (beyond three times that) a loaded window's
 /// timing medians may differ from the idle window's. A busy test host moves both by tens of
 /// microseconds; a Cloak whose write-back waits on its clients moves the gap by far more.
-const TIMING_ALLOWANCE: Duration = Duration::from_micros(TIMING_ALLOWANCE_US);
 const TIMING_ALLOWANCE_US: u64 = 150;
 
 /// Per window, the medians (µs) of the batch interval and of the gap from a batch's read
@@ -444,15 +443,18 @@ fn timing_medians(capture: &Capture) -> [[u64; 2]; 4] {
 
 /// Whether a loaded window's median batch interval or read-to-write-back gap differs from the
 /// idle window's by more than the idle windows differ from each other (three times, and at
-/// least [`TIMING_ALLOWANCE`]). Medians over a window of batches shrug off the few batches a
+/// least [`TIMING_ALLOWANCE_US`]). Medians over a window of batches shrug off the few batches a
 /// busy host delays; what moves them is a proxy whose timing follows its load.
 fn timing_follows_the_load(capture: &Capture) -> bool {
     let medians = timing_medians(capture);
     let apart = |a: usize, b: usize, i: usize| medians[a][i].abs_diff(medians[b][i]);
     let mut follows = false;
-    for (i, what) in ["batch interval", "read → write-back gap"].iter().enumerate() {
+    for (i, what) in ["batch interval", "read → write-back gap"]
+        .iter()
+        .enumerate()
+    {
         let noise = apart(IDLE, IDLE_AGAIN, i);
-        let allowed = (3 * noise).max(TIMING_ALLOWANCE.as_micros() as u64);
+        let allowed = (3 * noise).max(TIMING_ALLOWANCE_US);
         for loaded in [ONE_KEY, UNIFORM] {
             let moved = apart(IDLE, loaded, i);
             println!(

@@ -109,7 +109,9 @@ impl RedisStorage {
                 .map_err(|e| StorageError(format!("{}: {e}", target.describe())))?;
             let pipe = Pipe::connect(&target.nodes[0], tls, CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
                 .await
-                .map_err(|e| StorageError(format!("cannot connect to {}: {e}", target.describe())))?;
+                .map_err(|e| {
+                    StorageError(format!("cannot connect to {}: {e}", target.describe()))
+                })?;
             Connection::Single(pipe)
         };
         let storage = Self {

@@ -77,7 +77,10 @@ struct Open {
 
 impl Open {
     fn alive(&self) -> bool {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).is_ok()
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_ok()
     }
 
     /// Writes `packed` (one whole RESP command); its answer comes on the receiver.
@@ -204,7 +207,11 @@ impl Pipe {
             select.arg(settings.db());
             greeting.push(("selecting the database", select, Value::Okay));
         }
-        greeting.push(("PING", redis::cmd("PING"), Value::SimpleString("PONG".into())));
+        greeting.push((
+            "PING",
+            redis::cmd("PING"),
+            Value::SimpleString("PONG".into()),
+        ));
         greeting
     }
 }
@@ -291,7 +298,10 @@ fn answer_end(buf: &[u8]) -> Result<Option<usize>, String> {
             (b'$', Some(n @ 0..)) => at = at.saturating_add(n as usize).saturating_add(2),
             (b'*', Some(n @ 0..)) => remaining += n as u64,
             (b'$' | b'*', _) => {
-                return Err(format!("bad RESP length {:?}", String::from_utf8_lossy(line)));
+                return Err(format!(
+                    "bad RESP length {:?}",
+                    String::from_utf8_lossy(line)
+                ));
             }
             (other, _) => return Err(format!("unexpected RESP type byte {other:#04x}")),
         }
