@@ -469,6 +469,7 @@ fn timing_follows_the_load(capture: &Capture) -> bool {
 }
 
 #[test]
+#[ignore = "the fixed Cloak passes (medians move 0-1 µs), but at this test's load the eager-write-back leak demo is not caught yet (its gap median moved 2-29 µs against 79 µs between idle windows): the check cannot fail as it should; run with --ignored"]
 fn cloak_timing_does_not_depend_on_the_load() {
     let fixed = Capture::run("cloak", &[]);
     assert!(
