@@ -53,7 +53,7 @@ const RECONNECT_RETRIES: usize = 3;
 const SCAN_COUNT: usize = 10_000;
 
 enum Connection {
-    Single(Pipe),
+    Single(Box<Pipe>),
     Cluster(ClusterConnection),
 }
 
@@ -112,7 +112,7 @@ impl RedisStorage {
                 .map_err(|e| {
                     StorageError(format!("cannot connect to {}: {e}", target.describe()))
                 })?;
-            Connection::Single(pipe)
+            Connection::Single(Box::new(pipe))
         };
         let storage = Self {
             target,
