@@ -5,14 +5,15 @@
 //!   with many clients and pipelining.
 //! - [`linearizability`]: a checker for histories of one shared key written with unique values.
 //! - [`redis_server`]: real `redis-server` processes (standalone with AOF, a local cluster).
-//! - [`monitor`]: what a real Redis receives, captured with `MONITOR`, as a server view.
+//! - [`wire_tap`]: what a real Redis receives and when, captured by a relay with kernel
+//!   receive timestamps, as a server view.
 //! - [`suite`]: the suite itself against the in-process simulator; the proxy's tests run the same
 //!   workloads over real sockets.
 //! - [`commands`]: shorthands for the commands tests write most.
 
 pub mod commands;
 pub mod linearizability;
-pub mod monitor;
 pub mod redis_server;
 pub mod suite;
+pub mod wire_tap;
 pub mod workload;

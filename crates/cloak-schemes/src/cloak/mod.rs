@@ -228,6 +228,14 @@ impl Cloak {
         &self.budgets
     }
 
+    /// Releases every write-back as soon as it is sealed, not at its batch's start plus the
+    /// hold: the timing leak of [`crate::LEAK_DEMO_EAGER_WRITE_BACK_ENV`], for tests only.
+    #[cfg(feature = "leak-demo")]
+    fn leak_demo_release_when_sealed(mut self) -> Self {
+        self.schedule = Schedule::new(self.schedule.interval(), None);
+        self
+    }
+
     fn with_fill_started(mut self) -> Self {
         self.pump_fill(None);
         self

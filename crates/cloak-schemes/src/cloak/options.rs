@@ -108,6 +108,12 @@ impl CloakOptions {
             false => sealer,
         };
         let codec = ElementCodec::new(store.layout, sealer);
-        Ok(Cloak::new(config, codec, from.rng, from.start))
+        let cloak = Cloak::new(config, codec, from.rng, from.start);
+        #[cfg(feature = "leak-demo")]
+        let cloak = match std::env::var_os(crate::LEAK_DEMO_EAGER_WRITE_BACK_ENV) {
+            Some(_) => cloak.leak_demo_release_when_sealed(),
+            None => cloak,
+        };
+        Ok(cloak)
     }
 }

@@ -22,21 +22,27 @@
 //!
 //! A Redis that is down or restarting fails requests with its error (schemes retry with
 //! backoff); the connections reconnect by themselves.
+//!
+//! A single Redis is reached through a connection of our own ([`pipe`]) that sends commands
+//! packed beforehand, so that a timed request leaves at its release with nothing left to do
+//! but one write; a cluster through the `redis` crate, which routes each key to its node.
 
+mod pipe;
 mod url;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, FromRedisValue, RedisError, Value};
 
+use crate::tls::ClientTls;
 use crate::tls::client::ClientTlsFiles;
 use crate::wire;
 use crate::{Addr, Release, Storage, StorageError, StorageOp, StorageReply};
+use pipe::Pipe;
 pub use url::{DEFAULT_PREFIX, RedisTarget, UrlError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -46,10 +52,17 @@ const RECONNECT_RETRIES: usize = 3;
 /// Keys asked for per SCAN call.
 const SCAN_COUNT: usize = 10_000;
 
-#[derive(Clone)]
 enum Connection {
-    Single(ConnectionManager),
+    Single(Box<Pipe>),
     Cluster(ClusterConnection),
+}
+
+/// A command ready to go: packed already for a single Redis (a timed request then has nothing
+/// left to do after its release but the write), as it is for a cluster (the `redis` crate
+/// splits it by key and packs each node's share as it sends them).
+enum Ready {
+    Packed(Vec<u8>),
+    Routed(Cmd),
 }
 
 /// Elements in a Redis server or a Redis Cluster, one string key per address under a prefix.
@@ -74,8 +87,8 @@ impl RedisStorage {
     ) -> Result<Self, StorageError> {
         let failed =
             |e: RedisError| StorageError(format!("cannot connect to {}: {e}", target.describe()));
-        let certificates = tls.map(certificates).transpose()?;
         let connection = if target.cluster {
+            let certificates = tls.map(certificates).transpose()?;
             let mut builder = redis::cluster::ClusterClient::builder(target.nodes.clone());
             if let Some(certificates) = certificates {
                 builder = builder.certs(certificates);
@@ -90,23 +103,16 @@ impl RedisStorage {
                 .map_err(failed)?;
             Connection::Cluster(client.get_async_connection().await.map_err(failed)?)
         } else {
-            let node = target.nodes[0].as_str();
-            let client = match certificates {
-                Some(certificates) => redis::Client::build_with_tls(node, certificates),
-                None => redis::Client::open(node),
-            }
-            .map_err(failed)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                .set_number_of_retries(RECONNECT_RETRIES)
-                .set_min_delay(Duration::from_millis(10))
-                .set_max_delay(Duration::from_secs(1));
-            Connection::Single(
-                ConnectionManager::new_with_config(client, config)
-                    .await
-                    .map_err(failed)?,
-            )
+            let tls = tls
+                .map(ClientTls::load_or_system_roots)
+                .transpose()
+                .map_err(|e| StorageError(format!("{}: {e}", target.describe())))?;
+            let pipe = Pipe::connect(&target.nodes[0], tls, CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
+                .await
+                .map_err(|e| {
+                    StorageError(format!("cannot connect to {}: {e}", target.describe()))
+                })?;
+            Connection::Single(Box::new(pipe))
         };
         let storage = Self {
             target,
@@ -125,15 +131,35 @@ impl RedisStorage {
     }
 
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, StorageError> {
-        let result = match &self.connection {
-            Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
-        };
-        result.map_err(|e| self.error(e))
+        self.send(self.ready(cmd)).await
     }
 
-    /// The MGET of `addrs` (`None` for no address: nothing to ask).
-    fn read_command(&self, addrs: &[Addr]) -> Option<Cmd> {
+    /// `cmd`, ready to send.
+    fn ready(&self, cmd: &Cmd) -> Ready {
+        match &self.connection {
+            Connection::Single(_) => Ready::Packed(cmd.get_packed_command()),
+            Connection::Cluster(_) => Ready::Routed(cmd.clone()),
+        }
+    }
+
+    /// Sends a command made ready by [`RedisStorage::ready`] and waits for its answer.
+    async fn send<T: FromRedisValue>(&self, command: Ready) -> Result<T, StorageError> {
+        let value = match (&self.connection, command) {
+            (Connection::Single(pipe), Ready::Packed(bytes)) => pipe
+                .request(&bytes)
+                .await
+                .map_err(|e| StorageError(format!("{}: {e}", self.target.describe())))?,
+            (Connection::Cluster(c), Ready::Routed(cmd)) => cmd
+                .query_async(&mut c.clone())
+                .await
+                .map_err(|e| self.error(e))?,
+            _ => unreachable!("commands are made ready for the connection they are sent on"),
+        };
+        redis::from_redis_value(value).map_err(|e| self.error(e.into()))
+    }
+
+    /// The MGET of `addrs`, ready to send (`None` for no address: nothing to ask).
+    fn read_command(&self, addrs: &[Addr]) -> Option<Ready> {
         if addrs.is_empty() {
             return None;
         }
@@ -141,7 +167,7 @@ impl RedisStorage {
         for &addr in addrs {
             mget.arg(self.target.key(addr));
         }
-        Some(mget)
+        Some(self.ready(&mget))
     }
 
     async fn read(&self, addrs: &[Addr]) -> Result<Vec<Option<Bytes>>, StorageError> {
@@ -151,13 +177,13 @@ impl RedisStorage {
     /// Sends `mget`, the read of `count` addresses, and checks that each has its value.
     async fn send_read(
         &self,
-        mget: Option<Cmd>,
+        mget: Option<Ready>,
         count: usize,
     ) -> Result<Vec<Option<Bytes>>, StorageError> {
         let Some(mget) = mget else {
             return Ok(Vec::new());
         };
-        let values: Vec<Option<Vec<u8>>> = self.query(&mget).await?;
+        let values: Vec<Option<Vec<u8>>> = self.send(mget).await?;
         if values.len() != count {
             return Err(StorageError(format!(
                 "{} answered {} values to an MGET of {} keys",
@@ -169,22 +195,22 @@ impl RedisStorage {
         Ok(values.into_iter().map(|v| v.map(Bytes::from)).collect())
     }
 
-    /// The command that applies a write or delete.
-    fn command(&self, op: &StorageOp) -> Option<Cmd> {
+    /// The command that applies a write or delete, ready to send.
+    fn command(&self, op: &StorageOp) -> Option<Ready> {
         match op {
             StorageOp::Write(writes) if !writes.is_empty() => {
                 let mut mset = redis::cmd("MSET");
                 for (addr, value) in writes {
                     mset.arg(self.target.key(*addr)).arg(value.as_ref());
                 }
-                Some(mset)
+                Some(self.ready(&mset))
             }
             StorageOp::Delete(addrs) if !addrs.is_empty() => {
                 let mut del = redis::cmd("DEL");
                 for &addr in addrs {
                     del.arg(self.target.key(addr));
                 }
-                Some(del)
+                Some(self.ready(&del))
             }
             _ => None,
         }
@@ -199,7 +225,7 @@ impl RedisStorage {
     /// intent key.
     async fn apply(
         &self,
-        command: Option<Cmd>,
+        command: Option<Ready>,
         op: &StorageOp,
     ) -> Result<StorageReply, StorageError> {
         let Some(command) = command else {
@@ -211,12 +237,12 @@ impl RedisStorage {
             let mut set = redis::cmd("SET");
             set.arg(self.target.intent_key()).arg(intent.as_ref());
             self.query::<()>(&set).await?;
-            self.query::<Value>(&command).await?;
+            self.send::<Value>(command).await?;
             let mut del = redis::cmd("DEL");
             del.arg(self.target.intent_key());
             self.query::<()>(&del).await?;
         } else {
-            self.query::<Value>(&command).await?;
+            self.send::<Value>(command).await?;
         }
         Ok(StorageReply::Done)
     }
@@ -246,7 +272,7 @@ impl RedisStorage {
             "finishing a write a previous proxy left half done in the cluster"
         );
         if let Some(command) = self.command(&op) {
-            self.query::<Value>(&command).await?;
+            self.send::<Value>(command).await?;
         }
         let mut del = redis::cmd("DEL");
         del.arg(self.target.intent_key());
@@ -412,8 +438,9 @@ impl Storage for RedisStorage {
         }
     }
 
-    /// Builds the command before the release; the redis crate still encodes it after (its
-    /// connection takes a command, not bytes), a copy of the arguments.
+    /// Makes the command ready before the release: for a single Redis, packed, so the release
+    /// is followed by one write of ready bytes, the same work whatever the load (see [`pipe`]).
+    /// In a cluster the `redis` crate still packs each node's share after the release.
     async fn call_at(&self, op: StorageOp, release: Release) -> Result<StorageReply, StorageError> {
         match op {
             StorageOp::Read(addrs) => {

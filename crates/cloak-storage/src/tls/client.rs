@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -32,7 +32,30 @@ impl ClientTls {
     /// Reads the files.
     pub fn load(files: &ClientTlsFiles) -> Result<Self, TlsError> {
         let ca = files.ca.as_deref().ok_or(TlsError::NoCa)?;
-        let builder = ClientConfig::builder().with_root_certificates(pem::roots(ca)?);
+        Self::with_roots(pem::roots(ca)?, files)
+    }
+
+    /// Reads the files; without a CA among them, the system's trusted CAs check the server's
+    /// certificate (as for a Redis with a certificate from a public CA).
+    pub fn load_or_system_roots(files: &ClientTlsFiles) -> Result<Self, TlsError> {
+        match files.ca {
+            Some(_) => Self::load(files),
+            None => {
+                let mut roots = RootCertStore::empty();
+                let found = rustls_native_certs::load_native_certs();
+                // Certificates the system holds but rustls cannot use are skipped, as the
+                // `redis` crate does; none usable at all is an error.
+                roots.add_parsable_certificates(found.certs);
+                if roots.is_empty() {
+                    return Err(TlsError::NoSystemCa(format!("{:?}", found.errors)));
+                }
+                Self::with_roots(roots, files)
+            }
+        }
+    }
+
+    fn with_roots(roots: RootCertStore, files: &ClientTlsFiles) -> Result<Self, TlsError> {
+        let builder = ClientConfig::builder().with_root_certificates(roots);
         let config = match &files.identity {
             Some((cert, key)) => {
                 builder.with_client_auth_cert(pem::certificates(cert)?, pem::private_key(key)?)?

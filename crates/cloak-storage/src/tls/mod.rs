@@ -57,6 +57,9 @@ pub enum TlsError {
     /// A client with no CA to check the server's certificate against.
     #[error("no CA to check the server's certificate against")]
     NoCa,
+    /// No CA given, and the system's trusted CAs cannot be read.
+    #[error("no CA given, and the system's trusted CAs cannot be used: {0}")]
+    NoSystemCa(String),
     /// The host name cannot be a TLS server name.
     #[error("{0:?} is not a valid TLS server name")]
     ServerName(String),
