@@ -21,7 +21,7 @@ use std::num::NonZeroUsize;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
-use cloak_crypto::{Binding, CryptoError, SEAL_OVERHEAD, Sealer};
+use cloak_crypto::{Binding, CryptoError, PreparedSeal, SEAL_OVERHEAD, Sealer};
 
 use crate::envelope::ENVELOPE_LEN;
 use crate::storage::Addr;
@@ -218,22 +218,24 @@ impl ElementCodec {
         }))
     }
 
-    /// Seals a batch of elements, `(binding, slot, record)` each, and returns them in the same
-    /// order, encrypting on every core (the elements of a batch are independent).
+    /// Takes the next element's epoch and nonce from the sealer's one generator, for
+    /// [`ElementCodec::seal_all`] (see `Sealer::prepare`).
+    pub fn prepare(&mut self) -> PreparedSeal {
+        self.sealer.prepare()
+    }
+
+    /// Seals a batch of elements, `(seal, binding, slot, record)` each, and returns them in the
+    /// same order, encrypting on every core (the elements of a batch are independent).
     ///
     /// Why this shows the server nothing a one-by-one [`ElementCodec::seal`] would not: each
-    /// element's nonce and epoch are drawn here first, one after another in the order given,
-    /// from the sealer's one generator (random nonces, see `cloak_crypto::sealer`); the
-    /// threads only encrypt, and each result lands at its own index. So the bytes of every
-    /// element and their order in the request are those of the sequential loop, whichever
-    /// thread finishes first, and when the request leaves is the scheme's schedule's business.
-    pub fn seal_all(&mut self, elements: &[(Binding, Slot, Record)]) -> Vec<Bytes> {
+    /// element's nonce and epoch were drawn by [`ElementCodec::prepare`] on the caller's thread,
+    /// in the caller's order; the threads only encrypt, and each result lands at its own index.
+    /// So the bytes of every element and their order in the request are those of the sequential
+    /// loop, whichever thread finishes first, and when the request leaves is the scheme's
+    /// schedule's business.
+    pub fn seal_all(&self, elements: &[(PreparedSeal, Binding, Slot, Record)]) -> Vec<Bytes> {
         let layout = self.layout;
-        let jobs: Vec<_> = elements
-            .iter()
-            .map(|element| (self.sealer.prepare(), element))
-            .collect();
-        on_every_core(&jobs, |(seal, (binding, slot, record))| {
+        on_every_core(elements, |(seal, binding, slot, record)| {
             Bytes::from(seal.seal_with(*binding, layout.encoded_len(), |out| {
                 layout.encode(*slot, record, out)
             }))
@@ -347,7 +349,11 @@ mod tests {
                 (binding, i + 100, record)
             })
             .collect();
-        let sealed = c.seal_all(&batch);
+        let prepared: Vec<_> = batch
+            .iter()
+            .map(|(binding, slot, record)| (c.prepare(), *binding, *slot, record.clone()))
+            .collect();
+        let sealed = c.seal_all(&prepared);
         assert_eq!(sealed.len(), n);
         let nonces: std::collections::HashSet<_> = sealed
             .iter()

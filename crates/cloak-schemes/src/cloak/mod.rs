@@ -499,7 +499,10 @@ impl Cloak {
         // Open every element on every core, settle each slot in read order, then seal the batch
         // in write order on every core: the plaintexts of one batch are held meanwhile (a
         // batch's worth of memory, fixed by the budgets). `ElementCodec::seal_all` says why
-        // sealing on several threads shows the server nothing new.
+        // sealing on several threads shows the server nothing new. Each element's nonce is drawn
+        // as it is settled, in read order: random nonces are independent draws, so their order
+        // says nothing; the leak demo's counter nonces make it name the shuffle, as the original
+        // bug did, which is what the demo exists to show.
         let to_open: Vec<_> = values
             .iter()
             .enumerate()
@@ -510,7 +513,7 @@ impl Cloak {
             })
             .collect();
         let opened = self.codec.open_all(&to_open);
-        let mut to_seal = vec![(self.binding(0, 0), 0, Record::empty()); flight.addrs.len()];
+        let mut to_seal = Vec::with_capacity(flight.addrs.len());
         for (i, opened) in opened.into_iter().enumerate() {
             let (addr, slot) = (flight.addrs[i], flight.old_slots[i]);
             let opened = opened.map(|(_, record)| record);
@@ -580,8 +583,14 @@ impl Cloak {
             }
             let to = moves_to[i] as usize;
             let binding = self.binding(flight.addrs[to], flight.batch);
-            to_seal[to] = (binding, Slot::from(slot), content);
+            to_seal.push((
+                to,
+                (self.codec.prepare(), binding, Slot::from(slot), content),
+            ));
         }
+        // Into write order: `moves_to` is a permutation, so every destination comes once.
+        to_seal.sort_unstable_by_key(|(to, _)| *to);
+        let to_seal: Vec<_> = to_seal.into_iter().map(|(_, seal)| seal).collect();
         let sealed = self.codec.seal_all(&to_seal);
         let writes: Vec<(Addr, Bytes)> = flight
             .addrs
