@@ -144,11 +144,17 @@ impl Pipe {
     pub async fn request(&self, packed: &[u8]) -> Result<Value, PipeError> {
         let answered = {
             let mut slot = self.open.lock().await;
-            let open = match slot.take() {
-                Some(open) if open.alive() => slot.insert(open),
-                _ => slot.insert(self.open().await?),
+            let mut open = match slot.take() {
+                Some(open) if open.alive() => open,
+                _ => self.open().await?,
             };
-            open.send(packed).await?
+            // Out of its slot while it writes: if this future is dropped part-way through the
+            // write, the connection, its stream now holding half a command, goes with it (and
+            // its reader fails what still waits on it) instead of being used again, where
+            // Redis would read the next command as the rest of this one.
+            let answered = open.send(packed).await?;
+            *slot = Some(open);
+            answered
         };
         wait(answered, self.response_timeout).await
     }
