@@ -181,29 +181,76 @@ fn redis_cli(args: &[&str]) -> String {
 /// A cluster of masters (no replicas) on loopback, each with AOF on.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
+    /// Each node's TLS port, in node order (none unless started with [`RedisCluster::start_tls`]).
+    pub tls_ports: Vec<u16>,
 }
 
 impl RedisCluster {
     pub fn start(masters: usize) -> Self {
-        let nodes: Vec<RedisServer> = (0..masters)
+        let nodes = (0..masters)
+            .map(|_| RedisServer::start_with(&Self::NODE, true))
+            .collect();
+        Self::form(nodes, Vec::new())
+    }
+
+    /// A cluster whose nodes speak TLS too, with the certificates `cloak certs` wrote to `certs`:
+    /// clients on [`RedisCluster::tls_ports`] (which `CLUSTER SLOTS` names to TLS clients), and
+    /// the cluster bus over TLS. Each node shows the others the client certificate, since the
+    /// server certificate is for servers only. The plain ports stay, for the tests' own checks.
+    pub fn start_tls(masters: usize, certs: &std::path::Path) -> Self {
+        let file = |name: &str| certs.join(name).display().to_string();
+        let mut tls_ports = Vec::new();
+        let nodes = (0..masters)
             .map(|_| {
-                RedisServer::start_with(
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "2000",
-                        "--appendonly",
-                        "yes",
-                        "--appendfsync",
-                        "always",
-                    ],
-                    true,
-                )
+                // With `tls-cluster yes` the bus port is named explicitly: the TLS port's +10000.
+                let tls_port = free_port(true);
+                tls_ports.push(tls_port);
+                let tls = [
+                    "--tls-port".to_string(),
+                    tls_port.to_string(),
+                    "--cluster-port".into(),
+                    (tls_port + 10_000).to_string(),
+                    "--tls-cluster".into(),
+                    "yes".into(),
+                    "--tls-cert-file".into(),
+                    file("server.pem"),
+                    "--tls-key-file".into(),
+                    file("server.key"),
+                    "--tls-client-cert-file".into(),
+                    file("client.pem"),
+                    "--tls-client-key-file".into(),
+                    file("client.key"),
+                    "--tls-ca-cert-file".into(),
+                    file("ca.pem"),
+                    "--tls-auth-clients".into(),
+                    "no".into(),
+                ];
+                let args: Vec<&str> = Self::NODE
+                    .iter()
+                    .copied()
+                    .chain(tls.iter().map(String::as_str))
+                    .collect();
+                RedisServer::start_with(&args, false)
             })
             .collect();
+        Self::form(nodes, tls_ports)
+    }
+
+    const NODE: [&'static str; 10] = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ];
+
+    /// Joins `nodes` into one cluster, the slots split evenly, and waits until it serves.
+    fn form(nodes: Vec<RedisServer>, tls_ports: Vec<u16>) -> Self {
         let addresses: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
@@ -222,7 +269,7 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        Self { nodes }
+        Self { nodes, tls_ports }
     }
 
     /// `redis+cluster://` naming every node.

@@ -1,6 +1,7 @@
 //! Secure links, through the binary: clients over TLS (redis-cli and a Rust client), mutual TLS,
-//! `cloak server` behind mutual TLS or a storage secret, a TLS redis-server behind `rediss://`,
-//! protected mode, certificate reload on SIGHUP. Every refusal must be a clear error within a
+//! `cloak server` behind mutual TLS or a storage secret, a TLS redis-server behind `rediss://`
+//! and a TLS Redis Cluster behind `rediss+cluster://`, protected mode, certificate reload on
+//! SIGHUP and on a changed file. Every refusal must be a clear error within a
 //! bounded time, never a hang.
 
 mod common;
@@ -461,6 +462,41 @@ fn rediss_reaches_a_tls_redis_server_as_an_acl_user() {
         &ca,
     ));
     assert!(wrong.contains("authentication failed"), "{wrong}");
+}
+
+#[test]
+fn rediss_cluster_reaches_a_tls_redis_cluster_and_refuses_an_unknown_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = certs(&dir.path().join("ours"));
+    let stranger = certs(&dir.path().join("theirs"));
+    let cluster = cloak_testkit::redis_server::RedisCluster::start_tls(3, &d);
+    let key = key_file(dir.path());
+    let nodes: Vec<String> = cluster
+        .tls_ports
+        .iter()
+        .map(|port| format!("localhost:{port}"))
+        .collect();
+    let url = format!("rediss+cluster://{}", nodes.join(","));
+    serves(proxy_args(
+        url.clone(),
+        &key,
+        &["--storage-ca".to_string(), path(&d, "ca.pem")],
+    ));
+    // Elements went to the cluster's nodes (over TLS: the proxy was given no plain port; it
+    // was stopped before its fill could finish, so not all of them).
+    let stored: u64 = cluster
+        .nodes
+        .iter()
+        .map(|node| node.cli(&["DBSIZE"]).trim().parse::<u64>().unwrap())
+        .sum();
+    assert!(stored > 0, "no elements in the cluster");
+    // A cluster whose certificate this proxy cannot check is refused, not trusted.
+    let unknown = refused(proxy_args(
+        url,
+        &key,
+        &["--storage-ca".to_string(), path(&stranger, "ca.pem")],
+    ));
+    assert!(unknown.to_lowercase().contains("certificate"), "{unknown}");
 }
 
 #[test]
