@@ -477,19 +477,32 @@ fn rediss_cluster_reaches_a_tls_redis_cluster_and_refuses_an_unknown_ca() {
         .map(|port| format!("localhost:{port}"))
         .collect();
     let url = format!("rediss+cluster://{}", nodes.join(","));
-    serves(proxy_args(
+    let (args, port) = proxy_args(
         url.clone(),
         &key,
         &["--storage-ca".to_string(), path(&d, "ca.pem")],
-    ));
-    // Elements went to the cluster's nodes (over TLS: the proxy was given no plain port; it
-    // was stopped before its fill could finish, so not all of them).
-    let stored: u64 = cluster
-        .nodes
-        .iter()
-        .map(|node| node.cli(&["DBSIZE"]).trim().parse::<u64>().unwrap())
-        .sum();
-    assert!(stored > 0, "no elements in the cluster");
+    );
+    let proxy = Running::start(&as_strs(&args), "listening");
+    assert_eq!(redis_cli(port, &[], &["SET", "k", "v"]).trim(), "OK");
+    assert_eq!(redis_cli(port, &[], &["GET", "k"]).trim(), "v");
+    // Its elements reach the cluster's nodes (over TLS: the proxy was given no plain port) as
+    // its fill and batches go on.
+    let start = Instant::now();
+    let stored = || -> u64 {
+        cluster
+            .nodes
+            .iter()
+            .map(|node| node.cli(&["DBSIZE"]).trim().parse::<u64>().unwrap())
+            .sum()
+    };
+    while stored() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no elements in the cluster"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(proxy);
     // A cluster whose certificate this proxy cannot check is refused, not trusted.
     let unknown = refused(proxy_args(
         url,
