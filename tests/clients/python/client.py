@@ -11,6 +11,8 @@ import sys
 
 import redis
 
+from transcript import step
+
 PORT = int(sys.argv[1])
 PROTOCOL = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--protocol" else None
 NAME = "cloak-client-py"
@@ -20,30 +22,6 @@ options = {"port": PORT, "client_name": NAME}
 if PROTOCOL is not None:
     options["protocol"] = PROTOCOL
 r = redis.Redis(**options)
-
-
-def canonical(value):
-    """One printable form for what redis-py returns in either protocol."""
-    if isinstance(value, bytes):
-        return repr(value.decode("utf-8", "backslashreplace"))
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(canonical(v) for v in value) + "]"
-    if isinstance(value, set):
-        return "{" + ", ".join(sorted(canonical(v) for v in value)) + "}"
-    if isinstance(value, dict):
-        items = sorted((canonical(k), canonical(v)) for k, v in value.items())
-        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
-    if value is None:
-        return "nil"
-    return repr(value)
-
-
-def step(name, run):
-    try:
-        result = canonical(run())
-    except Exception as error:  # noqa: BLE001 - a failing step is part of the transcript
-        result = f"error {type(error).__name__}: {error}"
-    print(f"{name} -> {result}", flush=True)
 
 
 def pipelined(*calls, transaction):

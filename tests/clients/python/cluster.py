@@ -11,32 +11,12 @@ import sys
 
 from redis.cluster import RedisCluster
 
+from transcript import step
+
 PORT = int(sys.argv[1])
 
 # Default options: the client learns the slots from CLUSTER SLOTS and follows MOVED.
 r = RedisCluster(host="127.0.0.1", port=PORT)
-
-
-def canonical(value):
-    """One printable form for what redis-py returns."""
-    if isinstance(value, bytes):
-        return repr(value.decode("utf-8", "backslashreplace"))
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(canonical(v) for v in value) + "]"
-    if isinstance(value, dict):
-        items = sorted((canonical(k), canonical(v)) for k, v in value.items())
-        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
-    if value is None:
-        return "nil"
-    return repr(value)
-
-
-def step(name, run):
-    try:
-        result = canonical(run())
-    except Exception as error:  # noqa: BLE001 - a failing step is part of the transcript
-        result = f"error {type(error).__name__}: {error}"
-    print(f"{name} -> {result}", flush=True)
 
 
 KEYS = [f"key:{i}" for i in range(30)]
