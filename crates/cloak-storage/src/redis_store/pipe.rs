@@ -67,7 +67,7 @@ pub enum PipeError {
 
 type Answer = Result<Value, PipeError>;
 
-/// Answers still to come, in request order; `None` once the connection is dead (with why).
+/// Answers still to come, in request order; `Err` (saying why) once the connection is dead.
 type Waiting = Arc<Mutex<Result<VecDeque<oneshot::Sender<Answer>>, String>>>;
 
 struct Open {
