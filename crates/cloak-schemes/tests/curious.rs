@@ -14,6 +14,7 @@ use cloak_core::{
 use cloak_crypto::{KeyHasher, MasterKey, Sealer};
 use cloak_schemes::{CuriousOptions, SchemeName, SchemeOptions, Start, StoreSpec, build};
 use cloak_testkit::commands::{get, scheme_error, set, value};
+use cloak_testkit::workload::drive_closed_loop;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -130,37 +131,6 @@ fn params(sim: &Simulator) -> Params {
         cache_high_water: n("eviction_cache_high_water"),
         refusals: n("eviction_cache_refusals"),
         filled: d["storage_filled"] == "true",
-    }
-}
-
-/// `clients` clients keep `depth` commands each in flight until `commands` were sent; every
-/// outcome must be a success.
-fn drive(
-    sim: &mut Simulator,
-    clients: u64,
-    depth: usize,
-    commands: usize,
-    seed: u64,
-    mut next: impl FnMut(&mut ChaCha8Rng) -> Command,
-) {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut owner: HashMap<u64, u64> = HashMap::new();
-    let mut in_flight = vec![0usize; clients as usize];
-    let mut sent = 0;
-    while sent < commands || !owner.is_empty() {
-        for c in 0..clients {
-            while sent < commands && in_flight[c as usize] < depth {
-                let token = sim.submit(c, next(&mut rng));
-                owner.insert(token, c);
-                in_flight[c as usize] += 1;
-                sent += 1;
-            }
-        }
-        sim.run_for(Duration::from_micros(300));
-        for (token, _, outcome) in sim.drain_outcomes() {
-            assert!(!matches!(outcome, Outcome::Error(_)), "{outcome:?}");
-            in_flight[owner.remove(&token).unwrap() as usize] -= 1;
-        }
     }
 }
 
@@ -293,7 +263,7 @@ fn every_access_reads_one_full_path_and_writes_exactly_it_back() {
     preload(&mut sim, 299);
     let p = params(&sim);
     let before = sim.storage_bytes();
-    drive(&mut sim, 6, 3, 3000, 1, uniform(299));
+    drive_closed_loop(&mut sim, 6, 3, 3000, 1, uniform(299));
     let (accesses, drains, most_open) = parse(&sim.take_trace(), &p);
     assert_eq!(accesses.len(), 3000, "one access per op, no more");
     assert!(drains.is_empty());
@@ -428,9 +398,9 @@ fn a_hot_key_does_not_make_consecutive_accesses_repeat_a_suboram() {
         preload(&mut sim, 999);
         let p = params(&sim);
         if hot {
-            drive(&mut sim, 1, 1, commands, seed, one_hot_key);
+            drive_closed_loop(&mut sim, 1, 1, commands, seed, one_hot_key);
         } else {
-            drive(&mut sim, 1, 1, commands, seed, uniform(999));
+            drive_closed_loop(&mut sim, 1, 1, commands, seed, uniform(999));
         }
         sim.run_for(10 * RTT);
         let (accesses, _, _) = parse(&sim.take_trace(), &p);
@@ -543,7 +513,7 @@ fn tampered_missing_and_swapped_buckets_are_detected() {
     // on another key has evicted it to a subORAM.
     assert_eq!(sim.execute(1, set("k0", "again")), Some(Outcome::Ok));
     assert_eq!(sim.execute(1, set("filler", "f")), Some(Outcome::Ok));
-    drive(&mut sim, 1, 1, 200, 5, |_| get("filler"));
+    drive_closed_loop(&mut sim, 1, 1, 200, 5, |_| get("filler"));
     assert_eq!(sim.execute(1, get("k0")), value("again"));
 
     // Elements moved between addresses.
@@ -575,7 +545,7 @@ fn replayed_buckets_are_detected_never_returned() {
         );
     }
     assert_eq!(sim.execute(1, set("filler", "f")), Some(Outcome::Ok));
-    drive(&mut sim, 2, 2, 600, 7, |_| get("filler"));
+    drive_closed_loop(&mut sim, 2, 2, 600, 7, |_| get("filler"));
     assert!(
         params(&sim).cache_blocks < 10,
         "most keys went back to storage"
@@ -669,9 +639,9 @@ fn draining_writes_the_eviction_cache_to_storage_in_one_fixed_write() {
             );
         }
         if hot {
-            drive(&mut sim, 4, 2, 20, seed, one_hot_key);
+            drive_closed_loop(&mut sim, 4, 2, 20, seed, one_hot_key);
         } else {
-            drive(&mut sim, 4, 2, 20, seed, |rng| {
+            drive_closed_loop(&mut sim, 4, 2, 20, seed, |rng| {
                 get(&format!("k{}", rng.random_range(0..60)))
             });
         }
@@ -747,7 +717,7 @@ fn storage_outage_fails_reads_clearly_and_keeps_acknowledged_writes() {
     let mut sim = simulator(300, 11);
     assert_eq!(sim.execute(1, set("before", "1")), Some(Outcome::Ok));
     assert_eq!(sim.execute(1, set("other", "o")), Some(Outcome::Ok));
-    drive(&mut sim, 1, 1, 100, 11, |_| get("other"));
+    drive_closed_loop(&mut sim, 1, 1, 100, 11, |_| get("other"));
     sim.set_storage_down(true);
     let outcome = sim.execute(2, get("before"));
     assert!(
@@ -826,7 +796,7 @@ fn cost_per_op_from_a_thousand_to_a_million_keys() {
         };
         let mut sim =
             Simulator::new(Engine::new(scheme, directory, limits)).with_storage_delay(RTT);
-        drive(&mut sim, 16, 4, capacity as usize, capacity, {
+        drive_closed_loop(&mut sim, 16, 4, capacity as usize, capacity, {
             let mut next = 0u64;
             move |_| {
                 next += 1;
@@ -839,7 +809,7 @@ fn cost_per_op_from_a_thousand_to_a_million_keys() {
         let mut samples = 0u64;
         let per_batch = 1000;
         for batch in 0..ops / per_batch {
-            drive(&mut sim, 16, 4, per_batch, batch as u64, uniform(capacity));
+            drive_closed_loop(&mut sim, 16, 4, per_batch, batch as u64, uniform(capacity));
             cache_sum += params(&sim).cache_blocks;
             samples += 1;
         }

@@ -15,6 +15,7 @@ use cloak_crypto::{KeyHasher, MasterKey, Sealer};
 use cloak_schemes::path_oram::Tree;
 use cloak_schemes::{PathOramOptions, SchemeName, SchemeOptions, Start, StoreSpec, build};
 use cloak_testkit::suite;
+use cloak_testkit::workload::drive_closed_loop;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -105,40 +106,6 @@ fn value(v: &str) -> Option<Outcome> {
     Some(Outcome::Value(Some(Bytes::from(v.to_string()))))
 }
 
-/// `clients` clients each keep `depth` commands in flight until `commands` were sent; every
-/// outcome must be a success.
-fn drive(
-    sim: &mut Simulator,
-    clients: u64,
-    depth: usize,
-    commands: usize,
-    seed: u64,
-    mut next: impl FnMut(&mut ChaCha8Rng) -> Command,
-) {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut owner: HashMap<u64, u64> = HashMap::new();
-    let mut in_flight = vec![0usize; clients as usize];
-    let mut sent = 0;
-    while sent < commands || !owner.is_empty() {
-        for c in 0..clients {
-            while sent < commands && in_flight[c as usize] < depth {
-                let token = sim.submit(c, next(&mut rng));
-                owner.insert(token, c);
-                in_flight[c as usize] += 1;
-                sent += 1;
-            }
-        }
-        assert!(
-            sim.run_until(Duration::from_secs(60), Simulator::has_outcomes),
-            "no command completed"
-        );
-        for (token, _, outcome) in sim.drain_outcomes() {
-            assert!(!matches!(outcome, Outcome::Error(_)), "{outcome:?}");
-            in_flight[owner.remove(&token).unwrap() as usize] -= 1;
-        }
-    }
-}
-
 /// The leaf each access read, checking on the way that every access read one whole
 /// root-to-leaf path and then wrote exactly those buckets, each of the same size.
 fn accessed_leaves(view: &[Observed], tree: Tree, bucket_bytes: usize) -> Vec<u32> {
@@ -221,7 +188,7 @@ fn workload_view(keys: u64, commands: usize, seed: u64) -> (Vec<u32>, Tree) {
     let bucket_bytes: usize = param(&sim, "element_bytes").parse().unwrap();
     preload(&mut sim, keys);
     sim.take_trace();
-    drive(&mut sim, 4, 2, commands, seed, |rng| {
+    drive_closed_loop(&mut sim, 4, 2, commands, seed, |rng| {
         let key = format!("k{}", rng.random_range(0..keys));
         if rng.random_bool(0.5) {
             set(&key, "v")
@@ -250,7 +217,7 @@ fn every_op_reads_and_writes_one_whole_path_and_nothing_else() {
     );
     preload(&mut sim, 40);
     let bytes_before = sim.storage_bytes();
-    drive(&mut sim, 8, 3, 600, 1, |rng| {
+    drive_closed_loop(&mut sim, 8, 3, 600, 1, |rng| {
         let key = format!("k{}", rng.random_range(0..40));
         if rng.random_bool(0.4) {
             set(&key, "value")
@@ -361,7 +328,7 @@ fn the_stash_stays_small_over_a_long_random_workload() {
         assert_eq!(sim.execute(0, Command::MSet(pairs)), Some(Outcome::Ok));
     }
     settle(&mut sim);
-    drive(&mut sim, 8, 4, 20_000, 6, |rng| {
+    drive_closed_loop(&mut sim, 8, 4, 20_000, 6, |rng| {
         let key = format!("k{}", rng.random_range(0..capacity));
         if rng.random_bool(0.5) {
             set(&key, "w")
@@ -406,7 +373,7 @@ fn stash_tail_over_a_million_accesses() {
     }
     settle(&mut sim);
     sim.take_trace();
-    drive(&mut sim, 8, 4, 1_000_000, 8, |rng| {
+    drive_closed_loop(&mut sim, 8, 4, 1_000_000, 8, |rng| {
         get(&format!("k{}", rng.random_range(0..capacity)))
     });
     settle(&mut sim);
@@ -854,7 +821,7 @@ fn write_backs_leave_at_the_same_delay_whether_or_not_blocks_were_journaled() {
     sim.run_for(Duration::from_millis(50));
     preload(&mut sim, 60);
     sim.record();
-    drive(&mut sim, 4, 2, 400, 16, |rng| {
+    drive_closed_loop(&mut sim, 4, 2, 400, 16, |rng| {
         get(&format!("k{}", rng.random_range(0..60)))
     });
     settle(&mut sim);

@@ -16,7 +16,7 @@ use crate::workload::ClientModel;
 /// Generous bound on virtual time for any single wait.
 const PATIENCE: Duration = Duration::from_secs(600);
 
-fn wait_for_outcomes(sim: &mut Simulator) {
+pub(crate) fn wait_for_outcomes(sim: &mut Simulator) {
     assert!(
         sim.run_until(PATIENCE, Simulator::has_outcomes),
         "no command completed within {PATIENCE:?} of virtual time"

@@ -7,9 +7,44 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use cloak_core::{Command, Outcome, SetCondition};
+use cloak_core::{Command, Outcome, SetCondition, Simulator};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+/// A closed loop: `clients` clients each keep `depth` commands in flight, drawn by `next` from
+/// one rng seeded with `seed`, until `commands` were sent in all and every one has completed.
+/// Every outcome must be a success (`Outcome::Error` fails the test).
+pub fn drive_closed_loop(
+    sim: &mut Simulator,
+    clients: u64,
+    depth: usize,
+    commands: usize,
+    seed: u64,
+    mut next: impl FnMut(&mut ChaCha8Rng) -> Command,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut owner: HashMap<u64, u64> = HashMap::new();
+    let mut in_flight = vec![0usize; clients as usize];
+    let mut sent = 0;
+    while sent < commands || !owner.is_empty() {
+        for c in 0..clients {
+            while sent < commands && in_flight[c as usize] < depth {
+                let token = sim.submit(c, next(&mut rng));
+                owner.insert(token, c);
+                in_flight[c as usize] += 1;
+                sent += 1;
+            }
+        }
+        crate::suite::wait_for_outcomes(sim);
+        for (token, _, outcome) in sim.drain_outcomes() {
+            assert!(!matches!(outcome, Outcome::Error(_)), "{outcome:?}");
+            let client = owner
+                .remove(&token)
+                .expect("an outcome for a command this loop sent");
+            in_flight[client as usize] -= 1;
+        }
+    }
+}
 
 pub struct ClientModel {
     client: u64,

@@ -104,6 +104,11 @@ impl Sets {
             return;
         }
         self.unlink(set, addr);
+        self.push_front(set, addr);
+    }
+
+    /// Inserts `addr` (in no list) as the most recent member of `set`.
+    fn push_front(&mut self, set: usize, addr: u32) {
         let s = &mut self.ring[set];
         self.prev[addr as usize] = NIL;
         self.next[addr as usize] = s.head;
