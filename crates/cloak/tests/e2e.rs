@@ -30,6 +30,40 @@ fn redis_tool(name: &str, args: &[&str]) -> Option<String> {
     }
 }
 
+/// Asserts that `INFO section` shows each of `fields` (whole `name:value` lines or their start).
+fn assert_info_shows(con: &mut redis::Connection, section: &str, fields: &[&str]) {
+    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    for field in fields {
+        assert!(
+            info.contains(field),
+            "{field} missing from INFO {section}: {info}"
+        );
+    }
+}
+
+/// Sets `k0`, `k1`, … `k{count - 1}` to `value(i)`.
+fn set_numbered<V: redis::ToRedisArgs>(
+    con: &mut redis::Connection,
+    count: usize,
+    value: impl Fn(usize) -> V,
+) {
+    for i in 0..count {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(value(i))
+            .query(con)
+            .unwrap();
+    }
+}
+
+/// Reads back `k{i}` for each `i` in `indices` and checks it is `v{i}`.
+fn expect_numbered(con: &mut redis::Connection, indices: impl IntoIterator<Item = usize>) {
+    for i in indices {
+        let got: String = redis::cmd("GET").arg(format!("k{i}")).query(con).unwrap();
+        assert_eq!(got, format!("v{i}"));
+    }
+}
+
 #[test]
 fn cloak_up_serves_redis_clients() {
     let (port, metrics) = (free_port(), free_port());
@@ -52,9 +86,7 @@ fn cloak_up_serves_redis_clients() {
     let _: () = redis::cmd("SET").arg("a").arg("b").query(&mut con).unwrap();
     let got: String = redis::cmd("GET").arg("a").query(&mut con).unwrap();
     assert_eq!(got, "b");
-    let info: String = redis::cmd("INFO").query(&mut con).unwrap();
-    assert!(info.contains("scheme:cloak"), "{info}");
-    assert!(info.contains("capacity:20000"), "{info}");
+    assert_info_shows(&mut con, "all", &["scheme:cloak", "capacity:20000"]);
 
     let mut http = std::net::TcpStream::connect(&metrics_addr).unwrap();
     std::io::Write::write_all(&mut http, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -125,23 +157,14 @@ fn cloak_up_runs_curious_for_redis_clients() {
         "Stop with Ctrl-C",
     );
     let mut con = connect(port);
-    for i in 0..200 {
-        let _: () = redis::cmd("SET")
-            .arg(format!("k{i}"))
-            .arg(format!("v{i}"))
-            .query(&mut con)
-            .unwrap();
-    }
-    for i in (0..200).rev() {
-        let got: String = redis::cmd("GET")
-            .arg(format!("k{i}"))
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(got, format!("v{i}"));
-    }
-    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
-    assert!(info.contains("partitions:142"), "√20000 rounded up: {info}");
-    assert!(info.contains("eviction_cache_high_water:"), "{info}");
+    set_numbered(&mut con, 200, |i| format!("v{i}"));
+    expect_numbered(&mut con, (0..200).rev());
+    // 142 partitions: √20000 rounded up.
+    assert_info_shows(
+        &mut con,
+        "scheme",
+        &["partitions:142", "eviction_cache_high_water:"],
+    );
     redis_tools_work(port, "2000");
     drop(con);
     assert!(
@@ -168,24 +191,19 @@ fn cloak_up_runs_path_oram() {
         "Stop with Ctrl-C",
     );
     let mut con = connect(port);
-    for i in 0..200 {
-        let _: () = redis::cmd("SET")
-            .arg(format!("k{i}"))
-            .arg(i)
-            .query(&mut con)
-            .unwrap();
-    }
+    set_numbered(&mut con, 200, |i| i);
     let got: String = redis::cmd("GET").arg("k77").query(&mut con).unwrap();
     assert_eq!(got, "77");
-    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
-    for field in [
-        "bucket_size:4",
-        "tree_levels:13",
-        "stash_limit:120",
-        "stash_high_water:",
-    ] {
-        assert!(info.contains(field), "{field} missing from {info}");
-    }
+    assert_info_shows(
+        &mut con,
+        "scheme",
+        &[
+            "bucket_size:4",
+            "tree_levels:13",
+            "stash_limit:120",
+            "stash_high_water:",
+        ],
+    );
     let p = port.to_string();
     if let Some(out) = redis_tool(
         "redis-benchmark",
@@ -304,35 +322,24 @@ fn cloak_up_runs_waffle_on_its_defaults() {
         "Stop with Ctrl-C",
     );
     let mut con = connect(port);
-    for i in 0..50 {
-        let _: () = redis::cmd("SET")
-            .arg(format!("k{i}"))
-            .arg(format!("v{i}"))
-            .query(&mut con)
-            .unwrap();
-    }
+    set_numbered(&mut con, 50, |i| format!("v{i}"));
     // Long enough for the fill and a few batches, so some keys come back from storage.
     std::thread::sleep(Duration::from_millis(1500));
-    for i in 0..50 {
-        let got: String = redis::cmd("GET")
-            .arg(format!("k{i}"))
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(got, format!("v{i}"));
-    }
-    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
-    for field in [
-        "batch_size:2500",
-        "real_per_batch:1000",
-        "fake_dummy_per_batch:500",
-        "cache_size:3000",
-        "dummies:50000",
-        "theoretical_alpha:100",
-        "theoretical_beta:0",
-        "storage_filled:true",
-    ] {
-        assert!(info.contains(field), "{field} missing: {info}");
-    }
+    expect_numbered(&mut con, 0..50);
+    assert_info_shows(
+        &mut con,
+        "scheme",
+        &[
+            "batch_size:2500",
+            "real_per_batch:1000",
+            "fake_dummy_per_batch:500",
+            "cache_size:3000",
+            "dummies:50000",
+            "theoretical_alpha:100",
+            "theoretical_beta:0",
+            "storage_filled:true",
+        ],
+    );
     let p = port.to_string();
     if let Some(out) = redis_tool("redis-cli", &["-p", &p, "GET", "k7"]) {
         assert_eq!(out.trim(), "v7");
@@ -361,13 +368,9 @@ fn config_files_are_read_and_flags_override_them() {
         "Stop with Ctrl-C",
     );
     let mut con = connect(port);
-    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
-    assert!(info.contains("capacity:3000"), "{info}");
-    let info: String = redis::cmd("INFO").arg("server").query(&mut con).unwrap();
-    assert!(
-        info.contains("scheme:unsafe"),
-        "the flag overrides the file: {info}"
-    );
+    assert_info_shows(&mut con, "scheme", &["capacity:3000"]);
+    // The flag overrides the file.
+    assert_info_shows(&mut con, "server", &["scheme:unsafe"]);
     up.kill();
 
     std::fs::write(&config, "[store]\ncapasity = 3000\n").unwrap();
@@ -576,9 +579,7 @@ fn pancake_starts_from_a_distribution_file() {
     assert_eq!(got, "w");
     let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
     assert_eq!(size, 2, "designated keys do not exist until they are set");
-    let info: String = redis::cmd("INFO").arg("scheme").query(&mut con).unwrap();
-    assert!(info.contains("labels:400"), "{info}");
-    assert!(info.contains("dummy_replicas:"), "{info}");
+    assert_info_shows(&mut con, "scheme", &["labels:400", "dummy_replicas:"]);
     up.kill();
 
     // A weight file with a bad line is refused with the line number.
