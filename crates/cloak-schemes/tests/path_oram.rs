@@ -315,18 +315,23 @@ fn consecutive_accesses_of_one_key_read_unrelated_leaves() {
     assert!(x_depth < chi_square_critical(levels - 1));
 }
 
-#[test]
-fn the_stash_stays_small_over_a_long_random_workload() {
-    // Every slot holds a block (the fullest the tree gets), then random reads and writes.
-    let capacity = 1000;
-    let mut sim = simulator(capacity, &options(4, 89), 5);
-    for chunk in (0..capacity).collect::<Vec<_>>().chunks(50) {
+/// Sets `k0` … `k{capacity - 1}` to `v`, `per_command` keys per MSET: the fullest the tree gets.
+fn fill_every_slot(sim: &mut Simulator, capacity: u64, per_command: usize) {
+    for chunk in (0..capacity).collect::<Vec<_>>().chunks(per_command) {
         let pairs = chunk
             .iter()
             .map(|k| (Bytes::from(format!("k{k}")), Bytes::from_static(b"v")))
             .collect();
         assert_eq!(sim.execute(0, Command::MSet(pairs)), Some(Outcome::Ok));
     }
+}
+
+#[test]
+fn the_stash_stays_small_over_a_long_random_workload() {
+    // Every slot holds a block (the fullest the tree gets), then random reads and writes.
+    let capacity = 1000;
+    let mut sim = simulator(capacity, &options(4, 89), 5);
+    fill_every_slot(&mut sim, capacity, 50);
     settle(&mut sim);
     drive_closed_loop(&mut sim, 8, 4, 20_000, 6, |rng| {
         let key = format!("k{}", rng.random_range(0..capacity));
@@ -364,13 +369,7 @@ fn the_stash_stays_small_over_a_long_random_workload() {
 fn stash_tail_over_a_million_accesses() {
     let capacity = 1 << 16;
     let mut sim = simulator(capacity, &options(4, 89), 7);
-    for chunk in (0..capacity).collect::<Vec<_>>().chunks(64) {
-        let pairs = chunk
-            .iter()
-            .map(|k| (Bytes::from(format!("k{k}")), Bytes::from_static(b"v")))
-            .collect();
-        assert_eq!(sim.execute(0, Command::MSet(pairs)), Some(Outcome::Ok));
-    }
+    fill_every_slot(&mut sim, capacity, 64);
     settle(&mut sim);
     sim.take_trace();
     drive_closed_loop(&mut sim, 8, 4, 1_000_000, 8, |rng| {
