@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use super::connection::integer;
+use super::integer;
 use super::{Args, Request};
 use crate::resp::Reply;
 
@@ -72,7 +72,7 @@ fn request(client: ClientRequest) -> Result<Request, Reply> {
 }
 
 pub fn setname(args: &mut Args) -> Result<Request, Reply> {
-    let name = args.next().unwrap_or_default();
+    let name = args.next_bytes()?;
     check_name(&name)?;
     request(ClientRequest::SetName(name))
 }
@@ -83,11 +83,8 @@ pub fn getname(_: &mut Args) -> Result<Request, Reply> {
 
 /// `CLIENT SETINFO LIB-NAME name` or `CLIENT SETINFO LIB-VER version`.
 pub fn setinfo(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    let (attribute, value) = (
-        args.next().unwrap_or_default(),
-        args.next().unwrap_or_default(),
-    );
+    args.exactly(2)?;
+    let (attribute, value) = (args.next_bytes()?, args.next_bytes()?);
     let (attribute, label) = if attribute.eq_ignore_ascii_case(b"lib-name") {
         (LibAttribute::Name, "lib-name")
     } else if attribute.eq_ignore_ascii_case(b"lib-ver") {
@@ -120,11 +117,11 @@ pub fn list(args: &mut Args) -> Result<Request, Reply> {
     let mut only_normal = true;
     while let Some(option) = args.next() {
         if option.eq_ignore_ascii_case(b"TYPE") && args.len() >= 1 {
-            let kind = args.next().unwrap_or_default();
+            let kind = args.next_bytes()?;
             only_normal = client_type(&kind)?;
         } else if option.eq_ignore_ascii_case(b"ID") && args.len() >= 1 {
             for id in args.by_ref() {
-                match integer(&id) {
+                match integer(&id).ok() {
                     Some(id) if id > 0 => ids.push(id as u64),
                     _ => return Err(Reply::err("Invalid client ID")),
                 }
@@ -172,7 +169,7 @@ pub fn kill(args: &mut Args) -> Result<Request, Reply> {
         ..KillFilter::default()
     };
     if args.len() == 1 {
-        let addr = args.next().unwrap_or_default();
+        let addr = args.next_bytes()?;
         filter.addr = Some(String::from_utf8_lossy(&addr).into_owned());
         filter.skip_me = false;
         filter.old_form = true;
@@ -184,7 +181,7 @@ pub fn kill(args: &mut Args) -> Result<Request, Reply> {
         };
         let text = String::from_utf8_lossy(&value).into_owned();
         match String::from_utf8_lossy(&field).to_lowercase().as_str() {
-            "id" => match integer(&value) {
+            "id" => match integer(&value).ok() {
                 Some(id) if id > 0 => filter.id = Some(id as u64),
                 _ => return Err(Reply::err("client-id should be greater than 0")),
             },
@@ -192,7 +189,7 @@ pub fn kill(args: &mut Args) -> Result<Request, Reply> {
             "laddr" => filter.laddr = Some(text),
             "user" => filter.user = Some(text),
             "type" => filter.no_normal = !client_type(&value)?,
-            "maxage" => match integer(&value) {
+            "maxage" => match integer(&value).ok() {
                 Some(age) if age >= 0 => filter.max_age = Some(age as u64),
                 _ => return Err(Reply::err("syntax error")),
             },

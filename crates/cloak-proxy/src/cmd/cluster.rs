@@ -20,43 +20,45 @@ pub enum ClusterRequest {
 }
 
 pub fn slots(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Cluster(ClusterRequest::Slots))
 }
 
 pub fn shards(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Cluster(ClusterRequest::Shards))
 }
 
 pub fn nodes(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Cluster(ClusterRequest::Nodes))
 }
 
 pub fn info(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Cluster(ClusterRequest::Info))
 }
 
 pub fn keyslot(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(Request::Cluster(ClusterRequest::KeySlot(args.first())))
+    args.exactly(1)?;
+    Ok(Request::Cluster(ClusterRequest::KeySlot(
+        args.next_bytes()?,
+    )))
 }
 
 pub fn myid(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Cluster(ClusterRequest::MyId))
 }
 
 /// `READONLY`: reads may go to replicas. A Cloak cluster has none, so it changes nothing.
 pub fn readonly(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::ReadOnly)
 }
 
 /// `READWRITE`: the opposite of `READONLY`, equally without effect.
 pub fn readwrite(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::ReadOnly)
 }

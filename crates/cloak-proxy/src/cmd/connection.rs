@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use super::{Args, Request};
+use super::{Args, Request, integer};
 use crate::resp::{Protocol, Reply};
 
 /// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
@@ -24,8 +24,8 @@ pub fn ping(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn echo(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(Request::Echo(args.next().expect("checked")))
+    args.exactly(1)?;
+    Ok(Request::Echo(args.next_bytes()?))
 }
 
 /// `AUTH password` or `AUTH username password` (the only user is `default`).
@@ -33,11 +33,11 @@ pub fn auth(args: &mut Args) -> Result<Request, Reply> {
     match args.len() {
         1 => Ok(Request::Auth {
             user: None,
-            password: args.next().expect("checked"),
+            password: args.next_bytes()?,
         }),
         2 => Ok(Request::Auth {
             user: args.next(),
-            password: args.next().expect("checked"),
+            password: args.next_bytes()?,
         }),
         _ => Err(args.arity()),
     }
@@ -54,12 +54,8 @@ pub const DATABASES: i64 = cloak_core::database::DATABASES as i64;
 
 /// `SELECT index`; the index is checked against [`DATABASES`] when it runs.
 pub fn select(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    let index = args.next().expect("checked");
-    match integer(&index) {
-        Some(n) => Ok(Request::Select(n)),
-        None => Err(Reply::err("value is not an integer or out of range")),
-    }
+    args.exactly(1)?;
+    Ok(Request::Select(args.next_integer()?))
 }
 
 /// Parsed in Redis's order, with its errors: the version, then each option.
@@ -68,7 +64,7 @@ pub fn hello(args: &mut Args) -> Result<Request, Reply> {
     let Some(version) = args.next() else {
         return Ok(Request::Hello(hello));
     };
-    hello.protocol = match integer(&version) {
+    hello.protocol = match integer(&version).ok() {
         Some(2) => Some(Protocol::Resp2),
         Some(3) => Some(Protocol::Resp3),
         Some(_) => return Err(Reply::Error("NOPROTO unsupported protocol version".into())),
@@ -83,7 +79,7 @@ pub fn hello(args: &mut Args) -> Result<Request, Reply> {
         if option.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
             hello.auth = args.next().zip(args.next());
         } else if option.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
-            let name = args.next().unwrap_or_default();
+            let name = args.next_bytes()?;
             super::client::check_name(&name)?;
             hello.name = Some(name);
         } else {
@@ -98,9 +94,4 @@ pub fn hello(args: &mut Args) -> Result<Request, Reply> {
 
 pub fn reset(_: &mut Args) -> Result<Request, Reply> {
     Ok(Request::Reset)
-}
-
-/// A decimal integer argument, as Redis reads one.
-pub fn integer(bytes: &[u8]) -> Option<i64> {
-    std::str::from_utf8(bytes).ok()?.parse().ok()
 }

@@ -10,12 +10,11 @@
 //! hides.
 
 use bytes::Bytes;
-use cloak_core::hash::parse_integer;
 use cloak_core::{
     Command, Deadline, ExpireCondition, GetExChange, SetCondition, SetExpiry, TtlUnit, Update,
 };
 
-use super::{Args, Request};
+use super::{Args, Request, integer};
 use crate::resp::Reply;
 
 /// The options of `SET` (and, a subset, of `GETEX`), as Redis's
@@ -65,7 +64,7 @@ impl ExpiryOptions {
                 "EX" | "PX" | "EXAT" | "PXAT"
                     if (free || unit == Some(option.clone())) && args.len() > 0 =>
                 {
-                    let value = args.next().expect("checked");
+                    let value = args.next_bytes()?;
                     let (ms, absolute) = match option.as_str() {
                         "EX" => (1000, false),
                         "PX" => (1, false),
@@ -147,10 +146,10 @@ pub fn psetex(args: &mut Args) -> Result<Request, Reply> {
 }
 
 fn set_for(args: &mut Args, unit: i64, name: &'static str) -> Result<Request, Reply> {
-    args.expect(3)?;
-    let key = args.next().expect("checked");
-    let time = args.next().expect("checked");
-    let value = args.next().expect("checked");
+    args.exactly(3)?;
+    let key = args.next_bytes()?;
+    let time = args.next_bytes()?;
+    let value = args.next_bytes()?;
     let options = ExpiryOptions {
         expiry: Some((unit, false, time)),
         ..ExpiryOptions::default()
@@ -168,7 +167,7 @@ fn set_for(args: &mut Args, unit: i64, name: &'static str) -> Result<Request, Re
 /// `GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]`.
 pub fn getex(args: &mut Args) -> Result<Request, Reply> {
     args.at_least(1)?;
-    let key = args.next().expect("checked");
+    let key = args.next_bytes()?;
     let options = ExpiryOptions::parse(args, OptionsOf::GetEx)?;
     let change = match options.deadline("getex")? {
         Some(deadline) => Some(GetExChange::At(deadline)),
@@ -207,8 +206,8 @@ fn expire_with(
     name: &'static str,
 ) -> Result<Request, Reply> {
     args.at_least(2)?;
-    let key = args.next().expect("checked");
-    let time = args.next().expect("checked");
+    let key = args.next_bytes()?;
+    let time = args.next_bytes()?;
     let condition = expire_condition(args)?;
     let given = integer(&time)?;
     let ms = given
@@ -282,27 +281,20 @@ pub fn pexpiretime(args: &mut Args) -> Result<Request, Reply> {
 }
 
 fn ttl_in(args: &mut Args, unit: TtlUnit) -> Result<Request, Reply> {
-    args.expect(1)?;
-    let key = args.next().expect("checked");
+    args.exactly(1)?;
+    let key = args.next_bytes()?;
     Ok(Request::Data(Command::Ttl { key, unit }))
 }
 
 pub fn persist(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(Request::Data(Command::Persist(
-        args.next().expect("checked"),
-    )))
+    args.exactly(1)?;
+    Ok(Request::Data(Command::Persist(args.next_bytes()?)))
 }
 
 /// `TYPE key`: answered from memory.
 pub fn type_of(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(Request::Data(Command::Type(args.next().expect("checked"))))
-}
-
-/// An integer argument, or Redis's error for one that is not.
-pub fn integer(bytes: &[u8]) -> Result<i64, Reply> {
-    parse_integer(bytes).ok_or_else(|| Reply::err("value is not an integer or out of range"))
+    args.exactly(1)?;
+    Ok(Request::Data(Command::Type(args.next_bytes()?)))
 }
 
 fn syntax_error() -> Reply {

@@ -10,7 +10,7 @@
 
 use cloak_core::{Command, Db};
 
-use super::strings::integer;
+use super::integer;
 use super::{Args, Request};
 use crate::resp::Reply;
 
@@ -23,10 +23,10 @@ pub fn renamenx(args: &mut Args) -> Result<Request, Reply> {
 }
 
 fn renaming(args: &mut Args, only_if_absent: bool) -> Result<Request, Reply> {
-    args.expect(2)?;
+    args.exactly(2)?;
     Ok(Request::Data(Command::Rename {
-        from: args.first(),
-        to: args.first(),
+        from: args.next_bytes()?,
+        to: args.next_bytes()?,
         only_if_absent,
     }))
 }
@@ -39,7 +39,7 @@ pub(super) fn db(arg: &[u8]) -> Result<Db, Reply> {
 /// `COPY source destination [DB n] [REPLACE]`.
 pub fn copy(args: &mut Args) -> Result<Request, Reply> {
     args.at_least(2)?;
-    let (from, to) = (args.first(), args.first());
+    let (from, to) = (args.next_bytes()?, args.next_bytes()?);
     let mut replace = false;
     let mut to_db = None;
     while let Some(option) = args.next() {
@@ -61,22 +61,22 @@ pub fn copy(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn randomkey(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Data(Command::RandomKey(Db::default())))
 }
 
 pub fn keys(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
+    args.exactly(1)?;
     Ok(Request::Data(Command::Keys {
         db: Db::default(),
-        pattern: args.first(),
+        pattern: args.next_bytes()?,
     }))
 }
 
 /// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`.
 pub fn scan(args: &mut Args) -> Result<Request, Reply> {
     args.at_least(1)?;
-    let cursor = std::str::from_utf8(&args.first())
+    let cursor = std::str::from_utf8(&args.next_bytes()?)
         .ok()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Reply::err("invalid cursor"))?;

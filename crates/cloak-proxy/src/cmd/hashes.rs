@@ -9,7 +9,6 @@
 use bytes::Bytes;
 use cloak_core::{Command, HashOp, long_double};
 
-use super::expiry::integer;
 use super::{Args, Request};
 use crate::resp::Reply;
 
@@ -18,13 +17,9 @@ fn hash(
     args: &mut Args,
     op: impl FnOnce(&mut Args) -> Result<HashOp, Reply>,
 ) -> Result<Request, Reply> {
-    let key = args.next().ok_or_else(|| args.arity())?;
+    let key = args.next_bytes()?;
     let op = op(args)?;
     Ok(Request::Data(Command::Hash { key, op }))
-}
-
-fn one(args: &mut Args) -> Bytes {
-    args.next().expect("the caller checked the count")
 }
 
 /// `HSET key field value [field value …]`.
@@ -45,13 +40,15 @@ fn setting(args: &mut Args, op: fn(Vec<(Bytes, Bytes)>) -> HashOp) -> Result<Req
 }
 
 pub fn hsetnx(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(3)?;
-    hash(args, |args| Ok(HashOp::SetNx(one(args), one(args))))
+    args.exactly(3)?;
+    hash(args, |args| {
+        Ok(HashOp::SetNx(args.next_bytes()?, args.next_bytes()?))
+    })
 }
 
 pub fn hget(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    hash(args, |args| Ok(HashOp::Get(one(args))))
+    args.exactly(2)?;
+    hash(args, |args| Ok(HashOp::Get(args.next_bytes()?)))
 }
 
 pub fn hmget(args: &mut Args) -> Result<Request, Reply> {
@@ -65,30 +62,30 @@ pub fn hdel(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn hgetall(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
+    args.exactly(1)?;
     hash(args, |_| Ok(HashOp::GetAll))
 }
 
 pub fn hexists(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    hash(args, |args| Ok(HashOp::Exists(one(args))))
+    args.exactly(2)?;
+    hash(args, |args| Ok(HashOp::Exists(args.next_bytes()?)))
 }
 
 pub fn hincrby(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(3)?;
+    args.exactly(3)?;
     hash(args, |args| {
-        let field = one(args);
-        let by = integer(&one(args))?;
+        let field = args.next_bytes()?;
+        let by = args.next_integer()?;
         Ok(HashOp::IncrBy(field, by))
     })
 }
 
 /// `HINCRBYFLOAT key field increment`, the increment checked first as Redis does.
 pub fn hincrbyfloat(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(3)?;
+    args.exactly(3)?;
     hash(args, |args| {
-        let field = one(args);
-        let by = one(args);
+        let field = args.next_bytes()?;
+        let by = args.next_bytes()?;
         if !long_double::is_valid(&by) {
             return Err(Reply::err("value is not a valid float"));
         }
@@ -101,21 +98,21 @@ pub fn hincrbyfloat(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn hlen(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
+    args.exactly(1)?;
     hash(args, |_| Ok(HashOp::Len))
 }
 
 pub fn hkeys(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
+    args.exactly(1)?;
     hash(args, |_| Ok(HashOp::Keys))
 }
 
 pub fn hvals(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
+    args.exactly(1)?;
     hash(args, |_| Ok(HashOp::Vals))
 }
 
 pub fn hstrlen(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    hash(args, |args| Ok(HashOp::StrLen(one(args))))
+    args.exactly(2)?;
+    hash(args, |args| Ok(HashOp::StrLen(args.next_bytes()?)))
 }

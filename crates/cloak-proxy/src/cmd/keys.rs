@@ -7,15 +7,15 @@ use super::{Args, Request, expiry};
 use crate::resp::Reply;
 
 pub fn get(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(Request::Data(Command::Get(args.next().expect("checked"))))
+    args.exactly(1)?;
+    Ok(Request::Data(Command::Get(args.next_bytes()?)))
 }
 
 /// `SET key value [NX | XX] [EX | PX | EXAT | PXAT | KEEPTTL]` (options: [`expiry`]).
 pub fn set(args: &mut Args) -> Result<Request, Reply> {
     args.at_least(2)?;
-    let key = args.next().expect("checked");
-    let value = args.next().expect("checked");
+    let key = args.next_bytes()?;
+    let value = args.next_bytes()?;
     expiry::set_options(key, value, args)
 }
 
@@ -39,6 +39,6 @@ pub fn exists(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn dbsize(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Data(Command::DbSize(Db::default())))
 }

@@ -115,9 +115,17 @@ impl Args {
         self.rest.by_ref().collect()
     }
 
-    /// The next argument, after an arity check made sure there is one (empty if there is not).
-    pub fn first(&mut self) -> Bytes {
-        self.next().unwrap_or_default()
+    /// The next argument, or the arity error if there is none. Commands check their arity
+    /// first, as Redis's command table does (so `INCRBY k x extra` is an arity error, not an
+    /// integer one); this error is then only reached by a command whose check is wrong, and it
+    /// is still the right one.
+    pub fn next_bytes(&mut self) -> Result<Bytes, Reply> {
+        self.next().ok_or_else(|| self.arity())
+    }
+
+    /// The next argument as an integer ([`integer`]), or the arity error if there is none.
+    pub fn next_integer(&mut self) -> Result<i64, Reply> {
+        integer(&self.next_bytes()?)
     }
 
     /// The rest as key-value pairs (MSET, MSETNX): at least one pair, else the arity error.
@@ -138,7 +146,7 @@ impl Args {
     }
 
     /// Exactly `n` arguments remain, else the arity error.
-    pub fn expect(&self, n: usize) -> Result<(), Reply> {
+    pub fn exactly(&self, n: usize) -> Result<(), Reply> {
         if self.len() == n {
             Ok(())
         } else {
@@ -154,6 +162,13 @@ impl Args {
             Err(self.arity())
         }
     }
+}
+
+/// An integer argument as Redis reads one (`string2ll`: an optional minus sign and digits, no
+/// `+`, no spaces, no leading zeros, within 64 bits), or Redis's error for one that is not.
+pub fn integer(arg: &[u8]) -> Result<i64, Reply> {
+    cloak_core::hash::parse_integer(arg)
+        .ok_or_else(|| Reply::err("value is not an integer or out of range"))
 }
 
 /// Parses one request into the command's name (`client|list` for a subcommand, as Redis names

@@ -3,7 +3,6 @@
 
 use bytes::Bytes;
 
-use super::strings::integer;
 use super::{Args, Request};
 use crate::resp::Reply;
 
@@ -59,8 +58,8 @@ fn evaluating(
     read_only: bool,
 ) -> Result<Request, Reply> {
     args.at_least(2)?;
-    let script = args.first();
-    let count = integer(&args.first())?;
+    let script = args.next_bytes()?;
+    let count = args.next_integer()?;
     if count < 0 {
         return Err(Reply::err("Number of keys can't be negative"));
     }
@@ -80,8 +79,8 @@ fn evaluating(
 }
 
 pub fn script_load(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(Request::Script(ScriptRequest::Load(args.first())))
+    args.exactly(1)?;
+    Ok(Request::Script(ScriptRequest::Load(args.next_bytes()?)))
 }
 
 pub fn script_exists(args: &mut Args) -> Result<Request, Reply> {

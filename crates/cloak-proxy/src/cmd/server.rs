@@ -35,7 +35,7 @@ pub fn config_get(args: &mut Args) -> Result<Request, Reply> {
 
 pub fn command(args: &mut Args) -> Result<Request, Reply> {
     // `COMMAND` alone; with a subcommand the table sends it to the parsers below.
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Command(CommandQuery::All))
 }
 

@@ -8,7 +8,6 @@
 //! here, before anything runs, with Redis's exact errors.
 
 use bytes::Bytes;
-use cloak_core::update::parse_integer;
 use cloak_core::{Command, SetCondition, Update, long_double};
 
 use super::{Args, Request};
@@ -18,31 +17,26 @@ fn update(key: Bytes, op: Update) -> Request {
     Request::Data(Command::Update { key, op })
 }
 
-/// An integer argument, as Redis reads one.
-pub(super) fn integer(arg: &[u8]) -> Result<i64, Reply> {
-    parse_integer(arg).map_err(Reply::err)
-}
-
 pub fn incr(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(update(args.first(), Update::IncrBy(1)))
+    args.exactly(1)?;
+    Ok(update(args.next_bytes()?, Update::IncrBy(1)))
 }
 
 pub fn decr(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(update(args.first(), Update::IncrBy(-1)))
+    args.exactly(1)?;
+    Ok(update(args.next_bytes()?, Update::IncrBy(-1)))
 }
 
 pub fn incrby(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    let key = args.first();
-    Ok(update(key, Update::IncrBy(integer(&args.first())?)))
+    args.exactly(2)?;
+    let key = args.next_bytes()?;
+    Ok(update(key, Update::IncrBy(args.next_integer()?)))
 }
 
 pub fn decrby(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    let key = args.first();
-    let decrement = integer(&args.first())?;
+    args.exactly(2)?;
+    let key = args.next_bytes()?;
+    let decrement = args.next_integer()?;
     let increment = decrement
         .checked_neg()
         .ok_or_else(|| Reply::err("decrement would overflow"))?;
@@ -50,9 +44,9 @@ pub fn decrby(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn incrbyfloat(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    let key = args.first();
-    let increment = args.first();
+    args.exactly(2)?;
+    let key = args.next_bytes()?;
+    let increment = args.next_bytes()?;
     if !long_double::is_valid(&increment) {
         return Err(Reply::err("value is not a valid float"));
     }
@@ -60,45 +54,45 @@ pub fn incrbyfloat(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn append(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    let key = args.first();
-    Ok(update(key, Update::Append(args.first())))
+    args.exactly(2)?;
+    let key = args.next_bytes()?;
+    Ok(update(key, Update::Append(args.next_bytes()?)))
 }
 
 pub fn strlen(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(update(args.first(), Update::Strlen))
+    args.exactly(1)?;
+    Ok(update(args.next_bytes()?, Update::Strlen))
 }
 
 pub fn getrange(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(3)?;
-    let key = args.first();
-    let start = integer(&args.first())?;
-    let end = integer(&args.first())?;
+    args.exactly(3)?;
+    let key = args.next_bytes()?;
+    let start = args.next_integer()?;
+    let end = args.next_integer()?;
     Ok(update(key, Update::GetRange { start, end }))
 }
 
 pub fn setrange(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(3)?;
-    let key = args.first();
-    let offset = integer(&args.first())?;
+    args.exactly(3)?;
+    let key = args.next_bytes()?;
+    let offset = args.next_integer()?;
     let offset = usize::try_from(offset).map_err(|_| Reply::err("offset is out of range"))?;
     Ok(update(
         key,
         Update::SetRange {
             offset,
-            value: args.first(),
+            value: args.next_bytes()?,
         },
     ))
 }
 
 pub fn getset(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    let key = args.first();
+    args.exactly(2)?;
+    let key = args.next_bytes()?;
     Ok(update(
         key,
         Update::Replace {
-            value: args.first(),
+            value: args.next_bytes()?,
             condition: SetCondition::Always,
             // GETSET drops the key's deadline, as SET does.
             expiry: None,
@@ -107,14 +101,14 @@ pub fn getset(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn getdel(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(1)?;
-    Ok(update(args.first(), Update::GetDel))
+    args.exactly(1)?;
+    Ok(update(args.next_bytes()?, Update::GetDel))
 }
 
 pub fn setnx(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(2)?;
-    let key = args.first();
-    Ok(update(key, Update::SetIfAbsent(args.first())))
+    args.exactly(2)?;
+    let key = args.next_bytes()?;
+    Ok(update(key, Update::SetIfAbsent(args.next_bytes()?)))
 }
 
 pub fn msetnx(args: &mut Args) -> Result<Request, Reply> {

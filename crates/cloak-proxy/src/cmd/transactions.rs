@@ -9,17 +9,17 @@ use super::{Args, Request};
 use crate::resp::Reply;
 
 pub fn multi(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Multi)
 }
 
 pub fn exec(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Exec)
 }
 
 pub fn discard(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Discard)
 }
 
@@ -29,6 +29,6 @@ pub fn watch(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn unwatch(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Data(Command::Unwatch))
 }
