@@ -173,6 +173,7 @@ pub async fn admit<S: AsyncRead + AsyncWrite + Unpin>(
         greeting.push(if secret.is_some() { SECRET } else { OPEN });
         greeting.extend_from_slice(&server_nonce);
         stream.write_all(&greeting).await?;
+        stream.flush().await?;
         let Some(secret) = secret else {
             return Ok(());
         };
@@ -187,6 +188,7 @@ pub async fn admit<S: AsyncRead + AsyncWrite + Unpin>(
             verdict[1..].copy_from_slice(proof.as_ref());
         }
         stream.write_all(&verdict).await?;
+        stream.flush().await?;
         if admitted {
             Ok(())
         } else {
@@ -241,6 +243,7 @@ pub async fn join<S: AsyncRead + AsyncWrite + Unpin>(
                 .as_ref(),
         );
         stream.write_all(&answer).await?;
+        stream.flush().await?;
         let mut verdict = [0; 1 + MAC];
         match stream.read_exact(&mut verdict).await {
             Ok(_) if verdict[0] == ACCEPTED => {}

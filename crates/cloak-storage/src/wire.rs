@@ -148,7 +148,8 @@ impl Frame {
     }
 }
 
-/// Writes frames back to back with vectored writes.
+/// Writes frames back to back with vectored writes, then flushes: over TLS the last ciphertext
+/// of a write may stay in the TLS stream until it is flushed.
 pub async fn write_frames<W: AsyncWrite + Unpin>(
     writer: &mut W,
     frames: &[Frame],
@@ -179,7 +180,7 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
             }
         }
     }
-    Ok(())
+    writer.flush().await
 }
 
 /// The frame of request `id` asking `op`.

@@ -220,14 +220,21 @@ async fn an_unreachable_redis_fails_at_connect_with_the_address() {
     assert!(error.0.contains(&port.to_string()), "{error}");
 }
 
-/// A server that speaks just enough RESP to look like Redis, and answers SCAN with a cursor
-/// that never returns to 0: a hostile storage server holding recovery forever.
-async fn endless_scan_server() -> std::net::SocketAddr {
+/// A server that speaks just enough RESP to look like Redis: `answer` gets each request's
+/// arguments (upper-cased) and the number of the connection it came on (from 0), and gives the
+/// bytes to send back.
+async fn fake_redis(
+    answer: impl Fn(&[String], usize) -> Vec<u8> + Send + Sync + 'static,
+) -> std::net::SocketAddr {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let answer = std::sync::Arc::new(answer);
     tokio::spawn(async move {
+        let mut connections = 0;
         while let Ok((stream, _)) = listener.accept().await {
+            let (answer, connection) = (answer.clone(), connections);
+            connections += 1;
             tokio::spawn(async move {
                 let (reader, mut writer) = stream.into_split();
                 let mut reader = BufReader::new(reader);
@@ -251,13 +258,7 @@ async fn endless_scan_server() -> std::net::SocketAddr {
                         arg.truncate(len);
                         args.push(String::from_utf8_lossy(&arg).to_uppercase());
                     }
-                    let reply: &[u8] = match args.first().map(String::as_str) {
-                        Some("SCAN") => b"*2\r\n$1\r\n7\r\n*0\r\n",
-                        Some("DBSIZE") => b":3\r\n",
-                        Some("PING") => b"+PONG\r\n",
-                        _ => b"+OK\r\n",
-                    };
-                    if writer.write_all(reply).await.is_err() {
+                    if writer.write_all(&answer(&args, connection)).await.is_err() {
                         return;
                     }
                 }
@@ -265,6 +266,56 @@ async fn endless_scan_server() -> std::net::SocketAddr {
         }
     });
     addr
+}
+
+/// Answers `PING` as Redis does and everything else with `other`.
+fn ping_or(args: &[String], other: &[u8]) -> Vec<u8> {
+    match args.first().map(String::as_str) {
+        Some("PING") => b"+PONG\r\n".to_vec(),
+        _ => other.to_vec(),
+    }
+}
+
+/// A hostile storage server holding recovery forever: SCAN answers a cursor that never
+/// returns to 0.
+async fn endless_scan_server() -> std::net::SocketAddr {
+    fake_redis(|args, _| match args.first().map(String::as_str) {
+        Some("SCAN") => b"*2\r\n$1\r\n7\r\n*0\r\n".to_vec(),
+        Some("DBSIZE") => b":3\r\n".to_vec(),
+        _ => ping_or(args, b"+OK\r\n"),
+    })
+    .await
+}
+
+/// Found by review: an answer with an empty line (and nested arrays whose counts overflow)
+/// panicked the connection's reader, and the connection stayed in use with nobody reading it:
+/// every request after it waited 30 s for nothing. Now the bad answer fails the connection at
+/// once with an error that names it, and the next request opens a new one.
+#[tokio::test]
+async fn an_answer_that_is_not_resp_fails_its_connection_and_the_next_request_reconnects() {
+    let addr = fake_redis(|args, connection| match connection {
+        0 => ping_or(args, b"\r\n"),
+        _ => ping_or(args, b"+OK\r\n"),
+    })
+    .await;
+    let storage = RedisStorage::connect(target(&format!("redis://{addr}")), None)
+        .await
+        .unwrap();
+    let write = || storage.call(StorageOp::Write(vec![(1, value(1, 0))]));
+    let started = std::time::Instant::now();
+    let error = write().await.expect_err("an empty line is not an answer");
+    assert!(
+        error.to_string().contains("empty RESP line"),
+        "the error names what was wrong: {error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "failed at once, not by timeout: {:?}",
+        started.elapsed()
+    );
+    write()
+        .await
+        .expect("the next request is answered on a new connection");
 }
 
 #[tokio::test]

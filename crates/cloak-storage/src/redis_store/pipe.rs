@@ -12,9 +12,11 @@
 //! seconds from idle ones every time). Here the caller packs a timed request before its
 //! release, and what follows the release is one write of ready bytes.
 //!
-//! A connection that fails (an error writing or reading, or an answer that is not RESP) fails
-//! every request waiting on it, and the next request opens a new one; schemes retry with
-//! backoff, as they do for any storage error.
+//! A connection that fails (an error writing or reading, an answer that is not RESP, a write or
+//! an answer that does not come within the response timeout, or its reader stopping for any
+//! reason) fails every request waiting on it, and the next request opens a new one; schemes
+//! retry with backoff, as they do for any storage error. A late answer can therefore never be
+//! paired with a later request: the connection it would arrive on is gone.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -83,18 +85,38 @@ impl Open {
             .is_ok()
     }
 
-    /// Writes `packed` (one whole RESP command); its answer comes on the receiver.
-    async fn send(&mut self, packed: &[u8]) -> Result<oneshot::Receiver<Answer>, PipeError> {
+    /// Writes `packed` (one whole RESP command) within `limit`; its answer comes on the
+    /// receiver. A write that fails or does not finish in time (Redis stopped reading) fails the
+    /// connection.
+    async fn send(
+        &mut self,
+        packed: &[u8],
+        limit: Duration,
+    ) -> Result<oneshot::Receiver<Answer>, PipeError> {
         let (answer, answered) = oneshot::channel();
         match &mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) {
             Ok(queue) => queue.push_back(answer),
             Err(why) => return Err(PipeError::Lost(why.clone())),
         }
-        if let Err(error) = self.writer.write_all(packed).await {
-            fail_all(&self.waiting, &format!("writing failed: {error}"));
-            return Err(PipeError::Io(error));
-        }
-        Ok(answered)
+        // The flush matters over TLS: a TLS stream may keep the last ciphertext of a write
+        // until it is flushed (on a plain socket it does nothing).
+        let written = tokio::time::timeout(limit, async {
+            self.writer.write_all(packed).await?;
+            self.writer.flush().await
+        })
+        .await;
+        let error = match written {
+            Ok(Ok(())) => return Ok(answered),
+            Ok(Err(error)) => PipeError::Io(error),
+            Err(_) => PipeError::Timeout(limit),
+        };
+        fail_all(&self.waiting, &format!("writing failed: {error}"));
+        Err(error)
+    }
+
+    /// Whether this is the connection `waiting` belongs to.
+    fn is(&self, waiting: &Waiting) -> bool {
+        Arc::ptr_eq(&self.waiting, waiting)
     }
 }
 
@@ -142,7 +164,7 @@ impl Pipe {
     /// Sends `packed` (one whole RESP command) and waits for its answer. One write: the bytes
     /// leave as soon as this is called (after a request being written now, if any).
     pub async fn request(&self, packed: &[u8]) -> Result<Value, PipeError> {
-        let answered = {
+        let (answered, waiting) = {
             let mut slot = self.open.lock().await;
             let mut open = match slot.take() {
                 Some(open) if open.alive() => open,
@@ -152,11 +174,26 @@ impl Pipe {
             // write, the connection, its stream now holding half a command, goes with it (and
             // its reader fails what still waits on it) instead of being used again, where
             // Redis would read the next command as the rest of this one.
-            let answered = open.send(packed).await?;
+            let answered = open.send(packed, self.response_timeout).await?;
+            let waiting = open.waiting.clone();
             *slot = Some(open);
-            answered
+            (answered, waiting)
         };
-        wait(answered, self.response_timeout).await
+        let answer = wait(answered, self.response_timeout).await;
+        if let Err(PipeError::Timeout(limit)) = &answer {
+            // A connection that left one answer out may be half-open or jammed; and an answer
+            // it still sends must not reach a later request. Retire it: its waiting requests
+            // fail now, and the next request opens a new one.
+            fail_all(
+                &waiting,
+                &format!("an answer did not come within {limit:?}"),
+            );
+            let mut slot = self.open.lock().await;
+            if slot.as_ref().is_some_and(|open| open.is(&waiting)) {
+                *slot = None;
+            }
+        }
+        answer
     }
 
     /// A new connection, logged in, on its database, and answering.
@@ -183,7 +220,9 @@ impl Pipe {
             }
         };
         for (step, command, expected) in self.greeting() {
-            let answered = open.send(&command.get_packed_command()).await?;
+            let answered = open
+                .send(&command.get_packed_command(), self.connect_timeout)
+                .await?;
             let answer = match wait(answered, self.connect_timeout).await {
                 Ok(answer) if answer == expected => continue,
                 Ok(other) => format!("{other:?}"),
@@ -235,18 +274,37 @@ fn start(
     }
 }
 
+/// Marks the connection dead (keeping the first reason given) and fails every request waiting
+/// on it.
 fn fail_all(waiting: &Waiting, why: &str) {
-    let queue = std::mem::replace(
-        &mut *waiting.lock().unwrap_or_else(|e| e.into_inner()),
-        Err(why.to_string()),
-    );
+    let mut state = waiting.lock().unwrap_or_else(|e| e.into_inner());
+    if state.is_err() {
+        return;
+    }
+    let queue = std::mem::replace(&mut *state, Err(why.to_string()));
+    drop(state);
     for answer in queue.into_iter().flatten() {
         let _ = answer.send(Err(PipeError::Lost(why.to_string())));
     }
 }
 
+/// Fails the connection when the reader stops for any reason, a panic included, so no request
+/// waits on a connection that nobody reads any more.
+struct FailOnExit(Waiting);
+
+impl Drop for FailOnExit {
+    fn drop(&mut self) {
+        fail_all(&self.0, "the connection's reader stopped");
+    }
+}
+
+/// Capacity the read buffer is brought back to once it is empty, so one huge answer does not
+/// keep its memory for the connection's life.
+const READ_BUFFER: usize = 64 * 1024;
+
 async fn read_answers(mut reader: impl AsyncRead + Unpin, waiting: Waiting) {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let _guard = FailOnExit(waiting.clone());
+    let mut buf = BytesMut::with_capacity(READ_BUFFER);
     let why = loop {
         let end = match answer_end(&buf) {
             Ok(Some(end)) => end,
@@ -263,6 +321,9 @@ async fn read_answers(mut reader: impl AsyncRead + Unpin, waiting: Waiting) {
             Err(error) => break format!("Redis sent an answer that is not RESP: {error}"),
         };
         buf.advance(end);
+        if buf.is_empty() && buf.capacity() > 16 * READ_BUFFER {
+            buf = BytesMut::with_capacity(READ_BUFFER);
+        }
         let next = match &mut *waiting.lock().unwrap_or_else(|e| e.into_inner()) {
             Ok(queue) => queue.pop_front(),
             Err(_) => return,
@@ -293,7 +354,9 @@ fn answer_end(buf: &[u8]) -> Result<Option<usize>, String> {
                 false => Ok(None),
             };
         };
-        let (kind, line) = (buf[at], &buf[at + 1..at + newline]);
+        let Some((&kind, line)) = buf[at..at + newline].split_first() else {
+            return Err("an empty RESP line".into());
+        };
         at += newline + 2;
         let length = std::str::from_utf8(line)
             .ok()
@@ -302,7 +365,11 @@ fn answer_end(buf: &[u8]) -> Result<Option<usize>, String> {
             (b'+' | b'-' | b':', _) => {}
             (b'$', Some(-1)) | (b'*', Some(-1)) => {}
             (b'$', Some(n @ 0..)) => at = at.saturating_add(n as usize).saturating_add(2),
-            (b'*', Some(n @ 0..)) => remaining += n as u64,
+            // Every value takes at least 3 bytes, so a count beyond MAX_ANSWER cannot fit.
+            (b'*', Some(n @ 0..)) => match remaining.checked_add(n as u64) {
+                Some(more) if more <= MAX_ANSWER as u64 => remaining = more,
+                _ => return Err(format!("an array of {n} values cannot fit an answer")),
+            },
             (b'$' | b'*', _) => {
                 return Err(format!(
                     "bad RESP length {:?}",
@@ -344,5 +411,11 @@ mod tests {
         assert!(answer_end(b"$-5\r\n").is_err());
         assert!(answer_end(&[b'+'; MAX_LINE + 1]).is_err());
         assert!(answer_end(format!("${}\r\n", MAX_ANSWER + 1).as_bytes()).is_err());
+        // Found by review: an empty line, and nested arrays whose counts overflow, panicked
+        // the reader.
+        assert!(answer_end(b"\r\n").is_err());
+        assert!(answer_end(b"+OK\r\n\r\n").is_ok());
+        let huge = format!("*{0}\r\n*{0}\r\n*{0}\r\n", i64::MAX);
+        assert!(answer_end(huge.as_bytes()).is_err());
     }
 }
