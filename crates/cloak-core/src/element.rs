@@ -218,6 +218,12 @@ impl ElementCodec {
         }))
     }
 
+    /// Makes the next `n` seals share one epoch (see `Sealer::reserve`): call it before sealing
+    /// a batch whose seals are drawn in another order than they are written.
+    pub fn reserve(&mut self, n: usize) {
+        self.sealer.reserve(n as u64);
+    }
+
     /// Takes the next element's epoch and nonce from the sealer's one generator, for
     /// [`ElementCodec::seal_all`] (see `Sealer::prepare`).
     pub fn prepare(&mut self) -> PreparedSeal {

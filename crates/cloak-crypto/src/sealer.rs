@@ -178,6 +178,18 @@ impl Sealer {
         self.prepare().seal_with(binding, len, write)
     }
 
+    /// Makes the next `n` seals share one epoch: if fewer than `n` remain in the current one,
+    /// moves to a fresh epoch now. A scheme that draws a batch's seals in one order and writes
+    /// them in another (Cloak draws in read order and writes in its secret shuffle) calls this
+    /// first: an epoch that changed part-way through the batch would be in the clear on every
+    /// element and split the written elements into "sealed first" and "sealed last", naming
+    /// where the batch's first reads went. `n` is the batch's size, which is public.
+    pub fn reserve(&mut self, n: u64) {
+        if self.sealed.saturating_add(n) > MESSAGES_PER_EPOCH {
+            self.next_epoch();
+        }
+    }
+
     /// Takes the next element's epoch key and nonce, in the order elements are sealed; the
     /// encryption itself ([`PreparedSeal::seal_with`]) may then run on any thread. What the
     /// server reads of the result is what [`Sealer::seal_with`] would have written: the nonce
@@ -379,6 +391,40 @@ mod tests {
         address: 42,
         generation: 7,
     };
+
+    /// The epochs of `n` seals drawn now, as a batch of `n` would draw them.
+    fn batch_epochs(sealer: &mut Sealer, n: usize) -> Vec<u64> {
+        (0..n).map(|_| sealer.prepare().epoch).collect()
+    }
+
+    /// Found by review: a batch whose seals straddled an epoch change showed, in the clear,
+    /// which of its elements were sealed first. A reserved batch never straddles one.
+    #[test]
+    fn a_reserved_batch_never_straddles_an_epoch_change() {
+        let mut unreserved = sealer();
+        unreserved.sealed = MESSAGES_PER_EPOCH - 3;
+        let epochs = batch_epochs(&mut unreserved, 8);
+        assert_ne!(
+            epochs[0], epochs[7],
+            "without a reservation the batch straddles"
+        );
+
+        let mut reserved = sealer();
+        let before = reserved.epoch;
+        reserved.sealed = MESSAGES_PER_EPOCH - 3;
+        reserved.reserve(8);
+        let epochs = batch_epochs(&mut reserved, 8);
+        assert!(
+            epochs.iter().all(|&e| e == epochs[0] && e != before),
+            "{epochs:x?}"
+        );
+        // With room left, a reservation changes nothing.
+        let epoch = reserved.epoch;
+        reserved.reserve(8);
+        assert_eq!(batch_epochs(&mut reserved, 8), vec![epoch; 8]);
+        // Every epoch it sealed under still opens.
+        assert_eq!(reserved.own.len(), 2);
+    }
 
     #[test]
     fn round_trip() {

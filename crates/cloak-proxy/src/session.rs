@@ -48,6 +48,10 @@ pub struct Session<'a> {
     refused: bool,
     /// WATCH was used: the engine must forget this client's watches when it leaves.
     watched: bool,
+    /// In a cluster, the partitions whose keys are watched: each partition's engine checks only
+    /// its own watches, so a transaction running on another partition must be refused, not run
+    /// as if nothing were watched.
+    watched_partitions: Vec<usize>,
 }
 
 impl<'a> Session<'a> {
@@ -59,6 +63,7 @@ impl<'a> Session<'a> {
             queued: None,
             refused: false,
             watched: false,
+            watched_partitions: Vec::new(),
         }
     }
 
@@ -111,9 +116,19 @@ impl<'a> Session<'a> {
             return self.queue(Ok(request), charge).await;
         }
         let reply = match request {
-            Request::Data(command) => return self.submit(command, charge).await,
+            Request::Data(command) => {
+                if matches!(command, Command::Unwatch) {
+                    self.watched_partitions.clear();
+                }
+                return self.submit(command, charge).await;
+            }
             Request::Watch(command) => {
                 self.watched = true;
+                if let Some(partition) = self.front.cores.partition_for(&command.keys())
+                    && !self.watched_partitions.contains(&partition)
+                {
+                    self.watched_partitions.push(partition);
+                }
                 return self.submit(command, charge).await;
             }
             Request::Eval(eval) => {
@@ -264,18 +279,24 @@ impl<'a> Session<'a> {
                 let commands = self.queued.take().unwrap_or_default();
                 if std::mem::take(&mut self.refused) {
                     // Redis forgets the watches of a discarded transaction too.
+                    self.watched_partitions.clear();
                     let _ = self.submit_raw(Command::Unwatch, charge).await;
                     return Pending::Now(Reply::Error(
                         "EXECABORT Transaction discarded because of previous errors.".into(),
                     ));
                 }
-                return self
-                    .submit_raw(Command::Transaction(commands), charge)
-                    .await;
+                let transaction = Command::Transaction(commands);
+                if let Some(refusal) = self.watched_elsewhere(&transaction) {
+                    let _ = self.submit_raw(Command::Unwatch, charge).await;
+                    return Pending::Now(refusal);
+                }
+                self.watched_partitions.clear();
+                return self.submit_raw(transaction, charge).await;
             }
             Request::Discard => {
                 self.queued = None;
                 self.refused = false;
+                self.watched_partitions.clear();
                 return self.submit_raw(Command::Unwatch, charge).await;
             }
             Request::Multi => Reply::err("MULTI calls can not be nested"),
@@ -288,6 +309,21 @@ impl<'a> Session<'a> {
             }
         };
         Pending::Now(reply)
+    }
+
+    /// In a cluster, the refusal for a transaction that would run on another partition than a
+    /// key it watches (forgetting the watches, as EXEC does): that partition's engine would
+    /// run it without knowing of the watch. (A Redis node checks every watch it holds; the
+    /// partitions hosted here answer as one node but keep their own.)
+    fn watched_elsewhere(&mut self, transaction: &Command) -> Option<Reply> {
+        let runs_on = self.front.cores.partition_for(&transaction.keys())?;
+        let watched = std::mem::take(&mut self.watched_partitions);
+        let elsewhere = watched.into_iter().find(|&p| p != runs_on)?;
+        Some(Reply::Error(format!(
+            "CROSSSLOT Keys in request don't hash to the same slot (a WATCHed key is in \
+             partition {elsewhere}, the transaction's keys in partition {runs_on}; Cloak checks \
+             a WATCH only within its partition)"
+        )))
     }
 
     /// `AUTH [user] password`, and `HELLO … AUTH`: the only user is `default`.
@@ -360,6 +396,7 @@ impl<'a> Session<'a> {
     async fn reset(&mut self) -> Reply {
         self.queued = None;
         self.refused = false;
+        self.watched_partitions.clear();
         if std::mem::take(&mut self.watched) {
             let _ = self.submit_raw(Command::Unwatch, Charge::nothing()).await;
         }

@@ -382,6 +382,50 @@ fn redis_cli_follows_redirections_in_cluster_up_and_status_lists_every_partition
     );
 }
 
+/// Found by review: WATCH on one partition and EXEC of a transaction on another ran the
+/// transaction as if nothing were watched (each partition's engine knows only its own
+/// watches). It is refused now, and a WATCH within the transaction's partition still works.
+#[test]
+fn a_watch_on_another_partition_than_the_transaction_is_refused_not_ignored() {
+    let port = free_port();
+    let _cluster = Running::start(
+        &[
+            "cluster",
+            "up",
+            "--proxies",
+            "1",
+            "--partitions",
+            "2",
+            "--port",
+            &port.to_string(),
+            "--capacity",
+            "100",
+        ],
+        "Cloak cluster is up",
+    );
+    let (mut client, mut other) = (Raw::connect(port), Raw::connect(port));
+    // "b" is slot 3300 (partition 0), "a" slot 15495 and "{b}a" slot 3300.
+    assert_eq!(client.send(&["WATCH", "b"]).raw, "+OK\r\n");
+    assert_eq!(client.send(&["MULTI"]).raw, "+OK\r\n");
+    assert_eq!(client.send(&["SET", "a", "1"]).raw, "+QUEUED\r\n");
+    assert_eq!(other.send(&["SET", "b", "changed"]).raw, "+OK\r\n");
+    let exec = client.send(&["EXEC"]).raw;
+    assert!(exec.starts_with("-CROSSSLOT "), "{exec}");
+    assert!(exec.contains("partition 0"), "{exec}");
+    assert_eq!(other.send(&["GET", "a"]).raw, "$-1\r\n", "nothing ran");
+
+    // Within one partition the watch is kept, as Redis keeps it.
+    assert_eq!(client.send(&["WATCH", "b"]).raw, "+OK\r\n");
+    assert_eq!(client.send(&["MULTI"]).raw, "+OK\r\n");
+    assert_eq!(client.send(&["SET", "{b}a", "1"]).raw, "+QUEUED\r\n");
+    assert_eq!(other.send(&["SET", "b", "again"]).raw, "+OK\r\n");
+    assert_eq!(client.send(&["EXEC"]).raw, "*-1\r\n");
+    // And a transaction with no watch left runs.
+    assert_eq!(client.send(&["MULTI"]).raw, "+OK\r\n");
+    assert_eq!(client.send(&["SET", "a", "1"]).raw, "+QUEUED\r\n");
+    assert_eq!(client.send(&["EXEC"]).raw, "*1\r\n+OK\r\n");
+}
+
 /// The proxy (of `ports`) serving `key`'s slot, by the map.
 fn owner(map: &ClusterMap, key: &str) -> usize {
     map.partition_of(key_slot(key.as_bytes())).proxy

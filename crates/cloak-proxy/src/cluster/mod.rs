@@ -115,6 +115,18 @@ impl Cores {
         }
     }
 
+    /// The partition that runs a command naming `keys`, in a cluster: the keys' partition, or
+    /// for no keys the first hosted one (see [`Cores::first`]). `None` for a single store or
+    /// keys that span slots (refused before they run).
+    pub fn partition_for(&self, keys: &[Bytes]) -> Option<usize> {
+        let hosted = self.cluster()?;
+        match slot::common_slot(keys.iter().map(|key| key.as_ref())) {
+            Ok(Some(slot)) => Some(hosted.map.partition_of(slot).index),
+            Ok(None) => hosted.cores.first().map(|(partition, _)| *partition),
+            Err(CrossSlot) => None,
+        }
+    }
+
     /// The core that answers for the whole proxy where one must (INFO's store figures, a
     /// transaction or script that names no key): the only one, or the first partition's.
     pub fn first(&self) -> &CoreHandle {

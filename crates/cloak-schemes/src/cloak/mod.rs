@@ -502,7 +502,8 @@ impl Cloak {
         // sealing on several threads shows the server nothing new. Each element's nonce is drawn
         // as it is settled, in read order: random nonces are independent draws, so their order
         // says nothing; the leak demo's counter nonces make it name the shuffle, as the original
-        // bug did, which is what the demo exists to show.
+        // bug did, which is what the demo exists to show. The epoch is the one field whose
+        // change follows the drawing order, so the batch's seals are first reserved in one epoch.
         let to_open: Vec<_> = values
             .iter()
             .enumerate()
@@ -513,6 +514,7 @@ impl Cloak {
             })
             .collect();
         let opened = self.codec.open_all(&to_open);
+        self.codec.reserve(flight.addrs.len());
         let mut to_seal = Vec::with_capacity(flight.addrs.len());
         for (i, opened) in opened.into_iter().enumerate() {
             let (addr, slot) = (flight.addrs[i], flight.old_slots[i]);

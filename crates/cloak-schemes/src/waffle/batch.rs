@@ -146,6 +146,10 @@ impl Waffle {
         let mut writes: Vec<(Addr, Bytes)> = Vec::with_capacity(values.len());
         let mut written = Vec::new();
         let mut cached_now = Vec::new();
+        // Sealed in read order, written in address order: one epoch for the whole write, so
+        // an epoch change cannot split it by read position (see `Sealer::reserve`). Each read
+        // seals at most one element (a dummy's fresh copy, or the evicted victim's).
+        self.codec.reserve(values.len());
         for (read, value) in flight.reads.iter().zip(values) {
             let binding = self.labels.binding(read.object, read.ts, read.written);
             match read.object {
