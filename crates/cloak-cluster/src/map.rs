@@ -258,10 +258,15 @@ impl ClusterMap {
         partitions: usize,
         storage: &str,
     ) -> Result<Self, MapError> {
-        if proxies.is_empty() {
+        if proxies.is_empty() || partitions == 0 {
             return Err(MapError::NoPartitions);
         }
         let total = usize::from(SLOTS);
+        // Checked here too, not only by `new`: with more partitions than slots some would get
+        // an empty run, whose last slot underflows below.
+        if partitions > total {
+            return Err(MapError::TooManyPartitions(partitions));
+        }
         let specs = (0..partitions)
             .map(|index| PartitionSpec {
                 slots: vec![SlotRange {
@@ -377,6 +382,18 @@ mod tests {
         (0..n)
             .map(|i| (format!("p{i}"), format!("127.0.0.1:{}", 7000 + i)))
             .collect()
+    }
+
+    #[test]
+    fn an_even_map_refuses_no_partitions_or_more_than_slots() {
+        assert!(matches!(
+            ClusterMap::even(&proxies(3), 0, "memory"),
+            Err(MapError::NoPartitions)
+        ));
+        assert!(matches!(
+            ClusterMap::even(&proxies(3), 16_385, "memory"),
+            Err(MapError::TooManyPartitions(16_385))
+        ));
     }
 
     #[test]
