@@ -1,9 +1,11 @@
 //! A new scheme instance's initial fill: every element of its storage written once, in chunks
 //! with a few requests in flight, before it serves anything. It writes everything whatever the
-//! data, so it shows the server nothing but the store's size.
+//! data, so it shows the server nothing but the store's size. A large store's fill takes
+//! minutes, so it logs how far it got every few seconds ([`Progress`]); only the log sees that.
 
 use std::ops::Range;
 
+use cloak_core::recovery::Progress;
 use cloak_core::{Outbox, Slot};
 
 /// Fill requests in flight at once: enough to keep storage busy, few enough that a large store's
@@ -17,6 +19,9 @@ pub struct Fill {
     window: usize,
     next: u64,
     outstanding: usize,
+    /// Elements in storage.
+    landed: u64,
+    progress: Progress,
 }
 
 impl Fill {
@@ -32,6 +37,8 @@ impl Fill {
             window,
             next: 0,
             outstanding: 0,
+            landed: 0,
+            progress: Progress::every(Progress::INTERVAL),
         }
     }
 
@@ -50,6 +57,10 @@ impl Fill {
     /// longer need the journal.
     pub fn written(&mut self, recovered: Vec<(u32, u64)>, out: &mut Outbox) {
         self.outstanding -= 1;
+        // Counted in whole chunks and capped at the total: the one short chunk may land before
+        // others, so the count is off by less than a chunk until the fill ends.
+        self.landed = (self.landed + self.chunk).min(self.elements);
+        self.progress.filled(self.landed, self.elements);
         for (slot, version) in recovered {
             out.release(Slot::from(slot), version);
         }
