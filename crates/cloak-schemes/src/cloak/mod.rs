@@ -250,7 +250,10 @@ impl Cloak {
     fn pump_fill(&mut self, now: Option<Instant>) {
         while let Some(chunk) = self.fill.next_chunk() {
             let addrs = chunk.start as u32..chunk.end as u32;
-            let slots: Vec<u32> = addrs.clone().map(|addr| self.slot_at[addr as usize]).collect();
+            let slots: Vec<u32> = addrs
+                .clone()
+                .map(|addr| self.slot_at[addr as usize])
+                .collect();
             let records = take_for_fill(&mut self.initial, &slots, &mut self.corrupt);
             let recovered = slots
                 .iter()
@@ -687,6 +690,7 @@ impl Algorithm for Cloak {
     }
 
     fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.filling = self.fill.filling();
         let pending_writes = self
             .pending
             .values()

@@ -19,9 +19,38 @@ pub struct Fill {
     window: usize,
     next: u64,
     outstanding: usize,
-    /// Elements in storage.
+    landed: Landed,
+}
+
+/// How much of a fill is in storage, logged every few seconds ([`Progress`]).
+pub struct Landed {
+    elements: u64,
     landed: u64,
     progress: Progress,
+}
+
+impl Landed {
+    /// None of `elements` in storage yet.
+    pub fn new(elements: u64) -> Self {
+        Self {
+            elements,
+            landed: 0,
+            progress: Progress::every(Progress::INTERVAL),
+        }
+    }
+
+    /// A request of `chunk` elements, or the last one, shorter, is in storage.
+    pub fn chunk(&mut self, chunk: u64) {
+        // Counted in whole chunks and capped at the total: the one short chunk may land before
+        // others, so the count is off by less than a chunk until the fill ends.
+        self.landed = (self.landed + chunk).min(self.elements);
+        self.progress.filled(self.landed, self.elements);
+    }
+
+    /// Elements in storage, of all the fill writes.
+    pub fn status(&self) -> (u64, u64) {
+        (self.landed, self.elements)
+    }
 }
 
 impl Fill {
@@ -37,8 +66,7 @@ impl Fill {
             window,
             next: 0,
             outstanding: 0,
-            landed: 0,
-            progress: Progress::every(Progress::INTERVAL),
+            landed: Landed::new(elements),
         }
     }
 
@@ -57,13 +85,15 @@ impl Fill {
     /// longer need the journal.
     pub fn written(&mut self, recovered: Vec<(u32, u64)>, out: &mut Outbox) {
         self.outstanding -= 1;
-        // Counted in whole chunks and capped at the total: the one short chunk may land before
-        // others, so the count is off by less than a chunk until the fill ends.
-        self.landed = (self.landed + self.chunk).min(self.elements);
-        self.progress.filled(self.landed, self.elements);
+        self.landed.chunk(self.chunk);
         for (slot, version) in recovered {
             out.release(Slot::from(slot), version);
         }
+    }
+
+    /// While the fill runs: elements in storage, of all it writes.
+    pub fn filling(&self) -> Option<(u64, u64)> {
+        (!self.is_done()).then_some(self.landed.status())
     }
 
     /// Every element is in storage.

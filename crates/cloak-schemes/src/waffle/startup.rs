@@ -135,6 +135,13 @@ impl Startup {
     }
 }
 
+impl Startup {
+    /// While the fill runs (or the scan before it): elements written, of all it writes.
+    pub(super) fn filling(&self) -> Option<(u64, u64)> {
+        self.fill.filling()
+    }
+}
+
 impl Waffle {
     /// A page of the scan: note this store's elements, then scan on or start the fill.
     pub(super) fn scanned(&mut self, now: Instant, entries: Vec<(Addr, Bytes)>) {
@@ -169,8 +176,8 @@ impl Waffle {
                     Object::Dummy(_) => None,
                 })
                 .collect();
-            let mut taken = take_for_fill(&mut self.startup.initial, &reals, &mut self.corrupt)
-                .into_iter();
+            let mut taken =
+                take_for_fill(&mut self.startup.initial, &reals, &mut self.corrupt).into_iter();
             let mut recovered = Vec::new();
             let mut writes = Vec::with_capacity(objects.len());
             for &object in objects {
