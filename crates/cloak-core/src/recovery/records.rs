@@ -429,6 +429,29 @@ mod tests {
     }
 
     #[test]
+    fn records_taken_together_come_in_the_order_asked_and_only_an_altered_one_fails() {
+        let mut records = spooled();
+        assert!(!records.index.is_empty(), "dense slots are indexed");
+        records.found[1].1.version = 7;
+        let taken = records.take_all(&[3, 2, 1, 9]);
+        assert_eq!(taken[0].as_ref().unwrap(), &record(3));
+        assert!(matches!(taken[1], Err(RecoveryError::Altered { slot: 2, .. })));
+        assert_eq!(taken[2].as_ref().unwrap(), &record(1));
+        assert_eq!(taken[3].as_ref().unwrap(), &Record::empty(), "nothing found");
+        assert_eq!(records.take(3).unwrap(), Record::empty(), "taken once");
+    }
+
+    #[test]
+    fn sparse_slots_are_found_without_an_index() {
+        let far = 1 << 40;
+        let mut records = RecoveredRecords::from(vec![(far, record(1)), (5, record(2))]);
+        assert!(records.index.is_empty(), "an index would cost 2^40 entries");
+        assert_eq!(records.take(far).unwrap(), record(1));
+        assert_eq!(records.take(5).unwrap(), record(2));
+        assert_eq!(records.take(6).unwrap(), Record::empty());
+    }
+
+    #[test]
     fn a_spooled_element_that_no_longer_holds_its_record_is_an_error_naming_the_slot() {
         let mut records = spooled();
         // The entry says version 7; the spooled element holds version 2.
