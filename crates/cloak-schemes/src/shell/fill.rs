@@ -112,13 +112,16 @@ mod tests {
         assert_eq!(fill.next_chunk(), Some(0..4));
         assert_eq!(fill.next_chunk(), Some(4..8));
         assert_eq!(fill.next_chunk(), None, "window full");
+        assert_eq!(fill.filling(), Some((0, 10)));
         let mut out = Outbox::default();
         fill.written(vec![(3, 7)], &mut out);
+        assert_eq!(fill.filling(), Some((4, 10)), "a chunk landed");
         assert_eq!(fill.next_chunk(), Some(8..10));
         fill.written(Vec::new(), &mut out);
         assert!(!fill.is_done());
         fill.written(Vec::new(), &mut out);
         assert!(fill.is_done() && fill.next_chunk().is_none());
+        assert_eq!(fill.filling(), None, "done");
         assert!(
             out.poll_journal().is_some(),
             "the recovered record is released"
