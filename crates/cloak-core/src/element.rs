@@ -164,7 +164,7 @@ const PER_THREAD: usize = 128;
 /// kept in a pool: a pool's idle workers spin between jobs, and on a small machine that spinning
 /// took CPU the clients and the storage server needed (rayon's took a fifth of the proxy's
 /// samples at one batch every 5 ms).
-fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     static CORES: OnceLock<usize> = OnceLock::new();
     let cores =
         *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));

@@ -76,21 +76,22 @@ pub enum RecoveryError {
 /// Elements read per scan request.
 const SCAN_CHUNK: u32 = 4096;
 
-/// The `tracing` target of the scan's progress lines (see [`ScanProgress`]). Tools that wait for
-/// a proxy to start, like the benchmark, follow these lines.
+/// The `tracing` target of a start's progress lines: the scan's and the fill's (see
+/// [`Progress`]). Tools that wait for a proxy to start, like the benchmark, follow these lines.
 pub const PROGRESS_TARGET: &str = "cloak::recovery";
 
-/// Logs how far a recovery scan got, every few seconds: a large store takes minutes to scan, and
-/// a start-up that says nothing for that long looks hung. The line gives the elements scanned
-/// and the rate; not a total, which storage cannot say before the scan ends.
-pub struct ScanProgress {
+/// Logs how far a start got, every few seconds: a large store takes minutes to scan and to
+/// fill, and a start-up that says nothing for that long looks hung. A scan's line gives the
+/// elements scanned and the rate, not a total, which storage cannot say before the scan ends; a
+/// fill's gives the elements written of all, the rate and the time left at that rate.
+pub struct Progress {
     every: Duration,
     started: Instant,
     last: Instant,
 }
 
-impl ScanProgress {
-    /// Time between two lines of a long scan.
+impl Progress {
+    /// Time between two lines of a long scan or fill.
     pub const INTERVAL: Duration = Duration::from_secs(3);
 
     /// A line every `every`.
@@ -106,18 +107,43 @@ impl ScanProgress {
     /// `scanned` elements are read: logs a line if the last was long enough ago, and says
     /// whether it did.
     pub fn scanned(&mut self, scanned: u64) -> bool {
-        if self.last.elapsed() < self.every {
+        let Some(per_second) = self.due(scanned) else {
             return false;
-        }
-        self.last = Instant::now();
-        let seconds = self.started.elapsed().as_secs_f64();
-        let per_second = if seconds > 0.0 {
-            (scanned as f64 / seconds) as u64
-        } else {
-            0
         };
         tracing::info!(target: PROGRESS_TARGET, scanned, per_second, "scanning storage");
         true
+    }
+
+    /// `filled` elements of `of` are written: logs a line if the last was long enough ago, and
+    /// says whether it did.
+    pub fn filled(&mut self, filled: u64, of: u64) -> bool {
+        let Some(per_second) = self.due(filled) else {
+            return false;
+        };
+        let eta_seconds = of.saturating_sub(filled).checked_div(per_second);
+        tracing::info!(
+            target: PROGRESS_TARGET,
+            filled,
+            of,
+            per_second,
+            eta_seconds,
+            "filling storage"
+        );
+        true
+    }
+
+    /// The rate of `done` since the start, per second, if a line is due.
+    fn due(&mut self, done: u64) -> Option<u64> {
+        if self.last.elapsed() < self.every {
+            return None;
+        }
+        self.last = Instant::now();
+        let seconds = self.started.elapsed().as_secs_f64();
+        Some(if seconds > 0.0 {
+            (done as f64 / seconds) as u64
+        } else {
+            0
+        })
     }
 }
 
@@ -486,9 +512,10 @@ mod tests {
 
     #[test]
     fn a_progress_line_comes_once_the_interval_has_passed_and_not_before() {
-        let mut often = ScanProgress::every(Duration::ZERO);
+        let mut often = Progress::every(Duration::ZERO);
         assert!(often.scanned(4096) && often.scanned(8192));
-        let mut rarely = ScanProgress::every(Duration::from_secs(3600));
-        assert!(!rarely.scanned(4096));
+        assert!(often.filled(0, 10) && often.filled(10, 10));
+        let mut rarely = Progress::every(Duration::from_secs(3600));
+        assert!(!rarely.scanned(4096) && !rarely.filled(4096, 8192));
     }
 }

@@ -70,8 +70,17 @@ pub fn render(
     }
     memory.push(kv("maxmemory_policy", "noeviction".into()));
     sections.push(("Memory", memory));
-    // The proxy listens only once recovery is done, so it is never loading while it answers.
-    sections.push(("Persistence", vec![kv("loading", "0".into())]));
+    // The proxy listens once its recovery scan is done, and the scheme's initial fill runs
+    // after that: Redis's `loading` fields (over elements rather than bytes) say how far it got.
+    // Client ops wait for the fill rather than getting Redis's `-LOADING` error.
+    let mut persistence = vec![kv("loading", u8::from(stats.filling.is_some()).to_string())];
+    if let Some((written, of)) = stats.filling {
+        let percent = 100.0 * written as f64 / of.max(1) as f64;
+        persistence.push(kv("loading_loaded_perc", format!("{percent:.2}")));
+        persistence.push(kv("loading_loaded_elements", written.to_string()));
+        persistence.push(kv("loading_total_elements", of.to_string()));
+    }
+    sections.push(("Persistence", persistence));
     sections.push((
         "Stats",
         vec![

@@ -27,7 +27,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cloak_core::recovery::{ScanProgress, spool};
+use cloak_core::recovery::{Progress, spool};
 use cloak_core::{
     Addr, Damage, ElementFormat, Findings, Recovered, Recovery, SlotVersions, StorageOp,
 };
@@ -252,7 +252,7 @@ pub async fn recover(
     }
     // Progress is only logged here: the scan's requests are the same full scan in address order
     // as without it, so the server sees nothing new.
-    let mut progress = ScanProgress::every(ScanProgress::INTERVAL);
+    let mut progress = Progress::every(Progress::INTERVAL);
     // A pipeline of two: the next chunk's request goes out before this chunk's elements are
     // opened, so storage reads and sends one chunk while the proxy decrypts and checks the one
     // before. The requests are the ones a chunk-by-chunk scan sends, in the same order (each

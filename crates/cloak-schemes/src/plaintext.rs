@@ -213,6 +213,7 @@ impl Algorithm for Unsafe {
     }
 
     fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.filling = self.restoring.filling();
         stats.queued = self.in_flight + self.held.len() as u64;
     }
 

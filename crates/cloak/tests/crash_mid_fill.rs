@@ -6,7 +6,7 @@
 //! The fill is cut where it is by a relay between proxy and server that forwards the proxy's
 //! requests up to a byte budget and then closes the server's side: the server applies the whole
 //! requests it got (about half the fill), and the proxy, waiting for answers that never come,
-//! is killed with SIGKILL.
+//! is killed with SIGKILL. Before that, `INFO` must say the proxy is still loading.
 
 mod common;
 
@@ -124,6 +124,20 @@ fn a_proxy_killed_in_the_middle_of_its_fill_loses_nothing() {
         drained
             .recv_timeout(Duration::from_secs(60))
             .expect("the relay cut the fill");
+        // Meanwhile INFO says the proxy is loading, and how far its fill got.
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(&mut connect(port))
+            .unwrap();
+        let percent: f64 = info
+            .lines()
+            .find_map(|line| line.strip_prefix("loading_loaded_perc:"))
+            .and_then(|percent| percent.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{scheme}: no loading_loaded_perc in {info}"));
+        assert!(
+            info.contains("loading:1") && percent > 0.0 && percent < 100.0,
+            "{scheme}: {info}"
+        );
         cut.kill();
 
         // The next start finds every key.

@@ -18,7 +18,8 @@
 //! `cloak_proxy::state`).
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
+use std::os::unix::fs::FileExt;
 
 use bytes::Bytes;
 
@@ -114,23 +115,25 @@ impl SpoolWriter {
     }
 }
 
-/// A finished spool, read back an element at a time.
+/// A finished spool, read back an element at a time, from any thread.
 #[derive(Debug, Default)]
 pub struct SpoolReader {
     file: Option<File>,
 }
 
 impl SpoolReader {
-    /// The element at `spooled`, and the address it was read at.
-    pub fn read(&mut self, spooled: Spooled) -> std::io::Result<(Addr, Bytes)> {
-        let Some(file) = &mut self.file else {
+    /// The element at `spooled`, and the address it was read at. One positioned read of header
+    /// and element together, which leaves no file position behind, so threads can read at once.
+    pub fn read(&self, spooled: Spooled) -> std::io::Result<(Addr, Bytes)> {
+        let Some(file) = &self.file else {
             return Err(std::io::Error::new(
                 ErrorKind::UnexpectedEof,
                 "the spool is empty",
             ));
         };
-        file.seek(SeekFrom::Start(spooled.at))?;
-        let (address, len) = read_header(file)?.ok_or(ErrorKind::UnexpectedEof)?;
+        let mut bytes = vec![0; HEADER_LEN as usize + spooled.len as usize];
+        file.read_exact_at(&mut bytes, spooled.at)?;
+        let (address, len) = read_header(&mut &bytes[..])?.ok_or(ErrorKind::UnexpectedEof)?;
         if len != spooled.len {
             return Err(std::io::Error::new(
                 ErrorKind::InvalidData,
@@ -140,7 +143,7 @@ impl SpoolReader {
                 ),
             ));
         }
-        Ok((address, read_element(file, len)?))
+        Ok((address, Bytes::from(bytes).slice(HEADER_LEN as usize..)))
     }
 }
 
@@ -205,7 +208,7 @@ mod tests {
         let mut writer = SpoolWriter::default();
         let [a, b, c] = three(&mut writer);
         assert_eq!(writer.len(), 3 * HEADER_LEN + 3005);
-        let mut reader = writer.finish().unwrap();
+        let reader = writer.finish().unwrap();
         assert_eq!(
             reader.read(b).unwrap(),
             (u128::MAX, Bytes::from(vec![7; 3000]))
@@ -226,7 +229,7 @@ mod tests {
     fn an_empty_spool_makes_no_file_and_reads_nothing() {
         let writer = SpoolWriter::default();
         assert!(writer.is_empty());
-        let mut reader = writer.finish().unwrap();
+        let reader = writer.finish().unwrap();
         assert!(reader.read(Spooled { at: 0, len: 1 }).is_err());
     }
 

@@ -249,20 +249,33 @@ impl Cloak {
     /// batch schedule starts at `now`.
     fn pump_fill(&mut self, now: Option<Instant>) {
         while let Some(chunk) = self.fill.next_chunk() {
-            let mut recovered = Vec::new();
-            let writes = (chunk.start as usize..chunk.end as usize)
-                .map(|addr| {
-                    let slot = self.slot_at[addr];
-                    let record = take_for_fill(&mut self.initial, slot, &mut self.corrupt);
-                    if record.version > 0 {
-                        recovered.push((slot, record.version));
-                    }
-                    let binding = self.binding(addr as u32, self.batch_of(addr as u32));
-                    (
-                        addr as Addr,
-                        self.codec.seal(binding, Slot::from(slot), &record),
-                    )
+            let addrs = chunk.start as u32..chunk.end as u32;
+            let slots: Vec<u32> = addrs
+                .clone()
+                .map(|addr| self.slot_at[addr as usize])
+                .collect();
+            let records = take_for_fill(&mut self.initial, &slots, &mut self.corrupt);
+            let recovered = slots
+                .iter()
+                .zip(&records)
+                .filter(|(_, record)| record.version > 0)
+                .map(|(&slot, record)| (slot, record.version))
+                .collect();
+            // Nonces are drawn here in address order, as a one-by-one seal would draw them;
+            // `ElementCodec::seal_all` says why sealing on every core shows the server nothing
+            // new.
+            let to_seal: Vec<_> = addrs
+                .clone()
+                .zip(slots)
+                .zip(records)
+                .map(|((addr, slot), record)| {
+                    let binding = self.binding(addr, self.batch_of(addr));
+                    (self.codec.prepare(), binding, Slot::from(slot), record)
                 })
+                .collect();
+            let writes = addrs
+                .map(Addr::from)
+                .zip(self.codec.seal_all(&to_seal))
                 .collect();
             self.io
                 .send(Purpose::Fill(recovered), StorageOp::Write(writes));
@@ -679,6 +692,7 @@ impl Algorithm for Cloak {
     }
 
     fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.filling = self.fill.filling();
         let pending_writes = self
             .pending
             .values()

@@ -737,6 +737,7 @@ impl Algorithm for Curious {
     }
 
     fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.filling = self.fill.filling();
         stats.queued = self.requests.len() as u64;
         stats.unwritten = self.unwritten() as u64;
     }

@@ -691,6 +691,7 @@ impl Algorithm for Pancake {
     }
 
     fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.filling = self.fill.filling();
         stats.queued = self.queue.len() as u64;
         let filling = if self.filled { 0 } else { self.recovered };
         stats.unwritten = self.cache.unwritten() as u64 + filling;

@@ -20,6 +20,7 @@ use super::Durability;
 use super::bucket::BucketCodec;
 use super::stash::Block;
 use super::tree::Tree;
+use crate::shell::fill::Landed;
 
 /// Bytes of buckets written per fill request (at least one bucket).
 const CHUNK_BYTES: usize = 8 << 20;
@@ -30,6 +31,9 @@ pub struct Fill {
     buckets: u64,
     next: u64,
     pub outstanding: usize,
+    /// Buckets per request: [`CHUNK_BYTES`] of them.
+    chunk: u64,
+    landed: Landed,
     /// Whether the recovered records are in the journal; no chunk goes out before they are.
     pub durability: Durability,
     /// The recovered records, released from the journal once the fill is complete.
@@ -66,6 +70,8 @@ impl Fill {
             buckets: tree.buckets(),
             next: 0,
             outstanding: 0,
+            chunk: 1,
+            landed: Landed::new(tree.buckets()),
             durability: Durability::Durable,
             recovered,
             generation,
@@ -78,8 +84,8 @@ impl Fill {
         if self.next == self.buckets {
             return None;
         }
-        let chunk = (CHUNK_BYTES / codec.element_len()).max(1) as u64;
-        let end = (self.next + chunk).min(self.buckets);
+        self.chunk = (CHUNK_BYTES / codec.element_len()).max(1) as u64;
+        let end = (self.next + self.chunk).min(self.buckets);
         let writes = (self.next..end)
             .map(|address| {
                 let address = Addr::from(address);
@@ -95,6 +101,17 @@ impl Fill {
         self.next = end;
         self.outstanding += 1;
         Some(StorageOp::Write(writes))
+    }
+
+    /// A request of the fill is in storage.
+    pub fn landed(&mut self) {
+        self.outstanding -= 1;
+        self.landed.chunk(self.chunk);
+    }
+
+    /// Buckets in storage, of all the fill writes.
+    pub fn status(&self) -> (u64, u64) {
+        self.landed.status()
     }
 
     /// Every chunk is written and answered.

@@ -701,7 +701,7 @@ impl Algorithm for PathOram {
             Purpose::Write => self.write_landed(),
             Purpose::Fill => {
                 if let Some(fill) = &mut self.filling {
-                    fill.outstanding -= 1;
+                    fill.landed();
                 }
             }
         }
@@ -791,6 +791,7 @@ impl Algorithm for PathOram {
             .map(|w| w.releases.len())
             .sum::<usize>();
         let filling = self.filling.as_ref().map_or(0, |f| f.recovered.len());
+        stats.filling = self.filling.as_ref().map(Fill::status);
         stats.queued = (self.queue.len() + usize::from(self.reading.is_some())) as u64;
         stats.unwritten = (waiting_writes + self.stash.len() + landing + filling) as u64;
     }

@@ -1,9 +1,11 @@
 //! A new scheme instance's initial fill: every element of its storage written once, in chunks
 //! with a few requests in flight, before it serves anything. It writes everything whatever the
-//! data, so it shows the server nothing but the store's size.
+//! data, so it shows the server nothing but the store's size. A large store's fill takes
+//! minutes, so it logs how far it got every few seconds ([`Progress`]); only the log sees that.
 
 use std::ops::Range;
 
+use cloak_core::recovery::Progress;
 use cloak_core::{Outbox, Slot};
 
 /// Fill requests in flight at once: enough to keep storage busy, few enough that a large store's
@@ -17,6 +19,38 @@ pub struct Fill {
     window: usize,
     next: u64,
     outstanding: usize,
+    landed: Landed,
+}
+
+/// How much of a fill is in storage, logged every few seconds ([`Progress`]).
+pub struct Landed {
+    elements: u64,
+    landed: u64,
+    progress: Progress,
+}
+
+impl Landed {
+    /// None of `elements` in storage yet.
+    pub fn new(elements: u64) -> Self {
+        Self {
+            elements,
+            landed: 0,
+            progress: Progress::every(Progress::INTERVAL),
+        }
+    }
+
+    /// A request of `chunk` elements, or the last one, shorter, is in storage.
+    pub fn chunk(&mut self, chunk: u64) {
+        // Counted in whole chunks and capped at the total: the one short chunk may land before
+        // others, so the count is off by less than a chunk until the fill ends.
+        self.landed = (self.landed + chunk).min(self.elements);
+        self.progress.filled(self.landed, self.elements);
+    }
+
+    /// Elements in storage, of all the fill writes.
+    pub fn status(&self) -> (u64, u64) {
+        (self.landed, self.elements)
+    }
 }
 
 impl Fill {
@@ -32,6 +66,7 @@ impl Fill {
             window,
             next: 0,
             outstanding: 0,
+            landed: Landed::new(elements),
         }
     }
 
@@ -50,9 +85,15 @@ impl Fill {
     /// longer need the journal.
     pub fn written(&mut self, recovered: Vec<(u32, u64)>, out: &mut Outbox) {
         self.outstanding -= 1;
+        self.landed.chunk(self.chunk);
         for (slot, version) in recovered {
             out.release(Slot::from(slot), version);
         }
+    }
+
+    /// While the fill runs: elements in storage, of all it writes.
+    pub fn filling(&self) -> Option<(u64, u64)> {
+        (!self.is_done()).then_some(self.landed.status())
     }
 
     /// Every element is in storage.
@@ -71,13 +112,16 @@ mod tests {
         assert_eq!(fill.next_chunk(), Some(0..4));
         assert_eq!(fill.next_chunk(), Some(4..8));
         assert_eq!(fill.next_chunk(), None, "window full");
+        assert_eq!(fill.filling(), Some((0, 10)));
         let mut out = Outbox::default();
         fill.written(vec![(3, 7)], &mut out);
+        assert_eq!(fill.filling(), Some((4, 10)), "a chunk landed");
         assert_eq!(fill.next_chunk(), Some(8..10));
         fill.written(Vec::new(), &mut out);
         assert!(!fill.is_done());
         fill.written(Vec::new(), &mut out);
         assert!(fill.is_done() && fill.next_chunk().is_none());
+        assert_eq!(fill.filling(), None, "done");
         assert!(
             out.poll_journal().is_some(),
             "the recovered record is released"

@@ -1,7 +1,7 @@
 //! Taking a recovered record for the initial fill.
 //!
 //! Recovered values wait in recovery's spool on local disk until the fill places them
-//! ([`RecoveredRecords::take`]). If one cannot be read back, the fill must still write the
+//! ([`RecoveredRecords::take_all`]). If one cannot be read back, the fill must still write the
 //! slot's element (the fill writes every address whatever the data, so the server sees nothing
 //! of it), but never as a silently empty key: the slot is marked corrupt, so reads of its key
 //! fail with an integrity error until a client writes it again, and the empty record goes out at
@@ -9,25 +9,32 @@
 
 use cloak_core::{Record, RecoveredRecords, Slot};
 
-/// `slot`'s recovered record for the fill; a record that cannot be read back is logged, `slot`
-/// goes into `corrupt` and the fill writes it empty (see the module docs).
+/// The recovered records of `slots` for the fill, in that order (read back a request's worth at
+/// a time, see [`RecoveredRecords::take_all`]); a record that cannot be read back is logged, its
+/// slot goes into `corrupt` and the fill writes it empty (see the module docs).
 pub fn take_for_fill(
     initial: &mut RecoveredRecords,
-    slot: u32,
+    slots: &[u32],
     corrupt: &mut impl Extend<u32>,
-) -> Record {
-    match initial.take(Slot::from(slot)) {
-        Ok(record) => record,
-        Err(error) => {
-            tracing::error!(
-                slot,
-                %error,
-                "a recovered record is lost: reads of its key fail until a client writes it again"
-            );
-            corrupt.extend([slot]);
-            Record::empty()
-        }
-    }
+) -> Vec<Record> {
+    let wanted: Vec<Slot> = slots.iter().map(|&slot| Slot::from(slot)).collect();
+    let taken = initial.take_all(&wanted);
+    slots
+        .iter()
+        .zip(taken)
+        .map(|(&slot, taken)| {
+            taken.unwrap_or_else(|error| {
+                tracing::error!(
+                    slot,
+                    %error,
+                    "a recovered record is lost: reads of its key fail until a client writes it \
+                     again"
+                );
+                corrupt.extend([slot]);
+                Record::empty()
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -45,10 +52,9 @@ mod tests {
         };
         let mut initial = RecoveredRecords::from(vec![(2, record.clone())]);
         let mut corrupt = Vec::new();
-        assert_eq!(take_for_fill(&mut initial, 2, &mut corrupt), record);
         assert_eq!(
-            take_for_fill(&mut initial, 3, &mut corrupt),
-            Record::empty()
+            take_for_fill(&mut initial, &[3, 2], &mut corrupt),
+            [Record::empty(), record]
         );
         assert!(corrupt.is_empty());
     }

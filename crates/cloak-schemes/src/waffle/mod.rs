@@ -285,6 +285,7 @@ impl Algorithm for Waffle {
     }
 
     fn current_stats(&self, stats: &mut SchemeStats) {
+        stats.filling = self.startup.filling();
         stats.queued = self.queue.len() as u64;
         stats.unwritten = self.unwritten();
         stats.missed_batches = self.schedule.missed();

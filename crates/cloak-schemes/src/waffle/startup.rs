@@ -71,8 +71,8 @@ impl Startup {
         cached.shuffle(&mut rng);
         let mut cache = LruCache::unbounded();
         let mut cached_recovered = Vec::new();
-        for slot in cached {
-            let record = take_for_fill(&mut initial, slot, &mut corrupt);
+        let records = take_for_fill(&mut initial, &cached, &mut corrupt);
+        for (slot, record) in cached.into_iter().zip(records) {
             if record.version > 0 {
                 cached_recovered.push(slot);
             }
@@ -135,6 +135,13 @@ impl Startup {
     }
 }
 
+impl Startup {
+    /// While the fill runs (or the scan before it): elements written, of all it writes.
+    pub(super) fn filling(&self) -> Option<(u64, u64)> {
+        self.fill.filling()
+    }
+}
+
 impl Waffle {
     /// A page of the scan: note this store's elements, then scan on or start the fill.
     pub(super) fn scanned(&mut self, now: Instant, entries: Vec<(Addr, Bytes)>) {
@@ -161,15 +168,21 @@ impl Waffle {
     /// Keeps the fill's window of write requests full; once all are answered, batches start.
     fn pump_fill(&mut self, now: Instant) {
         while let Some(chunk) = self.startup.fill.next_chunk() {
+            let objects = &self.startup.order[chunk.start as usize..chunk.end as usize];
+            let reals: Vec<u32> = objects
+                .iter()
+                .filter_map(|object| match object {
+                    Object::Real(slot) => Some(*slot),
+                    Object::Dummy(_) => None,
+                })
+                .collect();
+            let mut taken =
+                take_for_fill(&mut self.startup.initial, &reals, &mut self.corrupt).into_iter();
             let mut recovered = Vec::new();
-            let mut writes = Vec::with_capacity((chunk.end - chunk.start) as usize);
-            for i in chunk.start as usize..chunk.end as usize {
-                let object = self.startup.order[i];
+            let mut writes = Vec::with_capacity(objects.len());
+            for &object in objects {
                 let (slot, record) = match object {
-                    Object::Real(slot) => (
-                        u64::from(slot),
-                        take_for_fill(&mut self.startup.initial, slot, &mut self.corrupt),
-                    ),
+                    Object::Real(slot) => (u64::from(slot), taken.next().unwrap_or_default()),
                     Object::Dummy(_) => (NO_SLOT, Record::empty()),
                 };
                 if record.version > 0 {
