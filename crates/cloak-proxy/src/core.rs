@@ -424,7 +424,6 @@ impl Core {
         }
     }
 
-    /// Deletes the recovery spool: storage holds every record now (see [`crate::state`]).
     /// Runs the start's hook once the start is over: storage holds every recovered record
     /// again, so the scheme has dropped what recovery handed it. Checked after storage replies
     /// only (a start ends with one), and only until it runs: `scheme_stats` walks the pending ops.
@@ -437,6 +436,7 @@ impl Core {
         }
     }
 
+    /// Deletes the recovery spool: storage holds every record now (see [`crate::state`]).
     fn retire_spool(&mut self) {
         let Some(path) = self.spool.take() else {
             return;
