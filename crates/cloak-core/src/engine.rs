@@ -57,6 +57,7 @@ use hashbrown::{HashMap, HashSet};
 use self::gate::{Gate, Waiter};
 use self::unit::Unit;
 use self::watch::Watches;
+use crate::acknowledged::Acknowledged;
 use crate::command::{Command, CommandError, Deadline, Outcome, SetCondition, SetExpiry, TtlUnit};
 use crate::database::DATABASES;
 use crate::directory::KeyDirectory;
@@ -208,7 +209,7 @@ pub struct Engine {
     cover: Option<ChaCha20Rng>,
     /// The version of every slot's last acknowledged write (`DEL`s too), from recovery on: what
     /// storage holds once the scheme is drained, for the next start to check storage against.
-    acknowledged: SlotVersions,
+    acknowledged: Acknowledged,
     /// Every key's type and deadline.
     keyspace: Keyspace,
     clock: WallClock,
@@ -237,6 +238,7 @@ impl Engine {
         );
         let scheme_needs_cover = scheme.traffic_per_op();
         let db_sizes = listing::count_by_db(&directory, limits.max_key);
+        let acknowledged = Acknowledged::new(directory.capacity());
         Self {
             scheme,
             directory,
@@ -253,7 +255,7 @@ impl Engine {
             outcomes: VecDeque::new(),
             commands_done: 0,
             cover: scheme_needs_cover.then(ChaCha20Rng::from_os_rng),
-            acknowledged: SlotVersions::new(),
+            acknowledged,
             keyspace: Keyspace::default(),
             clock: WallClock {
                 instant: Instant::now(),
@@ -298,14 +300,17 @@ impl Engine {
 
     /// Starts from the slot versions recovery found (what storage holds at the start).
     pub fn with_acknowledged(mut self, versions: SlotVersions) -> Self {
-        self.acknowledged = versions;
+        for (slot, version) in versions {
+            self.acknowledged.raise(slot, version);
+        }
         self
     }
 
-    /// The version of every slot's last acknowledged write, recovered ones included. Storage
-    /// holds at least these once [`SchemeStats::unwritten`] is zero.
-    pub fn acknowledged(&self) -> &SlotVersions {
-        &self.acknowledged
+    /// The version of every slot's last acknowledged write, recovered ones included (slots
+    /// never written are left out). Storage holds at least these once
+    /// [`SchemeStats::unwritten`] is zero.
+    pub fn acknowledged(&self) -> SlotVersions {
+        self.acknowledged.versions()
     }
 
     /// The sizes and counts commands must stay within.
@@ -1189,8 +1194,7 @@ impl Engine {
         if matches!(reply, Reply::Written)
             && let Some(version) = route.version
         {
-            let known = self.acknowledged.entry(route.slot).or_default();
-            *known = (*known).max(version);
+            self.acknowledged.raise(route.slot, version);
         }
         let route = match route.expect {
             Expect::Covers(left) => {

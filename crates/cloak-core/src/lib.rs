@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod acknowledged;
 pub mod command;
 pub mod database;
 pub mod directory;

@@ -156,6 +156,7 @@ pub fn spawn(
     ledger: Option<Arc<Ledger>>,
     spool: Option<PathBuf>,
     storage_io: tokio::runtime::Handle,
+    after_start: Option<fn()>,
 ) -> std::io::Result<(CoreHandle, tokio::task::JoinHandle<()>)> {
     let alarms = Alarms::start()?;
     let (commands_tx, commands) = mpsc::channel(CHANNEL);
@@ -168,6 +169,7 @@ pub fn spawn(
         journal,
         ledger,
         spool,
+        after_start,
         journal_queue: Vec::new(),
         journal_busy: false,
         waiting: HashMap::new(),
@@ -197,6 +199,8 @@ struct Core {
     ledger: Option<Arc<Ledger>>,
     /// The recovery spool in the state directory, until storage holds every record.
     spool: Option<PathBuf>,
+    /// Run once when the start is over (see [`crate::ProxyOptions::after_start`]).
+    after_start: Option<fn()>,
     /// Journal requests waiting for the commit in progress to finish.
     journal_queue: Vec<(JournalId, JournalOp)>,
     journal_busy: bool,
@@ -255,6 +259,7 @@ impl Core {
                         self.io.failures += 1;
                     }
                     self.engine.handle_storage(Instant::now(), id, result);
+                    self.end_start();
                 }
                 Some((ids, result)) = committed.recv() => {
                     self.journal_busy = false;
@@ -405,9 +410,10 @@ impl Core {
     /// at this one's start, which still holds (versions only grow) but covers less.
     fn save_ledger(&self) {
         let Some(ledger) = &self.ledger else { return };
-        match ledger.save(self.engine.acknowledged()) {
+        let versions = self.engine.acknowledged();
+        match ledger.save(&versions) {
             Ok(()) => tracing::info!(
-                slots = self.engine.acknowledged().len(),
+                slots = versions.len(),
                 "saved the slot versions storage holds to the ledger"
             ),
             Err(error) => tracing::error!(
@@ -415,6 +421,18 @@ impl Core {
                 "could not save the ledger; the next start checks storage against the one saved \
                  at this start"
             ),
+        }
+    }
+
+    /// Runs the start's hook once the start is over: storage holds every recovered record
+    /// again, so the scheme has dropped what recovery handed it. Checked after storage replies
+    /// only (a start ends with one), and only until it runs: `scheme_stats` walks the pending ops.
+    fn end_start(&mut self) {
+        if self.after_start.is_some() && self.engine.scheme_stats().unwritten == 0 {
+            tracing::debug!("the start is over");
+            if let Some(hook) = self.after_start.take() {
+                hook();
+            }
         }
     }
 

@@ -108,6 +108,10 @@ pub struct ProxyOptions {
     pub storage_io: Option<tokio::runtime::Handle>,
     /// How long a Lua script may run before it is stopped with an error.
     pub script_time_limit: Duration,
+    /// Called once by each store's core when its start is over (every recovered record is in
+    /// storage again): the binary gives the memory recovery used back to the operating system
+    /// there, which its allocator would otherwise keep for reuse the steady state never needs.
+    pub after_start: Option<fn()>,
 }
 
 impl Default for ProxyOptions {
@@ -123,6 +127,7 @@ impl Default for ProxyOptions {
             pending_limit: DEFAULT_PROXY_PENDING_BYTES,
             storage_io: None,
             script_time_limit: scripting::DEFAULT_TIME_LIMIT,
+            after_start: None,
         }
     }
 }
@@ -257,6 +262,7 @@ async fn serve(
             store.ledger,
             store.recovery_spool,
             storage_io.clone(),
+            options.after_start,
         )?;
         handles.push((partition, core));
         running.spawn(task);

@@ -215,6 +215,12 @@ impl Algorithm for Unsafe {
     fn current_stats(&self, stats: &mut SchemeStats) {
         stats.filling = self.restoring.filling();
         stats.queued = self.in_flight + self.held.len() as u64;
+        // Recovered records count as unwritten until every one is stored (an upper bound: the
+        // vector is dropped whole once the last lands), so a stop waits for them, the recovery
+        // spool is kept, and the proxy's start is not over before they are in storage.
+        if !self.restoring.is_done() {
+            stats.unwritten = self.restore.len() as u64;
+        }
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

@@ -247,7 +247,7 @@ impl Store {
             .with_keyspace(keyspace);
         if let Some(ledger) = ledger {
             ledger
-                .save(engine.acknowledged())
+                .save(&engine.acknowledged())
                 .context("saving what this start found to the ledger")?;
         }
         if recovered.elements > 0 {

@@ -8,10 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cloak_core::{Command, Engine, KeyDirectory, Limits, Outcome, RecordLayout, SetCondition};
+use cloak_core::{
+    Command, Engine, KeyDirectory, Limits, Outcome, Record, RecordLayout, RecoveredRecords,
+    SetCondition, Slot,
+};
 use cloak_crypto::{KeyHasher, MasterKey};
 use cloak_proxy::{ProxyOptions, StatsHandle};
-use cloak_schemes::{SchemeName, SchemeOptions, StoreSpec};
+use cloak_schemes::{SchemeName, SchemeOptions, Start, StoreSpec};
 use cloak_storage::{
     MemoryStorage, Observing, Storage, StorageError, StorageOp, StorageReply, TcpStorage,
     TraceHandle, server,
@@ -26,6 +29,21 @@ pub const MAX_VALUE: usize = 64;
 pub struct Tampering {
     inner: MemoryStorage,
     pub on: AtomicBool,
+}
+
+impl Tampering {
+    /// An empty, honest store.
+    pub fn new() -> Self {
+        Self {
+            inner: MemoryStorage::new(),
+            on: AtomicBool::new(false),
+        }
+    }
+
+    /// Elements it holds.
+    pub fn elements(&self) -> usize {
+        self.inner.usage().0
+    }
 }
 
 #[async_trait::async_trait]
@@ -78,6 +96,12 @@ pub struct Setup {
     pub reply_limit: usize,
     pub pending_limit: usize,
     pub script_time_limit: Duration,
+    /// Records the store starts with, as a recovery after a restart would hand them over.
+    pub recovered: Vec<(Slot, Record)>,
+    /// See [`ProxyOptions::after_start`].
+    pub after_start: Option<fn()>,
+    /// The storage to use; a fresh one if `None`.
+    pub storage: Option<Arc<Tampering>>,
 }
 
 impl Setup {
@@ -97,15 +121,15 @@ impl Setup {
             reply_limit: cloak_proxy::DEFAULT_REPLY_LIMIT,
             pending_limit: cloak_proxy::DEFAULT_PROXY_PENDING_BYTES,
             script_time_limit: cloak_proxy::DEFAULT_SCRIPT_TIME_LIMIT,
+            recovered: Vec::new(),
+            after_start: None,
+            storage: None,
         }
     }
 
     pub async fn start(self) -> TestProxy {
         let master = MasterKey::generate().unwrap();
-        let elements = Arc::new(Tampering {
-            inner: MemoryStorage::new(),
-            on: AtomicBool::new(false),
-        });
+        let elements = self.storage.unwrap_or_else(|| Arc::new(Tampering::new()));
         let storage_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let storage_addr = storage_listener.local_addr().unwrap().to_string();
         let (stop_storage, storage_stopped) = oneshot::channel::<()>();
@@ -130,15 +154,22 @@ impl Setup {
             },
             seed: None,
         };
-        let scheme = cloak_schemes::build(
-            self.scheme,
-            &spec,
-            &self.options,
-            &master,
-            Default::default(),
-        )
-        .unwrap();
-        let directory = KeyDirectory::new(KeyHasher::new(&master), self.capacity as usize);
+        let keys: Vec<(Slot, Bytes)> = self
+            .recovered
+            .iter()
+            .map(|(slot, record)| (*slot, record.key.clone()))
+            .collect();
+        let start = Start {
+            records: RecoveredRecords::from(self.recovered),
+            generation_base: 0,
+        };
+        let scheme =
+            cloak_schemes::build(self.scheme, &spec, &self.options, &master, start).unwrap();
+        let directory = KeyDirectory::restore(
+            KeyHasher::new(&master),
+            self.capacity as usize,
+            keys.iter().map(|(slot, key)| (*slot, &key[..])),
+        );
         let limits = Limits {
             max_key: MAX_KEY,
             max_value: MAX_VALUE,
@@ -156,6 +187,7 @@ impl Setup {
             reply_limit: self.reply_limit,
             pending_limit: self.pending_limit,
             script_time_limit: self.script_time_limit,
+            after_start: self.after_start,
             ..ProxyOptions::default()
         };
         let proxy = tokio::spawn(cloak_proxy::run(

@@ -43,6 +43,7 @@ pub fn front_end(
         max_clients,
         reply_limit,
         pending_limit,
+        after_start: Some(crate::memory::start_is_over),
         ..defaults
     })
 }
