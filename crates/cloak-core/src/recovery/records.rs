@@ -435,9 +435,16 @@ mod tests {
         records.found[1].1.version = 7;
         let taken = records.take_all(&[3, 2, 1, 9]);
         assert_eq!(taken[0].as_ref().unwrap(), &record(3));
-        assert!(matches!(taken[1], Err(RecoveryError::Altered { slot: 2, .. })));
+        assert!(matches!(
+            taken[1],
+            Err(RecoveryError::Altered { slot: 2, .. })
+        ));
         assert_eq!(taken[2].as_ref().unwrap(), &record(1));
-        assert_eq!(taken[3].as_ref().unwrap(), &Record::empty(), "nothing found");
+        assert_eq!(
+            taken[3].as_ref().unwrap(),
+            &Record::empty(),
+            "nothing found"
+        );
         assert_eq!(records.take(3).unwrap(), Record::empty(), "taken once");
     }
 
