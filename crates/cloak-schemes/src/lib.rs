@@ -237,11 +237,12 @@ pub enum BuildError {
 pub const LEAK_DEMO_ENV: &str = "CLOAK_LEAK_DEMO_COUNTER_NONCES";
 
 /// Set in the environment of a process built with the `leak-demo` feature, it makes every
-/// Cloak release each write-back as soon as it is sealed instead of a fixed hold after its
-/// batch's read: the read-to-write-back gap then shows how busy the proxy is, the timing leak
-/// the wire tests must catch. Builds without the feature never read it.
+/// Cloak start a batch as soon as the one before is done while client requests wait, instead
+/// of at its grid point: batches then come faster the busier the clients are, as when batches
+/// were started by the core's loop (issue 12 §3), the timing leak the wire tests must catch.
+/// Builds without the feature never read it.
 #[cfg(feature = "leak-demo")]
-pub const LEAK_DEMO_EAGER_WRITE_BACK_ENV: &str = "CLOAK_LEAK_DEMO_EAGER_WRITE_BACK";
+pub const LEAK_DEMO_INTAKE_BATCHES_ENV: &str = "CLOAK_LEAK_DEMO_INTAKE_BATCHES";
 
 /// Largest store any scheme supports (slots are 32-bit inside the schemes).
 pub const MAX_CAPACITY: u64 = u32::MAX as u64 - 1;

@@ -17,8 +17,8 @@
 //!
 //! Timing: batch intervals and read-to-write-back delays are printed for every window
 //! (`--nocapture`); `cloak_timing_does_not_depend_on_the_load` compares idle windows against
-//! loaded ones, and shows the comparison catches a Cloak that releases write-backs as soon as
-//! they are sealed.
+//! loaded ones, and shows the comparison catches a Cloak whose batches start from intake (as
+//! soon as the batch before is done while requests wait) instead of on the grid.
 //!
 //! Sizes keep the tests short: 820 keys, 16-byte values, budgets of 1 per set (40 sets:
 //! batches of 40 elements), a batch every 10 ms, windows of 1.5 s.
@@ -424,36 +424,61 @@ fn pancake_on_redis_shows_nothing_in_its_headers() {
 
 /// How much more than the two idle windows differ (beyond three times that) a loaded window's
 /// timing medians may differ from the idle window's. A busy test host moves both by tens of
-/// microseconds; a Cloak whose write-back waits on its clients moves the gap by far more.
+/// microseconds; a Cloak whose batches start from intake moves its batches off the grid by
+/// milliseconds.
 const TIMING_ALLOWANCE_US: u64 = 150;
 
-/// Per window, the medians (µs) of the batch interval and of the gap from a batch's read
-/// leaving to its write-back leaving (both times the proxy's schedule sets).
+/// Per window, the medians (µs) of how far each batch interval is from a whole number of
+/// intervals, and of the gap from a batch's read leaving to its write-back leaving (both times
+/// the proxy's schedule sets). Batches start on a grid, and a busy host may skip grid points
+/// (measured on 2 cores beside two `yes` processes: the median interval of one window was 15.4
+/// ms, against 10.0 idle), which says nothing about the load: so the interval is judged by its
+/// distance from the grid, which a skip does not change and a batch off the grid does.
 fn timing_medians(capture: &Capture) -> [[u64; 2]; 4] {
     capture.timing();
+    let grid = BATCH_INTERVAL.as_micros() as u64;
     std::array::from_fn(|w| {
         let view = capture.view(w);
         let gaps = view
             .write_backs()
             .map(|(read, write)| (write.at - read.at).as_micros() as u64);
-        let intervals = batch_intervals(&view).into_iter().map(|(_, us)| us);
-        [percentiles(intervals)[1], percentiles(gaps)[1]]
+        let off_grid = batch_intervals(&view).into_iter().map(|(_, us)| {
+            let past = us % grid;
+            past.min(grid - past)
+        });
+        [percentiles(off_grid)[1], percentiles(gaps)[1]]
     })
 }
 
-/// Whether a loaded window's median batch interval or read-to-write-back gap differs from the
-/// idle window's by more than the idle windows differ from each other (three times, and at
-/// least [`TIMING_ALLOWANCE_US`]). Medians over a window of batches shrug off the few batches a
-/// busy host delays; what moves them is a proxy whose timing follows its load.
-fn timing_follows_the_load(capture: &Capture) -> bool {
+/// Idle windows whose medians differ by more than this (µs) come from a host too busy to judge
+/// anything by: on 2 cores beside two `yes` processes and other builds, one capture's two idle
+/// windows differed by 2.3 ms in distance from the grid and 7.5 ms in gap (a few µs otherwise).
+const TOO_BUSY_US: u64 = 1_000;
+
+/// Whether a loaded window's median distance of batch intervals from the grid or median
+/// read-to-write-back gap differs from the idle window's by more than the idle windows differ
+/// from each other (three times, and at least [`TIMING_ALLOWANCE_US`]); `None` if the idle
+/// windows differ by more than [`TOO_BUSY_US`]. Medians over a window of batches shrug off the
+/// few batches a busy host delays; what moves them is a proxy whose timing follows its load.
+fn timing_follows_the_load(capture: &Capture) -> Option<bool> {
     let medians = timing_medians(capture);
     let apart = |a: usize, b: usize, i: usize| medians[a][i].abs_diff(medians[b][i]);
     let mut follows = false;
-    for (i, what) in ["batch interval", "read → write-back gap"]
-        .iter()
-        .enumerate()
+    for (i, what) in [
+        "batch interval's distance from the grid",
+        "read → write-back gap",
+    ]
+    .iter()
+    .enumerate()
     {
         let noise = apart(IDLE, IDLE_AGAIN, i);
+        if noise > TOO_BUSY_US {
+            println!(
+                "{}: {what}: the idle windows differ by {noise} µs",
+                capture.scheme
+            );
+            return None;
+        }
         let allowed = (3 * noise).max(TIMING_ALLOWANCE_US);
         for loaded in [ONE_KEY, UNIFORM] {
             let moved = apart(IDLE, loaded, i);
@@ -465,24 +490,30 @@ fn timing_follows_the_load(capture: &Capture) -> bool {
             follows |= moved > allowed;
         }
     }
-    follows
+    Some(follows)
+}
+
+/// Captures Cloak with `env` in its environment until a capture can be judged (at most three
+/// times), and says whether its timing follows the load.
+fn cloak_timing_follows_the_load(env: &[(&str, &str)]) -> bool {
+    for _ in 0..3 {
+        if let Some(follows) = timing_follows_the_load(&Capture::run("cloak", env)) {
+            return follows;
+        }
+        println!("the host was too busy to judge this capture: capturing again");
+    }
+    panic!("three captures in a row on a host too busy to judge timing by");
 }
 
 #[test]
-#[ignore = "the fixed Cloak passes (medians move 0-1 µs), but at this test's load the eager-write-back leak demo is not caught yet (its gap median moved 2-29 µs against 79 µs between idle windows): the check cannot fail as it should; run with --ignored"]
 fn cloak_timing_does_not_depend_on_the_load() {
-    let fixed = Capture::run("cloak", &[]);
     assert!(
-        !timing_follows_the_load(&fixed),
+        !cloak_timing_follows_the_load(&[]),
         "Cloak's timing follows the load"
     );
-    // The same check catches a Cloak that releases each write-back as soon as it is sealed.
-    let leaky = Capture::run(
-        "cloak",
-        &[(cloak_schemes::LEAK_DEMO_EAGER_WRITE_BACK_ENV, "1")],
-    );
+    // The same check catches a Cloak whose batches start from intake instead of the timer.
     assert!(
-        timing_follows_the_load(&leaky),
+        cloak_timing_follows_the_load(&[(cloak_schemes::LEAK_DEMO_INTAKE_BATCHES_ENV, "1")]),
         "the leaky variant's timing passed for load-independent"
     );
 }

@@ -149,6 +149,10 @@ pub struct Cloak {
     fill: Fill,
     /// When batches start and write-backs leave.
     schedule: Schedule,
+    /// Starts a batch as soon as the one before is done while requests wait, off the grid:
+    /// the timing leak of [`crate::LEAK_DEMO_INTAKE_BATCHES_ENV`], for tests only.
+    #[cfg(feature = "leak-demo")]
+    leak_demo_intake_batches: bool,
 
     io: Io<Purpose>,
 }
@@ -218,6 +222,8 @@ impl Cloak {
             initial,
             fill: Fill::new(n as u64, FILL_CHUNK),
             schedule: Schedule::new(config.batch_interval, Some(config.write_back_hold)),
+            #[cfg(feature = "leak-demo")]
+            leak_demo_intake_batches: false,
             io: Io::default(),
         }
         .with_fill_started()
@@ -228,11 +234,12 @@ impl Cloak {
         &self.budgets
     }
 
-    /// Releases every write-back as soon as it is sealed, not at its batch's start plus the
-    /// hold: the timing leak of [`crate::LEAK_DEMO_EAGER_WRITE_BACK_ENV`], for tests only.
+    /// Starts each batch from intake instead of the timer: as soon as the batch before is
+    /// done while requests wait. The timing leak of [`crate::LEAK_DEMO_INTAKE_BATCHES_ENV`],
+    /// for tests only.
     #[cfg(feature = "leak-demo")]
-    fn leak_demo_release_when_sealed(mut self) -> Self {
-        self.schedule = Schedule::new(self.schedule.interval(), None);
+    fn leak_demo_batches_from_intake(mut self) -> Self {
+        self.leak_demo_intake_batches = true;
         self
     }
 
@@ -417,6 +424,12 @@ impl Cloak {
     /// point is skipped: see [`crate::schedule`]).
     fn maybe_start_batch(&mut self, now: Instant) {
         let busy = self.flight.is_some() || self.io.repeating();
+        #[cfg(feature = "leak-demo")]
+        if self.leak_demo_intake_batches && !busy && self.queued > 0 {
+            let leaves = self.schedule.restart(now);
+            self.start_batch(leaves);
+            return;
+        }
         if let Some(leaves) = self.schedule.due(now, busy) {
             // The hold counts from when the read really leaves (see `crate::schedule`).
             self.start_batch(leaves);

@@ -110,8 +110,8 @@ impl CloakOptions {
         let codec = ElementCodec::new(store.layout, sealer);
         let cloak = Cloak::new(config, codec, from.rng, from.start);
         #[cfg(feature = "leak-demo")]
-        let cloak = match std::env::var_os(crate::LEAK_DEMO_EAGER_WRITE_BACK_ENV) {
-            Some(_) => cloak.leak_demo_release_when_sealed(),
+        let cloak = match std::env::var_os(crate::LEAK_DEMO_INTAKE_BATCHES_ENV) {
+            Some(_) => cloak.leak_demo_batches_from_intake(),
             None => cloak,
         };
         Ok(cloak)
