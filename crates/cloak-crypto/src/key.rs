@@ -96,6 +96,15 @@ impl MasterKey {
         MasterKey(self.derive(&[b"cluster partition", &partition.to_be_bytes()]))
     }
 
+    /// The key of one store: independent of every other store's, even of stores under the same
+    /// key (two proxies given one `--key-file`, or partition `i` of two clusters sharing one), so
+    /// an element a storage server copies from one store into another fails to open there, as
+    /// one sealed under a foreign key does. `store` is the store's random id (see
+    /// `cloak_proxy::store_id`); it is public, the derived key is not.
+    pub fn for_store(&self, store: u128) -> MasterKey {
+        MasterKey(self.derive(&[b"store", &store.to_be_bytes()]))
+    }
+
     /// Derives `N` bytes of key material for one purpose. Distinct `purpose` strings give
     /// independent keys (HKDF-SHA256, RFC 5869).
     pub(crate) fn derive<const N: usize>(&self, purpose: &[&[u8]]) -> [u8; N] {
@@ -158,5 +167,17 @@ mod tests {
         assert_ne!(key.for_partition(0).0, key.for_partition(1).0);
         assert_ne!(key.for_partition(0).0, key.0);
         assert_eq!(key.for_partition(3).0, key.for_partition(3).0);
+    }
+
+    #[test]
+    fn stores_get_their_own_keys() {
+        let key = MasterKey::from_bytes([1; 32]);
+        assert_ne!(key.for_store(1).0, key.for_store(2).0);
+        assert_ne!(key.for_store(1).0, key.0);
+        assert_ne!(
+            key.for_partition(0).for_store(1).0,
+            key.for_partition(1).for_store(1).0
+        );
+        assert_eq!(key.for_store(7).0, key.for_store(7).0);
     }
 }
