@@ -29,7 +29,7 @@ pub use cloak_crypto::StoreId;
 use cloak_crypto::{KeyError, MasterKey};
 use cloak_storage::Storage;
 
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::Ledger;
 
 /// Why a store's identity could not be settled; each refuses the start.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,9 @@ pub enum StoreIdError {
     OtherStore { storage: StoreId, ours: StoreId },
     #[error(
         "storage holds no store marker, but this proxy's state is store {ours}: the storage \
-         server deleted the marker (and maybe the store), or --storage names another storage"
+         server deleted the marker (and maybe the store), or --storage names another storage. \
+         If this is the store's storage, --accept-data-loss writes the marker back from the \
+         state directory and starts on what storage holds"
     )]
     MarkerMissing { ours: StoreId },
     #[error(
@@ -61,18 +63,19 @@ pub enum StoreIdError {
     Malformed(String),
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
     #[error("cannot draw a store id: {0}")]
     Random(#[from] KeyError),
 }
 
 /// The id of the store in `storage`, checked against the one `ledger` remembers; a new id (its
-/// marker written, the ledger told) when storage is empty and no ledger remembers one.
+/// marker written, the ledger told) when storage is empty and no ledger remembers one. A marker
+/// missing from a store the ledger remembers is an error, unless `accept_data_loss`: the ledger
+/// then vouches for the id and the marker is written back.
 pub async fn identify(
     storage: &dyn Storage,
     master: &MasterKey,
     ledger: Option<&mut Ledger>,
+    accept_data_loss: bool,
 ) -> Result<StoreId, StoreIdError> {
     let ours = ledger.as_ref().and_then(|ledger| ledger.store());
     let id = match (read_marker(storage).await?, ours) {
@@ -88,18 +91,20 @@ pub async fn identify(
                 _ => found,
             }
         }
-        (None, Some(ours)) => return Err(StoreIdError::MarkerMissing { ours }),
+        (None, Some(ours)) if !accept_data_loss => {
+            return Err(StoreIdError::MarkerMissing { ours });
+        }
+        (None, Some(ours)) => {
+            tracing::warn!(store = %ours, "--accept-data-loss: writing back the store's marker");
+            write_marker(storage, master, ours).await?;
+            ours
+        }
         (None, None) => {
             if !is_empty(storage).await? {
                 return Err(StoreIdError::Unmarked);
             }
             let id = StoreId::random()?;
-            storage
-                .call(StorageOp::Write(vec![(
-                    STORE_MARKER,
-                    id.marker(master).into(),
-                )]))
-                .await?;
+            write_marker(storage, master, id).await?;
             tracing::info!(store = %id, "a new store");
             id
         }
@@ -108,6 +113,18 @@ pub async fn identify(
         ledger.bind_store(id);
     }
     Ok(id)
+}
+
+async fn write_marker(
+    storage: &dyn Storage,
+    master: &MasterKey,
+    id: StoreId,
+) -> Result<(), StoreIdError> {
+    let marker = id.marker(master).into();
+    storage
+        .call(StorageOp::Write(vec![(STORE_MARKER, marker)]))
+        .await?;
+    Ok(())
 }
 
 async fn read_marker(storage: &dyn Storage) -> Result<Option<bytes::Bytes>, StoreIdError> {

@@ -179,8 +179,9 @@ impl Store {
         mut ledger: Option<&mut Ledger>,
         accept_data_loss: bool,
     ) -> anyhow::Result<(Engine, RecoveryReport)> {
-        let store_id = cloak_proxy::identify(storage, master, ledger.as_deref_mut())
-            .await
+        let store_id =
+            cloak_proxy::identify(storage, master, ledger.as_deref_mut(), accept_data_loss)
+                .await
             .context("identifying the store in storage")?;
         let master = &store_id.key(master);
         let nothing_expected = SlotVersions::new();
