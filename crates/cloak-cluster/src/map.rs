@@ -515,13 +515,23 @@ mod tests {
             ClusterMap::new(&two, vec![spec(0, 8191, a), spec(8192, 16383, b)])
         };
         for (a, b) in [
-            ("redis://127.0.0.1:17501", "redis://127.0.0.1:17501?prefix=cloak:"),
+            (
+                "redis://127.0.0.1:17501",
+                "redis://127.0.0.1:17501?prefix=cloak:",
+            ),
             ("redis://127.0.0.1:17501", "rediss://:pw@127.0.0.1:17501/0"),
             ("redis+cluster://h:1,h:2", "redis://h:2"),
             ("tcp://h:1", "tls://H:1"),
         ] {
             assert!(
-                matches!(map(a, b), Err(MapError::SharedStorage { first: 0, second: 1, .. })),
+                matches!(
+                    map(a, b),
+                    Err(MapError::SharedStorage {
+                        first: 0,
+                        second: 1,
+                        ..
+                    })
+                ),
                 "{a} and {b}"
             );
         }

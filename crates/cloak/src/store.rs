@@ -182,7 +182,7 @@ impl Store {
         let store_id =
             cloak_proxy::identify(storage, master, ledger.as_deref_mut(), accept_data_loss)
                 .await
-            .context("identifying the store in storage")?;
+                .context("identifying the store in storage")?;
         let master = &store_id.key(master);
         let nothing_expected = SlotVersions::new();
         let mut report = cloak_proxy::recover(

@@ -223,7 +223,9 @@ impl Proxy {
         let StorageReply::Values(values) = server.call(StorageOp::Read(vec![STORE_MARKER])) else {
             panic!("a read answers values")
         };
-        let marker = values[0].as_ref().expect("storage holds the store's marker");
+        let marker = values[0]
+            .as_ref()
+            .expect("storage holds the store's marker");
         StoreId::from_marker(&self.master(), marker).expect("the marker authenticates")
     }
 
@@ -647,7 +649,10 @@ fn another_stores_element_under_the_same_key_is_damage_never_data() {
 
         let error = b.refused(&[]);
         assert!(error.contains("failed authentication"), "{error}");
-        assert!(error.contains(&address.to_string()), "names the address: {error}");
+        assert!(
+            error.contains(&address.to_string()),
+            "names the address: {error}"
+        );
         let running = Watched::start(&b.args(&["--accept-data-loss"]));
         assert_eq!(b.get("greeting").as_deref(), Some("from-store-b-5"));
         running.stop();
