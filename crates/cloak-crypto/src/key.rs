@@ -48,11 +48,7 @@ impl std::fmt::Debug for MasterKey {
 impl MasterKey {
     /// A fresh key from the operating system's CSPRNG.
     pub fn generate() -> Result<Self, KeyError> {
-        let mut bytes = [0u8; KEY_LEN];
-        SystemRandom::new()
-            .fill(&mut bytes)
-            .map_err(|_| KeyError::Random)?;
-        Ok(Self(bytes))
+        random_bytes().map(Self)
     }
 
     /// A key with fixed bytes; for tests and reproducible simulations only.
@@ -126,11 +122,16 @@ impl MasterKey {
 
 /// A random number from the operating system's CSPRNG.
 pub fn random_u64() -> Result<u64, KeyError> {
-    let mut bytes = [0u8; 8];
+    random_bytes().map(u64::from_le_bytes)
+}
+
+/// `N` bytes from the operating system's CSPRNG.
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], KeyError> {
+    let mut bytes = [0u8; N];
     SystemRandom::new()
         .fill(&mut bytes)
         .map_err(|_| KeyError::Random)?;
-    Ok(u64::from_le_bytes(bytes))
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -2,8 +2,7 @@
 //! them): the id picks the store's key ([`MasterKey::for_store`]); the marker keeps the id in
 //! storage, tagged under the master key so the server can neither forge nor alter it.
 
-use ring::rand::{SecureRandom, SystemRandom};
-
+use crate::key::random_bytes;
 use crate::{FileMac, KeyError, MasterKey};
 
 /// What a marker starts with: tells it apart from every other thing tagged under the master key
@@ -33,11 +32,7 @@ impl std::str::FromStr for StoreId {
 impl StoreId {
     /// A fresh id from the operating system's CSPRNG: 128 bits, so no two stores draw the same.
     pub fn random() -> Result<Self, KeyError> {
-        let mut bytes = [0u8; ID_LEN];
-        SystemRandom::new()
-            .fill(&mut bytes)
-            .map_err(|_| KeyError::Random)?;
-        Ok(StoreId(u128::from_be_bytes(bytes)))
+        random_bytes().map(|bytes| StoreId(u128::from_be_bytes(bytes)))
     }
 
     /// The key this store's elements are sealed under.
