@@ -146,3 +146,61 @@ async fn is_empty(storage: &dyn Storage) -> Result<bool, StoreIdError> {
         other => Err(StoreIdError::Malformed(other.summary())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use cloak_storage::MemoryStorage;
+
+    use super::*;
+    use crate::ledger::StoreManifest;
+
+    fn ledger(dir: &tempfile::TempDir, key: &MasterKey) -> Ledger {
+        let manifest = StoreManifest {
+            scheme: "cloak".into(),
+            capacity: 10,
+            key_size: 8,
+            value_size: 8,
+        };
+        Ledger::open(dir.path(), key, manifest).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_store_is_made_once_and_every_mix_up_is_refused_by_name() {
+        let key = MasterKey::from_bytes([1; 32]);
+        let (a, b) = (MemoryStorage::new(), MemoryStorage::new());
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = ledger(&dir, &key);
+        let id = identify(&a, &key, Some(&mut ledger), false).await.unwrap();
+        assert_eq!(ledger.store(), Some(id));
+        assert_eq!(identify(&a, &key, None, false).await.unwrap(), id);
+        let other = identify(&b, &key, None, false).await.unwrap();
+        assert_ne!(other, id);
+
+        let swapped = identify(&b, &key, Some(&mut ledger), false).await;
+        assert!(
+            matches!(swapped, Err(StoreIdError::OtherStore { storage, ours })
+                if storage == other && ours == id),
+            "{swapped:?}"
+        );
+        let wrong_key = identify(&a, &MasterKey::from_bytes([2; 32]), None, false).await;
+        assert!(matches!(wrong_key, Err(StoreIdError::Unauthentic)));
+
+        a.call(StorageOp::Delete(vec![STORE_MARKER])).await.unwrap();
+        let missing = identify(&a, &key, Some(&mut ledger), false).await;
+        assert!(
+            matches!(missing, Err(StoreIdError::MarkerMissing { ours }) if ours == id),
+            "{missing:?}"
+        );
+        a.call(StorageOp::Write(vec![(0, vec![1u8; 8].into())]))
+            .await
+            .unwrap();
+        let unmarked = identify(&a, &key, None, false).await;
+        assert!(matches!(unmarked, Err(StoreIdError::Unmarked)));
+        // The ledger vouches: an accepted loss writes the marker back.
+        assert_eq!(
+            identify(&a, &key, Some(&mut ledger), true).await.unwrap(),
+            id
+        );
+        assert_eq!(identify(&a, &key, None, false).await.unwrap(), id);
+    }
+}
