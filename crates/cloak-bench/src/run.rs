@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cloak_core::RecordLayout;
-use cloak_crypto::MasterKey;
+use cloak_core::{RecordLayout, STORE_MARKER, StorageOp};
+use cloak_crypto::{MasterKey, StoreId};
 use cloak_schemes::SchemeName;
 use cloak_storage::{RedisStorage, RedisTarget, Storage, TcpStorage};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -217,7 +217,9 @@ impl Setup {
             max_key: KEY_SIZE,
             max_value: self.value_size,
         };
-        let format = cloak_schemes::element_format(scheme, layout, &master)
+        // A store as the proxy makes one: its elements under its id's key, the id's marker.
+        let store = StoreId::random().map_err(|e| start_error("a store id", &e))?;
+        let format = cloak_schemes::element_format(scheme, layout, &store.key(&master))
             .map_err(|e| start_error("the element format", &e))?;
         let client = self
             .backend
@@ -226,6 +228,13 @@ impl Setup {
         preload::write(client.clone(), format, self.keys, value, loading)
             .await
             .map_err(|e| RunError::Preload(e.to_string()))?;
+        client
+            .call(StorageOp::Write(vec![(
+                STORE_MARKER,
+                store.marker(&master).into(),
+            )]))
+            .await
+            .map_err(|e| RunError::Preload(format!("writing the store marker: {e}")))?;
         loading.finish_and_clear();
         let (scan_floor, _) = startup::scan_floor(client.as_ref())
             .await

@@ -6,6 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use cloak_storage::RedisTarget;
+
 use crate::slot::SLOTS;
 
 /// Slots `first..=last`.
@@ -188,7 +190,7 @@ impl ClusterMap {
             .map(|(index, proxy)| (proxy.name.as_str(), index))
             .collect();
         let mut owner: Vec<Option<usize>> = vec![None; usize::from(SLOTS)];
-        let mut storages: HashMap<&str, usize> = HashMap::new();
+        let mut storages: HashMap<String, usize> = HashMap::new();
         let mut checked = Vec::with_capacity(partitions.len());
         for (index, spec) in partitions.iter().enumerate() {
             let Some(&proxy) = by_name.get(spec.proxy.as_str()) else {
@@ -218,7 +220,9 @@ impl ClusterMap {
                 return Err(MapError::NoStorage(index));
             }
             if spec.storage != PRIVATE_STORAGE
-                && let Some(first) = storages.insert(spec.storage.as_str(), index)
+                && let Some(first) = places(&spec.storage)
+                    .into_iter()
+                    .find_map(|place| storages.insert(place, index))
             {
                 return Err(MapError::SharedStorage {
                     storage: spec.storage.clone(),
@@ -321,6 +325,20 @@ impl ClusterMap {
             }
         }
         merged
+    }
+}
+
+/// Where a storage URL keeps its elements, as text two URLs share exactly when they name the
+/// same place however they are spelled: a Redis URL's keyspaces with the defaults filled in
+/// (`redis://h:6379` and `redis://h:6379/0?prefix=cloak:` are one), a cloak server's address
+/// with or without TLS, anything else as written.
+fn places(storage: &str) -> Vec<String> {
+    match (RedisTarget::parse(storage), storage.split_once("://")) {
+        (Some(Ok(target)), _) => target.keyspaces(),
+        (None, Some(("tcp" | "tls", address))) => {
+            vec![format!("cloak server {}", address.to_ascii_lowercase())]
+        }
+        _ => vec![storage.to_string()],
     }
 }
 
@@ -498,5 +516,44 @@ mod tests {
             })
         );
         assert!(ClusterMap::even(&two, 2, "redis://h:1?prefix=p{partition}:").is_ok());
+    }
+
+    /// The review's map: one Redis keyspace spelled two ways (the default prefix left out, then
+    /// given) was accepted, and the two partitions overwrote each other.
+    #[test]
+    fn one_storage_spelled_two_ways_is_shared() {
+        let two = proxies(2);
+        let map = |a: &str, b: &str| {
+            let spec = |first, last, storage: &str| PartitionSpec {
+                slots: vec![SlotRange { first, last }],
+                proxy: "p0".into(),
+                storage: storage.into(),
+            };
+            ClusterMap::new(&two, vec![spec(0, 8191, a), spec(8192, 16383, b)])
+        };
+        for (a, b) in [
+            (
+                "redis://127.0.0.1:17501",
+                "redis://127.0.0.1:17501?prefix=cloak:",
+            ),
+            ("redis://127.0.0.1:17501", "rediss://:pw@127.0.0.1:17501/0"),
+            ("redis+cluster://h:1,h:2", "redis://h:2"),
+            ("tcp://h:1", "tls://H:1"),
+        ] {
+            assert!(
+                matches!(
+                    map(a, b),
+                    Err(MapError::SharedStorage {
+                        first: 0,
+                        second: 1,
+                        ..
+                    })
+                ),
+                "{a} and {b}"
+            );
+        }
+        assert!(map("redis://h:1", "redis://h:1/1").is_ok());
+        assert!(map("redis://h:1", "redis://h:1?prefix=other:").is_ok());
+        assert!(map("memory", "memory").is_ok());
     }
 }

@@ -32,7 +32,7 @@ use bytes::Bytes;
 
 use crate::element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slot};
 use crate::integrity::{Damage, Findings, SlotVersions};
-use crate::storage::{Addr, StorageError, StorageOp, StorageReply};
+use crate::storage::{Addr, STORE_MARKER, StorageError, StorageOp, StorageReply};
 pub use records::RecoveredRecords;
 use records::{Found, Value};
 use spool::SpoolWriter;
@@ -255,7 +255,7 @@ impl Recovery {
     /// scan past it, without opening its elements yet: the next request can then go out while
     /// [`Recovery::open`] opens these.
     pub fn accept(&mut self, reply: StorageReply) -> Result<ScannedChunk, StorageError> {
-        let StorageReply::Entries(entries) = reply else {
+        let StorageReply::Entries(mut entries) = reply else {
             return Err(StorageError(format!(
                 "storage answered a scan with {}",
                 reply.summary()
@@ -273,6 +273,8 @@ impl Recovery {
             }
             self.after = Some(*address);
         }
+        // The store's marker is no element of the scheme's (it is checked before recovery).
+        entries.retain(|(address, _)| *address != STORE_MARKER);
         self.elements += entries.len() as u64;
         Ok(ScannedChunk(entries))
     }

@@ -13,6 +13,11 @@ use bytes::Bytes;
 /// A storage address or label.
 pub type Addr = u128;
 
+/// The one address no scheme uses: it holds the store's marker (its random id, tagged under the
+/// master key; see `cloak_proxy::store_id`). Dense schemes use small addresses and labels are
+/// pseudorandom 128-bit values, which hit this one with probability 2^-128. Recovery skips it.
+pub const STORE_MARKER: Addr = Addr::MAX;
+
 /// Identifies a storage request so its reply can be matched to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub u64);

@@ -48,11 +48,7 @@ impl std::fmt::Debug for MasterKey {
 impl MasterKey {
     /// A fresh key from the operating system's CSPRNG.
     pub fn generate() -> Result<Self, KeyError> {
-        let mut bytes = [0u8; KEY_LEN];
-        SystemRandom::new()
-            .fill(&mut bytes)
-            .map_err(|_| KeyError::Random)?;
-        Ok(Self(bytes))
+        random_bytes().map(Self)
     }
 
     /// A key with fixed bytes; for tests and reproducible simulations only.
@@ -96,6 +92,15 @@ impl MasterKey {
         MasterKey(self.derive(&[b"cluster partition", &partition.to_be_bytes()]))
     }
 
+    /// The key of one store: independent of every other store's, even of stores under the same
+    /// key (two proxies given one `--key-file`, or partition `i` of two clusters sharing one), so
+    /// an element a storage server copies from one store into another fails to open there, as
+    /// one sealed under a foreign key does. `store` is the store's random id (see
+    /// `cloak_proxy::store_id`); it is public, the derived key is not.
+    pub fn for_store(&self, store: u128) -> MasterKey {
+        MasterKey(self.derive(&[b"store", &store.to_be_bytes()]))
+    }
+
     /// Derives `N` bytes of key material for one purpose. Distinct `purpose` strings give
     /// independent keys (HKDF-SHA256, RFC 5869).
     pub(crate) fn derive<const N: usize>(&self, purpose: &[&[u8]]) -> [u8; N] {
@@ -117,11 +122,16 @@ impl MasterKey {
 
 /// A random number from the operating system's CSPRNG.
 pub fn random_u64() -> Result<u64, KeyError> {
-    let mut bytes = [0u8; 8];
+    random_bytes().map(u64::from_le_bytes)
+}
+
+/// `N` bytes from the operating system's CSPRNG.
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], KeyError> {
+    let mut bytes = [0u8; N];
     SystemRandom::new()
         .fill(&mut bytes)
         .map_err(|_| KeyError::Random)?;
-    Ok(u64::from_le_bytes(bytes))
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -158,5 +168,17 @@ mod tests {
         assert_ne!(key.for_partition(0).0, key.for_partition(1).0);
         assert_ne!(key.for_partition(0).0, key.0);
         assert_eq!(key.for_partition(3).0, key.for_partition(3).0);
+    }
+
+    #[test]
+    fn stores_get_their_own_keys() {
+        let key = MasterKey::from_bytes([1; 32]);
+        assert_ne!(key.for_store(1).0, key.for_store(2).0);
+        assert_ne!(key.for_store(1).0, key.0);
+        assert_ne!(
+            key.for_partition(0).for_store(1).0,
+            key.for_partition(1).for_store(1).0
+        );
+        assert_eq!(key.for_store(7).0, key.for_store(7).0);
     }
 }

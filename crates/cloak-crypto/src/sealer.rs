@@ -508,6 +508,18 @@ mod tests {
         assert!(other.open_found(AT.address, &sealed).is_err());
     }
 
+    /// Partition 0 of two clusters under one key: the stores' ids tell their elements apart.
+    #[test]
+    fn another_stores_element_does_not_open() {
+        let master = MasterKey::from_bytes([5; 32]).for_partition(0);
+        let sealed = Sealer::new(&master.for_store(1)).unwrap().seal(AT, b"a's");
+        let other = Sealer::new(&master.for_store(2)).unwrap();
+        assert_eq!(
+            other.open_found(AT.address, &sealed),
+            Err(CryptoError::Tampered)
+        );
+    }
+
     #[test]
     fn epochs_rotate_to_a_fresh_random_epoch() {
         let mut s = sealer();

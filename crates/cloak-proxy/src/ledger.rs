@@ -2,8 +2,9 @@
 //! of every slot the proxy last knew storage to hold.
 //!
 //! ```text
-//! cloak ledger 2
+//! cloak ledger 3
 //! key-fingerprint 3f9a…        (MasterKey::fingerprint: names the key, reveals nothing of it)
+//! store-id 5c0e…               (the store's random id, see `store_id`)
 //! scheme cloak
 //! capacity 5000
 //! key-size 128
@@ -38,9 +39,14 @@ use cloak_core::{Slot, SlotVersions};
 use cloak_crypto::{FileMac, MasterKey};
 use cloak_storage::dir::write_synced;
 
-/// Version 2: values carry an envelope (type and expiry, see `cloak_core::envelope`); a store
-/// of version 1 holds bare values, which this proxy must not read as envelopes.
-const HEADER: &str = "cloak ledger 2";
+use crate::store_id::StoreId;
+
+/// Version 3: elements are sealed under the store's id (see `store_id`); a store of version 2
+/// sealed them without one. Version 2: values carry an envelope (type and expiry, see
+/// `cloak_core::envelope`); a store of version 1 holds bare values, which this proxy must not
+/// read as envelopes.
+const HEADER: &str = "cloak ledger 3";
+const HEADER_BEFORE_STORE_IDS: &str = "cloak ledger 2";
 const HEADER_BEFORE_ENVELOPES: &str = "cloak ledger 1";
 const FILE: &str = "ledger";
 
@@ -90,6 +96,14 @@ pub enum LedgerError {
          it with the Cloak that wrote it, or load its data into a new store"
     )]
     BeforeEnvelopes { path: String },
+    #[error(
+        "{path} belongs to a store written by a Cloak from before store ids (ledger version 2): \
+         its elements are not bound to their store, and this version cannot read them; start it \
+         with the Cloak that wrote it, and load its data into a new store"
+    )]
+    BeforeStoreIds { path: String },
+    #[error("{path} cannot be saved before the store in storage is identified")]
+    Unidentified { path: String },
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -103,6 +117,9 @@ pub struct Ledger {
     mac: FileMac,
     fingerprint: String,
     manifest: StoreManifest,
+    /// The store this ledger is about: read from the file, or, for a new ledger, the id
+    /// [`crate::identify`] settled.
+    store: Option<StoreId>,
     /// The versions the last save recorded: what storage must hold now (at least).
     pub expected: SlotVersions,
 }
@@ -120,15 +137,31 @@ impl Ledger {
             mac: FileMac::new(master),
             fingerprint: master.fingerprint(),
             manifest,
+            store: None,
             expected: SlotVersions::new(),
             path,
         };
         match std::fs::read(&ledger.path) {
-            Ok(bytes) => ledger.expected = ledger.check(&bytes)?,
+            Ok(bytes) => {
+                let (store, expected) = ledger.check(&bytes)?;
+                ledger.store = Some(store);
+                ledger.expected = expected;
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => return Err(ledger.io(source)),
         }
         Ok(ledger)
+    }
+
+    /// The store the ledger remembers; `None` for a new ledger until [`Ledger::bind_store`].
+    pub fn store(&self) -> Option<StoreId> {
+        self.store
+    }
+
+    /// Records which store this ledger is about, once [`crate::identify`] has checked it against
+    /// the one it remembers.
+    pub(crate) fn bind_store(&mut self, store: StoreId) {
+        self.store = Some(store);
     }
 
     /// Durably replaces the ledger with `versions` (slots at version 0 were never written).
@@ -139,7 +172,13 @@ impl Ledger {
             .map(|(s, v)| (*s, *v))
             .collect();
         slots.sort_unstable();
-        let mut text = format!("{HEADER}\nkey-fingerprint {}\n", self.fingerprint);
+        let store = self.store.ok_or_else(|| LedgerError::Unidentified {
+            path: self.path.display().to_string(),
+        })?;
+        let mut text = format!(
+            "{HEADER}\nkey-fingerprint {}\nstore-id {store}\n",
+            self.fingerprint
+        );
         for (name, value) in self.manifest.fields() {
             let _ = writeln!(text, "{name} {value}");
         }
@@ -152,12 +191,17 @@ impl Ledger {
         write_synced(&self.path, text.as_bytes()).map_err(|source| self.io(source))
     }
 
-    /// Checks a ledger's key, tag and manifest, and reads its versions.
-    fn check(&self, bytes: &[u8]) -> Result<SlotVersions, LedgerError> {
+    /// Checks a ledger's key, tag and manifest, and reads its store and versions.
+    fn check(&self, bytes: &[u8]) -> Result<(StoreId, SlotVersions), LedgerError> {
         let text = std::str::from_utf8(bytes).map_err(|_| self.malformed("not text"))?;
         let mut lines = text.lines();
         match lines.next() {
             Some(HEADER) => {}
+            Some(HEADER_BEFORE_STORE_IDS) => {
+                return Err(LedgerError::BeforeStoreIds {
+                    path: self.path.display().to_string(),
+                });
+            }
             Some(HEADER_BEFORE_ENVELOPES) => {
                 return Err(LedgerError::BeforeEnvelopes {
                     path: self.path.display().to_string(),
@@ -182,6 +226,9 @@ impl Ledger {
                 path: self.path.display().to_string(),
             });
         }
+        let store = field(lines.next(), "store-id")
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| self.malformed("no store id"))?;
         let mut changed = Vec::new();
         for (name, value) in self.manifest.fields() {
             let was = field(lines.next(), name).ok_or_else(|| self.malformed(name))?;
@@ -209,7 +256,7 @@ impl Ledger {
         if versions.len() != count {
             return Err(self.malformed("fewer slots than it says"));
         }
-        Ok(versions)
+        Ok((store, versions))
     }
 
     fn malformed(&self, reason: &str) -> LedgerError {
@@ -245,24 +292,40 @@ mod tests {
         }
     }
 
+    const STORE: StoreId = StoreId(0xabc);
+
+    /// A ledger in a new state directory, bound to [`STORE`].
+    fn new_ledger(dir: &Path, key: &MasterKey) -> Ledger {
+        let mut ledger = Ledger::open(dir, key, manifest(64)).unwrap();
+        assert_eq!(ledger.store(), None, "a new ledger knows no store");
+        ledger.bind_store(STORE);
+        ledger
+    }
+
     #[test]
-    fn versions_round_trip_and_a_new_directory_expects_nothing() {
+    fn versions_and_the_store_round_trip_and_a_new_directory_expects_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let key = MasterKey::from_bytes([3; 32]);
-        let ledger = Ledger::open(dir.path(), &key, manifest(64)).unwrap();
+        let unbound = Ledger::open(dir.path(), &key, manifest(64)).unwrap();
+        assert!(matches!(
+            unbound.save(&SlotVersions::new()),
+            Err(LedgerError::Unidentified { .. })
+        ));
+        let ledger = new_ledger(dir.path(), &key);
         assert!(ledger.expected.is_empty());
         ledger
             .save(&SlotVersions::from([(1, 5), (7, 9), (8, 0)]))
             .unwrap();
         let again = Ledger::open(dir.path(), &key, manifest(64)).unwrap();
         assert_eq!(again.expected, SlotVersions::from([(1, 5), (7, 9)]));
+        assert_eq!(again.store(), Some(STORE));
     }
 
     #[test]
     fn a_wrong_key_changed_sizes_and_edits_are_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let key = MasterKey::from_bytes([3; 32]);
-        let ledger = Ledger::open(dir.path(), &key, manifest(64)).unwrap();
+        let ledger = new_ledger(dir.path(), &key);
         ledger.save(&SlotVersions::from([(1, 5)])).unwrap();
 
         let other = MasterKey::from_bytes([4; 32]);
@@ -288,10 +351,10 @@ mod tests {
     }
 
     #[test]
-    fn a_store_from_before_value_envelopes_is_refused_by_name() {
+    fn stores_from_before_value_envelopes_and_store_ids_are_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let key = MasterKey::from_bytes([3; 32]);
-        let ledger = Ledger::open(dir.path(), &key, manifest(64)).unwrap();
+        let ledger = new_ledger(dir.path(), &key);
         ledger.save(&SlotVersions::from([(1, 5)])).unwrap();
         let path = dir.path().join(FILE);
         let text = std::fs::read_to_string(&path).unwrap();
@@ -299,6 +362,12 @@ mod tests {
         let error = Ledger::open(dir.path(), &key, manifest(64)).err().unwrap();
         assert!(
             matches!(error, LedgerError::BeforeEnvelopes { .. }),
+            "{error}"
+        );
+        std::fs::write(&path, text.replace(HEADER, HEADER_BEFORE_STORE_IDS)).unwrap();
+        let error = Ledger::open(dir.path(), &key, manifest(64)).err().unwrap();
+        assert!(
+            matches!(error, LedgerError::BeforeStoreIds { .. }),
             "{error}"
         );
     }

@@ -38,6 +38,7 @@ mod scripting;
 mod server_config;
 mod session;
 pub mod state;
+pub mod store_id;
 mod wake;
 
 use std::future::Future;
@@ -64,6 +65,7 @@ pub use listener::Listener;
 pub use own_thread::OwnThread;
 pub use scripting::DEFAULT_TIME_LIMIT as DEFAULT_SCRIPT_TIME_LIMIT;
 pub use state::{RecoveryReport, StateDir, StateError, discard_damaged, recover};
+pub use store_id::{StoreId, StoreIdError, identify};
 
 /// How many clients may be connected at once unless `--max-clients` says otherwise (Redis's
 /// default too).

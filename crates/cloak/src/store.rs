@@ -167,22 +167,29 @@ impl Store {
     /// incarnation (without one, a random one: a number no earlier start of this store used). What was found must be
     /// the whole store, as new as `ledger` says storage holds it; anything else refuses the
     /// start unless `accept_data_loss`, which starts on what is there and says what was lost.
-    /// The ledger then records what this start found.
+    /// The ledger then records what this start found. First the store in storage is identified
+    /// ([`cloak_proxy::identify`]): everything of it is keyed by its id, so no other store's
+    /// elements open here, even under the same master key.
     pub async fn start(
         &self,
         master: &MasterKey,
         storage: &dyn Storage,
         journal: Option<&dyn Journal>,
         state: Option<&StateDir>,
-        ledger: Option<&Ledger>,
+        mut ledger: Option<&mut Ledger>,
         accept_data_loss: bool,
     ) -> anyhow::Result<(Engine, RecoveryReport)> {
+        let store_id =
+            cloak_proxy::identify(storage, master, ledger.as_deref_mut(), accept_data_loss)
+                .await
+                .context("identifying the store in storage")?;
+        let master = &store_id.key(master);
         let nothing_expected = SlotVersions::new();
         let mut report = cloak_proxy::recover(
             storage,
             cloak_schemes::element_format(self.scheme, self.spec.layout, master)?,
             journal,
-            ledger.map_or(&nothing_expected, |l| &l.expected),
+            ledger.as_ref().map_or(&nothing_expected, |l| &l.expected),
             state,
         )
         .await

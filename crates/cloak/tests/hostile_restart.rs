@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cloak_core::{Addr, RecordLayout, StorageOp, StorageReply};
+use cloak_core::{Addr, RecordLayout, STORE_MARKER, StorageOp, StorageReply};
 use cloak_crypto::MasterKey;
+use cloak_proxy::StoreId;
 use cloak_schemes::SchemeName;
 use cloak_storage::{RedisStorage, RedisTarget, Storage, TcpStorage};
 use cloak_testkit::redis_server::RedisServer;
@@ -85,7 +86,14 @@ impl Server {
         })
     }
 
+    /// The store's elements, without its marker (which a test tampers with on purpose only).
     fn scan(&self) -> Vec<(Addr, Bytes)> {
+        let mut all = self.scan_all();
+        all.retain(|(address, _)| *address != STORE_MARKER);
+        all
+    }
+
+    fn scan_all(&self) -> Vec<(Addr, Bytes)> {
         let mut all: Vec<(Addr, Bytes)> = Vec::new();
         loop {
             let StorageReply::Entries(entries) = self.call(StorageOp::Scan {
@@ -129,6 +137,8 @@ struct Proxy {
     /// storage also has; a deletion or rollback of that one loses nothing, and the proxy rightly
     /// starts.)
     always: Vec<&'static str>,
+    /// `--key-file`, when the test gives one (else the state directory keeps the key).
+    key_file: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
 
@@ -141,6 +151,7 @@ impl Proxy {
             storage: server.url(),
             scheme,
             always: vec!["--durability", "none"],
+            key_file: None,
             _dir: dir,
         }
     }
@@ -167,6 +178,9 @@ impl Proxy {
         .chain(&self.always)
         .map(|s| s.to_string())
         .collect();
+        if let Some(key) = &self.key_file {
+            args.extend(["--key-file".to_string(), key.display().to_string()]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         args
     }
@@ -200,18 +214,30 @@ impl Proxy {
     }
 
     fn master(&self) -> MasterKey {
-        MasterKey::load(&self.state.join("key")).unwrap()
+        let default = self.state.join("key");
+        MasterKey::load(self.key_file.as_ref().unwrap_or(&default)).unwrap()
+    }
+
+    /// The store's id, as its marker in `server` names it.
+    fn store_id(&self, server: &Server) -> StoreId {
+        let StorageReply::Values(values) = server.call(StorageOp::Read(vec![STORE_MARKER])) else {
+            panic!("a read answers values")
+        };
+        let marker = values[0]
+            .as_ref()
+            .expect("storage holds the store's marker");
+        StoreId::from_marker(&self.master(), marker).expect("the marker authenticates")
     }
 
     /// The elements holding a client key, with that key (as the proxy's own decoder reads them).
-    fn holding_keys(&self, elements: &[(Addr, Bytes)]) -> Vec<(Addr, String)> {
+    fn holding_keys(&self, server: &Server, elements: &[(Addr, Bytes)]) -> Vec<(Addr, String)> {
         let format = cloak_schemes::element_format(
             self.scheme.parse::<SchemeName>().unwrap(),
             RecordLayout {
                 max_key: 128,
                 max_value: 1024,
             },
-            &self.master(),
+            &self.store_id(server).key(&self.master()),
         )
         .unwrap();
         elements
@@ -327,7 +353,7 @@ fn one_deleted_element_refuses_the_restart_until_the_loss_is_accepted() {
         let proxy = Proxy::new(&server, "cloak");
         proxy.populate();
         let elements = server.scan();
-        let (address, lost_key) = proxy.holding_keys(&elements)[0].clone();
+        let (address, lost_key) = proxy.holding_keys(&server, &elements)[0].clone();
         server.call(StorageOp::Delete(vec![address]));
 
         // Written so it measures any build: an older proxy that starts is asked for the key.
@@ -479,7 +505,7 @@ fn one_element_rolled_back_refuses_the_restart() {
         assert!(running.stop().success());
 
         let (address, _) = proxy
-            .holding_keys(&before)
+            .holding_keys(&server, &before)
             .into_iter()
             .find(|(_, key)| key == "k9")
             .unwrap();
@@ -520,7 +546,7 @@ fn a_wrong_key_and_a_smaller_value_size_are_refused_by_name() {
         let fresh = Proxy::new(&server, "cloak");
         let error = fresh.refused(&["--key-file", other_key.to_str().unwrap()]);
         assert!(
-            error.contains("no element opens with this key: the proxy has the wrong key"),
+            error.contains("does not authenticate under this key: the proxy has the wrong key"),
             "{error}"
         );
         let error = fresh.refused(&[
@@ -568,8 +594,117 @@ fn every_scheme_recovers_an_untouched_store() {
             }
             assert!(running.stop().success(), "{scheme}");
         }
-        // The next scheme gets a fresh store on the same server.
-        let all: Vec<Addr> = server.scan().into_iter().map(|(a, _)| a).collect();
+        // The next scheme gets a fresh store on the same server (marker included: it has a key
+        // of its own).
+        let all: Vec<Addr> = server.scan_all().into_iter().map(|(a, _)| a).collect();
         server.call(StorageOp::Delete(all));
     }
+}
+
+/// A key file both proxies of the store-id tests share.
+fn shared_key(dir: &tempfile::TempDir) -> PathBuf {
+    let path = dir.path().join("shared.key");
+    std::fs::write(&path, MasterKey::generate().unwrap().to_hex()).unwrap();
+    path
+}
+
+/// Sets `key` to `value` through a running proxy.
+fn set(proxy: &Proxy, key: &str, value: &str) {
+    let () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query(&mut connect(proxy.port))
+        .unwrap();
+}
+
+/// The review's swap: two stores under one key file, the server copies store A's element of a
+/// key into store B's storage at the same address. Before store ids, B restarted and served A's
+/// value with no finding; now the element fails to open in B (another store's key), the start is
+/// refused naming the address, and an accepted loss serves B's own value, never A's.
+#[test]
+fn another_stores_element_under_the_same_key_is_damage_never_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = shared_key(&dir);
+    for server in Server::both() {
+        let (server_a, server_b) = (server(), server());
+        let mut a = Proxy::new(&server_a, "encrypted");
+        let mut b = Proxy::new(&server_b, "encrypted");
+        a.key_file = Some(key.clone());
+        b.key_file = Some(key.clone());
+        for (proxy, value) in [(&a, "from-store-a"), (&b, "from-store-b")] {
+            let running = proxy.start(&[]);
+            for i in 0..6 {
+                set(proxy, "greeting", &format!("{value}-{i}"));
+            }
+            assert!(running.stop().success());
+        }
+        let a_elements = server_a.scan();
+        let (address, _) = a
+            .holding_keys(&server_a, &a_elements)
+            .into_iter()
+            .find(|(_, key)| key == "greeting")
+            .unwrap();
+        let element = a_elements.iter().find(|(x, _)| *x == address).unwrap();
+        server_b.write(vec![element.clone()]);
+
+        let error = b.refused(&[]);
+        assert!(error.contains("failed authentication"), "{error}");
+        assert!(
+            error.contains(&address.to_string()),
+            "names the address: {error}"
+        );
+        let running = Watched::start(&b.args(&["--accept-data-loss"]));
+        assert_eq!(b.get("greeting").as_deref(), Some("from-store-b-5"));
+        running.stop();
+    }
+}
+
+/// Storage swapped for another store's (marker and all) under the same key is refused by the
+/// state directory's ledger, naming both stores; so is a deleted marker, which
+/// `--accept-data-loss` writes back from the ledger.
+#[test]
+fn a_ledger_refuses_another_stores_storage_and_a_missing_marker_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = shared_key(&dir);
+    let server_a = Server::cloak();
+    let server_b = Server::cloak();
+    let mut a = Proxy::new(&server_a, "cloak");
+    let mut b = Proxy::new(&server_b, "cloak");
+    a.key_file = Some(key.clone());
+    b.key_file = Some(key.clone());
+    a.populate();
+    b.populate();
+    let (id_a, id_b) = (a.store_id(&server_a), b.store_id(&server_b));
+    assert_ne!(id_a, id_b);
+
+    let mut b_on_a = Proxy::new(&server_a, "cloak");
+    b_on_a.key_file = Some(key.clone());
+    b_on_a.state = b.state.clone();
+    let error = b_on_a.refused(&[]);
+    assert!(
+        error.contains(&format!(
+            "storage holds store {id_a}'s elements, this proxy's state is store {id_b}"
+        )),
+        "{error}"
+    );
+
+    server_b.call(StorageOp::Delete(vec![STORE_MARKER]));
+    let error = b.refused(&[]);
+    assert!(
+        error.contains(&format!(
+            "storage holds no store marker, but this proxy's state is store {id_b}"
+        )),
+        "{error}"
+    );
+    // Without a ledger to vouch for it, a store with elements and no marker is not taken for new.
+    let fresh = Proxy::new(&server_b, "cloak");
+    let error = fresh.refused(&[]);
+    assert!(
+        error.contains("storage holds elements but no store marker"),
+        "{error}"
+    );
+    // The ledger vouches for the store: an accepted loss writes the marker back, nothing is lost.
+    Watched::start(&b.args(&["--accept-data-loss"])).stop();
+    assert_eq!(b.store_id(&server_b), id_b);
+    b.starts_and_serves("k3");
 }

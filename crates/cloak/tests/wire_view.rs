@@ -39,9 +39,10 @@ use cloak_audit::truth::{Keys, TruthRecorder};
 use cloak_audit::view::ServerView;
 use cloak_bench::workload::{Request, key_name};
 use cloak_core::{
-    AccessKind, ElementCodec, ElementFormat, MemoryStore, Observed, RecordLayout, StorageOp, Trace,
+    AccessKind, ElementCodec, ElementFormat, MemoryStore, Observed, RecordLayout, STORE_MARKER,
+    StorageOp, Trace,
 };
-use cloak_crypto::{MasterKey, Sealer};
+use cloak_crypto::{MasterKey, Sealer, StoreId};
 use cloak_storage::RedisTarget;
 use cloak_testkit::redis_server::RedisServer;
 use cloak_testkit::wire_tap::{WireTap, to_trace, unix_now};
@@ -130,7 +131,7 @@ impl Capture {
         let commands = tap.finish();
         let target = RedisTarget::parse(&storage).unwrap().unwrap();
         let trace = to_trace(&commands, since, |key| target.addr(key));
-        let truth = truth(&trace, &master);
+        let truth = truth(&trace, &store_key(&trace, &master));
         Self {
             scheme: match env {
                 [] => scheme.to_string(),
@@ -246,6 +247,22 @@ impl Capture {
             1,
         )
     }
+}
+
+/// The key the proxy sealed its store's elements under: its store id's, read from the marker it
+/// wrote when it created the store.
+fn store_key(trace: &[Observed], master: &MasterKey) -> MasterKey {
+    let marker = trace
+        .iter()
+        .filter(|seen| seen.kind == AccessKind::Write)
+        .find_map(|seen| {
+            let at = seen.addrs.iter().position(|a| *a == STORE_MARKER)?;
+            seen.values.get(at).cloned()
+        })
+        .expect("the proxy wrote its store's marker");
+    StoreId::from_marker(master, &marker)
+        .expect("the marker authenticates")
+        .key(master)
 }
 
 /// What every access of `trace` held, opened with the proxy's key as the auditor does.

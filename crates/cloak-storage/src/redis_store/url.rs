@@ -135,16 +135,41 @@ impl RedisTarget {
         key
     }
 
-    /// The URL without its password, for logs and `INFO`.
-    pub fn describe(&self) -> String {
-        let hosts: Vec<&str> = self
-            .nodes
+    /// Each node's `HOST[:PORT][/DB]`, without scheme or credentials.
+    fn hosts(&self) -> Vec<&str> {
+        self.nodes
             .iter()
             .map(|n| {
                 let n = n.split_once("://").map_or(n.as_str(), |(_, rest)| rest);
                 n.rsplit_once('@').map_or(n, |(_, host)| host)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Where this store's keys live, one `host:port/db prefix` per node with the defaults filled
+    /// in (port 6379, database 0, the host in lower case), whatever the URL's spelling: two
+    /// stores that share one of these write the same keys.
+    pub fn keyspaces(&self) -> Vec<String> {
+        let prefix = String::from_utf8_lossy(&self.prefix);
+        self.hosts()
+            .into_iter()
+            .map(|host| {
+                let (location, db) = host.split_once('/').unwrap_or((host, ""));
+                let db = db.parse::<u64>().map_or(db.to_string(), |n| n.to_string());
+                let db = if db.is_empty() { "0".into() } else { db };
+                // An IPv6 address without a port ends in ']'.
+                let (name, port) = match location.rsplit_once(':') {
+                    Some((name, port)) if !location.ends_with(']') => (name, port),
+                    _ => (location, "6379"),
+                };
+                format!("{}:{port}/{db} {prefix}", name.to_ascii_lowercase())
+            })
+            .collect()
+    }
+
+    /// The URL without its password, for logs and `INFO`.
+    pub fn describe(&self) -> String {
+        let hosts = self.hosts();
         let scheme = match (self.tls, self.cluster) {
             (false, false) => "redis",
             (true, false) => "rediss",
@@ -162,6 +187,25 @@ impl RedisTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyspaces_fill_in_the_defaults() {
+        let keyspaces = |url: &str| RedisTarget::parse(url).unwrap().unwrap().keyspaces();
+        let plain = keyspaces("redis://127.0.0.1:17501");
+        assert_eq!(plain, vec!["127.0.0.1:17501/0 cloak:"]);
+        assert_eq!(keyspaces("redis://127.0.0.1:17501?prefix=cloak:"), plain);
+        assert_eq!(keyspaces("rediss://u:pw@127.0.0.1:17501/0"), plain);
+        assert_eq!(
+            keyspaces("redis://LocalHost"),
+            vec!["localhost:6379/0 cloak:"]
+        );
+        assert_ne!(keyspaces("redis://127.0.0.1:17501/1"), plain);
+        assert_ne!(keyspaces("redis://127.0.0.1:17501?prefix=p1:"), plain);
+        assert_eq!(
+            keyspaces("redis+cluster://a:1,b:2?prefix=x"),
+            vec!["a:1/0 x", "b:2/0 x"]
+        );
+    }
 
     #[test]
     fn urls_parse_into_nodes_and_a_prefix() {

@@ -216,11 +216,10 @@ async fn open_store(
         (Some("wal"), None) => bail!("--durability wal needs a --state-dir for its journal"),
         (Some(other), _) => bail!("--durability must be wal or none, not {other:?}"),
     };
-    let ledger = state
+    let mut ledger = state
         .as_ref()
         .map(|state| state.ledger(&master, store.manifest()))
-        .transpose()?
-        .map(Arc::new);
+        .transpose()?;
     let credentials = backend::StorageCredentials {
         ca: args.storage_ca.clone(),
         identity: args.storage_cert.clone().zip(args.storage_key.clone()),
@@ -239,10 +238,11 @@ async fn open_store(
             storage.as_ref(),
             journal.as_deref(),
             state.as_ref(),
-            ledger.as_deref(),
+            ledger.as_mut(),
             args.accept_data_loss,
         )
         .await?;
+    let ledger = ledger.map(Arc::new);
     let durability = if journal.is_some() { "wal" } else { "none" };
     // Described by the backend: a Redis URL's password stays out of the output.
     let line = format!(
