@@ -75,7 +75,9 @@ pub struct Setup {
     pub options: SchemeOptions,
     pub password: Option<String>,
     pub max_clients: usize,
+    pub auth_timeout: Duration,
     pub reply_limit: usize,
+    pub total_reply_limit: usize,
     pub pending_limit: usize,
     pub script_time_limit: Duration,
 }
@@ -94,7 +96,9 @@ impl Setup {
             options,
             password: None,
             max_clients: cloak_proxy::DEFAULT_MAX_CLIENTS,
+            auth_timeout: cloak_proxy::DEFAULT_AUTH_TIMEOUT,
             reply_limit: cloak_proxy::DEFAULT_REPLY_LIMIT,
+            total_reply_limit: cloak_proxy::DEFAULT_TOTAL_REPLY_LIMIT,
             pending_limit: cloak_proxy::DEFAULT_PROXY_PENDING_BYTES,
             script_time_limit: cloak_proxy::DEFAULT_SCRIPT_TIME_LIMIT,
         }
@@ -153,7 +157,9 @@ impl Setup {
             password: self.password,
             drain_timeout: Some(Duration::from_secs(5)),
             max_clients: self.max_clients,
+            auth_timeout: self.auth_timeout,
             reply_limit: self.reply_limit,
+            total_reply_limit: self.total_reply_limit,
             pending_limit: self.pending_limit,
             script_time_limit: self.script_time_limit,
             ..ProxyOptions::default()
