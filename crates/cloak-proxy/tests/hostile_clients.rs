@@ -161,18 +161,7 @@ async fn idle_unauthenticated_sockets_cannot_keep_a_real_client_out() {
     let share = 64 / cloak_proxy::UNAUTHENTICATED_SHARE;
     let held = timeout(Duration::from_secs(10), async {
         loop {
-            let info: String = redis::cmd("INFO")
-                .arg("clients")
-                .query_async(&mut con)
-                .await
-                .unwrap();
-            let connected: usize = info
-                .lines()
-                .find_map(|l| l.strip_prefix("connected_clients:"))
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap();
+            let connected = clients_field(&mut con, "connected_clients").await as usize;
             if connected <= share + 1 {
                 return connected;
             }
@@ -232,15 +221,19 @@ fn echoes(count: usize) -> (Vec<u8>, usize) {
 }
 
 async fn connected_clients(proxy: &TestProxy) -> u64 {
-    let mut con = proxy.connection().await;
+    clients_field(&mut proxy.connection().await, "connected_clients").await
+}
+
+/// A number from `INFO clients`.
+async fn clients_field(con: &mut redis::aio::MultiplexedConnection, field: &str) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("clients")
-        .query_async(&mut con)
+        .query_async(con)
         .await
         .unwrap();
     let line = info
         .lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .unwrap();
     line.trim().parse().unwrap()
 }
@@ -463,20 +456,12 @@ async fn authenticated_floods_of_large_writes_are_held_to_the_pending_budget() {
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
         peak = peak.max(rss_bytes());
-        let info: String = timeout(
+        let pending = timeout(
             Duration::from_secs(5),
-            redis::cmd("INFO").arg("clients").query_async(&mut con),
+            clients_field(&mut con, "pending_request_bytes"),
         )
         .await
-        .expect("INFO waited over 5 s during the flood")
-        .unwrap();
-        let pending: u64 = info
-            .lines()
-            .find_map(|l| l.strip_prefix("pending_request_bytes:"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        .expect("INFO waited over 5 s during the flood");
         most_pending = most_pending.max(pending);
     }
     stop.store(true, Ordering::Relaxed);
