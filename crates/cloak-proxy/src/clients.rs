@@ -4,9 +4,14 @@
 //! Only fields the proxy really knows are listed (Redis's buffer and memory fields have no
 //! counterpart here and are left out rather than made up). Nothing here reaches the storage
 //! server.
+//!
+//! The list also keeps the unauthenticated clients apart (oldest first): they may hold only a
+//! share of the places, and a new one crowds out the oldest once that share is taken, so idle
+//! sockets that never authenticate cannot keep a real client out (see `connection`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -26,6 +31,12 @@ pub struct Client {
     state: Mutex<ClientState>,
     /// Signalled by `CLIENT KILL`; the connection closes when it sees it.
     pub killed: Notify,
+    /// Signalled when newer unauthenticated clients crowd this one out; it closes with an error.
+    pub crowded_out: Notify,
+    /// Bytes of replies waiting to be written (see `unread`).
+    unread: AtomicUsize,
+    /// Disconnected for holding the most unread replies; its replies no longer count.
+    pub cut: AtomicBool,
 }
 
 /// What a client's commands change.
@@ -121,9 +132,21 @@ impl Client {
 }
 
 /// Every connected client, by id.
-#[derive(Default)]
 pub struct ClientList {
-    clients: Mutex<BTreeMap<ClientId, Arc<Client>>>,
+    listed: Mutex<Listed>,
+    /// Most unauthenticated clients at once.
+    max_unauthenticated: usize,
+    /// Bytes of replies all clients leave unread together.
+    unread: AtomicUsize,
+    /// Beyond this many, the client leaving the most is disconnected.
+    max_unread: usize,
+}
+
+#[derive(Default)]
+struct Listed {
+    all: BTreeMap<ClientId, Arc<Client>>,
+    /// The clients that have not authenticated; ids grow, so the first is the oldest.
+    unauthenticated: BTreeSet<ClientId>,
 }
 
 /// Keeps a client listed while it lives.
@@ -134,19 +157,85 @@ pub struct Registration<'a> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.list.lock().remove(&self.client.id);
+        let mut listed = self.list.lock();
+        listed.all.remove(&self.client.id);
+        listed.unauthenticated.remove(&self.client.id);
     }
 }
 
 impl ClientList {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<ClientId, Arc<Client>>> {
-        self.clients
+    /// An empty list that lets at most `max_unauthenticated` (at least one) clients wait
+    /// unauthenticated, and all clients together leave at most `max_unread` bytes of replies
+    /// unread.
+    pub fn new(max_unauthenticated: usize, max_unread: usize) -> Self {
+        Self {
+            listed: Mutex::default(),
+            max_unauthenticated: max_unauthenticated.max(1),
+            unread: AtomicUsize::new(0),
+            max_unread,
+        }
+    }
+
+    /// Notes that `client` leaves `bytes` of replies unread now; if that takes the total past
+    /// the limit, disconnects the client leaving the most. Each swap hands over exactly what it
+    /// replaces, so the total stays the sum of the clients' counts whoever changes them.
+    pub fn note_unread(&self, client: &Client, bytes: usize) {
+        let before = client.unread.swap(bytes, Ordering::Relaxed);
+        if bytes <= before {
+            self.unread.fetch_sub(before - bytes, Ordering::Relaxed);
+            return;
+        }
+        let total = self.unread.fetch_add(bytes - before, Ordering::Relaxed) + bytes - before;
+        if total > self.max_unread {
+            self.cut_the_largest(total);
+        }
+    }
+
+    fn cut_the_largest(&self, total: usize) {
+        let listed = self.lock();
+        let Some(largest) = listed
+            .all
+            .values()
+            .filter(|client| !client.cut.load(Ordering::Relaxed))
+            .max_by_key(|client| client.unread.load(Ordering::Relaxed))
+        else {
+            return;
+        };
+        largest.cut.store(true, Ordering::Relaxed);
+        let unread = largest.unread.swap(0, Ordering::Relaxed);
+        self.unread.fetch_sub(unread, Ordering::Relaxed);
+        tracing::warn!(
+            id = largest.id,
+            addr = %largest.addr,
+            unread,
+            total,
+            limit = self.max_unread,
+            "replies left unread by all clients passed --total-reply-limit: disconnected the \
+             client leaving the most"
+        );
+        largest.killed.notify_one();
+    }
+
+    /// Bytes of replies all clients leave unread (for tests).
+    #[cfg(test)]
+    pub fn unread(&self) -> usize {
+        self.unread.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Listed> {
+        self.listed
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Lists a new connection until the returned registration is dropped.
-    pub fn register(&self, id: ClientId, addr: SocketAddr, laddr: SocketAddr) -> Registration<'_> {
+    pub fn register(
+        &self,
+        id: ClientId,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+        authenticated: bool,
+    ) -> Registration<'_> {
         let client = Arc::new(Client {
             id,
             addr,
@@ -154,18 +243,39 @@ impl ClientList {
             connected: Instant::now(),
             state: Mutex::new(ClientState::default()),
             killed: Notify::new(),
+            crowded_out: Notify::new(),
+            unread: AtomicUsize::new(0),
+            cut: AtomicBool::new(false),
         });
-        self.lock().insert(id, client.clone());
+        self.lock().all.insert(id, client.clone());
+        self.set_authenticated(id, authenticated);
         Registration { list: self, client }
     }
 
+    /// Notes whether client `id` is authenticated (`AUTH` makes it so, `RESET` undoes it). One
+    /// more unauthenticated client than allowed crowds out the oldest.
+    pub fn set_authenticated(&self, id: ClientId, authenticated: bool) {
+        let mut listed = self.lock();
+        if authenticated {
+            listed.unauthenticated.remove(&id);
+            return;
+        }
+        listed.unauthenticated.insert(id);
+        if listed.unauthenticated.len() > self.max_unauthenticated
+            && let Some(oldest) = listed.unauthenticated.pop_first()
+            && let Some(client) = listed.all.get(&oldest)
+        {
+            client.crowded_out.notify_one();
+        }
+    }
+
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().all.len()
     }
 
     /// `CLIENT LIST`: every client, or those with the given ids, in id order.
     pub fn describe(&self, ids: &[ClientId]) -> String {
-        let clients: Vec<Arc<Client>> = self.lock().values().cloned().collect();
+        let clients: Vec<Arc<Client>> = self.lock().all.values().cloned().collect();
         clients
             .iter()
             .filter(|client| ids.is_empty() || ids.contains(&client.id))
@@ -178,7 +288,7 @@ impl ClientList {
     pub fn kill(&self, filter: &KillFilter, caller: ClientId) -> (usize, bool) {
         let mut killed = 0;
         let mut caller_killed = false;
-        for client in self.lock().values() {
+        for client in self.lock().all.values() {
             if client.matches(filter, caller) {
                 killed += 1;
                 if client.id == caller {
@@ -202,9 +312,9 @@ mod tests {
 
     #[test]
     fn lists_kills_and_forgets_clients() {
-        let list = ClientList::default();
-        let first = list.register(1, addr(5001), addr(6380));
-        let second = list.register(2, addr(5002), addr(6380));
+        let list = ClientList::new(10, usize::MAX);
+        let first = list.register(1, addr(5001), addr(6380), true);
+        let second = list.register(2, addr(5002), addr(6380), true);
         first.client.state().name = Some(Bytes::from_static(b"worker"));
         first.client.saw("client|list");
         let all = list.describe(&[]);
@@ -237,5 +347,41 @@ mod tests {
 
         drop(second);
         assert_eq!(list.len(), 1);
+    }
+
+    #[test]
+    fn past_the_total_the_client_leaving_most_unread_is_cut() {
+        let list = ClientList::new(10, 1000);
+        let small = list.register(1, addr(5001), addr(6380), true);
+        let big = list.register(2, addr(5002), addr(6380), true);
+        list.note_unread(&small.client, 300);
+        list.note_unread(&big.client, 600);
+        assert!(!big.client.cut.load(Ordering::Relaxed));
+        list.note_unread(&small.client, 500);
+        assert!(big.client.cut.load(Ordering::Relaxed), "the largest is cut");
+        assert!(!small.client.cut.load(Ordering::Relaxed));
+        assert_eq!(list.unread(), 500, "the cut client no longer counts");
+        list.note_unread(&small.client, 0);
+        assert_eq!(list.unread(), 0);
+    }
+
+    #[test]
+    fn a_new_unauthenticated_client_beyond_the_share_crowds_out_the_oldest() {
+        let list = ClientList::new(2, usize::MAX);
+        let oldest = list.register(1, addr(5001), addr(6380), false);
+        let _second = list.register(2, addr(5002), addr(6380), false);
+        let _authenticated = list.register(3, addr(5003), addr(6380), true);
+        let notified = |client: &Client| {
+            let waiting = client.crowded_out.notified();
+            tokio::pin!(waiting);
+            // True if a notification was stored (`notify_one` keeps one when nobody waits).
+            waiting.as_mut().enable()
+        };
+        assert!(!notified(&oldest.client), "no room needed yet");
+        let _third = list.register(4, addr(5004), addr(6380), false);
+        assert!(
+            notified(&oldest.client),
+            "the oldest unauthenticated client is crowded out"
+        );
     }
 }

@@ -9,6 +9,11 @@
 //! handshake timeout; until then it has sent nothing the session sees, and it counts against
 //! `--max-clients` like any other, so a flood of slow handshakes is bounded as slow clients are.
 //! After the handshake the same pre-AUTH request limits apply as on the plain port.
+//!
+//! When a password is set, a connection that has not authenticated within `--auth-timeout` of
+//! connecting (or of `RESET`) is told so and closed, and one crowded out by newer
+//! unauthenticated connections (see `clients`) likewise: a socket that never authenticates holds
+//! its place for a bounded time, and only within the share of places left to such sockets.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,11 +24,13 @@ use cloak_storage::tls::ServerTls;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::FrontEnd;
 use crate::budget::{self, Budget, CONNECTION_PENDING_BYTES};
 use crate::resp::{Protocol, Reply, RequestDecoder, RequestLimits};
 use crate::session::{Pending, Session};
+use crate::unread::Unread;
 
 /// Most requests of one client in flight at once; a client pipelining deeper waits.
 const PIPELINE: usize = 1024;
@@ -43,7 +50,9 @@ pub async fn serve(stream: TcpStream, tls: Option<Arc<ServerTls>>, front: Arc<Fr
     let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
         return; // The client is already gone.
     };
-    let registration = front.clients.register(id, addr, laddr);
+    let registration = front
+        .clients
+        .register(id, addr, laddr, front.password.is_none());
     let _ = stream.set_nodelay(true);
     match tls {
         None => {
@@ -55,6 +64,7 @@ pub async fn serve(stream: TcpStream, tls: Option<Arc<ServerTls>>, front: Arc<Fr
             let handshake = tokio::select! {
                 handshake = tls.accept(stream) => handshake,
                 () = client.killed.notified() => return,
+                () = client.crowded_out.notified() => return,
             };
             match handshake {
                 Ok(stream) => {
@@ -78,11 +88,12 @@ async fn serve_halves(
     client: &Arc<crate::clients::Client>,
 ) {
     let (replies, queue) = mpsc::channel(PIPELINE);
-    let mut writing = tokio::spawn(write_replies(writer, queue, front.reply_limit));
+    let unread = Unread::new(front.clients.clone(), client.clone());
+    let mut writing = tokio::spawn(write_replies(writer, queue, front.reply_limit, unread));
     let mut session = Session::new(front, client.clone());
     tokio::select! {
         // The client stopped sending (or sent its last request): its replies still go out.
-        () = read_requests(reader, &mut session, replies) => {
+        () = read_requests(reader, &mut session, client, replies) => {
             let _ = writing.await;
         }
         // The writer gave up (the client stopped reading, or the socket failed): stop reading
@@ -97,11 +108,14 @@ async fn serve_halves(
 async fn read_requests(
     mut reader: impl AsyncRead + Unpin,
     session: &mut Session<'_>,
+    client: &crate::clients::Client,
     replies: mpsc::Sender<Queued>,
 ) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let budget = Budget::new(CONNECTION_PENDING_BYTES);
     let mut decoder = RequestDecoder::new(limits(session));
+    let auth_timeout = session.auth_timeout();
+    let mut auth_deadline = Instant::now() + auth_timeout;
     loop {
         loop {
             let pending = match decoder.decode(&mut buf) {
@@ -113,6 +127,8 @@ async fn read_requests(
                     // AUTH and HELLO open the store's limits; RESET closes them again.
                     if session.authenticated() != was_authenticated {
                         decoder.set_limits(limits(session));
+                        auth_deadline = Instant::now() + auth_timeout;
+                        session.note_authentication();
                     }
                     pending
                 }
@@ -125,13 +141,44 @@ async fn read_requests(
             }
         }
         // `read_buf` grows the buffer only by what arrives (doubling as it fills), never by
-        // what a header announces.
-        match reader.read_buf(&mut buf).await {
+        // what a header announces. It is cancel-safe: bytes read are in `buf`.
+        let read = if session.authenticated() {
+            reader.read_buf(&mut buf).await
+        } else {
+            tokio::select! {
+                read = reader.read_buf(&mut buf) => read,
+                () = tokio::time::sleep_until(auth_deadline) => {
+                    let why = format!(
+                        "authentication timeout: no AUTH within {}s of connecting",
+                        auth_timeout.as_secs_f64()
+                    );
+                    return close_with(&replies, session, why).await;
+                }
+                () = client.crowded_out.notified() => {
+                    return close_with(&replies, session, CROWDED_OUT).await;
+                }
+            }
+        };
+        match read {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
     }
 }
+
+/// Closes the connection after an error saying `why`.
+async fn close_with(
+    replies: &mpsc::Sender<Queued>,
+    session: &Session<'_>,
+    why: impl std::fmt::Display,
+) {
+    let last = Pending::Close(Some(Reply::err(why)));
+    let _ = replies.send((last, session.protocol())).await;
+}
+
+/// What an unauthenticated client is told when newer ones crowd it out (the words of Redis's
+/// `maxclients` refusal, which is what this is for unauthenticated clients).
+const CROWDED_OUT: &str = "max number of unauthenticated clients reached; the oldest is closed";
 
 /// What a session may send: a few KiB until it authenticates, then what the store takes.
 fn limits(session: &Session) -> RequestLimits {
@@ -155,10 +202,12 @@ enum Event {
 /// once `reply_limit` bytes wait unwritten the client is disconnected: it is not reading, and
 /// would otherwise hold its replies (and the engine's outcomes behind them) forever. One reply
 /// alone is always allowed, however large, so the limit never refuses a client that reads.
+/// What waits unwritten is also counted in `unread`, toward the proxy-wide limit.
 async fn write_replies(
     mut writer: impl AsyncWrite + Unpin,
     mut queue: mpsc::Receiver<Queued>,
     reply_limit: usize,
+    unread: Unread,
 ) {
     let mut out = BytesMut::with_capacity(16 * 1024);
     let mut head = None;
@@ -190,7 +239,10 @@ async fn write_replies(
         };
         match event {
             Event::Wrote(Ok(0) | Err(_)) => return,
-            Event::Wrote(Ok(n)) => out.advance(n),
+            Event::Wrote(Ok(n)) => {
+                out.advance(n);
+                unread.set(out.len());
+            }
             Event::Reply(None) => closing = true,
             Event::Reply(Some((reply, protocol, last))) => {
                 if out.len() >= reply_limit {
@@ -203,6 +255,7 @@ async fn write_replies(
                 }
                 if let Some(reply) = reply {
                     reply.encode(&mut out, protocol);
+                    unread.set(out.len());
                 }
                 closing = last;
             }
@@ -308,7 +361,11 @@ mod tests {
                 .unwrap();
         }
         let writes = Writes::default();
-        let writer = tokio::spawn(write_replies(writes.clone(), queue, usize::MAX));
+        let list = Arc::new(crate::clients::ClientList::new(1, usize::MAX));
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+        let client = list.register(1, addr, addr, true).client.clone();
+        let unread = Unread::new(list.clone(), client);
+        let writer = tokio::spawn(write_replies(writes.clone(), queue, usize::MAX, unread));
         drop(replies);
         writer.await.unwrap();
         let sizes = writes.0.lock().unwrap().clone();

@@ -39,6 +39,7 @@ mod server_config;
 mod session;
 pub mod state;
 pub mod store_id;
+mod unread;
 mod wake;
 
 use std::future::Future;
@@ -71,10 +72,26 @@ pub use store_id::{StoreId, StoreIdError, identify};
 /// default too).
 pub const DEFAULT_MAX_CLIENTS: usize = 10_000;
 
+/// How long a client may stay connected without authenticating (when a password is set), unless
+/// `--auth-timeout` says otherwise.
+pub const DEFAULT_AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Unauthenticated clients may take at most this share (1/N) of `--max-clients`: idle sockets
+/// that never authenticate then leave most places to clients that do. A new one beyond it crowds
+/// out the oldest, so they cannot keep a real client from connecting either.
+pub const UNAUTHENTICATED_SHARE: usize = 8;
+
 /// Bytes of replies a client may leave unread before it is disconnected, unless
 /// `--client-reply-limit` says otherwise. A client that reads keeps far less waiting (replies
-/// go out as they are ready); one that never reads would otherwise hold its replies forever.
-pub const DEFAULT_REPLY_LIMIT: usize = 64 << 20;
+/// go out as they are ready, at most [`MIN_REPLY_LIMIT`] gathered); one that never reads would
+/// otherwise hold its replies forever. 32 MiB (Redis's hard limit for pub/sub clients) still
+/// lets a client write a deep pipeline before reading any of it, and is an eighth of the
+/// proxy-wide [`DEFAULT_TOTAL_REPLY_LIMIT`], so one client cannot take most of it.
+pub const DEFAULT_REPLY_LIMIT: usize = 32 << 20;
+
+/// Bytes of replies all clients together may leave unread, unless `--total-reply-limit` says
+/// otherwise; past it the client leaving the most is disconnected (see `unread`).
+pub const DEFAULT_TOTAL_REPLY_LIMIT: usize = 256 << 20;
 
 /// The smallest reply limit that never disconnects a client that reads: replies are gathered
 /// up to this many bytes before they are written.
@@ -101,8 +118,13 @@ pub struct ProxyOptions {
     pub recovery_spool: Option<PathBuf>,
     /// Most clients connected at once; one more is refused with an error.
     pub max_clients: usize,
+    /// With a password: how long a connection may stay unauthenticated before it is closed.
+    pub auth_timeout: Duration,
     /// Bytes of unread replies after which a client is disconnected.
     pub reply_limit: usize,
+    /// Bytes of unread replies of all clients together after which the client leaving the
+    /// most is disconnected.
+    pub total_reply_limit: usize,
     /// Bytes of requests the proxy holds between reading them and writing their replies.
     pub pending_limit: usize,
     /// Where the storage traffic runs ([`own_thread`]); `None`: on the caller's runtime
@@ -125,7 +147,9 @@ impl Default for ProxyOptions {
             ledger: None,
             recovery_spool: None,
             max_clients: DEFAULT_MAX_CLIENTS,
+            auth_timeout: DEFAULT_AUTH_TIMEOUT,
             reply_limit: DEFAULT_REPLY_LIMIT,
+            total_reply_limit: DEFAULT_TOTAL_REPLY_LIMIT,
             pending_limit: DEFAULT_PROXY_PENDING_BYTES,
             storage_io: None,
             script_time_limit: scripting::DEFAULT_TIME_LIMIT,
@@ -157,6 +181,8 @@ pub struct FrontEnd {
     /// Where key commands go: the store's core, or in a cluster each partition's.
     cores: Cores,
     password: Option<String>,
+    /// How long a connection may stay unauthenticated.
+    auth_timeout: Duration,
     /// Request limits once a client is authenticated (before, [`RequestLimits::UNAUTHENTICATED`]).
     request_limits: RequestLimits,
     reply_limit: usize,
@@ -166,7 +192,7 @@ pub struct FrontEnd {
     max_key: usize,
     listen: SocketAddr,
     max_clients: usize,
-    clients: ClientList,
+    clients: Arc<ClientList>,
     /// Connections accepted so far; the last one's id.
     next_client: AtomicU64,
     /// Connections refused because `max_clients` were connected.
@@ -279,13 +305,17 @@ async fn serve(
     let front = Arc::new(FrontEnd {
         cores,
         password: options.password,
+        auth_timeout: options.auth_timeout,
         request_limits,
         reply_limit: options.reply_limit,
         pending: budget::Budget::new(options.pending_limit),
         max_key: engine_limits.max_key,
         listen,
         max_clients: options.max_clients,
-        clients: ClientList::default(),
+        clients: Arc::new(ClientList::new(
+            options.max_clients / UNAUTHENTICATED_SHARE,
+            options.total_reply_limit,
+        )),
         next_client: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         commands: AtomicU64::new(0),

@@ -78,6 +78,19 @@ impl<'a> Session<'a> {
         self.authenticated
     }
 
+    /// How long this connection may stay unauthenticated.
+    pub fn auth_timeout(&self) -> std::time::Duration {
+        self.front.auth_timeout
+    }
+
+    /// Tells the client list whether this client is authenticated now (after `AUTH`, `HELLO`
+    /// or `RESET`), so only unauthenticated ones count against their share.
+    pub fn note_authentication(&self) {
+        self.front
+            .clients
+            .set_authenticated(self.client.id, self.authenticated);
+    }
+
     /// Request limits once authenticated: what the store takes.
     pub fn request_limits(&self) -> crate::resp::RequestLimits {
         self.front.request_limits

@@ -130,6 +130,85 @@ async fn unauthenticated_floods_of_huge_bulks_stay_bounded_and_others_are_served
     proxy.shutdown().await;
 }
 
+/// Sockets that connect and never send a byte, against a proxy with room for far fewer.
+const IDLE_SOCKETS: usize = 500;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_unauthenticated_sockets_cannot_keep_a_real_client_out() {
+    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    setup.password = Some("s3cret".into());
+    setup.max_clients = 64;
+    let proxy = setup.start().await;
+    let mut idle = Vec::with_capacity(IDLE_SOCKETS);
+    for _ in 0..IDLE_SOCKETS {
+        idle.push(TcpStream::connect(proxy.addr).await.unwrap());
+    }
+    let client = redis::Client::open(format!("redis://:s3cret@{}/", proxy.addr)).unwrap();
+    let mut con = timeout(
+        Duration::from_secs(10),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .expect("connecting waited over 10 s")
+    .expect("a real client gets in while idle sockets wait");
+    assert_eq!(run(&mut con, &set("k", "in")).await, Ok(Outcome::Ok));
+    assert_eq!(
+        run(&mut con, &get("k")).await,
+        Ok(Outcome::Value(Some("in".into())))
+    );
+    // The idle sockets hold at most their share of the places (and transiently a few more, the
+    // crowded-out ones still closing).
+    let share = 64 / cloak_proxy::UNAUTHENTICATED_SHARE;
+    let held = timeout(Duration::from_secs(10), async {
+        loop {
+            let connected = clients_field(&mut con, "connected_clients").await as usize;
+            if connected <= share + 1 {
+                return connected;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(held.is_ok(), "idle sockets hold more than {share} places");
+    // The oldest idle socket was crowded out with an error naming why.
+    let mut oldest = idle.swap_remove(0);
+    let told = common::read_all(&mut oldest).await;
+    assert!(
+        told.starts_with("-ERR max number of unauthenticated clients reached"),
+        "{told:?}"
+    );
+    drop(idle);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_authenticate_in_time_is_told_and_closed() {
+    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    setup.password = Some("s3cret".into());
+    setup.auth_timeout = Duration::from_millis(300);
+    let proxy = setup.start().await;
+    let mut silent = TcpStream::connect(proxy.addr).await.unwrap();
+    // A request allowed before AUTH does not extend the time.
+    silent.write_all(b"PING\r\n").await.unwrap();
+    let mut told = Vec::new();
+    timeout(Duration::from_secs(10), silent.read_to_end(&mut told))
+        .await
+        .expect("an unauthenticated client is closed after its timeout")
+        .unwrap();
+    let told = String::from_utf8_lossy(&told);
+    assert!(
+        told.ends_with("-ERR authentication timeout: no AUTH within 0.3s of connecting\r\n"),
+        "{told:?}"
+    );
+
+    // An authenticated client stays well past it.
+    let client = redis::Client::open(format!("redis://:s3cret@{}/", proxy.addr)).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(run(&mut con, &set("k", "v")).await, Ok(Outcome::Ok));
+    proxy.shutdown().await;
+}
+
 /// `count` pipelined `ECHO`s of a value-sized message (longer arguments are refused), and the
 /// bytes of their replies.
 fn echoes(count: usize) -> (Vec<u8>, usize) {
@@ -142,43 +221,87 @@ fn echoes(count: usize) -> (Vec<u8>, usize) {
 }
 
 async fn connected_clients(proxy: &TestProxy) -> u64 {
-    let mut con = proxy.connection().await;
+    clients_field(&mut proxy.connection().await, "connected_clients").await
+}
+
+/// A number from `INFO clients`.
+async fn clients_field(con: &mut redis::aio::MultiplexedConnection, field: &str) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("clients")
-        .query_async(&mut con)
+        .query_async(con)
         .await
         .unwrap();
     let line = info
         .lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .unwrap();
     line.trim().parse().unwrap()
 }
 
 const REPLY_LIMIT: usize = 256 * 1024;
 
+/// Connects with a small receive buffer and pipelines `ECHO`s without ever reading, until the
+/// proxy closes the connection; returns the bytes sent.
+async fn never_read(proxy: std::net::SocketAddr) -> usize {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(proxy).await.unwrap();
+    let (requests, _) = echoes(1000);
+    let mut sent = 0usize;
+    // Writes fail once the proxy has closed the connection.
+    while stream.write_all(&requests).await.is_ok() {
+        sent += requests.len();
+        assert!(sent < 1 << 30, "1 GiB sent and the proxy still reads");
+    }
+    sent
+}
+
+/// Clients that never read, each allowed far more than the proxy-wide limit lets them hold.
+const NON_READERS: usize = 4;
+const TOTAL_REPLY_LIMIT: usize = 2 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_are_cut_at_the_total_reply_limit_and_others_are_served() {
+    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    setup.reply_limit = 256 << 20;
+    setup.total_reply_limit = TOTAL_REPLY_LIMIT;
+    let proxy = setup.start().await;
+    let mut con = proxy.connection().await;
+    let non_readers: Vec<_> = (0..NON_READERS)
+        .map(|_| tokio::spawn(never_read(proxy.addr)))
+        .collect();
+    let mut served = 0;
+    while !non_readers.iter().all(|task| task.is_finished()) {
+        let value = format!("v{served}");
+        let wrote = timeout(Duration::from_secs(5), run(&mut con, &set("k", &value)))
+            .await
+            .expect("a SET waited over 5 s");
+        assert_eq!(wrote, Ok(Outcome::Ok));
+        served += 1;
+        assert!(served < 3000, "clients that never read are still connected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for task in non_readers {
+        let sent = task.await.unwrap();
+        // Each reply is shorter than its request: a client cut before sending its share of the
+        // limit was closed for another reason.
+        assert!(
+            sent > TOTAL_REPLY_LIMIT / NON_READERS,
+            "closed after {sent} bytes sent"
+        );
+    }
+    assert_eq!(run(&mut con, &get("k")).await.map(|_| ()), Ok(()));
+    proxy.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_disconnected_at_its_reply_limit() {
     let mut setup = Setup::new(SchemeName::Cloak, 100);
     setup.reply_limit = REPLY_LIMIT;
     let proxy = setup.start().await;
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut stream = socket.connect(proxy.addr).await.unwrap();
-    let (requests, _) = echoes(1000);
-    let mut sent = 0usize;
-    let closed = timeout(Duration::from_secs(30), async {
-        // Writes fail once the proxy has closed the connection.
-        while stream.write_all(&requests).await.is_ok() {
-            sent += requests.len();
-            assert!(sent < 1 << 30, "1 GiB sent and the proxy still reads");
-        }
-    })
-    .await;
-    assert!(
-        closed.is_ok(),
-        "a client that never reads was not disconnected ({sent} bytes sent)"
-    );
+    let sent = timeout(Duration::from_secs(30), never_read(proxy.addr))
+        .await
+        .expect("a client that never reads was not disconnected");
     // Each reply is shorter than its request: less than this, and the proxy closed the
     // connection for another reason than the reply limit.
     assert!(sent > REPLY_LIMIT, "closed after only {sent} bytes sent");
@@ -333,20 +456,12 @@ async fn authenticated_floods_of_large_writes_are_held_to_the_pending_budget() {
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
         peak = peak.max(rss_bytes());
-        let info: String = timeout(
+        let pending = timeout(
             Duration::from_secs(5),
-            redis::cmd("INFO").arg("clients").query_async(&mut con),
+            clients_field(&mut con, "pending_request_bytes"),
         )
         .await
-        .expect("INFO waited over 5 s during the flood")
-        .unwrap();
-        let pending: u64 = info
-            .lines()
-            .find_map(|l| l.strip_prefix("pending_request_bytes:"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        .expect("INFO waited over 5 s during the flood");
         most_pending = most_pending.max(pending);
     }
     stop.store(true, Ordering::Relaxed);

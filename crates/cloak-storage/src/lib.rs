@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+mod admission;
 pub mod dir;
 mod disk;
 pub mod handshake;
@@ -26,6 +27,7 @@ pub mod wire;
 use async_trait::async_trait;
 pub use cloak_core::{Addr, StorageError, StorageOp, StorageReply};
 
+pub use admission::PENDING_HANDSHAKES;
 pub use disk::{DiskError, DiskStorage, Opened};
 pub use memory::MemoryStorage;
 pub use observing::{Observing, TraceHandle};

@@ -8,8 +8,11 @@
 //! the server's CA signed), and a storage secret proved in the [`handshake`]. Both are checked
 //! before the first frame is read, each bounded by a timeout, so a peer that is refused, or
 //! that stalls, never reaches the store and holds its connection for at most that long. The
-//! guard also caps how many connections are open at once: a flood of connections (refused or
-//! not) cannot make the server hold more than that many buffers and tasks.
+//! guard also caps how many admitted connections are open at once, and [`admission`] how many
+//! are still handshaking: a flood of connections (refused or not) cannot make the server hold
+//! more than that many buffers and tasks, nor keep a proxy that proves itself out.
+//!
+//! [`admission`]: crate::admission
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,6 +21,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::admission::{Admission, Handshaking, RateLimited};
 use crate::handshake::{self, HandshakeError, StorageSecret};
 use crate::tls::{ServerTls, TlsError};
 use crate::wire::{self, WireError};
@@ -30,8 +34,9 @@ pub struct Guard {
     pub tls: Option<Arc<ServerTls>>,
     /// A secret every proxy must prove it knows.
     pub secret: Option<StorageSecret>,
-    /// At most this many connections at once (`None`: no limit). Beyond it a connection is
-    /// greeted as "full" and closed at once.
+    /// At most this many admitted connections (past TLS and the handshake) at once (`None`:
+    /// no limit). While they are all taken, a new connection is greeted as "full" and closed at
+    /// once (on TLS, just closed: a plaintext greeting would be garbage to a TLS client).
     pub max_connections: Option<usize>,
 }
 
@@ -55,6 +60,10 @@ enum Ended {
     Handshake(#[from] HandshakeError),
     #[error(transparent)]
     Wire(#[from] WireError),
+    #[error("closed while handshaking: newer connections needed its place")]
+    CrowdedOut,
+    #[error("refused: the server reached --max-connections while it was handshaking")]
+    Full,
 }
 
 /// Accepts connections from anyone until `shutdown` completes, then closes every connection.
@@ -77,7 +86,8 @@ pub async fn serve_guarded(
     tokio::pin!(shutdown);
     // Dropping the set when we return aborts the connection tasks.
     let mut connections = tokio::task::JoinSet::new();
-    let mut turned_away = TurnedAway::default();
+    let admission = Admission::new(guard.max_connections);
+    let mut turned_away = RateLimited::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -90,23 +100,39 @@ pub async fn serve_guarded(
                         continue;
                     }
                 };
-                // Finished connections are only counted out once joined.
+                // Finished connections are only reaped once joined.
                 while connections.try_join_next().is_some() {}
-                if let Some(limit) = guard.max_connections.filter(|&l| connections.len() >= l) {
-                    handshake::turn_away(&stream);
-                    turned_away.note(peer, limit);
+                if admission.is_full() {
+                    if guard.tls.is_none() {
+                        handshake::turn_away(&stream);
+                    }
+                    if let Some(count) = turned_away.note() {
+                        tracing::warn!(
+                            %peer,
+                            limit = guard.max_connections,
+                            turned_away = count,
+                            "at the connection limit (--max-connections): connections turned away"
+                        );
+                    }
                     continue;
                 }
                 let storage = storage.clone();
                 let guard = guard.clone();
+                let admission = admission.clone();
                 connections.spawn(async move {
                     tracing::debug!(%peer, "storage client connected");
-                    match serve_peer(stream, storage, &guard).await {
+                    match serve_peer(stream, storage, &guard, &admission).await {
                         Ok(()) | Err(Ended::Wire(WireError::Closed)) => {}
                         // A proxy that stops drops its TLS connections without a close_notify.
                         Err(Ended::Wire(WireError::Io(error)))
                             if error.kind() == std::io::ErrorKind::UnexpectedEof =>
                         {
+                            tracing::debug!(%peer, %error, "storage connection closed");
+                        }
+                        Err(error @ (Ended::Tls(_) | Ended::Handshake(_) | Ended::Full)) => {
+                            admission.note_refused(peer, &error);
+                        }
+                        Err(error @ Ended::CrowdedOut) => {
                             tracing::debug!(%peer, %error, "storage connection closed");
                         }
                         Err(error) => tracing::warn!(%peer, %error, "storage connection closed"),
@@ -119,55 +145,50 @@ pub async fn serve_guarded(
     }
 }
 
-/// Warns about connections turned away at the limit, at most once a second, so a flood of
-/// them cannot flood the log too.
-#[derive(Default)]
-struct TurnedAway {
-    since_warning: u64,
-    warned: Option<std::time::Instant>,
-}
-
-impl TurnedAway {
-    fn note(&mut self, peer: std::net::SocketAddr, limit: usize) {
-        self.since_warning += 1;
-        if self
-            .warned
-            .is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(1))
-        {
-            return;
-        }
-        tracing::warn!(
-            %peer,
-            limit,
-            turned_away = self.since_warning,
-            "at the connection limit (--max-connections): connections turned away"
-        );
-        self.since_warning = 0;
-        self.warned = Some(std::time::Instant::now());
-    }
-}
-
-/// TLS and the handshake first, as `guard` asks; then requests until the peer leaves.
+/// TLS and the handshake first, as `guard` asks, while `admission` keeps a place among the
+/// handshaking; then, admitted, requests until the peer leaves.
 async fn serve_peer(
     stream: TcpStream,
     storage: Arc<dyn Storage>,
     guard: &Guard,
+    admission: &Arc<Admission>,
 ) -> Result<(), Ended> {
     stream.set_nodelay(true).map_err(WireError::from)?;
     let secret = guard.secret.as_ref();
+    let handshaking = admission.start();
     match &guard.tls {
         None => {
             let mut stream = stream;
-            handshake::admit(&mut stream, secret).await?;
+            while_handshaking(&handshaking, async {
+                Ok(handshake::admit(&mut stream, secret).await?)
+            })
+            .await?;
+            let _admitted = admission.admit(handshaking).ok_or(Ended::Full)?;
             let (reader, writer) = stream.into_split();
             Ok(serve_connection(reader, writer, storage).await?)
         }
         Some(tls) => {
-            let mut stream = tls.accept(stream).await?;
-            handshake::admit(&mut stream, secret).await?;
+            let stream = while_handshaking(&handshaking, async {
+                let mut stream = tls.accept(stream).await?;
+                handshake::admit(&mut stream, secret).await?;
+                Ok(stream)
+            })
+            .await?;
+            let _admitted = admission.admit(handshaking).ok_or(Ended::Full)?;
             let (reader, writer) = tokio::io::split(stream);
             Ok(serve_connection(reader, writer, storage).await?)
         }
+    }
+}
+
+/// Runs `handshake` unless newer connections crowd this one out first.
+async fn while_handshaking<T>(
+    handshaking: &Handshaking,
+    handshake: impl Future<Output = Result<T, Ended>>,
+) -> Result<T, Ended> {
+    tokio::select! {
+        done = handshake => done,
+        () = handshaking.crowded_out.notified() => Err(Ended::CrowdedOut),
     }
 }
 

@@ -4,8 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cloak_storage::handshake::StorageSecret;
+use cloak_storage::tls::certs::write_quick_start;
+use cloak_storage::tls::client::ClientTlsFiles;
+use cloak_storage::tls::server::ServerTlsFiles;
+use cloak_storage::tls::{ClientTls, ServerTls};
 use cloak_storage::{
-    MemoryStorage, Observing, Storage, StorageOp, StorageReply, TcpStorage, server,
+    Link, MemoryStorage, Observing, Storage, StorageOp, StorageReply, TcpStorage, server,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -201,6 +206,109 @@ async fn a_server_at_its_connection_limit_says_so_and_serves_again_once_one_clos
     };
     assert_eq!(
         one.call(read).await.unwrap(),
+        StorageReply::Values(vec![None])
+    );
+}
+
+/// A guarded server on a fresh port: at most `max_connections` admitted, with a storage secret
+/// (and TLS when given).
+async fn start_guarded(
+    max_connections: usize,
+    tls: Option<Arc<cloak_storage::tls::ServerTls>>,
+) -> (String, StorageSecret) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let secret = StorageSecret::new(&[7; 32], "test").unwrap();
+    let guard = server::Guard {
+        tls,
+        secret: Some(secret.clone()),
+        max_connections: Some(max_connections),
+    };
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    tokio::spawn(server::serve_guarded(
+        listener,
+        storage,
+        guard,
+        std::future::pending(),
+    ));
+    (addr, secret)
+}
+
+/// Sockets that connect and never handshake: far more than the server's places and its budget
+/// of handshaking connections.
+const IDLE_SOCKETS: usize = 4 * cloak_storage::PENDING_HANDSHAKES + 100;
+
+#[tokio::test]
+async fn idle_sockets_that_never_handshake_cannot_keep_a_proxy_out() {
+    let (addr, secret) = start_guarded(2, None).await;
+    let mut idle = Vec::with_capacity(IDLE_SOCKETS);
+    for _ in 0..IDLE_SOCKETS {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    let link = Link {
+        tls: None,
+        secret: Some(secret),
+    };
+    let proxy = tokio::time::timeout(
+        Duration::from_secs(10),
+        TcpStorage::connect_with(&addr, 1, link),
+    )
+    .await
+    .expect("connecting waited over 10 s")
+    .expect("a proxy with the secret gets in while idle sockets wait");
+    assert_eq!(
+        proxy.call(StorageOp::Read(vec![1])).await.unwrap(),
+        StorageReply::Values(vec![None])
+    );
+    // The oldest idle socket was closed to make room for newer handshakes.
+    let mut oldest = idle.swap_remove(0);
+    let mut greeting = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), oldest.read_to_end(&mut greeting))
+        .await
+        .expect("the oldest handshaking socket is closed")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_full_tls_server_closes_without_writing_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_quick_start(dir.path(), &[]).unwrap();
+    let tls = ServerTls::load(ServerTlsFiles {
+        cert: files.server.0.clone(),
+        key: files.server.1.clone(),
+        client_ca: None,
+    })
+    .unwrap();
+    let (addr, secret) = start_guarded(1, Some(Arc::new(tls))).await;
+    let link = || Link {
+        tls: Some(
+            ClientTls::load(&ClientTlsFiles {
+                ca: Some(files.ca.clone()),
+                identity: None,
+            })
+            .unwrap(),
+        ),
+        secret: Some(secret.clone()),
+    };
+    let first = TcpStorage::connect_with(&addr, 1, link()).await.unwrap();
+
+    // Full: a raw socket gets nothing at all, a TLS client a clear error at once.
+    let mut raw = TcpStream::connect(&addr).await.unwrap();
+    let mut sent = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut sent))
+        .await
+        .expect("closed at once")
+        .unwrap();
+    assert!(sent.is_empty(), "plaintext written on a TLS port: {sent:?}");
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        TcpStorage::connect_with(&addr, 1, link()),
+    )
+    .await
+    .expect("refused at once");
+    assert!(refused.is_err());
+    assert_eq!(
+        first.call(StorageOp::Read(vec![1])).await.unwrap(),
         StorageReply::Values(vec![None])
     );
 }

@@ -307,12 +307,38 @@ fn max_clients_help() -> String {
     )
 }
 
+fn auth_timeout_help() -> String {
+    defaulted(
+        "With --password: a client that has not authenticated this long after connecting is told \
+         so and closed; unauthenticated clients hold at most an eighth of --max-clients, a new one \
+         beyond it closing the oldest",
+        humantime::format_duration(cloak_proxy::DEFAULT_AUTH_TIMEOUT),
+    )
+}
+
+fn max_connections_help() -> String {
+    format!(
+        "Serve at most this many connections that completed the handshake at once (a proxy opens \
+         a few); more are told the server is full and closed. Connections still handshaking do \
+         not count: at most {} are held, one more closing the oldest [default: 1024]",
+        cloak_storage::PENDING_HANDSHAKES
+    )
+}
+
 fn client_reply_limit_help() -> String {
     format!(
         "Bytes of replies a client may leave unread before it is disconnected, like Redis's \
          client-output-buffer-limit; at least {} [default: {}]",
         cloak_proxy::MIN_REPLY_LIMIT,
         cloak_proxy::DEFAULT_REPLY_LIMIT
+    )
+}
+
+fn total_reply_limit_help() -> String {
+    defaulted(
+        "Bytes of replies all clients together may leave unread; past it the client leaving the \
+         most is disconnected (and logged)",
+        cloak_proxy::DEFAULT_TOTAL_REPLY_LIMIT,
     )
 }
 
@@ -354,9 +380,17 @@ pub struct UpArgs {
     #[arg(long, value_name = "N", help = max_clients_help())]
     pub max_clients: Option<usize>,
 
+    /// With --password: how long a client may stay connected without authenticating
+    #[arg(long, value_name = "DURATION", help = auth_timeout_help())]
+    pub auth_timeout: Option<String>,
+
     /// Bytes of replies a client may leave unread before it is disconnected
     #[arg(long, value_name = "BYTES", help = client_reply_limit_help())]
     pub client_reply_limit: Option<usize>,
+
+    /// Bytes of replies all clients together may leave unread
+    #[arg(long, value_name = "BYTES", help = total_reply_limit_help())]
+    pub total_reply_limit: Option<usize>,
 
     /// Bytes of requests the proxy holds between reading them and writing their replies
     #[arg(long, value_name = "BYTES", help = max_pending_bytes_help())]
@@ -432,10 +466,9 @@ pub struct ServerArgs {
     #[arg(long, value_name = "FILE")]
     pub storage_secret_file: Option<PathBuf>,
 
-    /// Serve at most this many connections at once (a proxy opens a few); more are told the
-    /// server is full and closed, so a flood of connections cannot exhaust the server
-    /// [default: 1024]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// Serve at most this many connections that completed the handshake at once
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          help = max_connections_help())]
     pub max_connections: Option<u32>,
 
     /// Refuse to listen on a non-loopback address when anyone who reaches it could use the
@@ -480,9 +513,17 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "N", help = max_clients_help())]
     pub max_clients: Option<usize>,
 
+    /// With --password: how long a client may stay connected without authenticating
+    #[arg(long, value_name = "DURATION", help = auth_timeout_help())]
+    pub auth_timeout: Option<String>,
+
     /// Bytes of replies a client may leave unread before it is disconnected
     #[arg(long, value_name = "BYTES", help = client_reply_limit_help())]
     pub client_reply_limit: Option<usize>,
+
+    /// Bytes of replies all clients together may leave unread
+    #[arg(long, value_name = "BYTES", help = total_reply_limit_help())]
+    pub total_reply_limit: Option<usize>,
 
     /// Bytes of requests the proxy holds between reading them and writing their replies
     #[arg(long, value_name = "BYTES", help = max_pending_bytes_help())]

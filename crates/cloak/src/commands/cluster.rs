@@ -50,7 +50,7 @@ async fn up(args: Box<ClusterUpArgs>, config: &ConfigFile) -> anyhow::Result<()>
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let map = Arc::new(ClusterMap::even(&proxies, args.partitions, "memory")?);
-    let options = super::front_end(None, None, None, None)?;
+    let options = super::front_end(None, None, None, None, None, None)?;
     let storage_io = OwnThread::start("cloak-storage-io")
         .context("cannot start the storage traffic's thread")?;
     let options = cloak_proxy::ProxyOptions {

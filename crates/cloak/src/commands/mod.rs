@@ -14,12 +14,24 @@ pub mod up;
 pub fn front_end(
     password: Option<String>,
     max_clients: Option<usize>,
+    auth_timeout: Option<&str>,
     reply_limit: Option<usize>,
+    total_reply_limit: Option<usize>,
     pending_limit: Option<usize>,
 ) -> anyhow::Result<cloak_proxy::ProxyOptions> {
+    use anyhow::Context;
     let defaults = cloak_proxy::ProxyOptions::default();
+    let auth_timeout = match auth_timeout {
+        Some(text) => humantime::parse_duration(text)
+            .with_context(|| format!("--auth-timeout: {text:?} is not a duration like 10s"))?,
+        None => defaults.auth_timeout,
+    };
+    if auth_timeout.is_zero() {
+        anyhow::bail!("--auth-timeout must be longer than zero: no client could authenticate");
+    }
     let max_clients = max_clients.unwrap_or(defaults.max_clients);
     let reply_limit = reply_limit.unwrap_or(defaults.reply_limit);
+    let total_reply_limit = total_reply_limit.unwrap_or(defaults.total_reply_limit);
     let pending_limit = pending_limit.unwrap_or(defaults.pending_limit);
     if max_clients == 0 {
         anyhow::bail!("--max-clients must be at least 1");
@@ -29,6 +41,12 @@ pub fn front_end(
             "--client-reply-limit must be at least {} bytes ({reply_limit} given): replies are \
              gathered up to that size before they are written",
             cloak_proxy::MIN_REPLY_LIMIT
+        );
+    }
+    if total_reply_limit < reply_limit {
+        anyhow::bail!(
+            "--total-reply-limit ({total_reply_limit}) must be at least --client-reply-limit \
+             ({reply_limit}): one client may leave that much unread"
         );
     }
     if pending_limit < cloak_proxy::CONNECTION_PENDING_BYTES {
@@ -41,7 +59,9 @@ pub fn front_end(
     Ok(cloak_proxy::ProxyOptions {
         password,
         max_clients,
+        auth_timeout,
         reply_limit,
+        total_reply_limit,
         pending_limit,
         after_start: Some(crate::memory::start_is_over),
         ..defaults

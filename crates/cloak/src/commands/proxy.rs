@@ -22,7 +22,9 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
     let front = super::front_end(
         args.password.clone(),
         args.max_clients,
+        args.auth_timeout.as_deref(),
         args.client_reply_limit,
+        args.total_reply_limit,
         args.max_pending_bytes,
     )?;
     let key = load_key(args.key_file.as_deref())?;

@@ -22,7 +22,9 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let options = super::front_end(
         args.password.clone(),
         args.max_clients,
+        args.auth_timeout.as_deref(),
         args.client_reply_limit,
+        args.total_reply_limit,
         args.max_pending_bytes,
     )?;
     let (master, key_note) = match load_key(args.key_file.as_deref())? {
