@@ -18,10 +18,10 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// `since … UTC: why`, for error lines and `cloak cluster status`.
+    /// `since <RFC 3339 time>: why`, for error lines and `cloak cluster status`.
     pub fn describe(&self) -> String {
         format!(
-            "since {} UTC: {}",
+            "since {}: {}",
             humantime::format_rfc3339_seconds(self.since),
             self.why
         )

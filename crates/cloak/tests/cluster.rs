@@ -596,7 +596,8 @@ fn a_partition_whose_storage_dies_fails_only_its_slots() {
     );
     // Its storage back (with what it held), the partition serves again, nothing lost.
     redis[1].restart();
-    assert_eq!(get_patiently(port, &dying), "before");
+    let back = wait_for_reply(port, &["GET", &dying], "before");
+    assert_eq!(back, "$6\r\nbefore\r\n");
     let info = wait_for_reply(port, &["CLUSTER", "INFO"], "cluster_state:ok");
     assert!(info.contains("cluster_state:ok"), "{info}");
 }

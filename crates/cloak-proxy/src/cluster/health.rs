@@ -152,7 +152,7 @@ impl Health {
         let peer = self.peers().get(proxy)?.clone();
         if let Some(down) = peer.down {
             let why = format!(
-                "the proxy does not answer since {} UTC: {}",
+                "the proxy does not answer since {}: {}",
                 rfc3339(down.since),
                 down.why
             );
