@@ -1,7 +1,8 @@
 //! A Cloak cluster through the built binary: its cluster replies against a real Redis Cluster's
 //! (byte for byte where Redis's are deterministic), `redis-cli -c` and `cloak cluster status` on
-//! `cloak cluster up`, and a proxy of a cluster over a Redis Cluster killed and restarted (only
-//! its slots fail meanwhile, and no acknowledged write is lost).
+//! `cloak cluster up`, a proxy of a cluster over a Redis Cluster killed and restarted (only its
+//! slots fail meanwhile, with `-CLUSTERDOWN` from the others, and no acknowledged write is lost),
+//! and a partition whose storage dies (only its slots fail).
 //!
 //! The client libraries' cluster clients (redis-py `RedisCluster`, go-redis `ClusterClient`) are
 //! in `client_libs.rs`, with the other client-library tests.
@@ -551,7 +552,19 @@ fn a_partition_whose_storage_dies_fails_only_its_slots() {
     let state = dir.path().join("state").display().to_string();
     // A scheme that reads storage for every GET, so the failure shows on the first read after
     // it (Cloak's own scheme answers keys it holds at the proxy meanwhile; its batches fail).
-    let _proxy = start_proxy(&file, "p0", &["--state-dir", &state, "--scheme", "unsafe"]);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let _proxy = start_proxy(
+        &file,
+        "p0",
+        &[
+            "--state-dir",
+            &state,
+            "--scheme",
+            "unsafe",
+            "--metrics",
+            &metrics,
+        ],
+    );
     let in_partition = |partition: u16| {
         (0..)
             .map(|i| format!("key:{i}"))
@@ -566,6 +579,24 @@ fn a_partition_whose_storage_dies_fails_only_its_slots() {
             .arg("before")
             .query(&mut con)
             .unwrap();
+    }
+    // INFO and the metrics give each partition's figures.
+    let info = Raw::connect(port)
+        .send(&["INFO", "scheme", "latency", "storage"])
+        .raw;
+    for field in ["keys:1", "latency_samples:", "storage:redis://"] {
+        for partition in 0..2 {
+            let field = format!("partition_{partition}_{field}");
+            assert!(info.contains(&field), "{field} in {info}");
+        }
+    }
+    let mut http = TcpStream::connect(&metrics).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut page = String::new();
+    std::io::Read::read_to_string(&mut http, &mut page).unwrap();
+    for partition in 0..2 {
+        let line = format!("cloak_keys{{scheme=\"unsafe\",partition=\"{partition}\"}} 1\n");
+        assert!(page.contains(&line), "{line} in {page}");
     }
     redis[1].kill();
     let slot = key_slot(dying.as_bytes());
