@@ -276,16 +276,21 @@ async fn next_reply(
             (pending, *protocol)
         }
     };
-    if let Pending::Later(outcome) = pending {
-        let reply = outcome
-            .await
-            .map_or_else(|_| Reply::err("the proxy is shutting down"), to_reply);
-        *pending = Pending::Now(reply);
+    let stopped = || Reply::err("the proxy is shutting down");
+    match pending {
+        Pending::Later(outcome) => {
+            *pending = Pending::Now(outcome.await.map_or_else(|_| stopped(), to_reply));
+        }
+        Pending::OnPartition(outcome, on) => {
+            let reply = outcome.await.map_or_else(|_| stopped(), |o| on.reply(o));
+            *pending = Pending::Now(reply);
+        }
+        Pending::Now(_) | Pending::Close(_) => {}
     }
     match head.take() {
         Some((Pending::Now(reply), _)) => Some((Some(reply), protocol, false)),
         Some((Pending::Close(reply), _)) => Some((reply, protocol, true)),
-        Some((Pending::Later(_), _)) | None => {
+        Some((Pending::Later(_) | Pending::OnPartition(..), _)) | None => {
             unreachable!("the head was taken or resolved above")
         }
     }

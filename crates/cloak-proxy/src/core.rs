@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::budget::Charge;
 use crate::journal::Journal;
 use crate::ledger::Ledger;
+use crate::storage_health::StorageHealth;
 use crate::wake::{Alarm, Alarms};
 
 /// Most commands taken from the channel per turn of the loop. Work that arrives together is
@@ -91,6 +92,7 @@ pub struct StorageIo {
 pub struct CoreHandle {
     commands: mpsc::Sender<Submission>,
     control: mpsc::UnboundedSender<Control>,
+    storage_health: Arc<StorageHealth>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +125,11 @@ impl CoreHandle {
 
     pub async fn snapshot(&self) -> Result<Snapshot, CoreStopped> {
         self.stats().snapshot().await
+    }
+
+    /// Whether the core's storage answers (see [`crate::storage_health`]).
+    pub fn storage_health(&self) -> &Arc<StorageHealth> {
+        &self.storage_health
     }
 
     /// A handle that can only read statistics (it does not keep the core from draining).
@@ -161,6 +168,7 @@ pub fn spawn(
     let alarms = Alarms::start()?;
     let (commands_tx, commands) = mpsc::channel(CHANNEL);
     let (control_tx, control) = mpsc::unbounded_channel();
+    let storage_health = Arc::new(StorageHealth::default());
     let core = Core {
         engine,
         storage,
@@ -176,6 +184,8 @@ pub fn spawn(
         next_token: 0,
         latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
         io: StorageIo::default(),
+        storage_health: storage_health.clone(),
+        storage_failing: false,
         started: Instant::now(),
     };
     let task = tokio::spawn(core.run(commands, control));
@@ -183,6 +193,7 @@ pub fn spawn(
         CoreHandle {
             commands: commands_tx,
             control: control_tx,
+            storage_health,
         },
         task,
     ))
@@ -208,6 +219,11 @@ struct Core {
     next_token: u64,
     latency: Histogram<u64>,
     io: StorageIo,
+    /// Written on each change of `storage_failing`, for the front end to read.
+    storage_health: Arc<StorageHealth>,
+    /// Whether storage's last answer was a failure (kept here so that a healthy store's answers
+    /// never take the shared cell's lock).
+    storage_failing: bool,
     started: Instant,
 }
 
@@ -255,9 +271,7 @@ impl Core {
                 }
                 Some((id, result, received)) = done.recv() => {
                     self.io.bytes_received += received;
-                    if result.is_err() {
-                        self.io.failures += 1;
-                    }
+                    self.record_health(&result);
                     self.engine.handle_storage(Instant::now(), id, result);
                     self.end_start();
                 }
@@ -300,6 +314,22 @@ impl Core {
                     }
                 },
             }
+        }
+    }
+
+    /// Counts a failed storage request and keeps [`StorageHealth`] up to date.
+    fn record_health(&mut self, result: &Result<StorageReply, StorageError>) {
+        match result {
+            Err(error) => {
+                self.io.failures += 1;
+                self.storage_failing = true;
+                self.storage_health.failed(error.to_string());
+            }
+            Ok(_) if self.storage_failing => {
+                self.storage_failing = false;
+                self.storage_health.answered();
+            }
+            Ok(_) => {}
         }
     }
 

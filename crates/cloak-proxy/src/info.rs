@@ -13,9 +13,10 @@ use crate::core::Snapshot;
 use crate::session::REDIS_VERSION;
 
 /// Renders the sections named (any case; none, `default`, `all` or `everything` for all).
-/// `s` is the store's snapshot; a cluster proxy passes its first partition's there (the
-/// `Scheme`, `Latency` and `Storage` sections are that partition's) and every hosted partition's
-/// in `partitions`, which the keyspace adds up and a `Partitions` section lists one by one.
+/// `s` is the store's snapshot; a cluster proxy passes its first partition's there and every
+/// hosted partition's in `partitions`, which the keyspace adds up, a `Partitions` section lists
+/// one by one, and the `Scheme`, `Latency` and `Storage` sections give each partition's fields
+/// prefixed `partition_N_`.
 pub fn render(
     front: &FrontEnd,
     s: &Snapshot,
@@ -23,7 +24,6 @@ pub fn render(
     partitions: &[(usize, Snapshot)],
 ) -> String {
     let cluster = front.cores.cluster().is_some();
-    let stats = &s.stats;
     let mut sections: Vec<(&str, Vec<(String, String)>)> = Vec::new();
     let kv = |k: &str, v: String| (k.to_string(), v);
 
@@ -139,8 +139,90 @@ pub fn render(
         })
         .collect();
     sections.push(("Keyspace", keyspace));
+    sections.push(("Scheme", per_store(s, partitions, scheme_fields)));
+    if let Some(hosted) = front.cores.cluster() {
+        // The storage URL goes last: it may hold commas (`cloak cluster status` reads this).
+        let lines = partitions
+            .iter()
+            .flat_map(|(index, p)| {
+                let slots: Vec<String> = hosted.map.partitions()[*index]
+                    .slots
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                let health = match hosted.health().partition_problem(*index) {
+                    None => "ok".to_string(),
+                    Some((_, why)) => format!("fail {why}"),
+                };
+                [
+                    kv(
+                        &format!("partition_{index}"),
+                        format!(
+                            "slots={},keys={},capacity={},scheme={},batches_sent={},storage={}",
+                            slots.join(" "),
+                            p.engine.keys,
+                            p.engine.capacity,
+                            p.scheme,
+                            p.stats.batches,
+                            p.storage
+                        ),
+                    ),
+                    kv(&format!("partition_{index}_health"), health),
+                ]
+            })
+            .collect();
+        sections.push(("Partitions", lines));
+    }
+    sections.push(("Latency", per_store(s, partitions, latency_fields)));
+    sections.push(("Storage", per_store(s, partitions, storage_fields)));
+
+    let all = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|w| matches!(w.as_str(), "all" | "default" | "everything"));
+    let mut out = String::new();
+    for (name, fields) in sections {
+        if !all && !wanted.iter().any(|w| w.eq_ignore_ascii_case(name)) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str("\r\n");
+        }
+        let _ = writeln!(out, "# {name}\r");
+        for (k, v) in fields {
+            let _ = writeln!(out, "{k}:{v}\r");
+        }
+    }
+    out
+}
+
+type Fields = Vec<(String, String)>;
+
+/// A section's fields for one store, or in a cluster for each hosted partition (prefixed
+/// `partition_N_`, as the `Partitions` section names them).
+fn per_store(
+    s: &Snapshot,
+    partitions: &[(usize, Snapshot)],
+    fields: fn(&Snapshot) -> Fields,
+) -> Fields {
+    if partitions.is_empty() {
+        return fields(s);
+    }
+    partitions
+        .iter()
+        .flat_map(|(index, p)| {
+            fields(p)
+                .into_iter()
+                .map(move |(k, v)| (format!("partition_{index}_{k}"), v))
+        })
+        .collect()
+}
+
+fn scheme_fields(s: &Snapshot) -> Fields {
+    let stats = &s.stats;
+    let kv = |k: &str, v: String| (k.to_string(), v);
     let lookups = stats.cache_hits + stats.cache_misses;
-    let mut scheme: Vec<(String, String)> = vec![
+    let mut scheme: Fields = vec![
         kv("keys", s.engine.keys.to_string()),
         kv("capacity", s.engine.capacity.to_string()),
         kv("data_commands_processed", s.engine.commands.to_string()),
@@ -172,75 +254,32 @@ pub fn render(
         // Whether the threads that send timed requests run at a real-time priority.
         kv("timing_priority", crate::priority::granted().into()),
     ]);
-    sections.push(("Scheme", scheme));
-    if let Some(hosted) = front.cores.cluster() {
-        // The storage URL goes last: it may hold commas (`cloak cluster status` reads this).
-        let lines = partitions
-            .iter()
-            .map(|(index, p)| {
-                let slots: Vec<String> = hosted.map.partitions()[*index]
-                    .slots
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect();
-                kv(
-                    &format!("partition_{index}"),
-                    format!(
-                        "slots={},keys={},capacity={},scheme={},batches_sent={},storage={}",
-                        slots.join(" "),
-                        p.engine.keys,
-                        p.engine.capacity,
-                        p.scheme,
-                        p.stats.batches,
-                        p.storage
-                    ),
-                )
-            })
-            .collect();
-        sections.push(("Partitions", lines));
-    }
-    let l = &s.latency;
-    sections.push((
-        "Latency",
-        vec![
-            kv("latency_samples", l.count.to_string()),
-            kv("latency_p50_us", l.p50.to_string()),
-            kv("latency_p95_us", l.p95.to_string()),
-            kv("latency_p99_us", l.p99.to_string()),
-            kv("latency_p999_us", l.p999.to_string()),
-            kv("latency_max_us", l.max.to_string()),
-        ],
-    ));
-    sections.push((
-        "Storage",
-        vec![
-            kv("storage", s.storage.clone()),
-            kv("durability", s.durability.into()),
-            kv("storage_requests", s.io.requests.to_string()),
-            kv("storage_request_failures", s.io.failures.to_string()),
-            kv("storage_bytes_sent", s.io.bytes_sent.to_string()),
-            kv("storage_bytes_received", s.io.bytes_received.to_string()),
-        ],
-    ));
+    scheme
+}
 
-    let all = wanted.is_empty()
-        || wanted
-            .iter()
-            .any(|w| matches!(w.as_str(), "all" | "default" | "everything"));
-    let mut out = String::new();
-    for (name, fields) in sections {
-        if !all && !wanted.iter().any(|w| w.eq_ignore_ascii_case(name)) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str("\r\n");
-        }
-        let _ = writeln!(out, "# {name}\r");
-        for (k, v) in fields {
-            let _ = writeln!(out, "{k}:{v}\r");
-        }
-    }
-    out
+fn latency_fields(s: &Snapshot) -> Fields {
+    let kv = |k: &str, v: String| (k.to_string(), v);
+    let l = &s.latency;
+    vec![
+        kv("latency_samples", l.count.to_string()),
+        kv("latency_p50_us", l.p50.to_string()),
+        kv("latency_p95_us", l.p95.to_string()),
+        kv("latency_p99_us", l.p99.to_string()),
+        kv("latency_p999_us", l.p999.to_string()),
+        kv("latency_max_us", l.max.to_string()),
+    ]
+}
+
+fn storage_fields(s: &Snapshot) -> Fields {
+    let kv = |k: &str, v: String| (k.to_string(), v);
+    vec![
+        kv("storage", s.storage.clone()),
+        kv("durability", s.durability.into()),
+        kv("storage_requests", s.io.requests.to_string()),
+        kv("storage_request_failures", s.io.failures.to_string()),
+        kv("storage_bytes_sent", s.io.bytes_sent.to_string()),
+        kv("storage_bytes_received", s.io.bytes_received.to_string()),
+    ]
 }
 
 /// The process's resident set size, from `/proc` where there is one.

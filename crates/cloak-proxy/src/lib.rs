@@ -38,6 +38,7 @@ mod scripting;
 mod server_config;
 mod session;
 pub mod state;
+pub mod storage_health;
 pub mod store_id;
 mod unread;
 mod wake;
@@ -207,7 +208,10 @@ pub struct FrontEnd {
 
 /// A running proxy.
 pub struct Proxy {
+    /// The store's statistics (in a cluster, the first hosted partition's).
     pub stats: StatsHandle,
+    /// In a cluster, each hosted partition's statistics, by partition number; empty otherwise.
+    pub partitions: Vec<(usize, StatsHandle)>,
     /// The first listener's address.
     pub local_addr: SocketAddr,
     /// The first TLS listener's address, if there is one.
@@ -302,6 +306,11 @@ async fn serve(
         }
     };
     let stats = cores.first().stats();
+    // Dropped on return, which stops the probes.
+    let mut probes = tokio::task::JoinSet::new();
+    if let Some(hosted) = cores.cluster() {
+        cluster::probe::spawn_all(hosted.health(), options.password.as_deref(), &mut probes);
+    }
     let front = Arc::new(FrontEnd {
         cores,
         password: options.password,
@@ -322,8 +331,13 @@ async fn serve(
         shutdown: Notify::new(),
         scripts: scripting::Scripts::new(options.script_time_limit),
     });
+    let partitions = front.cores.cluster().map_or_else(Vec::new, |hosted| {
+        let cores = hosted.cores().iter();
+        cores.map(|(p, core)| (*p, core.stats())).collect()
+    });
     ready(Proxy {
         stats,
+        partitions,
         local_addr: listen,
         tls_addr,
     });

@@ -1,19 +1,24 @@
-//! `GET /metrics` in Prometheus' text format: the counters `INFO` shows, for scraping.
+//! `GET /metrics` in Prometheus' text format: the counters `INFO` shows, for scraping. A cluster
+//! proxy gives each metric once per partition it hosts, labelled `partition="N"`.
 //!
 //! A deliberately tiny HTTP responder (one request per connection, bounded reads): the endpoint
 //! serves one page, and a full HTTP stack is not worth its weight here.
 
 use std::fmt::Write;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::core::{Snapshot, StatsHandle};
+use crate::core::{CoreStopped, Snapshot, StatsHandle};
+
+/// Where the figures come from: the store's core (no partition), or each hosted partition's.
+pub type Sources = Arc<Vec<(Option<usize>, StatsHandle)>>;
 
 /// Serves `/metrics` on `listener` until `shutdown` completes.
-pub async fn serve(listener: TcpListener, stats: StatsHandle, shutdown: impl Future<Output = ()>) {
+pub async fn serve(listener: TcpListener, stats: Sources, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -27,7 +32,7 @@ pub async fn serve(listener: TcpListener, stats: StatsHandle, shutdown: impl Fut
     }
 }
 
-async fn answer(mut stream: TcpStream, stats: StatsHandle) {
+async fn answer(mut stream: TcpStream, stats: Sources) {
     let mut request = Vec::new();
     let mut buf = [0u8; 1024];
     // Read the request head, at most 8 KiB, for at most 5 seconds.
@@ -46,8 +51,8 @@ async fn answer(mut stream: TcpStream, stats: StatsHandle) {
     }
     let line = String::from_utf8_lossy(request.split(|&b| b == b'\r').next().unwrap_or_default());
     let (status, body) = match line.split_whitespace().collect::<Vec<_>>()[..] {
-        ["GET", "/metrics", _] => match stats.snapshot().await {
-            Ok(snapshot) => ("200 OK", render(&snapshot)),
+        ["GET", "/metrics", _] => match snapshots(&stats).await {
+            Ok(snapshots) => ("200 OK", render(&snapshots)),
             Err(stopped) => ("503 Service Unavailable", format!("{stopped}\n")),
         },
         _ => (
@@ -63,141 +68,165 @@ async fn answer(mut stream: TcpStream, stats: StatsHandle) {
     let _ = stream.write_all(response.as_bytes()).await;
 }
 
-/// The snapshot in Prometheus' exposition format.
-pub fn render(s: &Snapshot) -> String {
-    let mut out = String::new();
-    let scheme = s.scheme;
-    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-        let _ = writeln!(out, "# HELP cloak_{name} {help}");
-        let _ = writeln!(out, "# TYPE cloak_{name} {kind}");
-        let _ = writeln!(out, "cloak_{name}{{scheme=\"{scheme}\"}} {value}");
-    };
-    let st = &s.stats;
-    metric(
-        "commands_total",
-        "counter",
-        "Commands answered.",
-        s.engine.commands.to_string(),
-    );
-    metric("keys", "gauge", "Keys stored.", s.engine.keys.to_string());
-    metric(
-        "capacity_keys",
-        "gauge",
-        "Keys the store can hold.",
-        s.engine.capacity.to_string(),
-    );
-    metric(
+/// Every source's snapshot.
+async fn snapshots(stats: &Sources) -> Result<Vec<(Option<usize>, Snapshot)>, CoreStopped> {
+    let mut snapshots = Vec::with_capacity(stats.len());
+    for (partition, handle) in stats.iter() {
+        snapshots.push((*partition, handle.snapshot().await?));
+    }
+    Ok(snapshots)
+}
+
+/// One counter or gauge: its name, kind, help and value in a snapshot.
+type Metric = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Snapshot) -> String,
+);
+
+const METRICS: &[Metric] = &[
+    ("commands_total", "counter", "Commands answered.", |s| {
+        s.engine.commands.to_string()
+    }),
+    ("keys", "gauge", "Keys stored.", |s| {
+        s.engine.keys.to_string()
+    }),
+    ("capacity_keys", "gauge", "Keys the store can hold.", |s| {
+        s.engine.capacity.to_string()
+    }),
+    (
         "batches_total",
         "counter",
         "Storage round trips the scheme made.",
-        st.batches.to_string(),
-    );
-    metric(
+        |s| s.stats.batches.to_string(),
+    ),
+    (
         "real_slots_total",
         "counter",
         "Storage accesses that served clients.",
-        st.real_accesses.to_string(),
-    );
-    metric(
+        |s| s.stats.real_accesses.to_string(),
+    ),
+    (
         "dummy_slots_total",
         "counter",
         "Storage accesses made only to hide the real ones.",
-        st.dummy_accesses.to_string(),
-    );
-    metric(
+        |s| s.stats.dummy_accesses.to_string(),
+    ),
+    (
         "batch_utilisation_ratio",
         "gauge",
         "Real accesses over all accesses since start.",
-        format!("{:.6}", st.utilisation()),
-    );
-    metric(
+        |s| format!("{:.6}", s.stats.utilisation()),
+    ),
+    (
         "cache_hits_total",
         "counter",
         "Reads answered at the proxy.",
-        st.cache_hits.to_string(),
-    );
-    metric(
+        |s| s.stats.cache_hits.to_string(),
+    ),
+    (
         "cache_misses_total",
         "counter",
         "Reads that needed storage.",
-        st.cache_misses.to_string(),
-    );
-    metric(
+        |s| s.stats.cache_misses.to_string(),
+    ),
+    (
         "queue_depth",
         "gauge",
         "Client ops waiting for storage.",
-        st.queued.to_string(),
-    );
-    metric(
+        |s| s.stats.queued.to_string(),
+    ),
+    (
         "unwritten_writes",
         "gauge",
         "Acknowledged writes not yet in storage.",
-        st.unwritten.to_string(),
-    );
-    metric(
+        |s| s.stats.unwritten.to_string(),
+    ),
+    (
         "integrity_failures_total",
         "counter",
         "Elements that failed authentication.",
-        st.integrity_failures.to_string(),
-    );
-    metric(
+        |s| s.stats.integrity_failures.to_string(),
+    ),
+    (
         "storage_failures_total",
         "counter",
         "Storage requests that failed.",
-        st.storage_failures.to_string(),
-    );
-    metric(
+        |s| s.stats.storage_failures.to_string(),
+    ),
+    (
         "missed_batches_total",
         "counter",
         "Batch times skipped because the batch before was unfinished.",
-        st.missed_batches.to_string(),
-    );
-    metric(
+        |s| s.stats.missed_batches.to_string(),
+    ),
+    (
         "late_write_backs_total",
         "counter",
         "Write-backs that left after their scheduled time (each shows the server the delay).",
-        st.late_write_backs.to_string(),
-    );
-    metric(
+        |s| s.stats.late_write_backs.to_string(),
+    ),
+    (
         "storage_requests_total",
         "counter",
         "Requests sent to storage.",
-        s.io.requests.to_string(),
-    );
-    metric(
+        |s| s.io.requests.to_string(),
+    ),
+    (
         "storage_sent_bytes_total",
         "counter",
         "Bytes of addresses and values sent to storage.",
-        s.io.bytes_sent.to_string(),
-    );
-    metric(
+        |s| s.io.bytes_sent.to_string(),
+    ),
+    (
         "storage_received_bytes_total",
         "counter",
         "Bytes of values received from storage.",
-        s.io.bytes_received.to_string(),
-    );
-    let l = &s.latency;
+        |s| s.io.bytes_received.to_string(),
+    ),
+];
+
+/// The snapshots in Prometheus' exposition format: each metric's help and type once, then its
+/// value for each source (labelled with its partition, if it is one).
+pub fn render(snapshots: &[(Option<usize>, Snapshot)]) -> String {
+    let mut out = String::new();
+    let labels = |partition: &Option<usize>, s: &Snapshot| match partition {
+        None => format!("scheme=\"{}\"", s.scheme),
+        Some(partition) => format!("scheme=\"{}\",partition=\"{partition}\"", s.scheme),
+    };
+    for (name, kind, help, value) in METRICS {
+        let _ = writeln!(out, "# HELP cloak_{name} {help}");
+        let _ = writeln!(out, "# TYPE cloak_{name} {kind}");
+        for (partition, s) in snapshots {
+            let _ = writeln!(out, "cloak_{name}{{{}}} {}", labels(partition, s), value(s));
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP cloak_latency_microseconds Command latency since start."
     );
     let _ = writeln!(out, "# TYPE cloak_latency_microseconds summary");
-    for (q, v) in [
-        ("0.5", l.p50),
-        ("0.95", l.p95),
-        ("0.99", l.p99),
-        ("0.999", l.p999),
-        ("1", l.max),
-    ] {
+    for (partition, s) in snapshots {
+        let labels = labels(partition, s);
+        let l = &s.latency;
+        for (q, v) in [
+            ("0.5", l.p50),
+            ("0.95", l.p95),
+            ("0.99", l.p99),
+            ("0.999", l.p999),
+            ("1", l.max),
+        ] {
+            let _ = writeln!(
+                out,
+                "cloak_latency_microseconds{{{labels},quantile=\"{q}\"}} {v}"
+            );
+        }
         let _ = writeln!(
             out,
-            "cloak_latency_microseconds{{scheme=\"{scheme}\",quantile=\"{q}\"}} {v}"
+            "cloak_latency_microseconds_count{{{labels}}} {}",
+            l.count
         );
     }
-    let _ = writeln!(
-        out,
-        "cloak_latency_microseconds_count{{scheme=\"{scheme}\"}} {}",
-        l.count
-    );
     out
 }

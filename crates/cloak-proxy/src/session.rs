@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use crate::FrontEnd;
 use crate::budget::Charge;
 use crate::clients::Client;
+use crate::cluster::health::OnPartition;
 use crate::cluster::{Route, fanout, replies};
 use crate::cmd::{self, ClientRequest, DATABASES, Hello, LibAttribute, Request};
 use crate::core::{CoreHandle, Snapshot};
@@ -33,6 +34,9 @@ pub const REDIS_VERSION: &str = "7.2.0";
 pub enum Pending {
     Now(Reply),
     Later(oneshot::Receiver<Outcome>),
+    /// The outcome of a command on a partition of a cluster, whose storage failing is
+    /// answered with `-CLUSTERDOWN` naming it.
+    OnPartition(oneshot::Receiver<Outcome>, OnPartition),
     /// The last reply on this connection (`SHUTDOWN` closes without one, as Redis does).
     Close(Option<Reply>),
 }
@@ -147,7 +151,7 @@ impl<'a> Session<'a> {
             Request::Eval(eval) => {
                 // A script runs on the partition of its keys (they must share a slot).
                 let core = match self.front.cores.route_keys(&eval.keys) {
-                    Ok(Route::One(core)) => core.clone(),
+                    Ok(Route::One(core) | Route::Partition(core, _)) => core.clone(),
                     Ok(Route::Every(_)) => self.front.cores.first().clone(),
                     Err(reply) => return Pending::Now(reply),
                 };
@@ -194,6 +198,7 @@ impl<'a> Session<'a> {
             },
             Request::Cluster(request) => replies::answer(&self.front.cores, request),
             Request::ReadOnly => replies::read_only(&self.front.cores),
+            Request::Health => replies::health(&self.front.cores),
             Request::ConfigGet(patterns) => server_config::get(self.front, &patterns),
             Request::Command(query) => introspect::answer(&query),
             Request::Time => time(),
@@ -228,6 +233,12 @@ impl<'a> Session<'a> {
         let submitted = match self.front.cores.route(&command) {
             Err(reply) => return Pending::Now(reply),
             Ok(Route::One(core)) => core.submit(client, command, charge).await,
+            Ok(Route::Partition(core, on)) => {
+                return match core.submit(client, command, charge).await {
+                    Ok(outcome) => Pending::OnPartition(outcome, on),
+                    Err(stopped) => Pending::Now(Reply::err(stopped)),
+                };
+            }
             Ok(Route::Every(hosted)) if fanout::answers(&command) => {
                 fanout::submit(hosted, client, command, charge).await
             }

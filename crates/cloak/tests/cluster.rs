@@ -1,7 +1,8 @@
 //! A Cloak cluster through the built binary: its cluster replies against a real Redis Cluster's
 //! (byte for byte where Redis's are deterministic), `redis-cli -c` and `cloak cluster status` on
-//! `cloak cluster up`, and a proxy of a cluster over a Redis Cluster killed and restarted (only
-//! its slots fail meanwhile, and no acknowledged write is lost).
+//! `cloak cluster up`, a proxy of a cluster over a Redis Cluster killed and restarted (only its
+//! slots fail meanwhile, with `-CLUSTERDOWN` from the others, and no acknowledged write is lost),
+//! and a partition whose storage dies (only its slots fail).
 //!
 //! The client libraries' cluster clients (redis-py `RedisCluster`, go-redis `ClusterClient`) are
 //! in `client_libs.rs`, with the other client-library tests.
@@ -12,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cloak_cluster::{ClusterMap, key_slot};
-use cloak_testkit::redis_server::RedisCluster;
+use cloak_testkit::redis_server::{RedisCluster, RedisServer};
 
 mod common;
 
@@ -175,6 +176,13 @@ fn cluster_replies_match_a_real_redis_cluster() {
     let _proxies: Vec<Running> = (0..3)
         .map(|i| start_proxy(&file, &format!("p{i}"), &["--scheme", "unsafe"]))
         .collect();
+    // Each proxy probes the others from its start (the first ones found the later ones not yet
+    // listening): wait until every one has seen them all answer.
+    for port in &ports {
+        let ok = "cluster_slots_ok:16384\r\n";
+        let info = wait_for_reply(*port, &["CLUSTER", "INFO"], ok);
+        assert!(info.contains(ok), "{info}");
+    }
     let (mine, other) = (
         local_key(&nodes[0].ranges, None),
         local_key(&nodes[0].ranges, Some(&local_key(&nodes[0].ranges, None))),
@@ -376,6 +384,7 @@ fn redis_cli_follows_redirections_in_cluster_up_and_status_lists_every_partition
         text.contains("partition 8 slots 10922-12287: 1 of 200 keys"),
         "{text}"
     );
+    assert_eq!(text.matches(", health ok").count(), 12, "{text}");
     assert!(
         text.contains("partition 5 slots 6826-8191: 2 of 200 keys"),
         "{text}"
@@ -466,21 +475,73 @@ fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
             .unwrap();
     }
     running[1].take().unwrap().kill();
+    // A live proxy answers the killed one's slots with -CLUSTERDOWN naming the partition, the
+    // proxy and why, once it has failed it (a few probes).
+    let dead = keys.iter().find(|key| owner(&map, key) == 1).unwrap();
+    let slot = key_slot(dead.as_bytes());
+    let refusal = wait_for_reply(ports[0], &["GET", dead], "-CLUSTERDOWN");
+    let partition = map.partition_of(slot).index;
+    assert!(
+        refusal.starts_with(&format!(
+            "-CLUSTERDOWN Hash slot {slot} not served: partition {partition} on proxy p1 ({}): \
+             the proxy does not answer since ",
+            proxies[1].1
+        )),
+        "{refusal}"
+    );
+    assert!(refusal.contains("connection refused"), "{refusal}");
+    let nodes = Raw::connect(ports[2]).send(&["CLUSTER", "NODES"]).raw;
+    let line = nodes
+        .lines()
+        .find(|line| line.contains(&proxies[1].1))
+        .unwrap();
+    assert!(
+        line.contains(" master,fail - ") && line.contains(" disconnected"),
+        "{nodes}"
+    );
+    let failed: u16 = map
+        .hosted_by(1)
+        .flat_map(|p| p.slots.iter().map(|r| r.last - r.first + 1))
+        .sum();
+    let info = Raw::connect(ports[2]).send(&["CLUSTER", "INFO"]).raw;
+    assert!(info.contains("cluster_state:fail\r\n"), "{info}");
+    assert!(
+        info.contains(&format!("cluster_slots_fail:{failed}\r\n")),
+        "{info}"
+    );
+    // A cluster client gets an error for the killed proxy's keys, and is served the others
+    // (and writes to them go on).
+    let client = redis::cluster::ClusterClient::builder(vec![format!("redis://{}/", proxies[0].1)])
+        .retries(1)
+        .min_retry_wait(10)
+        .max_retry_wait(200)
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut cluster = client.get_connection().unwrap();
     for key in &keys {
-        let proxy = owner(&map, key);
-        if proxy == 1 {
-            assert!(
-                TcpStream::connect(("127.0.0.1", ports[1])).is_err(),
-                "the killed proxy still answers"
-            );
+        let got: redis::RedisResult<String> = redis::cmd("GET").arg(key).query(&mut cluster);
+        if owner(&map, key) == 1 {
+            assert!(got.is_err(), "{key} on the killed proxy: {got:?}");
             continue;
         }
-        let got = get_patiently(ports[proxy], key);
-        assert_eq!(
-            got,
-            format!("v-{key}"),
-            "{key} on a proxy that was not killed"
-        );
+        assert_eq!(got.unwrap(), format!("v-{key}"), "{key} on a live proxy");
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(format!("w-{key}"))
+            .query(&mut cluster)
+            .unwrap();
+    }
+    for key in &keys {
+        let proxy = owner(&map, key);
+        if proxy != 1 {
+            assert_eq!(
+                get_patiently(ports[proxy], key),
+                format!("w-{key}"),
+                "{key}"
+            );
+        }
     }
     let status = Command::new(CLOAK)
         .args(["cluster", "status", "--node", &proxies[0].1])
@@ -489,11 +550,131 @@ fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(!status.status.success(), "{text}");
     assert!(text.contains(&format!("{}  DOWN", proxies[1].1)), "{text}");
+    assert!(text.contains("sees it as fail): its slots"), "{text}");
     running[1] = Some(start(1));
     for key in &keys {
         let got = get_patiently(ports[owner(&map, key)], key);
-        assert_eq!(got, format!("v-{key}"), "{key} after the restart");
+        let written = if owner(&map, key) == 1 { "v" } else { "w" };
+        assert_eq!(got, format!("{written}-{key}"), "{key} after the restart");
     }
+    // Once it answers again, the others serve its slots again (by -MOVED to it).
+    wait_for_reply(ports[0], &["GET", dead], "-MOVED");
+    let info = wait_for_reply(ports[2], &["CLUSTER", "INFO"], "cluster_state:ok");
+    assert!(info.contains("cluster_state:ok"), "{info}");
+}
+
+/// The raw reply of `command` through `port` once it contains `expected` (asked again every
+/// 200 ms for up to 30 s: failing a proxy takes a few probes), or the last one.
+fn wait_for_reply(port: u16, command: &[&str], expected: &str) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        let reply = Raw::connect(port).send(command).raw;
+        if reply.contains(expected) || start.elapsed() > Duration::from_secs(30) {
+            return reply;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_partition_whose_storage_dies_fails_only_its_slots() {
+    let mut redis = [RedisServer::start(), RedisServer::start()];
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[proxy]]\nname = \"p0\"\naddress = \"127.0.0.1:{port}\"\n\
+             [[partition]]\nslots = \"0-8191\"\nproxy = \"p0\"\nstorage = \"{}\"\n\
+             [[partition]]\nslots = \"8192-16383\"\nproxy = \"p0\"\nstorage = \"{}\"\n",
+            redis[0].url(),
+            redis[1].url()
+        ),
+    )
+    .unwrap();
+    let state = dir.path().join("state").display().to_string();
+    // A scheme that reads storage for every GET, so the failure shows on the first read after
+    // it (Cloak's own scheme answers keys it holds at the proxy meanwhile; its batches fail).
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let _proxy = start_proxy(
+        &file,
+        "p0",
+        &[
+            "--state-dir",
+            &state,
+            "--scheme",
+            "unsafe",
+            "--metrics",
+            &metrics,
+        ],
+    );
+    let in_partition = |partition: u16| {
+        (0..)
+            .map(|i| format!("key:{i}"))
+            .find(|key| key_slot(key.as_bytes()) / 8192 == partition)
+            .unwrap()
+    };
+    let (healthy, dying) = (in_partition(0), in_partition(1));
+    let mut con = common::connect(port);
+    for key in [&healthy, &dying] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("before")
+            .query(&mut con)
+            .unwrap();
+    }
+    // INFO and the metrics give each partition's figures.
+    let info = Raw::connect(port)
+        .send(&["INFO", "scheme", "latency", "storage"])
+        .raw;
+    for field in ["keys:1", "latency_samples:", "storage:redis://"] {
+        for partition in 0..2 {
+            let field = format!("partition_{partition}_{field}");
+            assert!(info.contains(&field), "{field} in {info}");
+        }
+    }
+    let mut http = TcpStream::connect(&metrics).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut page = String::new();
+    std::io::Read::read_to_string(&mut http, &mut page).unwrap();
+    for partition in 0..2 {
+        let line = format!("cloak_keys{{scheme=\"unsafe\",partition=\"{partition}\"}} 1\n");
+        assert!(page.contains(&line), "{line} in {page}");
+    }
+    redis[1].kill();
+    let slot = key_slot(dying.as_bytes());
+    let refusal = wait_for_reply(port, &["GET", &dying], "-CLUSTERDOWN");
+    assert!(
+        refusal.starts_with(&format!(
+            "-CLUSTERDOWN Hash slot {slot} not served: partition 1 on proxy p0 (127.0.0.1:{port}): \
+             storage unreachable since "
+        )),
+        "{refusal}"
+    );
+    // The other partition serves reads and writes meanwhile.
+    let _: () = redis::cmd("SET")
+        .arg(&healthy)
+        .arg("during")
+        .query(&mut con)
+        .unwrap();
+    let got: String = redis::cmd("GET").arg(&healthy).query(&mut con).unwrap();
+    assert_eq!(got, "during");
+    let info = Raw::connect(port).send(&["CLUSTER", "INFO"]).raw;
+    assert!(info.contains("cluster_state:fail\r\n"), "{info}");
+    assert!(info.contains("cluster_slots_fail:8192\r\n"), "{info}");
+    let partitions = Raw::connect(port).send(&["INFO", "partitions"]).raw;
+    assert!(partitions.contains("partition_0_health:ok"), "{partitions}");
+    assert!(
+        partitions.contains("partition_1_health:fail storage unreachable since "),
+        "{partitions}"
+    );
+    // Its storage back (with what it held), the partition serves again, nothing lost.
+    redis[1].restart();
+    let back = wait_for_reply(port, &["GET", &dying], "before");
+    assert_eq!(back, "$6\r\nbefore\r\n");
+    let info = wait_for_reply(port, &["CLUSTER", "INFO"], "cluster_state:ok");
+    assert!(info.contains("cluster_state:ok"), "{info}");
 }
 
 /// GET through `port`, again on a connection error (a loaded machine can stall a freshly

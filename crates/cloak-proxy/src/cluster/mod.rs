@@ -9,10 +9,16 @@
 //! …) run on every partition hosted here and their answers are merged ([`fanout`]), as a Redis
 //! Cluster node answers for its own slots.
 //!
+//! A partition that cannot serve (its proxy has failed, or its storage fails) gets
+//! `-CLUSTERDOWN` errors that say which and why ([`health`], from the [`probe`]s); the others
+//! keep serving.
+//!
 //! Routing is decided here, in memory, from the public map: the storage server sees each
 //! partition's own fixed schedule whatever is routed where (see `cloak_cluster`).
 
 pub mod fanout;
+pub mod health;
+pub mod probe;
 pub mod replies;
 
 use std::sync::Arc;
@@ -21,6 +27,7 @@ use bytes::Bytes;
 use cloak_cluster::{ClusterMap, CrossSlot, slot};
 use cloak_core::Command;
 
+use self::health::{Health, OnPartition};
 use crate::core::CoreHandle;
 use crate::resp::Reply;
 
@@ -39,12 +46,16 @@ pub struct Hosted {
     pub me: usize,
     /// The cores of the partitions hosted here, in partition order (the order SCAN walks them).
     cores: Vec<(usize, CoreHandle)>,
+    /// Which proxies and partitions can serve.
+    health: Arc<Health>,
 }
 
 /// Where one command runs.
 pub enum Route<'a> {
-    /// On this core.
+    /// On this core (of a proxy that is not in a cluster).
     One(&'a CoreHandle),
+    /// On this core of a partition hosted here, for a key of this slot.
+    Partition(&'a CoreHandle, OnPartition),
     /// On every partition hosted here (a command without keys in a cluster).
     Every(&'a Hosted),
 }
@@ -67,7 +78,22 @@ impl Hosted {
                 map.proxies().get(me).map_or("?", |p| p.name.as_str())
             ));
         }
-        Ok(Self { map, me, cores })
+        let storage = cores
+            .iter()
+            .map(|(partition, core)| (*partition, core.storage_health().clone()))
+            .collect();
+        let health = Arc::new(Health::new(map.clone(), me, storage));
+        Ok(Self {
+            map,
+            me,
+            cores,
+            health,
+        })
+    }
+
+    /// Which proxies and partitions can serve.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     /// The hosted partitions' cores, in partition order.
@@ -107,8 +133,18 @@ impl Cores {
         };
         let partition = hosted.map.partition_of(slot);
         match hosted.core_of(partition.index) {
-            Some(core) => Ok(Route::One(core)),
+            Some(core) => Ok(Route::Partition(
+                core,
+                OnPartition {
+                    health: hosted.health.clone(),
+                    partition: partition.index,
+                    slot,
+                },
+            )),
             None => {
+                if let Some(refused) = hosted.health.refusal(slot, partition.index) {
+                    return Err(refused);
+                }
                 let owner = &hosted.map.proxies()[partition.proxy];
                 Err(Reply::Error(format!("MOVED {slot} {}", owner.address())))
             }

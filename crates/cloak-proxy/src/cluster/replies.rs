@@ -2,14 +2,16 @@
 //! (checked against a real Redis Cluster in `tests/cluster_oracle.rs`), from the public map.
 //!
 //! Every proxy is a master with no replicas; a partition is not a node of its own, since
-//! clients reach partitions only through the proxy that hosts them. What the map cannot say
-//! (whether another proxy is up right now) is reported as Redis reports a healthy node: a
-//! client that finds one down fails over to asking another proxy, which redirects it back.
+//! clients reach partitions only through the proxy that hosts them. Whether the other proxies
+//! answer, and whether each partition's storage does, comes from [`super::health`]: a proxy
+//! that does not answer is `fail?` and then `fail`, as Redis flags a node, and the slots that
+//! cannot be served count in `CLUSTER INFO`.
 
 use std::fmt::Write;
 
 use cloak_cluster::{ClusterMap, SLOTS, key_slot};
 
+use super::health::NodeState;
 use super::{Cores, Hosted};
 use crate::cmd::ClusterRequest;
 use crate::resp::Reply;
@@ -27,7 +29,7 @@ pub fn answer(cores: &Cores, request: ClusterRequest) -> Reply {
         ClusterRequest::KeySlot(key) => Reply::Integer(i64::from(key_slot(&key))),
         ClusterRequest::MyId => Reply::bulk(map.proxies()[hosted.me].id.clone()),
         ClusterRequest::Slots => slots(map),
-        ClusterRequest::Shards => shards(map),
+        ClusterRequest::Shards => shards(hosted),
         ClusterRequest::Nodes => Reply::Verbatim(nodes(hosted)),
         ClusterRequest::Info => Reply::Verbatim(info(hosted)),
     }
@@ -37,6 +39,14 @@ pub fn answer(cores: &Cores, request: ClusterRequest) -> Reply {
 pub fn read_only(cores: &Cores) -> Reply {
     match cores.cluster() {
         Some(_) => Reply::ok(),
+        None => Reply::Error(DISABLED.into()),
+    }
+}
+
+/// The answer to `CLOAK.HEALTH`: a line per partition hosted here (see `probe`).
+pub fn health(cores: &Cores) -> Reply {
+    match cores.cluster() {
+        Some(hosted) => Reply::Verbatim(hosted.health().report()),
         None => Reply::Error(DISABLED.into()),
     }
 }
@@ -72,8 +82,9 @@ fn slots(map: &ClusterMap) -> Reply {
 }
 
 /// `CLUSTER SHARDS`: one shard per proxy that serves slots: its slot runs as a flat list of
-/// first and last, and its one node.
-fn shards(map: &ClusterMap) -> Reply {
+/// first and last, and its one node (`failed` once it has failed, as Redis says).
+fn shards(hosted: &Hosted) -> Reply {
+    let map = &hosted.map;
     Reply::Array(
         map.proxies()
             .iter()
@@ -93,7 +104,13 @@ fn shards(map: &ClusterMap) -> Reply {
                     ("endpoint", Reply::bulk(proxy.host.clone())),
                     ("role", Reply::bulk("master")),
                     ("replication-offset", Reply::Integer(0)),
-                    ("health", Reply::bulk("online")),
+                    (
+                        "health",
+                        Reply::bulk(match hosted.health().node_state(index) {
+                            NodeState::Failed => "failed",
+                            NodeState::Ok | NodeState::Suspected => "online",
+                        }),
+                    ),
                 ]);
                 Reply::map([
                     ("slots", Reply::Array(slots)),
@@ -105,22 +122,26 @@ fn shards(map: &ClusterMap) -> Reply {
 }
 
 /// `CLUSTER NODES`: one line per proxy, `id host:port@bus flags master ping pong epoch link
-/// slots…`. There is no cluster bus (the map is configuration, not gossip), so its port is 0.
+/// slots…`. There is no cluster bus (the map is configuration, not gossip), so its port is 0;
+/// `pong` is when the proxy last answered a probe.
 fn nodes(hosted: &Hosted) -> String {
     let map = &hosted.map;
+    let health = hosted.health();
     let mut text = String::new();
     for (index, proxy) in map.proxies().iter().enumerate() {
-        let flags = if index == hosted.me {
-            "myself,master"
-        } else {
-            "master"
+        let (flags, link) = match health.node_state(index) {
+            _ if index == hosted.me => ("myself,master", "connected"),
+            NodeState::Ok => ("master", "connected"),
+            NodeState::Suspected => ("master,fail?", "disconnected"),
+            NodeState::Failed => ("master,fail", "disconnected"),
         };
         let _ = write!(
             text,
-            "{} {}:{}@0 {flags} - 0 0 {} connected",
+            "{} {}:{}@0 {flags} - 0 {} {} {link}",
             proxy.id,
             proxy.host,
             proxy.port,
+            health.pong_ms(index),
             index + 1
         );
         for range in map.ranges_of(index) {
@@ -131,19 +152,23 @@ fn nodes(hosted: &Hosted) -> String {
     text
 }
 
-/// `CLUSTER INFO`: Redis's fields. Every slot is assigned by construction of the map.
+/// `CLUSTER INFO`: Redis's fields. Every slot is assigned by construction of the map; the state
+/// is `fail` while any slot cannot be served (the others still are, as with Redis's
+/// `cluster-require-full-coverage no`).
 fn info(hosted: &Hosted) -> String {
     let map = &hosted.map;
     let proxies = map.proxies().len();
     let serving = (0..proxies)
         .filter(|&proxy| map.hosted_by(proxy).next().is_some())
         .count();
+    let (suspected, failed) = hosted.health().failing_slots();
+    let state = if failed == 0 { "ok" } else { "fail" };
     let fields = [
-        ("cluster_state", "ok".to_string()),
+        ("cluster_state", state.to_string()),
         ("cluster_slots_assigned", SLOTS.to_string()),
-        ("cluster_slots_ok", SLOTS.to_string()),
-        ("cluster_slots_pfail", "0".into()),
-        ("cluster_slots_fail", "0".into()),
+        ("cluster_slots_ok", (SLOTS - suspected - failed).to_string()),
+        ("cluster_slots_pfail", suspected.to_string()),
+        ("cluster_slots_fail", failed.to_string()),
         ("cluster_known_nodes", proxies.to_string()),
         ("cluster_size", serving.to_string()),
         ("cluster_current_epoch", proxies.to_string()),

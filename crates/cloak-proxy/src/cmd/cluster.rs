@@ -1,4 +1,5 @@
-//! Cluster commands: `CLUSTER SLOTS SHARDS NODES INFO KEYSLOT MYID`, `READONLY`, `READWRITE`.
+//! Cluster commands: `CLUSTER SLOTS SHARDS NODES INFO KEYSLOT MYID`, `READONLY`, `READWRITE`,
+//! and Cloak's `CLOAK.HEALTH`.
 //!
 //! They describe the public cluster map (or, on a proxy that is not part of a cluster, are
 //! refused as Redis refuses them with cluster support disabled); none reaches storage.
@@ -55,6 +56,12 @@ pub fn myid(args: &mut Args) -> Result<Request, Reply> {
 pub fn readonly(args: &mut Args) -> Result<Request, Reply> {
     args.exactly(0)?;
     Ok(Request::ReadOnly)
+}
+
+/// `CLOAK.HEALTH`: Cloak's own, for the other proxies of a cluster (see `cluster::probe`).
+pub fn health(args: &mut Args) -> Result<Request, Reply> {
+    args.expect(0)?;
+    Ok(Request::Health)
 }
 
 /// `READWRITE`: the opposite of `READONLY`, equally without effect.

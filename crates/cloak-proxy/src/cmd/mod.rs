@@ -77,6 +77,9 @@ pub enum Request {
     Cluster(ClusterRequest),
     /// `READONLY` or `READWRITE`: accepted in a cluster (there are no replicas to read from).
     ReadOnly,
+    /// `CLOAK.HEALTH`: whether each partition hosted here can serve (what the other proxies of a
+    /// cluster probe).
+    Health,
 }
 
 impl Request {

@@ -177,14 +177,17 @@ fn init(args: ClusterInitArgs) -> anyhow::Result<()> {
 /// How long `cloak cluster status` waits for a proxy.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// One proxy of `CLUSTER NODES`: its address and slots.
+/// One proxy of `CLUSTER NODES`: its address, flags and slots.
 struct Node {
     address: String,
+    /// As the proxy asked sees it: `master`, `master,fail?` (suspected), `master,fail`.
+    flags: String,
     slots: Vec<String>,
 }
 
-/// Asks `args.node` for the cluster's proxies, then each proxy for its partitions. Fails if a
-/// proxy does not answer (after listing everything), so scripts can check health.
+/// Asks `args.node` for the cluster's proxies, then each proxy for its partitions and their
+/// health. Fails if a proxy does not answer or a partition cannot serve (after listing
+/// everything), so scripts can check health.
 fn status(args: &ClusterStatusArgs) -> anyhow::Result<()> {
     let mut seed = connect(&args.node, args.password.as_deref())
         .with_context(|| format!("cannot reach the proxy at {}", args.node))?;
@@ -199,11 +202,12 @@ fn status(args: &ClusterStatusArgs) -> anyhow::Result<()> {
             let address = fields.get(1)?.split('@').next()?.to_string();
             Some(Node {
                 address,
+                flags: fields.get(2)?.to_string(),
                 slots: fields.iter().skip(8).map(|s| s.to_string()).collect(),
             })
         })
         .collect();
-    let mut down = 0;
+    let (mut down, mut failing) = (0, 0);
     println!("{} proxies (from {}):", nodes.len(), args.node);
     for node in &nodes {
         let info = connect(&node.address, args.password.as_deref()).and_then(|mut con| {
@@ -215,16 +219,36 @@ fn status(args: &ClusterStatusArgs) -> anyhow::Result<()> {
         match info {
             Ok(info) => {
                 println!("{}  up  slots {}", node.address, node.slots.join(","));
-                for line in info.lines().filter(|l| l.starts_with("partition_")) {
-                    println!("  {}", describe_partition(line.trim_end()));
+                let health = |name: &str| {
+                    let prefix = format!("{name}_health:");
+                    info.lines()
+                        .find_map(|l| l.strip_prefix(&prefix))
+                        .unwrap_or("?")
+                        .trim_end()
+                        .to_string()
+                };
+                for line in info.lines() {
+                    let Some((name, _)) = line.split_once(':') else {
+                        continue;
+                    };
+                    if name.starts_with("partition_") && !name.ends_with("_health") {
+                        let health = health(name);
+                        if health != "ok" {
+                            failing += 1;
+                        }
+                        println!("  {}, health {health}", describe_partition(line.trim_end()));
+                    }
                 }
             }
             Err(error) => {
                 down += 1;
+                let seen = node.flags.split(',').find(|f| f.starts_with("fail"));
                 println!(
-                    "{}  DOWN ({error:#}): its slots {} fail until it is back; the other \
-                     proxies serve theirs",
+                    "{}  DOWN ({error:#}; {} sees it as {}): its slots {} fail until it is \
+                     back; the other proxies serve theirs",
                     node.address,
+                    args.node,
+                    seen.unwrap_or("up"),
                     node.slots.join(",")
                 );
             }
@@ -232,6 +256,9 @@ fn status(args: &ClusterStatusArgs) -> anyhow::Result<()> {
     }
     if down > 0 {
         bail!("{down} of {} proxies do not answer", nodes.len());
+    }
+    if failing > 0 {
+        bail!("{failing} partitions cannot serve (see their health)");
     }
     Ok(())
 }
