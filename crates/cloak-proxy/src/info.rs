@@ -73,8 +73,17 @@ pub fn render(
     // The proxy listens once its recovery scan is done, and the scheme's initial fill runs
     // after that: Redis's `loading` fields (over elements rather than bytes) say how far it got.
     // Client ops wait for the fill rather than getting Redis's `-LOADING` error.
-    let mut persistence = vec![kv("loading", u8::from(stats.filling.is_some()).to_string())];
-    if let Some((written, of)) = stats.filling {
+    // A cluster proxy is loading while any of its partitions fills; the counts add up.
+    let stores: Vec<&Snapshot> = match partitions.is_empty() {
+        true => vec![s],
+        false => partitions.iter().map(|(_, p)| p).collect(),
+    };
+    let filling = stores
+        .iter()
+        .filter_map(|store| store.stats.filling)
+        .reduce(|(written, of), (w, o)| (written + w, of + o));
+    let mut persistence = vec![kv("loading", u8::from(filling.is_some()).to_string())];
+    if let Some((written, of)) = filling {
         let percent = 100.0 * written as f64 / of.max(1) as f64;
         persistence.push(kv("loading_loaded_perc", format!("{percent:.2}")));
         persistence.push(kv("loading_loaded_elements", written.to_string()));

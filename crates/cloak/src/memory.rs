@@ -19,7 +19,6 @@
 //!   other changes Cloak is at 182 bytes a key, not measured apart.)
 
 use std::convert::Infallible;
-use std::future::Future;
 
 use tokio::sync::Notify;
 
@@ -53,12 +52,10 @@ pub fn start_is_over() {
 
 /// Waits for the first start to be over, returns what this thread freed, then never finishes:
 /// run it beside the proxy on the thread that ran the recovery (`block_on`'s).
-pub fn collect_on_this_thread_after_start() -> impl Future<Output = Infallible> {
-    async {
-        STARTED.notified().await;
-        give_back_freed();
-        std::future::pending().await
-    }
+pub async fn collect_on_this_thread_after_start() -> Infallible {
+    STARTED.notified().await;
+    give_back_freed();
+    std::future::pending().await
 }
 
 /// Returns the memory this thread's allocator holds freed, and what any thread freed in whole

@@ -60,7 +60,7 @@ pub fn readonly(args: &mut Args) -> Result<Request, Reply> {
 
 /// `CLOAK.HEALTH`: Cloak's own, for the other proxies of a cluster (see `cluster::probe`).
 pub fn health(args: &mut Args) -> Result<Request, Reply> {
-    args.expect(0)?;
+    args.exactly(0)?;
     Ok(Request::Health)
 }
 
