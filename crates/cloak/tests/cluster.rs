@@ -490,7 +490,8 @@ fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
         "{refusal}"
     );
     assert!(refusal.contains("connection refused"), "{refusal}");
-    let nodes = Raw::connect(ports[2]).send(&["CLUSTER", "NODES"]).raw;
+    // Each proxy probes on its own clock: the third may still only suspect the dead one.
+    let nodes = wait_for_reply(ports[2], &["CLUSTER", "NODES"], " master,fail - ");
     let line = nodes
         .lines()
         .find(|line| line.contains(&proxies[1].1))
