@@ -103,7 +103,11 @@ impl MemoryStore {
             }
             StorageOp::Scan { after, limit } => {
                 let limit = limit as usize;
-                let first = after.map_or(0, |a| a.saturating_add(1));
+                // Nothing lies after the last address (the store marker's): saturating there
+                // would hand it back again, out of order.
+                let Some(first) = after.map_or(Some(0), |a| a.checked_add(1)) else {
+                    return StorageReply::Entries(Vec::new());
+                };
                 // Dense addresses come first and are already in order.
                 let mut found: Vec<Addr> = if first < DENSE_LIMIT {
                     (first as usize..self.dense.len())
@@ -208,6 +212,23 @@ mod tests {
         let mut want: Vec<Addr> = (0..10).collect();
         want.extend([label, label + 1]);
         assert_eq!(seen, want);
+    }
+
+    /// A scan that stopped at the last address (a full chunk ending at the store marker) asks
+    /// for what comes after it: nothing, not the marker again (found when Path ORAM's 2^L − 1
+    /// buckets and the marker made a whole number of chunks).
+    #[test]
+    fn nothing_comes_after_the_last_address() {
+        let mut store = MemoryStore::new();
+        store.apply(StorageOp::Write(vec![(
+            Addr::MAX,
+            Bytes::from_static(b"m"),
+        )]));
+        let reply = store.apply(StorageOp::Scan {
+            after: Some(Addr::MAX),
+            limit: 10,
+        });
+        assert!(matches!(reply, StorageReply::Entries(entries) if entries.is_empty()));
     }
 
     #[test]
