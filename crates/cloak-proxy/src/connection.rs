@@ -242,6 +242,12 @@ async fn write_replies(
             Event::Wrote(Ok(n)) => {
                 out.advance(n);
                 unread.set(out.len());
+                // Everything gathered is written: push it out. Over TLS the last ciphertext
+                // may otherwise wait in the TLS stream for the next write (on a plain socket
+                // this does nothing).
+                if out.is_empty() && writer.flush().await.is_err() {
+                    return;
+                }
             }
             Event::Reply(None) => closing = true,
             Event::Reply(Some((reply, protocol, last))) => {
