@@ -137,6 +137,10 @@ pub struct SchemeStats {
     /// re-encrypted too late: each shows the server how late the proxy was (see
     /// `cloak_schemes::schedule`).
     pub late_write_backs: u64,
+    /// Recovered records the initial fill could not read back from recovery's spool (each is
+    /// lost until a client writes its key again): while any is, the proxy keeps the spool for
+    /// the operator instead of deleting it.
+    pub fill_losses: u64,
     /// While the initial fill runs: elements it wrote, of all it writes. Client ops wait until
     /// it is done, and `INFO` says the proxy is loading.
     pub filling: Option<(u64, u64)>,

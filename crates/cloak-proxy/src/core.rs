@@ -243,8 +243,11 @@ impl Core {
         let mut alarm: Option<(Instant, Alarm)> = None;
         loop {
             self.flush(&done_tx, &committed_tx);
-            if self.spool.is_some() && self.engine.scheme_stats().unwritten == 0 {
-                self.retire_spool();
+            if self.spool.is_some() {
+                let stats = self.engine.scheme_stats();
+                if stats.unwritten == 0 {
+                    self.retire_spool(stats.fill_losses);
+                }
             }
             if !open && self.drained() {
                 tracing::info!("all acknowledged writes are in storage");
@@ -466,11 +469,33 @@ impl Core {
         }
     }
 
-    /// Deletes the recovery spool: storage holds every record now (see [`crate::state`]).
-    fn retire_spool(&mut self) {
+    /// Deletes the recovery spool: storage holds every record now (see [`crate::state`]). If
+    /// the fill lost records it could not read back from it (`fill_losses`), the spool is the
+    /// only copy of what they held: it is kept aside, renamed, for the operator (the next start
+    /// does not read it again), never deleted.
+    fn retire_spool(&mut self, fill_losses: u64) {
         let Some(path) = self.spool.take() else {
             return;
         };
+        if fill_losses > 0 {
+            let kept = path.with_extension("spool.lost-records");
+            match std::fs::rename(&path, &kept) {
+                Ok(()) => tracing::error!(
+                    lost = fill_losses,
+                    kept = %kept.display(),
+                    "the fill could not read back some recovered records; kept the spool that \
+                     holds them"
+                ),
+                Err(error) => tracing::error!(
+                    lost = fill_losses,
+                    path = %path.display(),
+                    %error,
+                    "the fill could not read back some recovered records, and the spool could \
+                     not be set aside; the next start reads it again"
+                ),
+            }
+            return;
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => tracing::info!(
                 path = %path.display(),

@@ -261,7 +261,12 @@ impl Cloak {
                 .clone()
                 .map(|addr| self.slot_at[addr as usize])
                 .collect();
-            let records = take_for_fill(&mut self.initial, &slots, &mut self.corrupt);
+            let records = take_for_fill(
+                &mut self.initial,
+                &slots,
+                &mut self.corrupt,
+                &mut self.io.stats.fill_losses,
+            );
             let recovered = slots
                 .iter()
                 .zip(&records)

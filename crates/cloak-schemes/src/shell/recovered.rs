@@ -11,11 +11,13 @@ use cloak_core::{Record, RecoveredRecords, Slot};
 
 /// The recovered records of `slots` for the fill, in that order (read back a request's worth at
 /// a time, see [`RecoveredRecords::take_all`]); a record that cannot be read back is logged, its
-/// slot goes into `corrupt` and the fill writes it empty (see the module docs).
+/// slot goes into `corrupt`, `losses` counts it, and the fill writes it empty (see the module
+/// docs).
 pub fn take_for_fill(
     initial: &mut RecoveredRecords,
     slots: &[u32],
     corrupt: &mut impl Extend<u32>,
+    losses: &mut u64,
 ) -> Vec<Record> {
     let wanted: Vec<Slot> = slots.iter().map(|&slot| Slot::from(slot)).collect();
     let taken = initial.take_all(&wanted);
@@ -31,6 +33,7 @@ pub fn take_for_fill(
                      again"
                 );
                 corrupt.extend([slot]);
+                *losses += 1;
                 Record::empty()
             })
         })
@@ -51,11 +54,12 @@ mod tests {
             value: Bytes::from_static(b"value"),
         };
         let mut initial = RecoveredRecords::from(vec![(2, record.clone())]);
-        let mut corrupt = Vec::new();
+        let (mut corrupt, mut losses) = (Vec::new(), 0);
         assert_eq!(
-            take_for_fill(&mut initial, &[3, 2], &mut corrupt),
+            take_for_fill(&mut initial, &[3, 2], &mut corrupt, &mut losses),
             [Record::empty(), record]
         );
         assert!(corrupt.is_empty());
+        assert_eq!(losses, 0);
     }
 }

@@ -71,7 +71,8 @@ impl Startup {
         cached.shuffle(&mut rng);
         let mut cache = LruCache::unbounded();
         let mut cached_recovered = Vec::new();
-        let records = take_for_fill(&mut initial, &cached, &mut corrupt);
+        let mut fill_losses = 0;
+        let records = take_for_fill(&mut initial, &cached, &mut corrupt, &mut fill_losses);
         for (slot, record) in cached.into_iter().zip(records) {
             if record.version > 0 {
                 cached_recovered.push(slot);
@@ -124,6 +125,7 @@ impl Startup {
             unstored: 0,
             io: Io::default(),
         };
+        waffle.io.stats.fill_losses = fill_losses;
         waffle.io.send(
             Purpose::Scan,
             StorageOp::Scan {
@@ -176,8 +178,13 @@ impl Waffle {
                     Object::Dummy(_) => None,
                 })
                 .collect();
-            let mut taken =
-                take_for_fill(&mut self.startup.initial, &reals, &mut self.corrupt).into_iter();
+            let mut taken = take_for_fill(
+                &mut self.startup.initial,
+                &reals,
+                &mut self.corrupt,
+                &mut self.io.stats.fill_losses,
+            )
+            .into_iter();
             let mut recovered = Vec::new();
             let mut writes = Vec::with_capacity(objects.len());
             for &object in objects {
