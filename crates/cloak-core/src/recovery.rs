@@ -52,7 +52,8 @@ pub enum RecoveryError {
     /// The spool an interrupted start left holds an element that does not open.
     #[error(
         "the recovery spool an interrupted start left in the state directory holds an element \
-         (address {address}) that does not open: {error}"
+         (address {address}) that does not open: {error}; to start without it, move \
+         STATE_DIR/recovery.spool aside (the records only it holds are then lost)"
     )]
     EarlierSpool {
         /// The element's address.
