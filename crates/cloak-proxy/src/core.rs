@@ -243,12 +243,6 @@ impl Core {
         let mut alarm: Option<(Instant, Alarm)> = None;
         loop {
             self.flush(&done_tx, &committed_tx);
-            if self.spool.is_some() {
-                let stats = self.engine.scheme_stats();
-                if stats.unwritten == 0 {
-                    self.retire_spool(stats.fill_losses);
-                }
-            }
             if !open && self.drained() {
                 tracing::info!("all acknowledged writes are in storage");
                 self.save_ledger();
@@ -457,15 +451,22 @@ impl Core {
         }
     }
 
-    /// Runs the start's hook once the start is over: storage holds every recovered record
-    /// again, so the scheme has dropped what recovery handed it. Checked after storage replies
-    /// only (a start ends with one), and only until it runs: `scheme_stats` walks the pending ops.
+    /// Ends the start once it is over, when storage holds every recovered record again: the
+    /// recovery spool is retired, and the start's hook runs (the scheme has dropped what
+    /// recovery handed it). Checked after storage replies only (a start ends with one), and only
+    /// until both are done: `scheme_stats` walks the pending ops.
     fn end_start(&mut self) {
-        if self.after_start.is_some() && self.engine.scheme_stats().unwritten == 0 {
-            tracing::debug!("the start is over");
-            if let Some(hook) = self.after_start.take() {
-                hook();
-            }
+        if self.spool.is_none() && self.after_start.is_none() {
+            return;
+        }
+        let stats = self.engine.scheme_stats();
+        if stats.unwritten > 0 {
+            return;
+        }
+        tracing::debug!("the start is over");
+        self.retire_spool(stats.fill_losses);
+        if let Some(hook) = self.after_start.take() {
+            hook();
         }
     }
 
