@@ -24,6 +24,11 @@ pub fn render(
     partitions: &[(usize, Snapshot)],
 ) -> String {
     let cluster = front.cores.cluster().is_some();
+    // Every store this proxy answers for: the one, or in a cluster each hosted partition.
+    let stores: Vec<&Snapshot> = match partitions.is_empty() {
+        true => vec![s],
+        false => partitions.iter().map(|(_, p)| p).collect(),
+    };
     let mut sections: Vec<(&str, Vec<(String, String)>)> = Vec::new();
     let kv = |k: &str, v: String| (k.to_string(), v);
 
@@ -74,10 +79,6 @@ pub fn render(
     // after that: Redis's `loading` fields (over elements rather than bytes) say how far it got.
     // Client ops wait for the fill rather than getting Redis's `-LOADING` error.
     // A cluster proxy is loading while any of its partitions fills; the counts add up.
-    let stores: Vec<&Snapshot> = match partitions.is_empty() {
-        true => vec![s],
-        false => partitions.iter().map(|(_, p)| p).collect(),
-    };
     let filling = stores
         .iter()
         .filter_map(|store| store.stats.filling)
@@ -115,11 +116,7 @@ pub fn render(
         ],
     ));
     // A cluster proxy answers for all its partitions' keys, as a Redis node for its slots.
-    let engines: Vec<&cloak_core::EngineStats> = if partitions.is_empty() {
-        vec![&s.engine]
-    } else {
-        partitions.iter().map(|(_, p)| &p.engine).collect()
-    };
+    let engines: Vec<&cloak_core::EngineStats> = stores.iter().map(|p| &p.engine).collect();
     let per_db = |field: fn(&cloak_core::EngineStats) -> &Vec<u64>| -> Vec<u64> {
         let mut total = vec![0; usize::from(cloak_core::database::DATABASES)];
         for engine in &engines {
