@@ -10,43 +10,51 @@
 //! Cluster node answers for its own slots.
 //!
 //! Routing is decided here, in memory, from the public map: the storage server sees each
-//! partition's own fixed schedule whatever is routed where (see `cloak_cluster`).
+//! partition's own fixed schedule whatever is routed where (see `cloak_cluster`). The map
+//! changes only when an operator moves a partition ([`handoff`]); [`runtime`] holds the map and
+//! the partitions served now, and routes each command by one snapshot of them.
 
 pub mod fanout;
+pub mod handoff;
 pub mod replies;
-
-use std::sync::Arc;
+pub mod runtime;
 
 use bytes::Bytes;
+use std::sync::Arc;
+
 use cloak_cluster::{ClusterMap, CrossSlot, slot};
 use cloak_core::Command;
 
 use crate::core::CoreHandle;
 use crate::resp::Reply;
+pub use runtime::{Node, PartitionHost};
 
 /// Where a proxy's key commands go.
 pub enum Cores {
     /// A proxy of one store: every command goes to its core.
     Single(CoreHandle),
     /// A proxy in a cluster: each command goes to the partition owning its keys' slot.
-    Cluster(Hosted),
+    Cluster(Arc<Node>),
 }
 
-/// The partitions a cluster proxy hosts, and the map of the rest.
+/// The partitions a cluster proxy serves at one moment, and the map of the rest.
 pub struct Hosted {
     pub map: Arc<ClusterMap>,
     /// This proxy, an index into the map's proxies.
     pub me: usize,
     /// The cores of the partitions hosted here, in partition order (the order SCAN walks them).
     cores: Vec<(usize, CoreHandle)>,
+    /// Partitions being handed over to or from this proxy: not served here now, and commands for
+    /// their slots wait for the hand-off rather than being redirected (see [`handoff`]).
+    moving: Vec<usize>,
 }
 
 /// Where one command runs.
-pub enum Route<'a> {
+pub enum Route {
     /// On this core.
-    One(&'a CoreHandle),
+    One(CoreHandle),
     /// On every partition hosted here (a command without keys in a cluster).
-    Every(&'a Hosted),
+    Every(Arc<Hosted>),
 }
 
 impl Hosted {
@@ -67,7 +75,12 @@ impl Hosted {
                 map.proxies().get(me).map_or("?", |p| p.name.as_str())
             ));
         }
-        Ok(Self { map, me, cores })
+        Ok(Self {
+            map,
+            me,
+            cores,
+            moving: Vec::new(),
+        })
     }
 
     /// The hosted partitions' cores, in partition order.
@@ -81,55 +94,70 @@ impl Hosted {
             .find(|(hosted, _)| *hosted == partition)
             .map(|(_, core)| core)
     }
+
+    /// Where a command for `slot` runs, the error a Redis Cluster node would give, or `None`
+    /// while the slot's partition is handed over.
+    fn route_slot(&self, slot: u16) -> Result<Option<Route>, Reply> {
+        let partition = self.map.partition_of(slot);
+        if let Some(core) = self.core_of(partition.index) {
+            return Ok(Some(Route::One(core.clone())));
+        }
+        if self.moving.contains(&partition.index) {
+            return Ok(None);
+        }
+        let owner = &self.map.proxies()[partition.proxy];
+        Err(Reply::Error(format!("MOVED {slot} {}", owner.address())))
+    }
 }
 
 impl Cores {
     /// Where `command` runs, or the error a Redis Cluster node would give.
-    pub fn route(&self, command: &Command) -> Result<Route<'_>, Reply> {
-        match (self, command) {
-            (Cores::Single(core), _) => Ok(Route::One(core)),
+    pub async fn route(&self, command: &Command) -> Result<Route, Reply> {
+        match command {
             // The only command whose keys are not in `keys()`: it reads none.
-            (Cores::Cluster(_), Command::Watch(keys)) => self.route_keys(keys),
-            (Cores::Cluster(_), command) => self.route_keys(&command.keys()),
+            Command::Watch(keys) => self.route_keys(keys).await,
+            command => self.route_keys(&command.keys()).await,
         }
     }
 
-    /// Where a command naming `keys` runs, or the error a Redis Cluster node would give.
-    pub fn route_keys(&self, keys: &[Bytes]) -> Result<Route<'_>, Reply> {
-        let hosted = match self {
-            Cores::Single(core) => return Ok(Route::One(core)),
-            Cores::Cluster(hosted) => hosted,
+    /// Where a command naming `keys` runs, or the error a Redis Cluster node would give; while
+    /// their partition is handed over, once the hand-off is done (see [`runtime`]).
+    pub async fn route_keys(&self, keys: &[Bytes]) -> Result<Route, Reply> {
+        let node = match self {
+            Cores::Single(core) => return Ok(Route::One(core.clone())),
+            Cores::Cluster(node) => node,
         };
-        let slot = match slot::common_slot(keys.iter().map(|key| key.as_ref())) {
-            Err(cross @ CrossSlot) => return Err(Reply::Error(cross.to_string())),
-            Ok(None) => return Ok(Route::Every(hosted)),
-            Ok(Some(slot)) => slot,
-        };
-        let partition = hosted.map.partition_of(slot);
-        match hosted.core_of(partition.index) {
-            Some(core) => Ok(Route::One(core)),
-            None => {
-                let owner = &hosted.map.proxies()[partition.proxy];
-                Err(Reply::Error(format!("MOVED {slot} {}", owner.address())))
-            }
+        match slot::common_slot(keys.iter().map(|key| key.as_ref())) {
+            Err(cross @ CrossSlot) => Err(Reply::Error(cross.to_string())),
+            Ok(None) => Ok(Route::Every(node.current())),
+            Ok(Some(slot)) => node.route_slot(slot).await,
         }
     }
 
     /// The core that answers for the whole proxy where one must (INFO's store figures, a
     /// transaction or script that names no key): the only one, or the first partition's.
-    pub fn first(&self) -> &CoreHandle {
+    pub fn first(&self) -> CoreHandle {
         match self {
-            Cores::Single(core) => core,
-            // `Hosted::new` refuses a proxy that hosts nothing.
-            Cores::Cluster(hosted) => &hosted.cores[0].1,
+            Cores::Single(core) => core.clone(),
+            // `Hosted::new` refuses a proxy that hosts nothing, and a move never takes a
+            // proxy's last partition (`ClusterMap::moved`).
+            Cores::Cluster(node) => node.current().cores[0].1.clone(),
         }
     }
 
-    /// The cluster this proxy is part of, if any.
-    pub fn cluster(&self) -> Option<&Hosted> {
+    /// The cluster this proxy is part of, as it is now, if any.
+    pub fn cluster(&self) -> Option<Arc<Hosted>> {
         match self {
             Cores::Single(_) => None,
-            Cores::Cluster(hosted) => Some(hosted),
+            Cores::Cluster(node) => Some(node.current()),
+        }
+    }
+
+    /// The cluster node's changing state, if this proxy is part of a cluster.
+    pub fn node(&self) -> Option<&Arc<Node>> {
+        match self {
+            Cores::Single(_) => None,
+            Cores::Cluster(node) => Some(node),
         }
     }
 }

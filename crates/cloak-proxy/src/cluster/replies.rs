@@ -28,8 +28,8 @@ pub fn answer(cores: &Cores, request: ClusterRequest) -> Reply {
         ClusterRequest::MyId => Reply::bulk(map.proxies()[hosted.me].id.clone()),
         ClusterRequest::Slots => slots(map),
         ClusterRequest::Shards => shards(map),
-        ClusterRequest::Nodes => Reply::Verbatim(nodes(hosted)),
-        ClusterRequest::Info => Reply::Verbatim(info(hosted)),
+        ClusterRequest::Nodes => Reply::Verbatim(nodes(&hosted)),
+        ClusterRequest::Info => Reply::Verbatim(info(&hosted)),
     }
 }
 
@@ -118,10 +118,7 @@ fn nodes(hosted: &Hosted) -> String {
         let _ = write!(
             text,
             "{} {}:{}@0 {flags} - 0 0 {} connected",
-            proxy.id,
-            proxy.host,
-            proxy.port,
-            index + 1
+            proxy.id, proxy.host, proxy.port, proxy.config_epoch
         );
         for range in map.ranges_of(index) {
             let _ = write!(text, " {range}");
@@ -146,8 +143,11 @@ fn info(hosted: &Hosted) -> String {
         ("cluster_slots_fail", "0".into()),
         ("cluster_known_nodes", proxies.to_string()),
         ("cluster_size", serving.to_string()),
-        ("cluster_current_epoch", proxies.to_string()),
-        ("cluster_my_epoch", (hosted.me + 1).to_string()),
+        ("cluster_current_epoch", map.current_epoch().to_string()),
+        (
+            "cluster_my_epoch",
+            map.proxies()[hosted.me].config_epoch.to_string(),
+        ),
         ("cluster_stats_messages_sent", "0".into()),
         ("cluster_stats_messages_received", "0".into()),
         ("total_cluster_links_buffer_limit_exceeded", "0".into()),

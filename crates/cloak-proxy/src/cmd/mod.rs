@@ -5,6 +5,7 @@
 //! end itself ([`connection`], [`client`], [`server`]). Everything else is refused the way Redis
 //! refuses an unknown command.
 
+mod admin;
 mod client;
 mod cluster;
 mod connection;
@@ -23,6 +24,7 @@ use cloak_core::Command;
 
 use crate::resp::Reply;
 
+pub use admin::AdminRequest;
 pub use client::{ClientRequest, KillFilter, LibAttribute};
 pub use cluster::ClusterRequest;
 pub use connection::{DATABASES, Hello};
@@ -77,6 +79,8 @@ pub enum Request {
     Cluster(ClusterRequest),
     /// `READONLY` or `READWRITE`: accepted in a cluster (there are no replicas to read from).
     ReadOnly,
+    /// A `CLOAK` admin subcommand (moving partitions between a cluster's proxies).
+    Admin(AdminRequest),
 }
 
 impl Request {
