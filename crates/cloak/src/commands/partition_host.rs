@@ -111,6 +111,9 @@ impl PartitionHost for ProxyPartitions {
                 .state_dir
                 .as_deref()
                 .map(|dir| partition_state(dir, index));
+            if let Some(dir) = &state {
+                set_aside_old_ledger(dir)?;
+            }
             let key = self.key.as_ref().map(|key| key.for_partition(index as u64));
             let opened = open_store(
                 &self.store,
@@ -131,6 +134,26 @@ impl PartitionHost for ProxyPartitions {
         cloak_storage::dir::write_synced(&self.map_file, map.to_toml().as_bytes())
             .map_err(|e| format!("cannot keep the map in {}: {e}", self.map_file.display()))
     }
+}
+
+/// A ledger left in a partition's state directory by an earlier stay of the partition on this
+/// proxy describes storage as it was when the partition left; its new owner has written since
+/// (and may have emptied slots the ledger still expects), so it would refuse a sound store. It is
+/// kept, renamed, for the record; the start checks storage as a first start does (every element
+/// must open under the key, bound to its address) and saves a new ledger.
+fn set_aside_old_ledger(dir: &Path) -> Result<(), String> {
+    let ledger = dir.join("ledger");
+    if !ledger.exists() {
+        return Ok(());
+    }
+    let aside = dir.join("ledger.before-move");
+    std::fs::rename(&ledger, &aside)
+        .map_err(|e| format!("cannot set aside {}: {e}", ledger.display()))?;
+    tracing::info!(
+        ledger = %aside.display(),
+        "set aside the ledger of this partition's earlier stay on this proxy"
+    );
+    Ok(())
 }
 
 /// How this proxy reaches storage (its `--storage-*` flags).
