@@ -197,7 +197,10 @@ mod tests {
                 count: 6
             })
         );
-        assert!(matches!(map.moved(0, "p7"), Err(ChangeError::NoProxy { .. })));
+        assert!(matches!(
+            map.moved(0, "p7"),
+            Err(ChangeError::NoProxy { .. })
+        ));
         assert!(matches!(
             map.moved(0, "p0"),
             Err(ChangeError::AlreadyThere { .. })

@@ -57,9 +57,9 @@ use crate::cluster::runtime::{CoreSpawner, CoreTask};
 use crate::cluster::{Cores, Hosted, Node};
 use crate::resp::RequestLimits;
 
+pub use budget::{CONNECTION_PENDING_BYTES, DEFAULT_PROXY_PENDING_BYTES};
 pub use cluster::PartitionHost;
 pub use cluster::runtime::BoxFuture;
-pub use budget::{CONNECTION_PENDING_BYTES, DEFAULT_PROXY_PENDING_BYTES};
 pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
 pub use ledger::{Ledger, LedgerError, StoreManifest};
@@ -267,8 +267,7 @@ async fn serve(
     let cores = match role {
         None => Cores::Single(handles.remove(0).1),
         Some(role) => {
-            let hosted =
-                Hosted::new(role.map, role.me, handles).map_err(std::io::Error::other)?;
+            let hosted = Hosted::new(role.map, role.me, handles).map_err(std::io::Error::other)?;
             Cores::Cluster(Arc::new(Node::new(hosted, stopped, spawner, role.host)))
         }
     };

@@ -391,16 +391,9 @@ fn owner(map: &ClusterMap, key: &str) -> usize {
 fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
     let redis = RedisCluster::start(3);
     let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let proxies: Vec<(String, String)> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, port)| (format!("p{i}"), format!("127.0.0.1:{port}")))
-        .collect();
     let storage = format!("{}?prefix=test:p{{partition}}:", redis.url());
-    let map = ClusterMap::even(&proxies, 6, &storage).unwrap();
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, map.to_toml()).unwrap();
+    let (map, file, ports) = common::three_proxy_cluster(dir.path(), &storage);
+    let address = |i: usize| map.proxies()[i].address();
     let state = |i: usize| dir.path().join(format!("state{i}")).display().to_string();
     // Six partitions' batches (two per proxy) go to one local Redis Cluster on a shared
     // machine: a slow schedule keeps them from crowding out everything else.
@@ -439,12 +432,12 @@ fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
         );
     }
     let status = Command::new(CLOAK)
-        .args(["cluster", "status", "--node", &proxies[0].1])
+        .args(["cluster", "status", "--node", &address(0)])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(!status.status.success(), "{text}");
-    assert!(text.contains(&format!("{}  DOWN", proxies[1].1)), "{text}");
+    assert!(text.contains(&format!("{}  DOWN", address(1))), "{text}");
     running[1] = Some(start(1));
     for key in &keys {
         let got = get_patiently(ports[owner(&map, key)], key);

@@ -16,7 +16,7 @@ use cloak_testkit::redis_server::RedisServer;
 
 mod common;
 
-use common::{CLOAK, Running, free_port};
+use common::{CLOAK, Running};
 
 const KEY: &str = "8c6a1f0b2d4e6a8c0e2f4a6c8e0a2c4e6f8a0c2e4a6c8e0f2a4c6e8a0c2e4f6a";
 /// Another key: a proxy started with it cannot open the others' partitions.
@@ -35,16 +35,8 @@ impl Cluster {
     fn new() -> Self {
         let redis = RedisServer::start();
         let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let proxies: Vec<(String, String)> = ports
-            .iter()
-            .enumerate()
-            .map(|(i, port)| (format!("p{i}"), format!("127.0.0.1:{port}")))
-            .collect();
         let storage = format!("{}?prefix=move:p{{partition}}:", redis.url());
-        let map = ClusterMap::even(&proxies, 6, &storage).unwrap();
-        let file = dir.path().join("cluster.toml");
-        std::fs::write(&file, map.to_toml()).unwrap();
+        let (map, file, ports) = common::three_proxy_cluster(dir.path(), &storage);
         Self {
             _redis: redis,
             dir,
@@ -158,7 +150,10 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
     std::thread::sleep(Duration::from_secs(2));
     let (moved, text) = cluster.move_partition(0, "p1");
     assert!(moved, "{text}");
-    assert!(text.contains("partition 0 moved from p0 to p1 (map epoch 1)"), "{text}");
+    assert!(
+        text.contains("partition 0 moved from p0 to p1 (map epoch 1)"),
+        "{text}"
+    );
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::SeqCst);
     let load = writer.join().unwrap();
@@ -205,12 +200,11 @@ struct Load {
 
 /// Writes and reads `keys` in turn through a cluster client seeded with `seed` until `stop`.
 fn write_and_read(keys: &[String], seed: u16, stop: &AtomicBool) -> Load {
-    let client = redis::cluster::ClusterClientBuilder::new(vec![format!(
-        "redis://127.0.0.1:{seed}/"
-    )])
-    .read_timeout(Duration::from_secs(20))
-    .build()
-    .unwrap();
+    let client =
+        redis::cluster::ClusterClientBuilder::new(vec![format!("redis://127.0.0.1:{seed}/")])
+            .read_timeout(Duration::from_secs(20))
+            .build()
+            .unwrap();
     let mut con = client.get_connection().unwrap();
     let mut load = Load {
         acknowledged: HashMap::new(),
@@ -224,11 +218,7 @@ fn write_and_read(keys: &[String], seed: u16, stop: &AtomicBool) -> Load {
         for key in keys {
             round += 1;
             let value = format!("v{round}");
-            match redis::cmd("SET")
-                .arg(key)
-                .arg(&value)
-                .query::<()>(&mut con)
-            {
+            match redis::cmd("SET").arg(key).arg(&value).query::<()>(&mut con) {
                 Ok(()) => {
                     load.acknowledged.insert(key.clone(), value.clone());
                 }

@@ -34,8 +34,8 @@ use std::sync::Arc;
 
 use cloak_cluster::ClusterMap;
 
-use super::{Cores, Hosted};
 use super::runtime::Node;
+use super::{Cores, Hosted};
 use crate::cmd::AdminRequest;
 use crate::resp::Reply;
 
@@ -128,11 +128,17 @@ async fn release(node: &Node, partition: usize, map: &str) -> Result<(), String>
             map: now.map.clone(),
             me,
         });
-        tracing::info!(partition, "releasing: draining acknowledged writes to storage");
+        tracing::info!(
+            partition,
+            "releasing: draining acknowledged writes to storage"
+        );
         if let Some(stopped) = stopped {
             let _ = stopped.await;
         }
-        tracing::info!(partition, "released: every acknowledged write is in storage");
+        tracing::info!(
+            partition,
+            "released: every acknowledged write is in storage"
+        );
     }
     node.keep(&map)
 }

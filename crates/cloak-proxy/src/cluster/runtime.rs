@@ -41,8 +41,11 @@ pub trait PartitionHost: Send + Sync {
 
     /// Whether this proxy could start `partition` from its storage alone: it has the key whose
     /// fingerprint is `key_id`, and the partition's storage answers. Says what is missing.
-    fn check<'a>(&'a self, partition: &'a Partition, key_id: &'a str)
-    -> BoxFuture<'a, Result<(), String>>;
+    fn check<'a>(
+        &'a self,
+        partition: &'a Partition,
+        key_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>>;
 
     /// Starts `partition` from its storage alone, through the same recovery and checks as a
     /// restart.

@@ -35,7 +35,9 @@ pub fn map(args: &mut Args) -> Result<Request, Reply> {
 
 pub fn keyid(args: &mut Args) -> Result<Request, Reply> {
     args.expect(1)?;
-    Ok(Request::Admin(AdminRequest::KeyId(partition(args.first())?)))
+    Ok(Request::Admin(AdminRequest::KeyId(partition(
+        args.first(),
+    )?)))
 }
 
 pub fn check(args: &mut Args) -> Result<Request, Reply> {

@@ -7,8 +7,8 @@
 //! these commands. One line per command, so adding one is adding a line.
 
 use super::{
-    Args, Request, admin, client, cluster, connection, expiry, generic, hashes, keys, scripting, server,
-    strings, transactions,
+    Args, Request, admin, client, cluster, connection, expiry, generic, hashes, keys, scripting,
+    server, strings, transactions,
 };
 use crate::resp::Reply;
 

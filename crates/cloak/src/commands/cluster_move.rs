@@ -71,7 +71,10 @@ pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
             source.name
         )
     })?;
-    println!("{} released partition {partition}; {} is starting it from storage", source.name, target.name);
+    println!(
+        "{} released partition {partition}; {} is starting it from storage",
+        source.name, target.name
+    );
     let acquired = step(
         &target.address(),
         SLOW,
