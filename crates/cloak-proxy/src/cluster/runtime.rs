@@ -152,13 +152,17 @@ impl Node {
         let mut changes = self.changes.subscribe();
         let deadline = tokio::time::Instant::now() + HANDOFF_WAIT;
         loop {
-            let hosted = self.current();
-            if let Some(route) = hosted.route_slot(slot)? {
-                return Ok(route);
-            }
+            // The snapshot is let go before waiting: it may hold a handle to a core that a
+            // release is waiting to see stop.
+            let partition = {
+                let hosted = self.current();
+                if let Some(route) = hosted.route_slot(slot)? {
+                    return Ok(route);
+                }
+                hosted.map.partition_of(slot).index
+            };
             let changed = tokio::time::timeout_at(deadline, changes.changed()).await;
             if !matches!(changed, Ok(Ok(()))) {
-                let partition = hosted.map.partition_of(slot).index;
                 return Err(Reply::Error(format!(
                     "TRYAGAIN partition {partition} (slot {slot}) is moving between proxies; \
                      try again shortly"

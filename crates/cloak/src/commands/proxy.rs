@@ -55,7 +55,10 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
                 storage_io: storage_io.clone(),
                 map_file,
             };
-            host.persist(&map).map_err(anyhow::Error::msg)?;
+            // An operator's file that no move has changed is left as it was written.
+            if args.state_dir.is_some() || map.epoch() > 0 {
+                host.persist(&map).map_err(anyhow::Error::msg)?;
+            }
             let mut stores = Vec::new();
             for partition in map.hosted_by(me) {
                 let index = partition.index;
