@@ -202,7 +202,7 @@ struct Load {
 fn write_and_read(keys: &[String], seed: u16, stop: &AtomicBool) -> Load {
     let client =
         redis::cluster::ClusterClientBuilder::new(vec![format!("redis://127.0.0.1:{seed}/")])
-            .read_timeout(Duration::from_secs(20))
+            .response_timeout(Duration::from_secs(20))
             .build()
             .unwrap();
     let mut con = client.get_connection().unwrap();

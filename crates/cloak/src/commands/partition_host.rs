@@ -131,8 +131,12 @@ impl PartitionHost for ProxyPartitions {
     }
 
     fn persist(&self, map: &ClusterMap) -> Result<(), String> {
-        cloak_storage::dir::write_synced(&self.map_file, map.to_toml().as_bytes())
-            .map_err(|e| format!("cannot keep the map in {}: {e}", self.map_file.display()))
+        let written = match self.map_file.parent() {
+            Some(dir) => std::fs::create_dir_all(dir),
+            None => Ok(()),
+        }
+        .and_then(|()| cloak_storage::dir::write_synced(&self.map_file, map.to_toml().as_bytes()));
+        written.map_err(|e| format!("cannot keep the map in {}: {e}", self.map_file.display()))
     }
 }
 
