@@ -108,8 +108,12 @@ async fn release(node: &Node, partition: usize, map: &str) -> Result<(), String>
             "the map sent still has partition {partition} on this proxy"
         ));
     }
-    if hosted.core_of(partition).is_some() {
-        if hosted.cores.len() == 1 {
+    let serving = hosted.core_of(partition).is_some();
+    let last = hosted.cores.len() == 1;
+    // This snapshot holds a handle to the core: let go of it, or the core never drains.
+    drop(hosted);
+    if serving {
+        if last {
             return Err(format!(
                 "partition {partition} is the last one on this proxy; a proxy serves at least one"
             ));
