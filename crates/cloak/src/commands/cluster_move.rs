@@ -139,7 +139,7 @@ fn send<T: redis::FromRedisValue>(
 /// The newest map any proxy knows, starting from `seed`'s.
 fn newest_map(seed: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> {
     let map_of = |address: &str| -> anyhow::Result<ClusterMap> {
-        let text: String = send(address, password, QUICK, &redis::cmd("CLOAK").arg("MAP"))?;
+        let text: String = send(address, password, QUICK, redis::cmd("CLOAK").arg("MAP"))?;
         Ok(ClusterMap::from_toml(&text)?)
     };
     let mut map = map_of(seed).with_context(|| format!("cannot read the map from {seed}"))?;
