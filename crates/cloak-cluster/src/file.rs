@@ -19,7 +19,9 @@
 //! storage = "tcp://10.0.0.9:7000" # a cloak server of its own
 //! ```
 //!
-//! A misspelt key is an error, never ignored.
+//! A misspelt key is an error, never ignored. After a move the proxies write the map back in this
+//! form with its epoch (`epoch = 3` at the top) and, for a proxy whose config epoch a move
+//! raised, that too (`epoch` in its `[[proxy]]`); a file without them is at epoch 0.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +31,8 @@ use crate::map::{ClusterMap, MapError, PartitionSpec, SlotRange, storage_of};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ClusterFile {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    epoch: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     storage: Option<String>,
     #[serde(rename = "proxy", default)]
@@ -42,6 +46,13 @@ struct ClusterFile {
 struct ProxyEntry {
     name: String,
     address: String,
+    /// Its config epoch, when a move raised it above its position + 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    epoch: Option<u64>,
+}
+
+fn is_zero(epoch: &u64) -> bool {
+    *epoch == 0
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,6 +89,7 @@ impl ClusterMap {
     /// Reads a cluster file's text.
     pub fn from_toml(text: &str) -> Result<Self, FileError> {
         let file: ClusterFile = toml::from_str(text)?;
+        let config_epochs: Vec<Option<u64>> = file.proxies.iter().map(|p| p.epoch).collect();
         let proxies: Vec<(String, String)> = file
             .proxies
             .into_iter()
@@ -100,19 +112,22 @@ impl ClusterMap {
                 storage,
             });
         }
-        Ok(ClusterMap::new(&proxies, specs)?)
+        Ok(ClusterMap::new(&proxies, specs)?.with_epochs(file.epoch, &config_epochs))
     }
 
     /// The map as a cluster file ([`ClusterMap::from_toml`] reads it back as it is).
     pub fn to_toml(&self) -> String {
         let file = ClusterFile {
+            epoch: self.epoch(),
             storage: None,
             proxies: self
                 .proxies()
                 .iter()
-                .map(|proxy| ProxyEntry {
+                .enumerate()
+                .map(|(index, proxy)| ProxyEntry {
                     name: proxy.name.clone(),
                     address: proxy.address(),
+                    epoch: (proxy.config_epoch != index as u64 + 1).then_some(proxy.config_epoch),
                 })
                 .collect(),
             partitions: self
@@ -186,6 +201,10 @@ storage = "tcp://127.0.0.1:7100"
         assert_eq!(map.partition_of(16383).index, 1);
         assert_eq!(map.proxies()[1].address(), "127.0.0.1:7002");
         assert_eq!(ClusterMap::from_toml(&map.to_toml()).unwrap(), map);
+        let moved = map.with_epochs(3, &[None, Some(5)]);
+        let text = moved.to_toml();
+        assert!(text.starts_with("epoch = 3\n"), "{text}");
+        assert_eq!(ClusterMap::from_toml(&text).unwrap(), moved);
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The public map of a Cloak cluster, with no I/O: Redis's hash slots ([`slot`]), which
-//! partition owns each slot and which proxy hosts each partition ([`ClusterMap`]), and the
-//! cluster file that describes them ([`ClusterMap::from_toml`]).
+//! partition owns each slot and which proxy hosts each partition ([`ClusterMap`]), the
+//! cluster file that describes them ([`ClusterMap::from_toml`]), and how a move changes the map
+//! ([`ClusterMap::moved`], [`ClusterMap::newest`]).
 //!
 //! # Why a cluster shows the storage server nothing new
 //!
 //! Each partition is an ordinary store of one scheme, with its own capacity, key, schedule,
-//! journal and storage. The map is public configuration fixed when the cluster is made: which
+//! journal and storage. The map is public configuration made with the cluster: which
 //! slots a partition owns depends on the keys' hashes alone, never on how often or when they
 //! are used. So each partition's traffic is its scheme's own fixed public schedule whatever the
 //! keys are (for Cloak, a batch of `b_d` addresses from each reuse-distance set every interval,
@@ -20,10 +21,12 @@
 
 #![warn(missing_docs)]
 
+mod change;
 mod file;
 mod map;
 pub mod slot;
 
+pub use change::ChangeError;
 pub use file::FileError;
 pub use map::{ClusterMap, MapError, Partition, PartitionSpec, Proxy, SlotRange, storage_of};
 pub use slot::{CrossSlot, SLOTS, key_slot};

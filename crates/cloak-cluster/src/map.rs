@@ -1,8 +1,9 @@
 //! The cluster map: which partition owns each hash slot, and which proxy hosts each partition.
 //!
-//! It is public configuration, fixed when the cluster is made and the same on every proxy;
+//! It is public configuration, made when the cluster is made and the same on every proxy;
 //! nothing in it depends on the workload (see the crate's documentation for why that keeps the
-//! storage server from learning anything new).
+//! storage server from learning anything new). Only an operator's move changes it (which proxy
+//! hosts a partition, never which slots a partition owns), under a higher epoch (see `change`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -40,6 +41,9 @@ pub struct Proxy {
     pub port: u16,
     /// 40 hex digits derived from the name: the node id `CLUSTER NODES` and `MYID` show.
     pub id: String,
+    /// Its config epoch as Redis Cluster reports one: unique to this proxy, raised to the map's
+    /// newest epoch when a move gives it a partition (its position + 1 before any move).
+    pub config_epoch: u64,
 }
 
 impl Proxy {
@@ -164,10 +168,13 @@ const PRIVATE_STORAGE: &str = "memory";
 /// The whole cluster: proxies, partitions, and the owner of every slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterMap {
-    proxies: Vec<Proxy>,
-    partitions: Vec<Partition>,
+    pub(crate) proxies: Vec<Proxy>,
+    pub(crate) partitions: Vec<Partition>,
     /// The partition owning each slot.
     owner: Vec<u16>,
+    /// Raised by every move: of two maps of one cluster, the one with the higher epoch is the
+    /// current one.
+    pub(crate) epoch: u64,
 }
 
 impl ClusterMap {
@@ -251,6 +258,7 @@ impl ClusterMap {
             partitions: checked,
             // Every slot has an owner (checked above), and owners are below SLOTS.
             owner: owner.into_iter().map(|o| o.unwrap_or(0) as u16).collect(),
+            epoch: 0,
         })
     }
 
@@ -352,7 +360,7 @@ fn checked_proxies(proxies: &[(String, String)]) -> Result<Vec<Proxy>, MapError>
     let mut names = HashSet::new();
     let mut addresses: HashMap<&str, &str> = HashMap::new();
     let mut checked = Vec::with_capacity(proxies.len());
-    for (name, address) in proxies {
+    for (index, (name, address)) in proxies.iter().enumerate() {
         if !names.insert(name.as_str()) {
             return Err(MapError::DuplicateProxy(name.clone()));
         }
@@ -377,6 +385,7 @@ fn checked_proxies(proxies: &[(String, String)]) -> Result<Vec<Proxy>, MapError>
             host: host.to_string(),
             port,
             id: node_id(name),
+            config_epoch: index as u64 + 1,
         });
     }
     Ok(checked)

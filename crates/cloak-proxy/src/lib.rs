@@ -56,10 +56,13 @@ use cloak_storage::Storage;
 use tokio::sync::Notify;
 
 use crate::clients::ClientList;
-use crate::cluster::{Cores, Hosted};
+use crate::cluster::runtime::{CoreSpawner, CoreTask};
+use crate::cluster::{Cores, Hosted, Node};
 use crate::resp::RequestLimits;
 
 pub use budget::{CONNECTION_PENDING_BYTES, DEFAULT_PROXY_PENDING_BYTES};
+pub use cluster::PartitionHost;
+pub use cluster::runtime::BoxFuture;
 pub use core::{CoreHandle, Snapshot, StatsHandle};
 pub use journal::{DiskJournal, Journal, JournalError};
 pub use ledger::{Ledger, LedgerError, StoreManifest};
@@ -175,6 +178,9 @@ pub struct ClusterRole {
     pub map: Arc<ClusterMap>,
     /// An index into the map's proxies.
     pub me: usize,
+    /// How this proxy opens a partition moved to it and keeps a changed map; `None` refuses
+    /// moves (see [`cluster::handoff`]).
+    pub host: Option<Arc<dyn PartitionHost>>,
 }
 
 /// What every connection shares.
@@ -283,26 +289,27 @@ async fn serve(
         .storage_io
         .clone()
         .unwrap_or_else(tokio::runtime::Handle::current);
-    // Each core's task, watched so that one that dies stops the proxy.
+    // Each core's task, watched so that one that dies stops the proxy; a core started later
+    // (a partition moved here) comes through `new_cores`.
     let mut running = tokio::task::JoinSet::new();
+    let (tasks, mut new_cores) = tokio::sync::mpsc::unbounded_channel::<CoreTask>();
+    let spawner = CoreSpawner {
+        storage_io,
+        tasks,
+        after_start: options.after_start,
+    };
     let mut handles = Vec::with_capacity(stores.len());
+    let mut stopped = std::collections::HashMap::new();
     for (partition, store) in stores {
-        let (core, task) = core::spawn(
-            store.engine,
-            store.storage,
-            store.journal,
-            store.ledger,
-            store.recovery_spool,
-            storage_io.clone(),
-            options.after_start,
-        )?;
+        let (core, on_stop) = spawner.spawn(store)?;
         handles.push((partition, core));
-        running.spawn(task);
+        stopped.insert(partition, on_stop);
     }
     let cores = match role {
         None => Cores::Single(handles.remove(0).1),
         Some(role) => {
-            Cores::Cluster(Hosted::new(role.map, role.me, handles).map_err(std::io::Error::other)?)
+            let hosted = Hosted::new(role.map, role.me, handles).map_err(std::io::Error::other)?;
+            Cores::Cluster(Arc::new(Node::new(hosted, stopped, spawner, role.host)))
         }
     };
     let stats = cores.first().stats();
@@ -368,8 +375,15 @@ async fn serve(
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            // The front end holds a handle to every core, so none can have finished normally.
-            Some(ended) = running.join_next() => {
+            Some(task) = new_cores.recv() => {
+                running.spawn(task);
+            }
+            // A core ends normally only when a move released its partition (the front end
+            // holds a handle to every other); one that panicked stops the proxy.
+            Some(ended) = running.join_next(), if !running.is_empty() => {
+                if matches!(ended, Ok(Ok(()))) {
+                    continue;
+                }
                 drop(listeners);
                 connections.shutdown().await;
                 // The set's task awaits the core's: either may carry the panic.
@@ -392,6 +406,9 @@ async fn serve(
     drop(listeners);
     connections.shutdown().await;
     drop(front);
+    while let Ok(task) = new_cores.try_recv() {
+        running.spawn(task);
+    }
     let limit = options.drain_timeout.unwrap_or(Duration::from_secs(30));
     let drained = async { while running.join_next().await.is_some() {} };
     if tokio::time::timeout(limit, drained).await.is_err() {

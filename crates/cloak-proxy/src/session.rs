@@ -20,7 +20,7 @@ use crate::FrontEnd;
 use crate::budget::Charge;
 use crate::clients::Client;
 use crate::cluster::health::OnPartition;
-use crate::cluster::{Route, fanout, replies};
+use crate::cluster::{Route, fanout, handoff, replies};
 use crate::cmd::{self, ClientRequest, DATABASES, Hello, LibAttribute, Request};
 use crate::core::{CoreHandle, Snapshot};
 use crate::resp::{Protocol, Reply};
@@ -150,9 +150,9 @@ impl<'a> Session<'a> {
             }
             Request::Eval(eval) => {
                 // A script runs on the partition of its keys (they must share a slot).
-                let core = match self.front.cores.route_keys(&eval.keys) {
-                    Ok(Route::One(core) | Route::Partition(core, _)) => core.clone(),
-                    Ok(Route::Every(_)) => self.front.cores.first().clone(),
+                let core = match self.front.cores.route_keys(&eval.keys).await {
+                    Ok(Route::One(core) | Route::Partition(core, _)) => core,
+                    Ok(Route::Every(_)) => self.front.cores.first(),
                     Err(reply) => return Pending::Now(reply),
                 };
                 let caller = crate::scripting::Caller {
@@ -199,6 +199,7 @@ impl<'a> Session<'a> {
             Request::Cluster(request) => replies::answer(&self.front.cores, request),
             Request::ReadOnly => replies::read_only(&self.front.cores),
             Request::Health => replies::health(&self.front.cores),
+            Request::Admin(request) => handoff::answer(&self.front.cores, request).await,
             Request::ConfigGet(patterns) => server_config::get(self.front, &patterns),
             Request::Command(query) => introspect::answer(&query),
             Request::Time => time(),
@@ -230,7 +231,7 @@ impl<'a> Session<'a> {
     /// hosted partition for a command without keys).
     async fn submit_raw(&mut self, command: Command, charge: Charge) -> Pending {
         let client = self.client.id;
-        let submitted = match self.front.cores.route(&command) {
+        let submitted = match self.front.cores.route(&command).await {
             Err(reply) => return Pending::Now(reply),
             Ok(Route::One(core)) => core.submit(client, command, charge).await,
             Ok(Route::Partition(core, on)) => {
@@ -240,7 +241,7 @@ impl<'a> Session<'a> {
                 };
             }
             Ok(Route::Every(hosted)) if fanout::answers(&command) => {
-                fanout::submit(hosted, client, command, charge).await
+                fanout::submit(&hosted, client, command, charge).await
             }
             // A transaction of commands without keys runs where one store's would.
             Ok(Route::Every(_)) => {
@@ -283,7 +284,7 @@ impl<'a> Session<'a> {
             // A command for another proxy's slots, or spanning slots, is refused now, as Redis
             // Cluster refuses it while queuing, and the transaction is discarded.
             Request::Data(command) => {
-                let queued = match self.front.cores.route(&command) {
+                let queued = match self.front.cores.route(&command).await {
                     Err(refused) => Err(refused),
                     Ok(_) => database::in_db(command, self.db(), self.front.max_key)
                         .map_err(|error| Reply::Error(error.redis_line())),

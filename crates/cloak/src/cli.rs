@@ -601,6 +601,9 @@ pub enum ClusterCommand {
     /// Show a running cluster: every proxy, whether it answers, and its partitions' slots and
     /// fill
     Status(ClusterStatusArgs),
+    /// Move a partition to another proxy: its proxy drains it into storage and stops it, the
+    /// other starts it from storage, every proxy learns the new map, and clients are redirected
+    Move(ClusterMoveArgs),
 }
 
 #[derive(Args, Debug)]
@@ -644,6 +647,25 @@ pub struct ClusterInitArgs {
 #[derive(Args, Debug)]
 pub struct ClusterStatusArgs {
     /// Any proxy of the cluster, HOST:PORT; the others are found from its CLUSTER NODES
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7001")]
+    pub node: String,
+
+    /// The proxies' password, if they require one
+    #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterMoveArgs {
+    /// The partition to move, by number (`cloak cluster status` lists them)
+    #[arg(long, value_name = "N")]
+    pub partition: usize,
+
+    /// The proxy to move it to, by name (as in the cluster file)
+    #[arg(long, value_name = "NAME")]
+    pub to: String,
+
+    /// Any proxy of the cluster, HOST:PORT; the others are found from its map
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7001")]
     pub node: String,
 

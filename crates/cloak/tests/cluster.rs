@@ -444,16 +444,9 @@ fn owner(map: &ClusterMap, key: &str) -> usize {
 fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
     let redis = RedisCluster::start(3);
     let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let proxies: Vec<(String, String)> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, port)| (format!("p{i}"), format!("127.0.0.1:{port}")))
-        .collect();
     let storage = format!("{}?prefix=test:p{{partition}}:", redis.url());
-    let map = ClusterMap::even(&proxies, 6, &storage).unwrap();
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, map.to_toml()).unwrap();
+    let (map, file, ports) = common::three_proxy_cluster(dir.path(), &storage);
+    let address = |i: usize| map.proxies()[i].address();
     let state = |i: usize| dir.path().join(format!("state{i}")).display().to_string();
     // Six partitions' batches (two per proxy) go to one local Redis Cluster on a shared
     // machine: a slow schedule keeps them from crowding out everything else.
@@ -485,7 +478,7 @@ fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
         refusal.starts_with(&format!(
             "-CLUSTERDOWN Hash slot {slot} not served: partition {partition} on proxy p1 ({}): \
              the proxy does not answer since ",
-            proxies[1].1
+            address(1)
         )),
         "{refusal}"
     );
@@ -494,7 +487,7 @@ fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
     let nodes = wait_for_reply(ports[2], &["CLUSTER", "NODES"], " master,fail - ");
     let line = nodes
         .lines()
-        .find(|line| line.contains(&proxies[1].1))
+        .find(|line| line.contains(&address(1)))
         .unwrap();
     assert!(
         line.contains(" master,fail - ") && line.contains(" disconnected"),
@@ -512,7 +505,7 @@ fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
     );
     // A cluster client gets an error for the killed proxy's keys, and is served the others
     // (and writes to them go on).
-    let client = redis::cluster::ClusterClient::builder(vec![format!("redis://{}/", proxies[0].1)])
+    let client = redis::cluster::ClusterClient::builder(vec![format!("redis://{}/", address(0))])
         .retries(1)
         .min_retry_wait(10)
         .max_retry_wait(200)
@@ -545,12 +538,12 @@ fn a_killed_proxy_fails_only_its_slots_and_restarts_without_losing_a_write() {
         }
     }
     let status = Command::new(CLOAK)
-        .args(["cluster", "status", "--node", &proxies[0].1])
+        .args(["cluster", "status", "--node", &address(0)])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(!status.status.success(), "{text}");
-    assert!(text.contains(&format!("{}  DOWN", proxies[1].1)), "{text}");
+    assert!(text.contains(&format!("{}  DOWN", address(1))), "{text}");
     assert!(text.contains("sees it as fail): its slots"), "{text}");
     running[1] = Some(start(1));
     for key in &keys {

@@ -13,7 +13,7 @@
 //! whose storage fails still gets every request, so that its scheme's traffic stays what its
 //! schedule says (a failure only changes the error its client gets).
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cloak_cluster::{ClusterMap, SLOTS};
@@ -64,29 +64,56 @@ struct Peer {
 
 /// The health of the whole cluster, as this proxy sees it.
 pub struct Health {
-    map: Arc<ClusterMap>,
     me: usize,
-    /// The storage health of each partition hosted here.
-    local: Vec<(usize, Arc<StorageHealth>)>,
-    /// One entry per proxy of the map (this one's stays empty).
+    /// The map and this proxy's partitions now: they change when a partition moves.
+    view: RwLock<Arc<View>>,
+    /// One entry per proxy of the map (this one's stays empty). A move changes which proxy
+    /// hosts a partition, never the proxies, so these outlive every change of the map.
     peers: Mutex<Vec<Peer>>,
+}
+
+/// The map and this proxy's partitions, as routing sees them now.
+struct View {
+    map: Arc<ClusterMap>,
+    /// The storage health of each partition served here.
+    local: Vec<(usize, Arc<StorageHealth>)>,
+    /// Partitions being handed over to or from this proxy.
+    moving: Vec<usize>,
 }
 
 impl Health {
     /// Every other proxy counts as answering until a probe says otherwise.
     pub fn new(map: Arc<ClusterMap>, me: usize, local: Vec<(usize, Arc<StorageHealth>)>) -> Self {
         let peers = Mutex::new(vec![Peer::default(); map.proxies().len()]);
-        Self {
+        let view = RwLock::new(Arc::new(View {
             map,
-            me,
             local,
-            peers,
-        }
+            moving: Vec::new(),
+        }));
+        Self { me, view, peers }
     }
 
-    /// The map this health is of.
-    pub fn map(&self) -> &ClusterMap {
-        &self.map
+    /// The map routing reads now, the partitions served here, and those being handed over.
+    pub fn rehost(
+        &self,
+        map: Arc<ClusterMap>,
+        local: Vec<(usize, Arc<StorageHealth>)>,
+        moving: Vec<usize>,
+    ) {
+        let view = Arc::new(View { map, local, moving });
+        *self.view.write().unwrap_or_else(PoisonError::into_inner) = view;
+    }
+
+    fn view(&self) -> Arc<View> {
+        self.view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The map this health is of now.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.view().map.clone()
     }
 
     /// This proxy, an index into the map's proxies.
@@ -143,9 +170,10 @@ impl Health {
 
     /// Why partition `partition` cannot serve, if it cannot: how sure that is, and the cause.
     pub fn partition_problem(&self, partition: usize) -> Option<(NodeState, String)> {
-        let proxy = self.map.partitions().get(partition)?.proxy;
+        let view = self.view();
+        let proxy = view.map.partitions().get(partition)?.proxy;
         if proxy == self.me {
-            let (_, storage) = self.local.iter().find(|(index, _)| *index == partition)?;
+            let (_, storage) = view.local.iter().find(|(index, _)| *index == partition)?;
             let failure = storage.failing()?;
             return Some((NodeState::Failed, storage_problem(&failure)));
         }
@@ -164,7 +192,7 @@ impl Health {
 
     /// The error for a request for `slot` of `partition` that cannot be served for `why`.
     fn cluster_down(&self, slot: u16, partition: usize, why: &str) -> Reply {
-        let proxy = self.map.partitions()[partition].proxy;
+        let proxy = self.map().partitions()[partition].proxy;
         Reply::Error(format!(
             "CLUSTERDOWN Hash slot {slot} not served: partition {partition} on proxy {}: {why}",
             self.name(proxy)
@@ -174,7 +202,7 @@ impl Health {
     /// The error for a request for `slot` (of `partition`, hosted by another proxy) if that
     /// proxy has failed; `None` while it answers or is only suspected (the client is redirected).
     pub fn refusal(&self, slot: u16, partition: usize) -> Option<Reply> {
-        if self.map.partitions().get(partition)?.proxy == self.me {
+        if self.map().partitions().get(partition)?.proxy == self.me {
             return None;
         }
         match self.partition_problem(partition)? {
@@ -186,7 +214,7 @@ impl Health {
     /// Slots suspected and failed, for `CLUSTER INFO`.
     pub fn failing_slots(&self) -> (u16, u16) {
         let (mut suspected, mut failed) = (0, 0);
-        for partition in self.map.partitions() {
+        for partition in self.map().partitions() {
             // The map's ranges cover the 16,384 slots once, so no sum overflows.
             let slots: u16 = partition
                 .slots
@@ -203,26 +231,34 @@ impl Health {
         (suspected, failed)
     }
 
-    /// The answer to `CLOAK.HEALTH` (what the other proxies' probes read): a line per partition
-    /// hosted here, `N ok` or `N fail why`.
+    /// The answer to `CLOAK.HEALTH` (what the other proxies' probes read): the epoch of the map
+    /// routing reads here (`epoch E`), then a line per partition served here, `N ok` or
+    /// `N fail why`, and one per partition being handed over, `N moving`.
     pub fn report(&self) -> String {
-        self.local
+        let view = self.view();
+        let served = view
+            .local
             .iter()
             .map(|(partition, storage)| match storage.failing() {
                 None => format!("{partition} ok\n"),
                 // One line each: the cause may be any text storage's client gave.
-                Some(failure) => {
-                    format!(
-                        "{partition} fail {}\n",
-                        storage_problem(&failure).replace(['\r', '\n'], " ")
-                    )
-                }
-            })
+                Some(failure) => format!(
+                    "{partition} fail {}\n",
+                    storage_problem(&failure).replace(['\r', '\n'], " ")
+                ),
+            });
+        let moving = view
+            .moving
+            .iter()
+            .map(|partition| format!("{partition} moving\n"));
+        std::iter::once(format!("epoch {}\n", view.map.epoch()))
+            .chain(served)
+            .chain(moving)
             .collect()
     }
 
     fn name(&self, proxy: usize) -> String {
-        self.map.proxies().get(proxy).map_or_else(
+        self.map().proxies().get(proxy).map_or_else(
             || format!("#{proxy}"),
             |p| format!("{} ({})", p.name, p.address()),
         )
@@ -318,12 +354,15 @@ mod tests {
         let storage: Vec<(usize, Arc<StorageHealth>)> =
             mine.iter().map(|p| (*p, Arc::default())).collect();
         let health = Arc::new(Health::new(map, 0, storage.clone()));
-        assert_eq!(health.report(), format!("{} ok\n{} ok\n", mine[0], mine[1]));
+        assert_eq!(
+            health.report(),
+            format!("epoch 0\n{} ok\n{} ok\n", mine[0], mine[1])
+        );
         storage[1].1.failed("connection refused\r\nby redis".into());
         let report = health.report();
         assert!(
             report.starts_with(&format!(
-                "{} ok\n{} fail storage unreachable since ",
+                "epoch 0\n{} ok\n{} fail storage unreachable since ",
                 mine[0], mine[1]
             )),
             "{report}"

@@ -14,50 +14,59 @@
 //! keep serving.
 //!
 //! Routing is decided here, in memory, from the public map: the storage server sees each
-//! partition's own fixed schedule whatever is routed where (see `cloak_cluster`).
+//! partition's own fixed schedule whatever is routed where (see `cloak_cluster`). The map
+//! changes only when an operator moves a partition ([`handoff`]); [`runtime`] holds the map and
+//! the partitions served now, and routes each command by one snapshot of them.
 
 pub mod fanout;
+pub mod handoff;
 pub mod health;
 pub mod probe;
 pub mod replies;
-
-use std::sync::Arc;
+pub mod runtime;
 
 use bytes::Bytes;
+use std::sync::Arc;
+
 use cloak_cluster::{ClusterMap, CrossSlot, slot};
 use cloak_core::Command;
 
 use self::health::{Health, OnPartition};
 use crate::core::CoreHandle;
 use crate::resp::Reply;
+pub use runtime::{Node, PartitionHost};
 
 /// Where a proxy's key commands go.
 pub enum Cores {
     /// A proxy of one store: every command goes to its core.
     Single(CoreHandle),
     /// A proxy in a cluster: each command goes to the partition owning its keys' slot.
-    Cluster(Hosted),
+    Cluster(Arc<Node>),
 }
 
-/// The partitions a cluster proxy hosts, and the map of the rest.
+/// The partitions a cluster proxy serves at one moment, and the map of the rest.
 pub struct Hosted {
     pub map: Arc<ClusterMap>,
     /// This proxy, an index into the map's proxies.
     pub me: usize,
     /// The cores of the partitions hosted here, in partition order (the order SCAN walks them).
     cores: Vec<(usize, CoreHandle)>,
-    /// Which proxies and partitions can serve.
+    /// Partitions being handed over to or from this proxy: not served here now, and commands for
+    /// their slots wait for the hand-off rather than being redirected (see [`handoff`]).
+    moving: Vec<usize>,
+    /// Which proxies and partitions can serve: one for the proxy's life, shared by every
+    /// snapshot, and told of each change by [`Node`] (so what the probes learnt survives moves).
     health: Arc<Health>,
 }
 
 /// Where one command runs.
-pub enum Route<'a> {
+pub enum Route {
     /// On this core (of a proxy that is not in a cluster).
-    One(&'a CoreHandle),
+    One(CoreHandle),
     /// On this core of a partition hosted here, for a key of this slot.
-    Partition(&'a CoreHandle, OnPartition),
+    Partition(CoreHandle, OnPartition),
     /// On every partition hosted here (a command without keys in a cluster).
-    Every(&'a Hosted),
+    Every(Arc<Hosted>),
 }
 
 impl Hosted {
@@ -78,15 +87,12 @@ impl Hosted {
                 map.proxies().get(me).map_or("?", |p| p.name.as_str())
             ));
         }
-        let storage = cores
-            .iter()
-            .map(|(partition, core)| (*partition, core.storage_health().clone()))
-            .collect();
-        let health = Arc::new(Health::new(map.clone(), me, storage));
+        let health = Arc::new(Health::new(map.clone(), me, local_storage(&cores)));
         Ok(Self {
             map,
             me,
             cores,
+            moving: Vec::new(),
             health,
         })
     }
@@ -107,47 +113,70 @@ impl Hosted {
             .find(|(hosted, _)| *hosted == partition)
             .map(|(_, core)| core)
     }
+
+    /// Tells the health this snapshot's map and partitions, before it is swapped in.
+    fn tell_health(&self) {
+        self.health.rehost(
+            self.map.clone(),
+            local_storage(&self.cores),
+            self.moving.clone(),
+        );
+    }
+
+    /// Where a command for `slot` runs, the error a Redis Cluster node would give, or `None`
+    /// while the slot's partition is handed over.
+    fn route_slot(&self, slot: u16) -> Result<Option<Route>, Reply> {
+        let partition = self.map.partition_of(slot);
+        if let Some(core) = self.core_of(partition.index) {
+            let on = OnPartition {
+                health: self.health.clone(),
+                partition: partition.index,
+                slot,
+            };
+            return Ok(Some(Route::Partition(core.clone(), on)));
+        }
+        if self.moving.contains(&partition.index) {
+            return Ok(None);
+        }
+        if let Some(refused) = self.health.refusal(slot, partition.index) {
+            return Err(refused);
+        }
+        let owner = &self.map.proxies()[partition.proxy];
+        Err(Reply::Error(format!("MOVED {slot} {}", owner.address())))
+    }
+}
+
+/// The storage health of each of `cores`' partitions.
+fn local_storage(
+    cores: &[(usize, CoreHandle)],
+) -> Vec<(usize, Arc<crate::storage_health::StorageHealth>)> {
+    cores
+        .iter()
+        .map(|(partition, core)| (*partition, core.storage_health().clone()))
+        .collect()
 }
 
 impl Cores {
     /// Where `command` runs, or the error a Redis Cluster node would give.
-    pub fn route(&self, command: &Command) -> Result<Route<'_>, Reply> {
-        match (self, command) {
-            (Cores::Single(core), _) => Ok(Route::One(core)),
+    pub async fn route(&self, command: &Command) -> Result<Route, Reply> {
+        match command {
             // The only command whose keys are not in `keys()`: it reads none.
-            (Cores::Cluster(_), Command::Watch(keys)) => self.route_keys(keys),
-            (Cores::Cluster(_), command) => self.route_keys(&command.keys()),
+            Command::Watch(keys) => self.route_keys(keys).await,
+            command => self.route_keys(&command.keys()).await,
         }
     }
 
-    /// Where a command naming `keys` runs, or the error a Redis Cluster node would give.
-    pub fn route_keys(&self, keys: &[Bytes]) -> Result<Route<'_>, Reply> {
-        let hosted = match self {
-            Cores::Single(core) => return Ok(Route::One(core)),
-            Cores::Cluster(hosted) => hosted,
+    /// Where a command naming `keys` runs, or the error a Redis Cluster node would give; while
+    /// their partition is handed over, once the hand-off is done (see [`runtime`]).
+    pub async fn route_keys(&self, keys: &[Bytes]) -> Result<Route, Reply> {
+        let node = match self {
+            Cores::Single(core) => return Ok(Route::One(core.clone())),
+            Cores::Cluster(node) => node,
         };
-        let slot = match slot::common_slot(keys.iter().map(|key| key.as_ref())) {
-            Err(cross @ CrossSlot) => return Err(Reply::Error(cross.to_string())),
-            Ok(None) => return Ok(Route::Every(hosted)),
-            Ok(Some(slot)) => slot,
-        };
-        let partition = hosted.map.partition_of(slot);
-        match hosted.core_of(partition.index) {
-            Some(core) => Ok(Route::Partition(
-                core,
-                OnPartition {
-                    health: hosted.health.clone(),
-                    partition: partition.index,
-                    slot,
-                },
-            )),
-            None => {
-                if let Some(refused) = hosted.health.refusal(slot, partition.index) {
-                    return Err(refused);
-                }
-                let owner = &hosted.map.proxies()[partition.proxy];
-                Err(Reply::Error(format!("MOVED {slot} {}", owner.address())))
-            }
+        match slot::common_slot(keys.iter().map(|key| key.as_ref())) {
+            Err(cross @ CrossSlot) => Err(Reply::Error(cross.to_string())),
+            Ok(None) => Ok(Route::Every(node.current())),
+            Ok(Some(slot)) => node.route_slot(slot).await,
         }
     }
 
@@ -165,19 +194,28 @@ impl Cores {
 
     /// The core that answers for the whole proxy where one must (INFO's store figures, a
     /// transaction or script that names no key): the only one, or the first partition's.
-    pub fn first(&self) -> &CoreHandle {
+    pub fn first(&self) -> CoreHandle {
         match self {
-            Cores::Single(core) => core,
-            // `Hosted::new` refuses a proxy that hosts nothing.
-            Cores::Cluster(hosted) => &hosted.cores[0].1,
+            Cores::Single(core) => core.clone(),
+            // `Hosted::new` refuses a proxy that hosts nothing, and a move never takes a
+            // proxy's last partition (`ClusterMap::moved`).
+            Cores::Cluster(node) => node.current().cores[0].1.clone(),
         }
     }
 
-    /// The cluster this proxy is part of, if any.
-    pub fn cluster(&self) -> Option<&Hosted> {
+    /// The cluster this proxy is part of, as it is now, if any.
+    pub fn cluster(&self) -> Option<Arc<Hosted>> {
         match self {
             Cores::Single(_) => None,
-            Cores::Cluster(hosted) => Some(hosted),
+            Cores::Cluster(node) => Some(node.current()),
+        }
+    }
+
+    /// The cluster node's changing state, if this proxy is part of a cluster.
+    pub fn node(&self) -> Option<&Arc<Node>> {
+        match self {
+            Cores::Single(_) => None,
+            Cores::Cluster(node) => Some(node),
         }
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! A probe that fails to connect, times out ([`PROBE_TIMEOUT`]) or gets an answer other than the
 //! one the map expects (another cluster file's partitions) marks the proxy as not answering, with
-//! why; see [`Health`]. Each probe costs a few bytes on a fixed timer, whatever the workload, and
+//! why; see [`Health`]. The answer names the epoch of the map its proxy routes by: only an answer
+//! of this proxy's epoch can be held to this proxy's map, since while a partition moves the
+//! proxies learn the new map one after another. Each probe costs a few bytes on a fixed timer, whatever the workload, and
 //! its memory is bounded: an answer longer than [`MAX_ANSWER`] is refused.
 
 use std::sync::Arc;
@@ -23,6 +25,7 @@ pub fn spawn_all(
     password: Option<&str>,
     tasks: &mut tokio::task::JoinSet<()>,
 ) {
+    // A move changes which proxy hosts a partition, never the proxies.
     for proxy in 0..health.map().proxies().len() {
         if proxy != health.me() {
             tasks.spawn(watch(health.clone(), proxy, password.map(str::to_string)));
@@ -33,12 +36,16 @@ pub fn spawn_all(
 /// Probes `proxy` forever, recording each result.
 async fn watch(health: Arc<Health>, proxy: usize, password: Option<String>) {
     let address = health.map().proxies()[proxy].address();
-    let expected: Vec<usize> = health.map().hosted_by(proxy).map(|p| p.index).collect();
     let mut connection = None;
     let mut tick = tokio::time::interval(PROBE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        let map = health.map();
+        let expected = Expected {
+            epoch: map.epoch(),
+            partitions: map.hosted_by(proxy).map(|p| p.index).collect(),
+        };
         let probe = probe(&mut connection, &address, password.as_deref(), &expected);
         match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
             Ok(Ok(failing)) => health.answered(proxy, failing),
@@ -62,7 +69,7 @@ async fn probe(
     connection: &mut Option<BufReader<TcpStream>>,
     address: &str,
     password: Option<&str>,
-    expected: &[usize],
+    expected: &Expected,
 ) -> Result<Vec<(usize, String)>, String> {
     if connection.is_none() {
         *connection = Some(connect(address, password).await?);
@@ -142,26 +149,49 @@ async fn read_bulk(stream: &mut BufReader<TcpStream>) -> Result<String, String> 
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
-/// The failing partitions of a `CLOAK.HEALTH` answer (lines `N ok` or `N fail why`), which must
-/// list exactly the partitions `expected` of the map.
-fn parse(answer: &str, expected: &[usize]) -> Result<Vec<(usize, String)>, String> {
-    let mut listed = Vec::new();
+/// What a proxy's answer must say, by this proxy's map.
+struct Expected {
+    /// The epoch of this proxy's map.
+    epoch: u64,
+    /// The partitions the map gives the probed proxy.
+    partitions: Vec<usize>,
+}
+
+/// The failing partitions of a `CLOAK.HEALTH` answer (`epoch E`, then lines `N ok`,
+/// `N fail why` or `N moving`). At this proxy's epoch it must list exactly the partitions the
+/// map gives it, leaving aside those it is handing over or taking on.
+fn parse(answer: &str, expected: &Expected) -> Result<Vec<(usize, String)>, String> {
+    let mut lines = answer.lines();
+    let epoch: u64 = lines
+        .next()
+        .and_then(|line| line.strip_prefix("epoch "))
+        .and_then(|epoch| epoch.parse().ok())
+        .ok_or_else(|| format!("answered {answer:?}, not its health (an older Cloak?)"))?;
+    let mut serving = Vec::new();
+    let mut moving = Vec::new();
     let mut failing = Vec::new();
-    for line in answer.lines() {
+    for line in lines {
         let (partition, rest) = line.split_once(' ').unwrap_or((line, ""));
         let partition: usize = partition
             .parse()
             .map_err(|_| format!("answered a health line that is not one: {line:?}"))?;
-        listed.push(partition);
         match rest.split_once(' ').unwrap_or((rest, "")) {
-            ("ok", _) => {}
-            ("fail", why) => failing.push((partition, why.to_string())),
+            ("ok", _) => serving.push(partition),
+            ("fail", why) => {
+                serving.push(partition);
+                failing.push((partition, why.to_string()));
+            }
+            ("moving", _) => moving.push(partition),
             _ => return Err(format!("answered a health line that is not one: {line:?}")),
         }
     }
-    if listed != expected {
+    let settled: Vec<usize> = (expected.partitions.iter())
+        .copied()
+        .filter(|partition| !moving.contains(partition))
+        .collect();
+    if epoch == expected.epoch && serving != settled {
         return Err(format!(
-            "hosts partitions {listed:?}, but the cluster file says {expected:?} (started from \
+            "hosts partitions {serving:?}, but the cluster file says {settled:?} (started from \
              another cluster file?)"
         ));
     }
@@ -170,18 +200,42 @@ fn parse(answer: &str, expected: &[usize]) -> Result<Vec<(usize, String)>, Strin
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{Expected, parse};
+
+    fn expected(epoch: u64, partitions: &[usize]) -> Expected {
+        Expected {
+            epoch,
+            partitions: partitions.to_vec(),
+        }
+    }
 
     #[test]
     fn an_answer_must_list_the_partitions_the_map_gives_the_proxy() {
-        assert_eq!(parse("1 ok\n3 ok\n", &[1, 3]), Ok(Vec::new()));
+        let map = expected(4, &[1, 3]);
+        assert_eq!(parse("epoch 4\n1 ok\n3 ok\n", &map), Ok(Vec::new()));
         assert_eq!(
-            parse("1 ok\n3 fail storage unreachable: down\n", &[1, 3]),
+            parse("epoch 4\n1 ok\n3 fail storage unreachable: down\n", &map),
             Ok(vec![(3, "storage unreachable: down".to_string())])
         );
-        let other = parse("1 ok\n", &[1, 3]).unwrap_err();
+        let other = parse("epoch 4\n1 ok\n", &map).unwrap_err();
         assert!(other.contains("hosts partitions [1]"), "{other}");
-        let garbage = parse("PONG", &[1]).unwrap_err();
+        let garbage = parse("epoch 4\nPONG", &map).unwrap_err();
         assert!(garbage.contains("not one"), "{garbage}");
+        let old = parse("1 ok\n3 ok\n", &map).unwrap_err();
+        assert!(old.contains("not its health"), "{old}");
+    }
+
+    #[test]
+    fn a_partition_in_hand_off_or_another_epoch_is_not_held_to_this_map() {
+        // Releasing 3, or taking on 5, at the same epoch: the rest must still match.
+        let map = expected(4, &[1, 3]);
+        assert_eq!(parse("epoch 4\n1 ok\n3 moving\n", &map), Ok(Vec::new()));
+        assert_eq!(
+            parse("epoch 4\n1 ok\n3 ok\n5 moving\n", &map),
+            Ok(Vec::new())
+        );
+        assert!(parse("epoch 4\n3 ok\n5 moving\n", &map).is_err());
+        // A proxy that already routes by the next map.
+        assert_eq!(parse("epoch 5\n1 ok\n3 ok\n5 ok\n", &map), Ok(Vec::new()));
     }
 }

@@ -29,9 +29,9 @@ pub fn answer(cores: &Cores, request: ClusterRequest) -> Reply {
         ClusterRequest::KeySlot(key) => Reply::Integer(i64::from(key_slot(&key))),
         ClusterRequest::MyId => Reply::bulk(map.proxies()[hosted.me].id.clone()),
         ClusterRequest::Slots => slots(map),
-        ClusterRequest::Shards => shards(hosted),
-        ClusterRequest::Nodes => Reply::Verbatim(nodes(hosted)),
-        ClusterRequest::Info => Reply::Verbatim(info(hosted)),
+        ClusterRequest::Shards => shards(&hosted),
+        ClusterRequest::Nodes => Reply::Verbatim(nodes(&hosted)),
+        ClusterRequest::Info => Reply::Verbatim(info(&hosted)),
     }
 }
 
@@ -142,7 +142,7 @@ fn nodes(hosted: &Hosted) -> String {
             proxy.host,
             proxy.port,
             health.pong_ms(index),
-            index + 1
+            proxy.config_epoch
         );
         for range in map.ranges_of(index) {
             let _ = write!(text, " {range}");
@@ -171,8 +171,11 @@ fn info(hosted: &Hosted) -> String {
         ("cluster_slots_fail", failed.to_string()),
         ("cluster_known_nodes", proxies.to_string()),
         ("cluster_size", serving.to_string()),
-        ("cluster_current_epoch", proxies.to_string()),
-        ("cluster_my_epoch", (hosted.me + 1).to_string()),
+        ("cluster_current_epoch", map.current_epoch().to_string()),
+        (
+            "cluster_my_epoch",
+            map.proxies()[hosted.me].config_epoch.to_string(),
+        ),
         ("cluster_stats_messages_sent", "0".into()),
         ("cluster_stats_messages_received", "0".into()),
         ("total_cluster_links_buffer_limit_exceeded", "0".into()),

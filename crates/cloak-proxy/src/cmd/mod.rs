@@ -5,6 +5,7 @@
 //! end itself ([`connection`], [`client`], [`server`]). Everything else is refused the way Redis
 //! refuses an unknown command.
 
+mod admin;
 mod client;
 mod cluster;
 mod connection;
@@ -23,6 +24,7 @@ use cloak_core::Command;
 
 use crate::resp::Reply;
 
+pub use admin::AdminRequest;
 pub use client::{ClientRequest, KillFilter, LibAttribute};
 pub use cluster::ClusterRequest;
 pub use connection::{DATABASES, Hello};
@@ -80,6 +82,8 @@ pub enum Request {
     /// `CLOAK.HEALTH`: whether each partition hosted here can serve (what the other proxies of a
     /// cluster probe).
     Health,
+    /// A `CLOAK` admin subcommand (moving partitions between a cluster's proxies).
+    Admin(AdminRequest),
 }
 
 impl Request {

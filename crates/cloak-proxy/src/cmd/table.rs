@@ -7,8 +7,8 @@
 //! these commands. One line per command, so adding one is adding a line.
 
 use super::{
-    Args, Request, client, cluster, connection, expiry, generic, hashes, keys, scripting, server,
-    strings, transactions,
+    Args, Request, admin, client, cluster, connection, expiry, generic, hashes, keys, scripting,
+    server, strings, transactions,
 };
 use crate::resp::Reply;
 
@@ -98,6 +98,17 @@ const SCRIPT: &[Spec] = &[
     Spec { name: "script|load", arity: 3, flags: &["noscript", "stale"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "Load the specified Lua script into the script cache.", run: Run::Parse(scripting::script_load) },
     Spec { name: "script|exists", arity: -3, flags: &["noscript"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "Check existence of scripts in the script cache.", run: Run::Parse(scripting::script_exists) },
     Spec { name: "script|flush", arity: -2, flags: &["noscript"], acl: &["@slow", "@scripting"], keys: (0, 0, 0), group: "scripting", since: "2.6.0", summary: "Remove all the scripts from the script cache.", run: Run::Parse(scripting::script_flush) },
+];
+
+/// Cloak's own: moving a partition between a cluster's proxies (see `cluster::handoff`).
+#[rustfmt::skip]
+const CLOAK: &[Spec] = &[
+    Spec { name: "cloak|map", arity: 2, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Get the newest cluster map this proxy knows, as a cluster file", run: Run::Parse(admin::map) },
+    Spec { name: "cloak|keyid", arity: 3, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Get the fingerprint of this proxy's key for a partition", run: Run::Parse(admin::keyid) },
+    Spec { name: "cloak|check", arity: 4, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Check this proxy could start a partition from its storage", run: Run::Parse(admin::check) },
+    Spec { name: "cloak|release", arity: 4, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Drain a partition into storage and stop serving it", run: Run::Parse(admin::release) },
+    Spec { name: "cloak|acquire", arity: 5, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Start a partition from its storage and serve it", run: Run::Parse(admin::acquire) },
+    Spec { name: "cloak|adopt", arity: 3, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Route by a newer cluster map", run: Run::Parse(admin::adopt) },
 ];
 
 #[rustfmt::skip]
@@ -192,6 +203,7 @@ pub const COMMANDS: &[Spec] = &[
     Spec { name: "config", arity: -2, flags: &[], acl: &["@slow"], keys: (0, 0, 0), group: "server", since: "2.0.0", summary: "A container for server configuration commands", run: Run::Container(CONFIG, None) },
     Spec { name: "command", arity: -1, flags: &["loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "server", since: "2.8.13", summary: "Get array of Redis command details", run: Run::Container(COMMAND, Some(server::command)) },
     Spec { name: "time", arity: 1, flags: &["loading", "stale", "fast"], acl: &["@fast"], keys: (0, 0, 0), group: "server", since: "2.6.0", summary: "Return the current server time", run: Run::Parse(server::time) },
+    Spec { name: "cloak", arity: -2, flags: &[], acl: &["@slow"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "A container for Cloak's cluster admin commands", run: Run::Container(CLOAK, None) },
     Spec { name: "cluster", arity: -2, flags: &[], acl: &["@slow"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "A container for cluster commands", run: Run::Container(CLUSTER, None) },
     Spec { name: "readonly", arity: 1, flags: &["loading", "stale", "fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "Enables read queries for a connection to a cluster replica node", run: Run::Parse(cluster::readonly) },
     Spec { name: "readwrite", arity: 1, flags: &["loading", "stale", "fast"], acl: &["@fast", "@connection"], keys: (0, 0, 0), group: "cluster", since: "3.0.0", summary: "Disables read queries for a connection to a cluster replica node", run: Run::Parse(cluster::readwrite) },

@@ -31,6 +31,11 @@ pub async fn run(args: ClusterArgs, config: &ConfigFile) -> anyhow::Result<()> {
         ClusterCommand::Status(args) => tokio::task::spawn_blocking(move || status(&args))
             .await
             .context("the status task failed")?,
+        ClusterCommand::Move(args) => {
+            tokio::task::spawn_blocking(move || super::cluster_move::run(&args))
+                .await
+                .context("the move task failed")?
+        }
     }
 }
 
@@ -116,9 +121,11 @@ async fn up(args: Box<ClusterUpArgs>, config: &ConfigFile) -> anyhow::Result<()>
                 println!("Stop with Ctrl-C.");
             }
         };
+        // Every partition lives in this process's memory: none can move.
         let role = ClusterRole {
             map: map.clone(),
             me,
+            host: None,
         };
         proxies_running.push(cloak_proxy::run_cluster(
             listeners,
@@ -299,12 +306,5 @@ fn describe_partition(line: &str) -> String {
 
 /// A connection to a proxy, authenticated if a password is given.
 fn connect(address: &str, password: Option<&str>) -> anyhow::Result<redis::Connection> {
-    let client = redis::Client::open(format!("redis://{address}/"))?;
-    let mut con = client.get_connection_with_timeout(STATUS_TIMEOUT)?;
-    con.set_read_timeout(Some(STATUS_TIMEOUT))?;
-    con.set_write_timeout(Some(STATUS_TIMEOUT))?;
-    if let Some(password) = password {
-        redis::cmd("AUTH").arg(password).query::<()>(&mut con)?;
-    }
-    Ok(con)
+    super::partition_host::connect(address, password, STATUS_TIMEOUT)
 }

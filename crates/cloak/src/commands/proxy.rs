@@ -7,9 +7,12 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use cloak_cluster::ClusterMap;
 use cloak_crypto::MasterKey;
-use cloak_proxy::{ClusterRole, DiskJournal, HostedStore, Journal, OwnThread, StateDir};
+use cloak_proxy::{
+    ClusterRole, DiskJournal, HostedStore, Journal, OwnThread, PartitionHost, StateDir,
+};
 use tokio::net::TcpListener;
 
+use super::partition_host;
 use crate::backend;
 use crate::cli::ProxyArgs;
 use crate::config::ConfigFile;
@@ -28,14 +31,36 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
         args.max_pending_bytes,
     )?;
     let key = load_key(args.key_file.as_deref())?;
-    let storage_io = OwnThread::start("cloak-storage-io")
-        .context("cannot start the storage traffic's thread")?;
+    let storage_io = Arc::new(
+        OwnThread::start("cloak-storage-io")
+            .context("cannot start the storage traffic's thread")?,
+    );
     let (stores, role, listen) = match (&args.cluster, &args.node) {
         (Some(file), Some(node)) => {
             if args.storage.is_some() {
                 bail!("--storage is for a single store; the cluster file names each partition's");
             }
-            let (map, me) = read_cluster(file, node)?;
+            let map_file = partition_host::map_file(file, args.state_dir.as_deref());
+            let (map, me) = {
+                let (file, map_file, node) = (file.clone(), map_file.clone(), node.clone());
+                let password = args.password.clone();
+                tokio::task::spawn_blocking(move || {
+                    read_cluster(&file, &map_file, &node, password.as_deref())
+                })
+                .await
+                .context("reading the cluster map")??
+            };
+            let host = partition_host::ProxyPartitions {
+                store: store.clone(),
+                args: (*args).clone(),
+                key: key.clone(),
+                storage_io: storage_io.clone(),
+                map_file,
+            };
+            // An operator's file that no move has changed is left as it was written.
+            if args.state_dir.is_some() || map.epoch() > 0 {
+                host.persist(&map).map_err(anyhow::Error::msg)?;
+            }
             let mut stores = Vec::new();
             for partition in map.hosted_by(me) {
                 let index = partition.index;
@@ -64,6 +89,7 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
             let role = ClusterRole {
                 map: Arc::new(map),
                 me,
+                host: Some(Arc::new(host)),
             };
             (stores, Some(role), listen)
         }
@@ -170,11 +196,15 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
     Ok(())
 }
 
-/// The cluster file's map, and which of its proxies `node` is.
-pub fn read_cluster(file: &Path, node: &str) -> anyhow::Result<(ClusterMap, usize)> {
-    let text = std::fs::read_to_string(file)
-        .with_context(|| format!("cannot read cluster file {}", file.display()))?;
-    let map = ClusterMap::from_toml(&text).with_context(|| format!("{}", file.display()))?;
+/// The cluster's current map (the newest of the file's, the kept one and the other proxies',
+/// see [`partition_host`]), and which of its proxies `node` is.
+fn read_cluster(
+    file: &Path,
+    kept: &Path,
+    node: &str,
+    password: Option<&str>,
+) -> anyhow::Result<(ClusterMap, usize)> {
+    let map = partition_host::newest_map(file, kept, node, password)?;
     let Some(me) = map.proxy_named(node) else {
         let names: Vec<&str> = map.proxies().iter().map(|p| p.name.as_str()).collect();
         bail!(
@@ -187,15 +217,15 @@ pub fn read_cluster(file: &Path, node: &str) -> anyhow::Result<(ClusterMap, usiz
 }
 
 /// A store started and ready to serve, and one line saying what it is.
-struct Opened {
-    store: HostedStore,
-    line: String,
+pub(super) struct Opened {
+    pub store: HostedStore,
+    pub line: String,
 }
 
 /// Opens one store: its state directory (key, journal, ledger), its storage, and the engine
 /// rebuilt from what storage and the journal hold. `key` (from `--key-file` or `CLOAK_KEY`)
 /// wins over the state directory's own.
-async fn open_store(
+pub(super) async fn open_store(
     store: &Store,
     args: &ProxyArgs,
     state_dir: Option<&Path>,
@@ -222,11 +252,7 @@ async fn open_store(
         .as_ref()
         .map(|state| state.ledger(&master, store.manifest()))
         .transpose()?;
-    let credentials = backend::StorageCredentials {
-        ca: args.storage_ca.clone(),
-        identity: args.storage_cert.clone().zip(args.storage_key.clone()),
-        secret_file: args.storage_secret_file.clone(),
-    };
+    let credentials = partition_host::credentials(args);
     let storage = storage_io
         .run(backend::connect(
             url.to_string(),
@@ -266,6 +292,6 @@ async fn open_store(
 
 /// The state directory of a cluster proxy's partition: its own key (unless `--key-file` gives
 /// the proxies one to derive each partition's from), journal, ledger and start counter.
-fn partition_state(dir: &Path, partition: usize) -> PathBuf {
+pub(super) fn partition_state(dir: &Path, partition: usize) -> PathBuf {
     dir.join(format!("partition-{partition}"))
 }

@@ -186,3 +186,22 @@ pub fn server_and_proxy_args(
     args.extend(store_args.iter().map(|arg| arg.to_string()));
     (server, args, proxy_port)
 }
+
+/// A cluster file in `dir` for three proxies `p0`, `p1`, `p2` on free ports and six partitions,
+/// two each, kept in `storage` (`{partition}` becomes each one's number): the map, the file and
+/// the proxies' ports.
+pub fn three_proxy_cluster(
+    dir: &std::path::Path,
+    storage: &str,
+) -> (cloak_cluster::ClusterMap, std::path::PathBuf, Vec<u16>) {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let proxies: Vec<(String, String)> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| (format!("p{i}"), format!("127.0.0.1:{port}")))
+        .collect();
+    let map = cloak_cluster::ClusterMap::even(&proxies, 6, storage).unwrap();
+    let file = dir.join("cluster.toml");
+    std::fs::write(&file, map.to_toml()).unwrap();
+    (map, file, ports)
+}

@@ -1,0 +1,233 @@
+//! How the map changes while the cluster runs: an operator moves a partition to another proxy.
+//!
+//! A move changes which proxy hosts one partition and nothing else: the partitions, their slots
+//! and their storage stay as the cluster was made, so no key ever changes partition (which would
+//! show storage which keys are used). Every move raises the map's epoch by one, so of two maps
+//! of one cluster the newer is the one with the higher epoch, whoever holds it ([`newest`]); the
+//! proxy that takes the partition gets the new epoch as its config epoch, as a Redis Cluster
+//! node that takes slots does.
+//!
+//! [`newest`]: ClusterMap::newest
+
+use crate::map::ClusterMap;
+
+/// Why a map cannot replace another.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChangeError {
+    /// The partition number is not in the map.
+    #[error("there is no partition {partition}; the cluster has {count}")]
+    NoPartition {
+        /// The number asked for.
+        partition: usize,
+        /// How many partitions there are.
+        count: usize,
+    },
+    /// No proxy has that name.
+    #[error("there is no proxy {name:?}; the proxies are {known}")]
+    NoProxy {
+        /// The name asked for.
+        name: String,
+        /// The names there are, comma-separated.
+        known: String,
+    },
+    /// The partition is already where it was asked to go.
+    #[error("partition {partition} is already on {proxy}")]
+    AlreadyThere {
+        /// The partition.
+        partition: usize,
+        /// Its proxy.
+        proxy: String,
+    },
+    /// The move would leave its proxy with nothing to serve.
+    #[error(
+        "partition {partition} is the last one on {proxy}; a proxy serves at least one partition"
+    )]
+    LastPartition {
+        /// The partition.
+        partition: usize,
+        /// Its proxy.
+        proxy: String,
+    },
+    /// Two different maps claim the same epoch.
+    #[error("two different cluster maps both have epoch {0}; one of them was not made by a move")]
+    SameEpoch(u64),
+    /// The other map describes another cluster (other proxies, slots or storage).
+    #[error("the map is not of this cluster: {0}")]
+    OtherCluster(String),
+}
+
+impl ClusterMap {
+    /// The map's epoch: 0 as made, one more after each move.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// This map with `epoch`, and the proxies' config epochs as given (by proxy, in order;
+    /// missing ones keep theirs): what a cluster file written after moves says.
+    pub fn with_epochs(mut self, epoch: u64, config_epochs: &[Option<u64>]) -> Self {
+        self.epoch = epoch;
+        for (proxy, config) in self.proxies.iter_mut().zip(config_epochs) {
+            if let Some(config) = config {
+                proxy.config_epoch = *config;
+            }
+        }
+        self
+    }
+
+    /// The map after partition `partition` moves to the proxy called `to`, one epoch later.
+    pub fn moved(&self, partition: usize, to: &str) -> Result<ClusterMap, ChangeError> {
+        let count = self.partitions.len();
+        let from = self
+            .partitions
+            .get(partition)
+            .ok_or(ChangeError::NoPartition { partition, count })?
+            .proxy;
+        let Some(target) = self.proxy_named(to) else {
+            let known: Vec<&str> = self.proxies.iter().map(|p| p.name.as_str()).collect();
+            return Err(ChangeError::NoProxy {
+                name: to.to_string(),
+                known: known.join(", "),
+            });
+        };
+        let name = |proxy: usize| self.proxies[proxy].name.clone();
+        if target == from {
+            return Err(ChangeError::AlreadyThere {
+                partition,
+                proxy: name(from),
+            });
+        }
+        if self.hosted_by(from).count() == 1 {
+            return Err(ChangeError::LastPartition {
+                partition,
+                proxy: name(from),
+            });
+        }
+        let mut next = self.clone();
+        next.epoch += 1;
+        next.partitions[partition].proxy = target;
+        next.proxies[target].config_epoch = next.current_epoch();
+        Ok(next)
+    }
+
+    /// The cluster's current epoch as Redis Cluster reports one: at least every proxy's config
+    /// epoch (the number of proxies before any move, one more after each).
+    pub fn current_epoch(&self) -> u64 {
+        self.proxies.len() as u64 + self.epoch
+    }
+
+    /// Of this map and `other`, both of this cluster, the newer (the higher epoch).
+    pub fn newest(self, other: ClusterMap) -> Result<ClusterMap, ChangeError> {
+        self.same_cluster(&other)?;
+        match self.epoch.cmp(&other.epoch) {
+            std::cmp::Ordering::Less => Ok(other),
+            std::cmp::Ordering::Greater => Ok(self),
+            std::cmp::Ordering::Equal if self == other => Ok(self),
+            std::cmp::Ordering::Equal => Err(ChangeError::SameEpoch(self.epoch)),
+        }
+    }
+
+    /// Whether `other` is a map of the same cluster: the same proxies at the same addresses,
+    /// and the same partitions with the same slots and storage (only their hosts may differ).
+    pub fn same_cluster(&self, other: &ClusterMap) -> Result<(), ChangeError> {
+        let addresses = |map: &ClusterMap| -> Vec<(String, String)> {
+            map.proxies
+                .iter()
+                .map(|p| (p.name.clone(), p.address()))
+                .collect()
+        };
+        if addresses(self) != addresses(other) {
+            return Err(ChangeError::OtherCluster(
+                "its proxies or their addresses differ".into(),
+            ));
+        }
+        if self.partitions.len() != other.partitions.len() {
+            return Err(ChangeError::OtherCluster(format!(
+                "it has {} partitions, this one {}",
+                other.partitions.len(),
+                self.partitions.len()
+            )));
+        }
+        for (mine, theirs) in self.partitions.iter().zip(&other.partitions) {
+            if mine.slots != theirs.slots || mine.storage != theirs.storage {
+                return Err(ChangeError::OtherCluster(format!(
+                    "partition {}'s slots or storage differ",
+                    mine.index
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map() -> ClusterMap {
+        let proxies: Vec<(String, String)> = (0..3)
+            .map(|i| (format!("p{i}"), format!("127.0.0.1:{}", 7000 + i)))
+            .collect();
+        ClusterMap::even(&proxies, 6, "redis://h:1?prefix=p{partition}:").unwrap()
+    }
+
+    #[test]
+    fn a_move_changes_one_host_and_raises_the_epochs() {
+        let before = map();
+        assert_eq!((before.epoch(), before.current_epoch()), (0, 3));
+        let after = before.moved(0, "p2").unwrap();
+        assert_eq!(after.epoch(), 1);
+        assert_eq!(after.partitions()[0].proxy, 2);
+        assert_eq!(after.proxies()[2].config_epoch, 4);
+        assert_eq!(after.proxies()[0].config_epoch, 1);
+        assert_eq!(after.current_epoch(), 4);
+        assert_eq!(after.partition_of(0).proxy, 2);
+        assert_eq!(after.partitions()[1], before.partitions()[1]);
+        assert!(before.same_cluster(&after).is_ok());
+        let again = after.moved(4, "p1").unwrap();
+        assert_eq!(again.proxies()[1].config_epoch, 5);
+    }
+
+    #[test]
+    fn a_move_that_cannot_be_is_refused_by_name() {
+        let map = map();
+        assert_eq!(
+            map.moved(9, "p1"),
+            Err(ChangeError::NoPartition {
+                partition: 9,
+                count: 6
+            })
+        );
+        assert!(matches!(
+            map.moved(0, "p7"),
+            Err(ChangeError::NoProxy { .. })
+        ));
+        assert!(matches!(
+            map.moved(0, "p0"),
+            Err(ChangeError::AlreadyThere { .. })
+        ));
+        let emptied = map.moved(0, "p1").unwrap();
+        assert_eq!(
+            emptied.moved(1, "p2"),
+            Err(ChangeError::LastPartition {
+                partition: 1,
+                proxy: "p0".into()
+            })
+        );
+    }
+
+    #[test]
+    fn the_newest_map_wins_and_a_conflict_is_named() {
+        let old = map();
+        let new = old.moved(0, "p1").unwrap();
+        assert_eq!(old.clone().newest(new.clone()).unwrap(), new);
+        assert_eq!(new.clone().newest(old.clone()).unwrap(), new);
+        let rival = old.moved(0, "p2").unwrap();
+        assert_eq!(new.newest(rival), Err(ChangeError::SameEpoch(1)));
+        let proxies = vec![("x".to_string(), "127.0.0.1:1".to_string())];
+        let other = ClusterMap::even(&proxies, 6, "memory").unwrap();
+        assert!(matches!(
+            old.newest(other),
+            Err(ChangeError::OtherCluster(_))
+        ));
+    }
+}

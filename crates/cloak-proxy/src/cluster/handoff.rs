@@ -1,0 +1,254 @@
+//! Moving a partition between proxies: the `CLOAK` admin commands that `cloak cluster move`
+//! sends, one step each.
+//!
+//! ```text
+//! CLOAK MAP                            the newest map this proxy knows, as a cluster file
+//! CLOAK KEYID partition                the fingerprint of this proxy's key for the partition
+//! CLOAK CHECK partition keyid          could this proxy start it? (key, storage reachable)
+//! CLOAK RELEASE partition map          stop serving it: drain its journal into storage, stop
+//!                                      its core, keep `map` (in which another proxy has it)
+//! CLOAK ACQUIRE partition keyid map    start it from storage alone and serve it under `map`
+//! CLOAK ADOPT map                      route by `map` from now on
+//! ```
+//!
+//! A move is: CHECK on the target (refused there, nothing has changed: the source keeps
+//! serving), RELEASE on the source, ACQUIRE on the target, ADOPT everywhere. From RELEASE until
+//! the source adopts the new map, commands for the partition's slots wait at the source (and at
+//! the target while it starts the partition) and get `-TRYAGAIN` if that takes more than
+//! [`super::runtime::HANDOFF_WAIT`]; no command is ever answered by a partition that is not
+//! running, and each is answered by the source (everything it took before RELEASE, drained
+//! before the core stops) or by the target (everything after). If ACQUIRE fails, the partition
+//! goes back to the source the same way, under the next epoch.
+//!
+//! What the target trusts: the public map and the key it already has. It starts the partition
+//! exactly as a restart does (`PartitionHost::open`): a full scan of the partition's storage
+//! checked against its own key and, if it has one, its own ledger, then the new layout's fill.
+//! The source hands over nothing but the key's fingerprint, which is only compared.
+//!
+//! What the storage server sees: the partition's schedule stops (after the drain's last
+//! batches) and starts again with a restart's scan and fill, from another proxy. A move happens
+//! when an operator runs `cloak cluster move`, never because of the workload, so its timing is
+//! the operator's and public, like a restart's; nothing in it depends on which keys are used.
+
+use std::sync::Arc;
+
+use cloak_cluster::ClusterMap;
+
+use super::runtime::Node;
+use super::{Cores, Hosted};
+use crate::cmd::AdminRequest;
+use crate::resp::Reply;
+
+/// Answers a `CLOAK` admin command.
+pub async fn answer(cores: &Cores, request: AdminRequest) -> Reply {
+    let Some(node) = cores.node() else {
+        return Reply::err("CLOAK admin commands are for a proxy of a cluster (--cluster)");
+    };
+    let done = match request {
+        AdminRequest::Map => return Reply::bulk(node.known().to_toml()),
+        AdminRequest::KeyId(partition) => {
+            return match node.host().and_then(|host| host.key_id(partition)) {
+                Ok(id) => Reply::bulk(id),
+                Err(why) => Reply::err(why),
+            };
+        }
+        AdminRequest::Check { partition, key_id } => check(node, partition, &key_id).await,
+        AdminRequest::Release { partition, map } => release(node, partition, &map).await,
+        AdminRequest::Acquire {
+            partition,
+            key_id,
+            map,
+        } => acquire(node, partition, &key_id, &map).await,
+        AdminRequest::Adopt(map) => adopt(node, &map).await,
+    };
+    match done {
+        Ok(()) => Reply::ok(),
+        Err(why) => Reply::err(why),
+    }
+}
+
+/// A map sent with a command: a map of this cluster, not older than the newest one known here.
+fn newer_map(node: &Node, text: &str) -> Result<Arc<ClusterMap>, String> {
+    let map = ClusterMap::from_toml(text).map_err(|e| format!("the map sent is not valid: {e}"))?;
+    let known = node.known();
+    known.same_cluster(&map).map_err(|e| e.to_string())?;
+    if map.epoch() < known.epoch() {
+        return Err(format!(
+            "the map sent has epoch {}, older than this proxy's {}; read the current one with \
+             CLOAK MAP",
+            map.epoch(),
+            known.epoch()
+        ));
+    }
+    if map.epoch() == known.epoch() && map != *known {
+        return Err(cloak_cluster::ChangeError::SameEpoch(map.epoch()).to_string());
+    }
+    Ok(Arc::new(map))
+}
+
+async fn check(node: &Node, partition: usize, key_id: &str) -> Result<(), String> {
+    let map = node.known();
+    let partition = map
+        .partitions()
+        .get(partition)
+        .ok_or_else(|| format!("there is no partition {partition}"))?;
+    node.host()?.check(partition, key_id).await
+}
+
+/// Stops serving `partition` once every write it acknowledged is in storage, and keeps `map`,
+/// in which another proxy hosts it. Commands for its slots wait meanwhile, and until this proxy
+/// adopts the map. Releasing a partition this proxy does not serve does nothing.
+async fn release(node: &Node, partition: usize, map: &str) -> Result<(), String> {
+    let _turn = node.take_turn().await;
+    let map = newer_map(node, map)?;
+    let hosted = node.current();
+    let me = hosted.me;
+    if map.partitions().get(partition).map(|p| p.proxy) == Some(me) {
+        return Err(format!(
+            "the map sent still has partition {partition} on this proxy"
+        ));
+    }
+    let serving = hosted.core_of(partition).is_some();
+    let last = hosted.cores.len() == 1;
+    // This snapshot holds a handle to the core: let go of it, or the core never drains.
+    drop(hosted);
+    if serving {
+        if last {
+            return Err(format!(
+                "partition {partition} is the last one on this proxy; a proxy serves at least one"
+            ));
+        }
+        let stopped = node.take_stopped(partition);
+        // Dropping the last handle starts the drain (see `core::spawn`); commands routed just
+        // before still hold one, and are answered before the core stops.
+        node.change(|now| Hosted {
+            cores: now
+                .cores
+                .iter()
+                .filter(|(index, _)| *index != partition)
+                .cloned()
+                .collect(),
+            moving: with(&now.moving, partition),
+            map: now.map.clone(),
+            me,
+            health: now.health.clone(),
+        });
+        tracing::info!(
+            partition,
+            "releasing: draining acknowledged writes to storage"
+        );
+        if let Some(stopped) = stopped {
+            let _ = stopped.await;
+        }
+        tracing::info!(
+            partition,
+            "released: every acknowledged write is in storage"
+        );
+    }
+    node.keep(&map)
+}
+
+/// Starts `partition` from its storage and serves it under `map`, which gives it to this proxy.
+async fn acquire(node: &Node, partition: usize, key_id: &str, map: &str) -> Result<(), String> {
+    let _turn = node.take_turn().await;
+    let map = newer_map(node, map)?;
+    let hosted = node.current();
+    let me = hosted.me;
+    let Some(spec) = map.partitions().get(partition).filter(|p| p.proxy == me) else {
+        return Err(format!(
+            "the map sent does not give partition {partition} to this proxy"
+        ));
+    };
+    if hosted.core_of(partition).is_none() {
+        let host = node.host()?;
+        host.check(spec, key_id).await?;
+        node.change(|now| Hosted {
+            cores: now.cores.clone(),
+            moving: with(&now.moving, partition),
+            map: now.map.clone(),
+            me,
+            health: now.health.clone(),
+        });
+        tracing::info!(partition, "acquiring: starting it from its storage");
+        let opened = match host.open(spec).await {
+            Ok(store) => node.start_core(partition, store),
+            Err(why) => Err(why),
+        };
+        let core = match opened {
+            Ok(core) => core,
+            Err(why) => {
+                node.change(|now| Hosted {
+                    cores: now.cores.clone(),
+                    moving: without(&now.moving, partition),
+                    map: now.map.clone(),
+                    me,
+                    health: now.health.clone(),
+                });
+                return Err(format!("partition {partition} could not start here: {why}"));
+            }
+        };
+        node.change(|now| {
+            let mut cores = now.cores.clone();
+            cores.push((partition, core));
+            cores.sort_by_key(|(index, _)| *index);
+            Hosted {
+                cores,
+                moving: without(&now.moving, partition),
+                map: now.map.clone(),
+                me,
+                health: now.health.clone(),
+            }
+        });
+        tracing::info!(partition, "acquired: serving it");
+    }
+    install(node, map)
+}
+
+/// Routes by `map` from now on: it must give this proxy exactly the partitions it serves.
+async fn adopt(node: &Node, map: &str) -> Result<(), String> {
+    let _turn = node.take_turn().await;
+    let map = newer_map(node, map)?;
+    install(node, map)
+}
+
+/// Keeps `map` and makes it the one routing reads, if it gives this proxy exactly the
+/// partitions it serves; partitions it gives elsewhere stop waiting here and are redirected.
+fn install(node: &Node, map: Arc<ClusterMap>) -> Result<(), String> {
+    let hosted = node.current();
+    for partition in map.partitions() {
+        let mine = partition.proxy == hosted.me;
+        let served = hosted.core_of(partition.index).is_some();
+        if mine != served {
+            return Err(format!(
+                "the map has partition {} on {}, but this proxy {} it; move it with `cloak \
+                 cluster move`",
+                partition.index,
+                map.proxies()[partition.proxy].name,
+                if served { "serves" } else { "does not serve" }
+            ));
+        }
+    }
+    node.keep(&map)?;
+    node.change(|now| Hosted {
+        cores: now.cores.clone(),
+        moving: Vec::new(),
+        map: map.clone(),
+        me: now.me,
+        health: now.health.clone(),
+    });
+    Ok(())
+}
+
+fn with(partitions: &[usize], partition: usize) -> Vec<usize> {
+    let mut partitions = without(partitions, partition);
+    partitions.push(partition);
+    partitions
+}
+
+fn without(partitions: &[usize], partition: usize) -> Vec<usize> {
+    partitions
+        .iter()
+        .copied()
+        .filter(|p| *p != partition)
+        .collect()
+}

@@ -1,0 +1,79 @@
+//! `CLOAK` admin commands: the steps of moving a partition between the proxies of a cluster
+//! (see [`crate::cluster::handoff`]). Like every command they need `AUTH` when the proxy has a
+//! password; none reaches storage by itself.
+
+use super::{Args, Request};
+use crate::resp::Reply;
+
+/// A `CLOAK` subcommand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminRequest {
+    /// `CLOAK MAP`.
+    Map,
+    /// `CLOAK KEYID partition`.
+    KeyId(usize),
+    /// `CLOAK CHECK partition keyid`.
+    Check { partition: usize, key_id: String },
+    /// `CLOAK RELEASE partition map`.
+    Release { partition: usize, map: String },
+    /// `CLOAK ACQUIRE partition keyid map`.
+    Acquire {
+        partition: usize,
+        key_id: String,
+        map: String,
+    },
+    /// `CLOAK ADOPT map`.
+    Adopt(String),
+}
+
+pub fn map(args: &mut Args) -> Result<Request, Reply> {
+    args.exactly(0)?;
+    Ok(Request::Admin(AdminRequest::Map))
+}
+
+pub fn keyid(args: &mut Args) -> Result<Request, Reply> {
+    args.exactly(1)?;
+    Ok(Request::Admin(AdminRequest::KeyId(partition(args)?)))
+}
+
+pub fn check(args: &mut Args) -> Result<Request, Reply> {
+    args.exactly(2)?;
+    let partition = partition(args)?;
+    let key_id = text(args)?;
+    Ok(Request::Admin(AdminRequest::Check { partition, key_id }))
+}
+
+pub fn release(args: &mut Args) -> Result<Request, Reply> {
+    args.exactly(2)?;
+    let partition = partition(args)?;
+    let map = text(args)?;
+    Ok(Request::Admin(AdminRequest::Release { partition, map }))
+}
+
+pub fn acquire(args: &mut Args) -> Result<Request, Reply> {
+    args.exactly(3)?;
+    let partition = partition(args)?;
+    let key_id = text(args)?;
+    let map = text(args)?;
+    Ok(Request::Admin(AdminRequest::Acquire {
+        partition,
+        key_id,
+        map,
+    }))
+}
+
+pub fn adopt(args: &mut Args) -> Result<Request, Reply> {
+    args.exactly(1)?;
+    Ok(Request::Admin(AdminRequest::Adopt(text(args)?)))
+}
+
+/// The next argument as a partition number.
+fn partition(args: &mut Args) -> Result<usize, Reply> {
+    usize::try_from(args.next_integer()?).map_err(|_| Reply::err("the partition must be a number"))
+}
+
+/// The next argument as UTF-8 text.
+fn text(args: &mut Args) -> Result<String, Reply> {
+    String::from_utf8(args.next_bytes()?.to_vec())
+        .map_err(|_| Reply::err("the argument must be UTF-8 text"))
+}

@@ -1,0 +1,174 @@
+//! `cloak cluster move --partition N --to PROXY`: the steps of a hand-off, sent to the proxies
+//! as `CLOAK` admin commands (see `cloak_proxy::cluster::handoff` for what each does and why
+//! the storage server learns nothing from it but that an operator moved a partition).
+//!
+//! 1. The newest map any proxy knows, and the new one: the partition on PROXY, one epoch later.
+//! 2. The target checks it has the partition's key and reaches its storage; if not, the move is
+//!    refused and nothing has changed.
+//! 3. The source drains the partition into storage and stops it; its slots wait meanwhile.
+//! 4. The target starts it from storage alone. If it cannot, the source starts it again (under
+//!    the next epoch), and the move is reported failed.
+//! 5. Every proxy adopts the new map; the source now redirects its slots to the target. A proxy
+//!    that is down learns the map from the others when it starts.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use cloak_cluster::ClusterMap;
+
+use super::partition_host::connect;
+use crate::cli::ClusterMoveArgs;
+
+/// How long a step that needs no storage may take.
+const QUICK: Duration = Duration::from_secs(5);
+/// How long a drain or a start from storage may take (a large partition's full scan and fill).
+const SLOW: Duration = Duration::from_secs(600);
+
+pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
+    let password = args.password.as_deref();
+    let map = newest_map(&args.node, password)?;
+    let partition = args.partition;
+    let next = map.moved(partition, &args.to)?;
+    let source = &map.proxies()[map.partitions()[partition].proxy];
+    let target = &next.proxies()[next.partitions()[partition].proxy];
+    let step = |address: &str, timeout: Duration, command: &mut redis::Cmd| {
+        send::<redis::Value>(address, password, timeout, command)
+    };
+    let key_id: String = send(
+        &source.address(),
+        password,
+        QUICK,
+        redis::cmd("CLOAK").arg("KEYID").arg(partition),
+    )
+    .with_context(|| format!("{} has no key for partition {partition}", source.name))?;
+    step(
+        &target.address(),
+        SLOW,
+        redis::cmd("CLOAK").arg("CHECK").arg(partition).arg(&key_id),
+    )
+    .with_context(|| {
+        format!(
+            "{} cannot take partition {partition}; nothing changed, it keeps serving on {}",
+            target.name, source.name
+        )
+    })?;
+    println!(
+        "{} can take partition {partition}; {} is draining it into storage",
+        target.name, source.name
+    );
+    let next_text = next.to_toml();
+    step(
+        &source.address(),
+        SLOW,
+        redis::cmd("CLOAK")
+            .arg("RELEASE")
+            .arg(partition)
+            .arg(&next_text),
+    )
+    .with_context(|| {
+        format!(
+            "{} did not release partition {partition}; run this move again to finish it",
+            source.name
+        )
+    })?;
+    println!(
+        "{} released partition {partition}; {} is starting it from storage",
+        source.name, target.name
+    );
+    let acquired = step(
+        &target.address(),
+        SLOW,
+        redis::cmd("CLOAK")
+            .arg("ACQUIRE")
+            .arg(partition)
+            .arg(&key_id)
+            .arg(&next_text),
+    );
+    if let Err(error) = acquired {
+        let back = next.moved(partition, &source.name)?;
+        step(
+            &source.address(),
+            SLOW,
+            redis::cmd("CLOAK")
+                .arg("ACQUIRE")
+                .arg(partition)
+                .arg(&key_id)
+                .arg(back.to_toml()),
+        )
+        .with_context(|| {
+            format!(
+                "{} could not start partition {partition} ({error:#}), nor could {} start it \
+                 again: no proxy serves it; run `cloak cluster move --partition {partition} \
+                 --to NAME` once one can",
+                target.name, source.name
+            )
+        })?;
+        tell_everyone(&back, password);
+        bail!(
+            "{} could not start partition {partition}: {error:#}\nit serves on {} again (map \
+             epoch {})",
+            target.name,
+            source.name,
+            back.epoch()
+        );
+    }
+    tell_everyone(&next, password);
+    println!(
+        "partition {partition} moved from {} to {} (map epoch {})",
+        source.name,
+        target.name,
+        next.epoch()
+    );
+    Ok(())
+}
+
+/// One command to the proxy at `address`, its reply awaited up to `timeout`.
+fn send<T: redis::FromRedisValue>(
+    address: &str,
+    password: Option<&str>,
+    timeout: Duration,
+    command: &redis::Cmd,
+) -> anyhow::Result<T> {
+    let mut con = connect(address, password, timeout)
+        .with_context(|| format!("cannot reach the proxy at {address}"))?;
+    command
+        .query::<T>(&mut con)
+        .with_context(|| format!("the proxy at {address}"))
+}
+
+/// The newest map any proxy knows, starting from `seed`'s.
+fn newest_map(seed: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> {
+    let map_of = |address: &str| -> anyhow::Result<ClusterMap> {
+        let text: String = send(address, password, QUICK, redis::cmd("CLOAK").arg("MAP"))?;
+        Ok(ClusterMap::from_toml(&text)?)
+    };
+    let mut map = map_of(seed).with_context(|| format!("cannot read the map from {seed}"))?;
+    let others: Vec<String> = map.proxies().iter().map(|p| p.address()).collect();
+    for address in others {
+        // A proxy that is down cannot hold a newer map than one it would have been told.
+        if let Ok(theirs) = map_of(&address) {
+            map = map
+                .newest(theirs)
+                .with_context(|| format!("the proxy at {address} has another map"))?;
+        }
+    }
+    Ok(map)
+}
+
+/// Sends `map` to every proxy; one that does not take it is named (it learns the map from the
+/// others when it starts).
+fn tell_everyone(map: &ClusterMap, password: Option<&str>) {
+    let text = map.to_toml();
+    for proxy in map.proxies() {
+        let adopt = redis::cmd("CLOAK").arg("ADOPT").arg(&text).clone();
+        let adopted = send::<()>(&proxy.address(), password, QUICK, &adopt);
+        if let Err(error) = adopted {
+            eprintln!(
+                "{} at {} did not take the new map ({error:#}); it learns it from the other \
+                 proxies when it starts",
+                proxy.name,
+                proxy.address()
+            );
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! What `cloak proxy --cluster` gives its proxy to take partitions on and off while it runs
+//! (`cloak_proxy::PartitionHost`), and which map it starts with.
+//!
+//! Where the map is kept: after every change a proxy writes the map, with its epoch, to
+//! `STATE_DIR/cluster.toml` (or, without `--state-dir`, over its `--cluster` file), atomically. A
+//! start reads the `--cluster` file, that copy, and every other proxy's current map (`CLOAK
+//! MAP`, one second each; a proxy that does not answer is skipped), and takes the one with the
+//! highest epoch: so a proxy that was down during a move learns the new map from the others,
+//! and a proxy that released a partition never starts it again from an old file. Two different
+//! maps with the same epoch stop the start (one of them was not made by a move).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use cloak_cluster::{ChangeError, ClusterMap, Partition};
+use cloak_crypto::MasterKey;
+use cloak_proxy::{BoxFuture, HostedStore, OwnThread, PartitionHost};
+
+use super::proxy::{open_store, partition_state};
+use crate::backend;
+use crate::cli::ProxyArgs;
+use crate::store::Store;
+
+/// The copy of the map a proxy keeps in its state directory.
+const KEPT_MAP: &str = "cluster.toml";
+/// How long a start waits for each other proxy's map.
+const PEER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Opens partitions as `cloak proxy` opened its first ones: the same store flags, key, state
+/// directory and storage credentials.
+pub struct ProxyPartitions {
+    pub store: Store,
+    pub args: ProxyArgs,
+    /// `--key-file`/`CLOAK_KEY`, from which each partition's key is derived.
+    pub key: Option<MasterKey>,
+    pub storage_io: Arc<OwnThread>,
+    /// Where the map is kept: `STATE_DIR/cluster.toml`, or the `--cluster` file.
+    pub map_file: PathBuf,
+}
+
+impl ProxyPartitions {
+    /// The key this proxy has for `partition`, without making one.
+    fn key(&self, partition: usize) -> Result<MasterKey, String> {
+        if let Some(key) = &self.key {
+            return Ok(key.for_partition(partition as u64));
+        }
+        let Some(dir) = &self.args.state_dir else {
+            return Err(format!(
+                "this proxy has no key for partition {partition}: it has no --key-file, \
+                 CLOAK_KEY or --state-dir"
+            ));
+        };
+        let file = partition_state(dir, partition).join("key");
+        if !file.exists() {
+            return Err(format!(
+                "this proxy has no key for partition {partition}: it has no --key-file or \
+                 CLOAK_KEY to derive it from, and {} does not exist (start the proxies with one \
+                 --key-file, or copy that file from the proxy that has it)",
+                file.display()
+            ));
+        }
+        MasterKey::load(&file).map_err(|e| e.to_string())
+    }
+}
+
+impl PartitionHost for ProxyPartitions {
+    fn key_id(&self, partition: usize) -> Result<String, String> {
+        Ok(self.key(partition)?.fingerprint())
+    }
+
+    fn check<'a>(
+        &'a self,
+        partition: &'a Partition,
+        key_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let index = partition.index;
+            let mine = self.key(index)?.fingerprint();
+            if mine != key_id {
+                return Err(format!(
+                    "this proxy's key for partition {index} (fingerprint {mine}) is not the one \
+                     its elements are sealed with ({key_id}): start every proxy with the same \
+                     --key-file or CLOAK_KEY"
+                ));
+            }
+            // A proxy's memory is its own: elements kept there cannot be read by another.
+            if partition.storage == "memory" {
+                return Err(format!(
+                    "partition {index} keeps its elements in its proxy's memory, which no other \
+                     proxy can read; only a partition on a storage server can move"
+                ));
+            }
+            let url = partition.storage.clone();
+            let connections = self.args.storage_connections.unwrap_or(4);
+            let credentials = credentials(&self.args);
+            self.storage_io
+                .run(backend::connect(url, connections, credentials))
+                .await
+                .map(drop)
+                .map_err(|e| format!("this proxy cannot reach partition {index}'s storage: {e:#}"))
+        })
+    }
+
+    fn open<'a>(&'a self, partition: &'a Partition) -> BoxFuture<'a, Result<HostedStore, String>> {
+        Box::pin(async move {
+            let index = partition.index;
+            let state = self
+                .args
+                .state_dir
+                .as_deref()
+                .map(|dir| partition_state(dir, index));
+            if let Some(dir) = &state {
+                set_aside_old_ledger(dir)?;
+            }
+            let key = self.key.as_ref().map(|key| key.for_partition(index as u64));
+            let opened = open_store(
+                &self.store,
+                &self.args,
+                state.as_deref(),
+                key,
+                &partition.storage,
+                &self.storage_io,
+            )
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+            tracing::info!(partition = index, "{}", opened.line);
+            Ok(opened.store)
+        })
+    }
+
+    fn persist(&self, map: &ClusterMap) -> Result<(), String> {
+        let written = match self.map_file.parent() {
+            Some(dir) => std::fs::create_dir_all(dir),
+            None => Ok(()),
+        }
+        .and_then(|()| cloak_storage::dir::write_synced(&self.map_file, map.to_toml().as_bytes()));
+        written.map_err(|e| format!("cannot keep the map in {}: {e}", self.map_file.display()))
+    }
+}
+
+/// A ledger left in a partition's state directory by an earlier stay of the partition on this
+/// proxy describes storage as it was when the partition left; its new owner has written since
+/// (and may have emptied slots the ledger still expects), so it would refuse a sound store. It is
+/// kept, renamed, for the record; the start checks storage as a first start does (every element
+/// must open under the key, bound to its address) and saves a new ledger.
+fn set_aside_old_ledger(dir: &Path) -> Result<(), String> {
+    let ledger = dir.join("ledger");
+    if !ledger.exists() {
+        return Ok(());
+    }
+    let aside = dir.join("ledger.before-move");
+    std::fs::rename(&ledger, &aside)
+        .map_err(|e| format!("cannot set aside {}: {e}", ledger.display()))?;
+    tracing::info!(
+        ledger = %aside.display(),
+        "set aside the ledger of this partition's earlier stay on this proxy"
+    );
+    Ok(())
+}
+
+/// How this proxy reaches storage (its `--storage-*` flags).
+pub fn credentials(args: &ProxyArgs) -> backend::StorageCredentials {
+    backend::StorageCredentials {
+        ca: args.storage_ca.clone(),
+        identity: args.storage_cert.clone().zip(args.storage_key.clone()),
+        secret_file: args.storage_secret_file.clone(),
+    }
+}
+
+/// Where this proxy keeps its map: `STATE_DIR/cluster.toml`, or the cluster file itself.
+pub fn map_file(cluster_file: &Path, state_dir: Option<&Path>) -> PathBuf {
+    match state_dir {
+        Some(dir) => dir.join(KEPT_MAP),
+        None => cluster_file.to_path_buf(),
+    }
+}
+
+/// The map this proxy starts with: the newest of the cluster file, its kept copy and the other
+/// proxies' (see the module docs).
+pub fn newest_map(
+    file: &Path,
+    kept: &Path,
+    node: &str,
+    password: Option<&str>,
+) -> anyhow::Result<ClusterMap> {
+    let read = |path: &Path| -> anyhow::Result<ClusterMap> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read cluster file {}", path.display()))?;
+        ClusterMap::from_toml(&text).with_context(|| format!("{}", path.display()))
+    };
+    let mut map = read(file)?;
+    if kept != file && kept.exists() {
+        map = map
+            .newest(read(kept)?)
+            .with_context(|| format!("{} against {}", kept.display(), file.display()))?;
+    }
+    let others: Vec<String> = map
+        .proxies()
+        .iter()
+        .filter(|proxy| proxy.name != node)
+        .map(|proxy| proxy.address())
+        .collect();
+    for address in others {
+        let theirs = match peer_map(&address, password) {
+            Ok(theirs) => theirs,
+            Err(error) => {
+                tracing::info!(%address, "no map from this proxy ({error:#}); going on without");
+                continue;
+            }
+        };
+        match map.clone().newest(theirs) {
+            Ok(newest) => map = newest,
+            Err(conflict @ ChangeError::SameEpoch(_)) => {
+                bail!("the proxy at {address} has another map: {conflict}")
+            }
+            Err(other) => {
+                tracing::warn!(%address, "its map is not of this cluster ({other}); ignored");
+            }
+        }
+    }
+    Ok(map)
+}
+
+/// `CLOAK MAP` from the proxy at `address`.
+fn peer_map(address: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> {
+    let mut con = connect(address, password, PEER_TIMEOUT)?;
+    let text: String = redis::cmd("CLOAK").arg("MAP").query(&mut con)?;
+    Ok(ClusterMap::from_toml(&text)?)
+}
+
+/// A connection to a proxy, authenticated if a password is given, each reply awaited up to
+/// `timeout`.
+pub fn connect(
+    address: &str,
+    password: Option<&str>,
+    timeout: Duration,
+) -> anyhow::Result<redis::Connection> {
+    let client = redis::Client::open(format!("redis://{address}/"))?;
+    let mut con = client.get_connection_with_timeout(timeout)?;
+    con.set_read_timeout(Some(timeout))?;
+    con.set_write_timeout(Some(timeout))?;
+    if let Some(password) = password {
+        redis::cmd("AUTH").arg(password).query::<()>(&mut con)?;
+    }
+    Ok(con)
+}

@@ -1,0 +1,268 @@
+//! Moving a partition between the proxies of a cluster (`cloak cluster move`), through the
+//! built binary over a real `redis-server`: refused with a clear error, and the partition still
+//! serving where it was, when the target lacks its key; moved under load, with a cluster-aware
+//! client (the redis crate's cluster client) writing and reading throughout and every
+//! acknowledged write read back from the new host; and a proxy that was down during the move
+//! learning the new map when it starts.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cloak_cluster::{ClusterMap, key_slot};
+use cloak_testkit::redis_server::RedisServer;
+
+mod common;
+
+use common::{CLOAK, Running};
+
+const KEY: &str = "8c6a1f0b2d4e6a8c0e2f4a6c8e0a2c4e6f8a0c2e4a6c8e0f2a4c6e8a0c2e4f6a";
+/// Another key: a proxy started with it cannot open the others' partitions.
+const OTHER_KEY: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+
+/// The cluster under test: three proxies, six partitions on one Redis (a prefix each).
+struct Cluster {
+    _redis: RedisServer,
+    dir: tempfile::TempDir,
+    file: std::path::PathBuf,
+    ports: Vec<u16>,
+    map: ClusterMap,
+}
+
+impl Cluster {
+    fn new() -> Self {
+        let redis = RedisServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let storage = format!("{}?prefix=move:p{{partition}}:", redis.url());
+        let (map, file, ports) = common::three_proxy_cluster(dir.path(), &storage);
+        Self {
+            _redis: redis,
+            dir,
+            file,
+            ports,
+            map,
+        }
+    }
+
+    /// Starts proxy `i` with `key`, its own state directory and the original cluster file.
+    fn start(&self, i: usize, key: &str) -> Running {
+        let state = self.dir.path().join(format!("state{i}"));
+        let args = [
+            "proxy",
+            "--cluster",
+            self.file.to_str().unwrap(),
+            "--node",
+            &format!("p{i}"),
+            "--capacity",
+            "200",
+            "--state-dir",
+            state.to_str().unwrap(),
+            // Six partitions batching on a shared 2-core machine: a slow schedule.
+            "--batch-interval",
+            "50ms",
+        ];
+        Running::start_with_env(&args, &[("CLOAK_KEY", key)], "cloak proxy listening")
+    }
+
+    /// `cloak cluster move`: whether it succeeded, and what it printed.
+    fn move_partition(&self, partition: usize, to: &str) -> (bool, String) {
+        let out = Command::new(CLOAK)
+            .args([
+                "cluster",
+                "move",
+                "--partition",
+                &partition.to_string(),
+                "--to",
+                to,
+                "--node",
+                &format!("127.0.0.1:{}", self.ports[0]),
+            ])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    /// Keys of partition `partition`.
+    fn keys_of(&self, partition: usize, count: usize) -> Vec<String> {
+        (0..)
+            .map(|i| format!("key:{i}"))
+            .filter(|key| self.map.partition_of(key_slot(key.as_bytes())).index == partition)
+            .take(count)
+            .collect()
+    }
+}
+
+/// What a plain connection to `port` answers to `GET key` (an error as its text).
+fn get(port: u16, key: &str) -> String {
+    match redis::cmd("GET")
+        .arg(key)
+        .query::<Option<String>>(&mut common::connect(port))
+    {
+        Ok(value) => value.unwrap_or_else(|| "(nil)".into()),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[test]
+fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
+    let cluster = Cluster::new();
+    let mut proxies: Vec<Option<Running>> = vec![
+        Some(cluster.start(0, KEY)),
+        Some(cluster.start(1, KEY)),
+        // p2 has another key: it cannot take the others' partitions.
+        Some(cluster.start(2, OTHER_KEY)),
+    ];
+    let ports = cluster.ports.clone();
+    let keys = cluster.keys_of(0, 40);
+    let slot = key_slot(keys[0].as_bytes());
+
+    // Refused: p2 lacks partition 0's key. Nothing changed: p0 still serves it.
+    let _: () = redis::cmd("SET")
+        .arg(&keys[0])
+        .arg("before")
+        .query(&mut common::connect(ports[0]))
+        .unwrap();
+    let (moved, text) = cluster.move_partition(0, "p2");
+    assert!(!moved, "{text}");
+    assert!(
+        text.contains("p2 cannot take partition 0; nothing changed")
+            && text.contains("is not the one its elements are sealed with"),
+        "{text}"
+    );
+    assert_eq!(get(ports[0], &keys[0]), "before");
+
+    // p2 goes down: it misses the move and must learn it when it starts.
+    proxies[2].take().unwrap().kill();
+
+    // Under load: one client writes and reads partition 0's keys throughout the move.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, keys, seed) = (stop.clone(), keys.clone(), ports[0]);
+        std::thread::spawn(move || write_and_read(&keys, seed, &stop))
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let (moved, text) = cluster.move_partition(0, "p1");
+    assert!(moved, "{text}");
+    assert!(
+        text.contains("partition 0 moved from p0 to p1 (map epoch 1)"),
+        "{text}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::SeqCst);
+    let load = writer.join().unwrap();
+    assert!(
+        load.wrong.is_empty(),
+        "wrong answers during the move: {:?}",
+        load.wrong
+    );
+    assert!(
+        load.acknowledged_after_move > 0,
+        "no write was acknowledged after the move (errors: {:?})",
+        load.errors
+    );
+
+    // Every acknowledged write reads back from the new host; the old one redirects there.
+    for (key, value) in &load.acknowledged {
+        assert_eq!(&get(ports[1], key), value, "{key} on the new host");
+    }
+    let answer = get(ports[0], &keys[0]);
+    assert!(
+        answer.contains(&format!("{slot} 127.0.0.1:{}", ports[1])),
+        "the old host answers {answer:?}"
+    );
+
+    // p2 starts from the original file, and learns from the others that p1 has partition 0.
+    proxies[2] = Some(cluster.start(2, OTHER_KEY));
+    let answer = get(ports[2], &keys[0]);
+    assert!(
+        answer.contains(&format!("{slot} 127.0.0.1:{}", ports[1])),
+        "p2 redirects partition 0's slot to {answer:?}, not to p1"
+    );
+}
+
+/// What the client saw while the partition moved.
+struct Load {
+    /// The last acknowledged value of each key (keys whose last write failed are left out: it
+    /// may or may not have happened).
+    acknowledged: HashMap<String, String>,
+    acknowledged_after_move: usize,
+    /// A read that did not return the value just acknowledged.
+    wrong: Vec<String>,
+    errors: Vec<String>,
+}
+
+/// Writes and reads `keys` in turn through a cluster client seeded with `seed` until `stop`.
+fn write_and_read(keys: &[String], seed: u16, stop: &AtomicBool) -> Load {
+    let client =
+        redis::cluster::ClusterClientBuilder::new(vec![format!("redis://127.0.0.1:{seed}/")])
+            .response_timeout(Duration::from_secs(20))
+            .build()
+            .unwrap();
+    let mut con = client.get_connection().unwrap();
+    let mut load = Load {
+        acknowledged: HashMap::new(),
+        acknowledged_after_move: 0,
+        wrong: Vec::new(),
+        errors: Vec::new(),
+    };
+    let started = Instant::now();
+    let mut round = 0;
+    while !stop.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(120) {
+        for key in keys {
+            round += 1;
+            let value = format!("v{round}");
+            match redis::cmd("SET").arg(key).arg(&value).query::<()>(&mut con) {
+                Ok(()) => {
+                    load.acknowledged.insert(key.clone(), value.clone());
+                }
+                Err(error) => {
+                    load.acknowledged.remove(key);
+                    load.errors.push(format!("SET {key}: {error}"));
+                    continue;
+                }
+            }
+            match redis::cmd("GET").arg(key).query::<Option<String>>(&mut con) {
+                Ok(Some(got)) if got == value => {}
+                Ok(got) => load.wrong.push(format!("GET {key}: {got:?}, not {value}")),
+                Err(error) => load.errors.push(format!("GET {key}: {error}")),
+            }
+        }
+        if cluster_moved(seed) {
+            load.acknowledged_after_move += 1;
+        }
+    }
+    load
+}
+
+/// Whether the proxy at `seed` already redirects partition 0's slots (slot 0) elsewhere.
+fn cluster_moved(seed: u16) -> bool {
+    let slots: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut common::connect(seed))
+        .unwrap();
+    !starts_with_slot_zero_on(&slots, seed)
+}
+
+/// Whether `CLUSTER SLOTS` gives slot 0 to the proxy on `port`.
+fn starts_with_slot_zero_on(slots: &redis::Value, port: u16) -> bool {
+    let redis::Value::Array(ranges) = slots else {
+        return false;
+    };
+    ranges.iter().any(|range| {
+        let redis::Value::Array(fields) = range else {
+            return false;
+        };
+        matches!(
+            (&fields[0], &fields[2]),
+            (redis::Value::Int(0), redis::Value::Array(node))
+                if matches!(node.get(1), Some(redis::Value::Int(p)) if *p == i64::from(port))
+        )
+    })
+}
