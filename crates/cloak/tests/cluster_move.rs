@@ -3,7 +3,8 @@
 //! serving where it was, when the target lacks its key; moved under load, with a cluster-aware
 //! client (the redis crate's cluster client) writing and reading throughout and every
 //! acknowledged write read back from the new host; and a proxy that was down during the move
-//! learning the new map when it starts.
+//! learning the new map when it starts, while the proxies' health probes keep every proxy
+//! answering across the move.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -185,6 +186,25 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
         answer.contains(&format!("{slot} 127.0.0.1:{}", ports[1])),
         "p2 redirects partition 0's slot to {answer:?}, not to p1"
     );
+
+    // The health probes follow the move: well past the node timeout (3 s) no proxy flags
+    // another, and the old host still redirects the moved slot rather than refusing it.
+    std::thread::sleep(Duration::from_secs(5));
+    for port in &ports {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut common::connect(*port))
+            .unwrap();
+        assert!(
+            !nodes.contains("fail"),
+            "the proxy on {port} flags another after the move:\n{nodes}"
+        );
+    }
+    let answer = get(ports[0], &keys[0]);
+    assert!(
+        answer.contains(&format!("{slot} 127.0.0.1:{}", ports[1])),
+        "after the move settled the old host answers {answer:?}"
+    );
 }
 
 /// What the client saw while the partition moved.
@@ -202,7 +222,11 @@ struct Load {
 fn write_and_read(keys: &[String], seed: u16, stop: &AtomicBool) -> Load {
     let client =
         redis::cluster::ClusterClientBuilder::new(vec![format!("redis://127.0.0.1:{seed}/")])
-            .response_timeout(Duration::from_secs(20))
+            .response_timeout(Duration::from_secs(5))
+            // A hand-off answers -TRYAGAIN after a second; a few retries ride it out, and a
+            // move that never finishes fails the test instead of hanging it.
+            .retries(5)
+            .max_retry_wait(500)
             .build()
             .unwrap();
     let mut con = client.get_connection().unwrap();
@@ -214,7 +238,7 @@ fn write_and_read(keys: &[String], seed: u16, stop: &AtomicBool) -> Load {
     };
     let started = Instant::now();
     let mut round = 0;
-    while !stop.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(120) {
+    while !stop.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(60) {
         for key in keys {
             round += 1;
             let value = format!("v{round}");
