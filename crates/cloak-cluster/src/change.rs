@@ -157,6 +157,31 @@ impl ClusterMap {
         }
         Ok(())
     }
+
+    /// A short digest of what [`Self::same_cluster`] compares (the proxies and their addresses,
+    /// each partition's slots and storage; not which proxy hosts a partition, nor the epoch):
+    /// equal for every map of one cluster across moves, and what proxies compare to tell a
+    /// peer started from another cluster's file.
+    pub fn cluster_digest(&self) -> String {
+        let mut identity = String::new();
+        for proxy in &self.proxies {
+            identity.push_str(&format!("proxy {} {}\n", proxy.name, proxy.address()));
+        }
+        for partition in &self.partitions {
+            let slots: Vec<String> = partition.slots.iter().map(|r| r.to_string()).collect();
+            identity.push_str(&format!(
+                "partition {} {} {}\n",
+                partition.index,
+                slots.join(","),
+                partition.storage
+            ));
+        }
+        let digest = ring::digest::digest(&ring::digest::SHA256, identity.as_bytes());
+        digest.as_ref()[..8]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -229,5 +254,18 @@ mod tests {
             old.newest(other),
             Err(ChangeError::OtherCluster(_))
         ));
+    }
+
+    #[test]
+    fn a_moved_map_keeps_its_cluster_digest_and_another_cluster_has_another() {
+        let map = map();
+        let moved = map.moved(0, "p2").unwrap();
+        assert_eq!(map.cluster_digest(), moved.cluster_digest());
+        assert_eq!(map.cluster_digest().len(), 16);
+        let proxies: Vec<(String, String)> = (0..3)
+            .map(|i| (format!("p{i}"), format!("127.0.0.1:{}", 7000 + i)))
+            .collect();
+        let other = ClusterMap::even(&proxies, 6, "redis://h:1?prefix=q{partition}:").unwrap();
+        assert_ne!(map.cluster_digest(), other.cluster_digest());
     }
 }

@@ -685,3 +685,45 @@ fn get_patiently(port: u16, key: &str) -> String {
         }
     }
 }
+
+#[test]
+fn a_proxy_started_from_another_clusters_file_is_failed_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (map, file, ports) = common::three_proxy_cluster(dir.path(), "memory");
+    // The same proxies hosting the same partitions, but partition 0 ends one slot earlier: a
+    // file of another cluster that only its digest tells apart.
+    let first = &map.partitions()[0].slots[0];
+    let second = &map.partitions()[1].slots[0];
+    let text = std::fs::read_to_string(&file).unwrap();
+    let other_text = text
+        .replace(
+            &format!("\"{}-{}\"", first.first, first.last),
+            &format!("\"{}-{}\"", first.first, first.last - 1),
+        )
+        .replace(
+            &format!("\"{}-{}\"", second.first, second.last),
+            &format!("\"{}-{}\"", second.first - 1, second.last),
+        );
+    assert_ne!(text, other_text);
+    let other = dir.path().join("other.toml");
+    std::fs::write(&other, other_text).unwrap();
+    let _p0 = start_proxy(&file, "p0", &[]);
+    let _p1 = start_proxy(&file, "p1", &[]);
+    let _p2 = start_proxy(&other, "p2", &[]);
+    let key = (0..)
+        .map(|i| format!("key:{i}"))
+        .find(|key| owner(&map, key) == 2)
+        .unwrap();
+    let refusal = wait_for_reply(ports[0], &["GET", &key], "-CLUSTERDOWN");
+    assert!(
+        refusal.contains("on proxy p2") && refusal.contains("is of another cluster"),
+        "{refusal}"
+    );
+    // The proxies of one file still see each other.
+    let nodes = Raw::connect(ports[0]).send(&["CLUSTER", "NODES"]).raw;
+    let p1 = nodes
+        .lines()
+        .find(|line| line.contains(&map.proxies()[1].address()))
+        .unwrap();
+    assert!(!p1.contains("fail"), "{nodes}");
+}

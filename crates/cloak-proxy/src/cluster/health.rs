@@ -231,8 +231,8 @@ impl Health {
         (suspected, failed)
     }
 
-    /// The answer to `CLOAK.HEALTH` (what the other proxies' probes read): the epoch of the map
-    /// routing reads here (`epoch E`), then a line per partition served here, `N ok` or
+    /// The answer to `CLOAK.HEALTH` (what the other proxies' probes read): the epoch and the
+    /// cluster digest of the map routing reads here (`epoch E cluster D`), then a line per partition served here, `N ok` or
     /// `N fail why`, and one per partition being handed over, `N moving`.
     pub fn report(&self) -> String {
         let view = self.view();
@@ -251,10 +251,15 @@ impl Health {
             .moving
             .iter()
             .map(|partition| format!("{partition} moving\n"));
-        std::iter::once(format!("epoch {}\n", view.map.epoch()))
-            .chain(served)
-            .chain(moving)
-            .collect()
+        let map = &view.map;
+        std::iter::once(format!(
+            "epoch {} cluster {}\n",
+            map.epoch(),
+            map.cluster_digest()
+        ))
+        .chain(served)
+        .chain(moving)
+        .collect()
     }
 
     fn name(&self, proxy: usize) -> String {
@@ -356,14 +361,21 @@ mod tests {
         let health = Arc::new(Health::new(map, 0, storage.clone()));
         assert_eq!(
             health.report(),
-            format!("epoch 0\n{} ok\n{} ok\n", mine[0], mine[1])
+            format!(
+                "epoch 0 cluster {}\n{} ok\n{} ok\n",
+                health.map().cluster_digest(),
+                mine[0],
+                mine[1]
+            )
         );
         storage[1].1.failed("connection refused\r\nby redis".into());
         let report = health.report();
         assert!(
             report.starts_with(&format!(
-                "epoch 0\n{} ok\n{} fail storage unreachable since ",
-                mine[0], mine[1]
+                "epoch 0 cluster {}\n{} ok\n{} fail storage unreachable since ",
+                health.map().cluster_digest(),
+                mine[0],
+                mine[1]
             )),
             "{report}"
         );

@@ -4,9 +4,11 @@
 //!
 //! A probe that fails to connect, times out ([`PROBE_TIMEOUT`]) or gets an answer other than the
 //! one the map expects (another cluster file's partitions) marks the proxy as not answering, with
-//! why; see [`Health`]. The answer names the epoch of the map its proxy routes by: only an answer
-//! of this proxy's epoch can be held to this proxy's map, since while a partition moves the
-//! proxies learn the new map one after another. Each probe costs a few bytes on a fixed timer, whatever the workload, and
+//! why; see [`Health`]. The answer names the epoch of the map its proxy routes by and the map's
+//! cluster digest (its proxies, slots and storage, which moves do not change): a different
+//! digest is always refused, but only an answer of this proxy's epoch can be held to where this
+//! proxy's map puts each partition, since while a partition moves the proxies learn the new map
+//! one after another. Each probe costs a few bytes on a fixed timer, whatever the workload, and
 //! its memory is bounded: an answer longer than [`MAX_ANSWER`] is refused.
 
 use std::sync::Arc;
@@ -44,6 +46,7 @@ async fn watch(health: Arc<Health>, proxy: usize, password: Option<String>) {
         let map = health.map();
         let expected = Expected {
             epoch: map.epoch(),
+            cluster: map.cluster_digest(),
             partitions: map.hosted_by(proxy).map(|p| p.index).collect(),
         };
         let probe = probe(&mut connection, &address, password.as_deref(), &expected);
@@ -153,20 +156,30 @@ async fn read_bulk(stream: &mut BufReader<TcpStream>) -> Result<String, String> 
 struct Expected {
     /// The epoch of this proxy's map.
     epoch: u64,
+    /// Its cluster digest.
+    cluster: String,
     /// The partitions the map gives the probed proxy.
     partitions: Vec<usize>,
 }
 
-/// The failing partitions of a `CLOAK.HEALTH` answer (`epoch E`, then lines `N ok`,
-/// `N fail why` or `N moving`). At this proxy's epoch it must list exactly the partitions the
-/// map gives it, leaving aside those it is handing over or taking on.
+/// The failing partitions of a `CLOAK.HEALTH` answer (`epoch E cluster D`, then lines `N ok`,
+/// `N fail why` or `N moving`). It must be of this cluster, and at this proxy's epoch list
+/// exactly the partitions the map gives it, leaving aside those it is handing over or taking on.
 fn parse(answer: &str, expected: &Expected) -> Result<Vec<(usize, String)>, String> {
     let mut lines = answer.lines();
-    let epoch: u64 = lines
+    let (epoch, cluster) = lines
         .next()
         .and_then(|line| line.strip_prefix("epoch "))
-        .and_then(|epoch| epoch.parse().ok())
+        .and_then(|line| line.split_once(" cluster "))
+        .and_then(|(epoch, cluster)| Some((epoch.parse::<u64>().ok()?, cluster)))
         .ok_or_else(|| format!("answered {answer:?}, not its health (an older Cloak?)"))?;
+    if cluster != expected.cluster {
+        return Err(format!(
+            "is of another cluster: its map's proxies, slots or storage differ from this one's \
+             (cluster digest {cluster}, here {}; started from another cluster file?)",
+            expected.cluster
+        ));
+    }
     let mut serving = Vec::new();
     let mut moving = Vec::new();
     let mut failing = Vec::new();
@@ -205,6 +218,7 @@ mod tests {
     fn expected(epoch: u64, partitions: &[usize]) -> Expected {
         Expected {
             epoch,
+            cluster: "c0ffee".into(),
             partitions: partitions.to_vec(),
         }
     }
@@ -212,30 +226,45 @@ mod tests {
     #[test]
     fn an_answer_must_list_the_partitions_the_map_gives_the_proxy() {
         let map = expected(4, &[1, 3]);
-        assert_eq!(parse("epoch 4\n1 ok\n3 ok\n", &map), Ok(Vec::new()));
         assert_eq!(
-            parse("epoch 4\n1 ok\n3 fail storage unreachable: down\n", &map),
+            parse("epoch 4 cluster c0ffee\n1 ok\n3 ok\n", &map),
+            Ok(Vec::new())
+        );
+        assert_eq!(
+            parse(
+                "epoch 4 cluster c0ffee\n1 ok\n3 fail storage unreachable: down\n",
+                &map
+            ),
             Ok(vec![(3, "storage unreachable: down".to_string())])
         );
-        let other = parse("epoch 4\n1 ok\n", &map).unwrap_err();
+        let other = parse("epoch 4 cluster c0ffee\n1 ok\n", &map).unwrap_err();
         assert!(other.contains("hosts partitions [1]"), "{other}");
-        let garbage = parse("epoch 4\nPONG", &map).unwrap_err();
+        let garbage = parse("epoch 4 cluster c0ffee\nPONG", &map).unwrap_err();
         assert!(garbage.contains("not one"), "{garbage}");
         let old = parse("1 ok\n3 ok\n", &map).unwrap_err();
         assert!(old.contains("not its health"), "{old}");
+        // Another cluster's proxy, at any epoch.
+        let foreign = parse("epoch 9 cluster 0dd\n1 ok\n3 ok\n", &map).unwrap_err();
+        assert!(foreign.contains("is of another cluster"), "{foreign}");
     }
 
     #[test]
     fn a_partition_in_hand_off_or_another_epoch_is_not_held_to_this_map() {
         // Releasing 3, or taking on 5, at the same epoch: the rest must still match.
         let map = expected(4, &[1, 3]);
-        assert_eq!(parse("epoch 4\n1 ok\n3 moving\n", &map), Ok(Vec::new()));
         assert_eq!(
-            parse("epoch 4\n1 ok\n3 ok\n5 moving\n", &map),
+            parse("epoch 4 cluster c0ffee\n1 ok\n3 moving\n", &map),
             Ok(Vec::new())
         );
-        assert!(parse("epoch 4\n3 ok\n5 moving\n", &map).is_err());
+        assert_eq!(
+            parse("epoch 4 cluster c0ffee\n1 ok\n3 ok\n5 moving\n", &map),
+            Ok(Vec::new())
+        );
+        assert!(parse("epoch 4 cluster c0ffee\n3 ok\n5 moving\n", &map).is_err());
         // A proxy that already routes by the next map.
-        assert_eq!(parse("epoch 5\n1 ok\n3 ok\n5 ok\n", &map), Ok(Vec::new()));
+        assert_eq!(
+            parse("epoch 5 cluster c0ffee\n1 ok\n3 ok\n5 ok\n", &map),
+            Ok(Vec::new())
+        );
     }
 }
