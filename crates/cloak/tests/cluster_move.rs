@@ -67,27 +67,9 @@ impl Cluster {
         Running::start_with_env(&args, &[("CLOAK_KEY", key)], "cloak proxy listening")
     }
 
-    /// `cloak cluster move`: whether it succeeded, and what it printed.
+    /// `cloak cluster move`, through proxy 0.
     fn move_partition(&self, partition: usize, to: &str) -> (bool, String) {
-        let out = Command::new(CLOAK)
-            .args([
-                "cluster",
-                "move",
-                "--partition",
-                &partition.to_string(),
-                "--to",
-                to,
-                "--node",
-                &format!("127.0.0.1:{}", self.ports[0]),
-            ])
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        move_partition(self.ports[0], partition, to)
     }
 
     /// Keys of partition `partition`.
@@ -98,6 +80,29 @@ impl Cluster {
             .take(count)
             .collect()
     }
+}
+
+/// `cloak cluster move` through the proxy on `port`: whether it succeeded, and what it printed.
+fn move_partition(port: u16, partition: usize, to: &str) -> (bool, String) {
+    let out = Command::new(CLOAK)
+        .args([
+            "cluster",
+            "move",
+            "--partition",
+            &partition.to_string(),
+            "--to",
+            to,
+            "--node",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
 
 /// What a plain connection to `port` answers to `GET key` (an error as its text).
@@ -204,6 +209,99 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
     assert!(
         answer.contains(&format!("{slot} 127.0.0.1:{}", ports[1])),
         "after the move settled the old host answers {answer:?}"
+    );
+}
+
+#[test]
+fn a_move_to_a_proxy_that_cannot_reach_the_storage_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // Partitions 0 and 1 (p0's) each on a cloak server that admits only proxies with its
+    // storage secret; the others in their proxies' memory. p1 has no secret.
+    let secret = dir.path().join("storage.secret");
+    let made = Command::new(CLOAK).arg("keygen").output().unwrap();
+    std::fs::write(&secret, made.stdout).unwrap();
+    let secret = secret.to_str().unwrap();
+    let servers: Vec<(Running, u16)> = (0..2)
+        .map(|_| {
+            let port = common::free_port();
+            let listen = format!("127.0.0.1:{port}");
+            let args = [
+                "server",
+                "--listen",
+                &listen,
+                "--storage-secret-file",
+                secret,
+            ];
+            (Running::start(&args, "listening"), port)
+        })
+        .collect();
+    let ports: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    let mut file = String::new();
+    for (i, port) in ports.iter().enumerate() {
+        file += &format!("[[proxy]]\nname = \"p{i}\"\naddress = \"127.0.0.1:{port}\"\n");
+    }
+    let map = ClusterMap::even(
+        &(0..3)
+            .map(|i| (format!("p{i}"), format!("127.0.0.1:{}", ports[i])))
+            .collect::<Vec<_>>(),
+        6,
+        "memory",
+    )
+    .unwrap();
+    for partition in map.partitions() {
+        let slots: Vec<String> = partition.slots.iter().map(|r| r.to_string()).collect();
+        let storage = match servers.get(partition.index) {
+            Some((_, port)) => format!("tcp://127.0.0.1:{port}"),
+            None => "memory".into(),
+        };
+        file += &format!(
+            "[[partition]]\nslots = \"{}\"\nproxy = \"p{}\"\nstorage = \"{storage}\"\n",
+            slots.join(","),
+            partition.proxy
+        );
+    }
+    let file_path = dir.path().join("cluster.toml");
+    std::fs::write(&file_path, file).unwrap();
+    let start = |i: usize, extra: &[&str]| {
+        let mut args = vec!["proxy", "--cluster", file_path.to_str().unwrap(), "--node"];
+        let node = format!("p{i}");
+        args.push(&node);
+        args.extend_from_slice(&["--capacity", "200"]);
+        args.extend_from_slice(extra);
+        Running::start_with_env(&args, &[("CLOAK_KEY", KEY)], "cloak proxy listening")
+    };
+    let _p0 = start(0, &["--storage-secret-file", secret]);
+    let _p1 = start(1, &[]);
+    let key = (0..)
+        .map(|i| format!("key:{i}"))
+        .find(|key| map.partition_of(key_slot(key.as_bytes())).index == 0)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("before")
+        .query(&mut common::connect(ports[0]))
+        .unwrap();
+
+    let (moved, text) = move_partition(ports[0], 0, "p1");
+    assert!(!moved, "{text}");
+    assert!(
+        text.contains("p1 cannot take partition 0; nothing changed")
+            && text.contains("cannot reach partition 0's storage")
+            && text.contains("requires a storage secret"),
+        "{text}"
+    );
+    // Still served where it was, and writable.
+    assert_eq!(get(ports[0], &key), "before");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("after")
+        .query(&mut common::connect(ports[0]))
+        .unwrap();
+    assert_eq!(get(ports[0], &key), "after");
+    let redirected = get(ports[1], &key);
+    assert!(
+        redirected.contains(&format!("127.0.0.1:{}", ports[0])),
+        "p1 sends partition 0's keys to {redirected:?}, not to p0"
     );
 }
 
