@@ -15,6 +15,11 @@
 //! - the leak-demo variant (counter nonces, read-order sealing) is flagged by the same checks
 //!   on the same kind of capture, which shows they can fail.
 //!
+//! A cluster proxy hosting two partitions over one Redis (a prefix each) goes through the same
+//! windows: each partition's reads and writes, counted and shaped from the capture, must be the
+//! same in every window for both partitions, while the one-key load sends everything to one of
+//! them; the same check on the `encrypted` scheme sees the hot partition.
+//!
 //! Timing: batch intervals and read-to-write-back delays are printed for every window
 //! (`--nocapture`); `cloak_timing_does_not_depend_on_the_load` compares idle windows against
 //! loaded ones, and shows the comparison catches a Cloak whose batches start from intake (as
@@ -532,5 +537,146 @@ fn cloak_timing_does_not_depend_on_the_load() {
     assert!(
         cloak_timing_follows_the_load(&[(cloak_schemes::LEAK_DEMO_INTAKE_BATCHES_ENV, "1")]),
         "the leaky variant's timing passed for load-independent"
+    );
+}
+
+/// How one partition's storage traffic looked in one window: how many reads and writes, and
+/// the distinct shapes (elements, bytes) of each.
+#[derive(Debug, Default)]
+struct PartitionWindow {
+    reads: usize,
+    writes: usize,
+    read_shapes: std::collections::BTreeSet<usize>,
+    write_shapes: std::collections::BTreeSet<(usize, usize)>,
+}
+
+/// Whether every partition's schedule looks the same in every window: one read shape and one
+/// write shape across all of them, and as many batches in each (within 15%, scheduling noise).
+/// `Err` says which partition and window stand out.
+fn schedules_agree(seen: &[[PartitionWindow; 4]]) -> Result<(), String> {
+    let all = || seen.iter().flat_map(|windows| windows.iter());
+    let reads: Vec<usize> = all().map(|w| w.reads).collect();
+    let (least, most) = (reads.iter().min(), reads.iter().max());
+    let (Some(&least), Some(&most)) = (least, most) else {
+        return Err("no partition".into());
+    };
+    if least == 0 || most * 100 > least * 115 {
+        return Err(format!(
+            "reads per window differ: {reads:?} (by partition, then idle, one-key, uniform, idle)"
+        ));
+    }
+    let read_shapes: std::collections::BTreeSet<_> =
+        all().flat_map(|w| w.read_shapes.iter()).collect();
+    let write_shapes: std::collections::BTreeSet<_> =
+        all().flat_map(|w| w.write_shapes.iter()).collect();
+    if read_shapes.len() != 1 || write_shapes.len() != 1 {
+        return Err(format!(
+            "more than one request shape: reads {read_shapes:?}, writes (elements, bytes) \
+             {write_shapes:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// A one-proxy cluster of two partitions (`scheme`, prefixes `p0:` and `p1:` on one Redis)
+/// through the four windows; what each partition's storage traffic was in each.
+fn cluster_capture(scheme: &str) -> Vec<[PartitionWindow; 4]> {
+    let redis = RedisServer::start_with(&["--appendonly", "no"], false);
+    let dir = tempfile::tempdir().unwrap();
+    let since = unix_now();
+    let tap = WireTap::start(redis.port);
+    let port = free_port();
+    let storage = format!("redis://127.0.0.1:{}?prefix=p{{partition}}:", tap.port());
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "storage = \"{storage}\"\n[[proxy]]\nname = \"p0\"\naddress = \"127.0.0.1:{port}\"\n\
+             [[partition]]\nslots = \"0-8191\"\nproxy = \"p0\"\n\
+             [[partition]]\nslots = \"8192-16383\"\nproxy = \"p0\"\n"
+        ),
+    )
+    .unwrap();
+    let interval = format!("{}ms", BATCH_INTERVAL.as_millis());
+    let args = [
+        "proxy",
+        "--cluster",
+        file.to_str().unwrap(),
+        "--node",
+        "p0",
+        "--scheme",
+        scheme,
+        "--capacity",
+        CAPACITY,
+        "--value-size",
+        "16",
+        "--key-size",
+        "16",
+        "--cache-size",
+        "0",
+        "--first-budget",
+        "1",
+        "--batch-interval",
+        &interval,
+    ];
+    let proxy = Running::start_with_env(&args, &[("CLOAK_KEY", &"7".repeat(64))], "listening");
+    // Every key sits in its own slot's partition: `load`'s clients are plain connections, so
+    // they must only ask this proxy for keys it hosts (it hosts every slot).
+    preload(port);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut starts = [Duration::ZERO; 4];
+    starts[IDLE] = unix_now() - since;
+    std::thread::sleep(WINDOW);
+    starts[ONE_KEY] = unix_now() - since;
+    load(port, |_| 0);
+    starts[UNIFORM] = unix_now() - since;
+    load(port, |rng| rng.random_range(0..KEYS));
+    starts[IDLE_AGAIN] = unix_now() - since;
+    std::thread::sleep(WINDOW + Duration::from_millis(100));
+    drop(proxy);
+    let commands = tap.finish();
+    (0..2)
+        .map(|partition| {
+            let url = storage.replace("{partition}", &partition.to_string());
+            let target = RedisTarget::parse(&url).unwrap().unwrap();
+            let trace = to_trace(&commands, since, |key| target.addr(key));
+            std::array::from_fn(|window| {
+                let mut seen = PartitionWindow::default();
+                let (start, end) = (starts[window], starts[window] + WINDOW);
+                for observed in trace.iter().filter(|o| o.at >= start && o.at < end) {
+                    let bytes = observed.values.iter().map(|v| v.len()).sum();
+                    match observed.kind {
+                        AccessKind::Read => {
+                            seen.reads += 1;
+                            seen.read_shapes.insert(observed.addrs.len());
+                        }
+                        AccessKind::Write => {
+                            seen.writes += 1;
+                            seen.write_shapes.insert((observed.addrs.len(), bytes));
+                        }
+                        AccessKind::Delete | AccessKind::Scan => {}
+                    }
+                }
+                seen
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn every_cluster_partition_keeps_its_schedule_under_a_one_slot_load_and_a_leaky_scheme_does_not() {
+    let cloak = cluster_capture("cloak");
+    println!("cloak: {cloak:?}");
+    assert_eq!(cloak.len(), 2);
+    if let Err(differs) = schedules_agree(&cloak) {
+        panic!("a partition's schedule follows the load: {differs}");
+    }
+    // The same check on a scheme whose traffic follows the requests (`encrypted`: a read per
+    // GET) sees the hot partition.
+    let encrypted = cluster_capture("encrypted");
+    println!("encrypted: {encrypted:?}");
+    assert!(
+        schedules_agree(&encrypted).is_err(),
+        "the check did not see the one-key load on a scheme that shows it"
     );
 }

@@ -133,10 +133,12 @@ fn send<T: redis::FromRedisValue>(
         .with_context(|| format!("cannot reach the proxy at {address}"))?;
     // The proxy's own error text: the redis crate's error also names itself as its own
     // source, so printing its chain would say everything twice.
-    command.query::<T>(&mut con).map_err(|error| match error.detail() {
-        Some(detail) => anyhow::anyhow!("the proxy at {address}: {detail}"),
-        None => anyhow::anyhow!("the proxy at {address}: {error}"),
-    })
+    command
+        .query::<T>(&mut con)
+        .map_err(|error| match error.detail() {
+            Some(detail) => anyhow::anyhow!("the proxy at {address}: {detail}"),
+            None => anyhow::anyhow!("the proxy at {address}: {error}"),
+        })
 }
 
 /// The newest map any proxy knows, starting from `seed`'s.
