@@ -226,6 +226,14 @@ async fn an_unreachable_redis_fails_at_connect_with_the_address() {
 async fn fake_redis(
     answer: impl Fn(&[String], usize) -> Vec<u8> + Send + Sync + 'static,
 ) -> std::net::SocketAddr {
+    fake_redis_in_pieces(usize::MAX, answer).await
+}
+
+/// [`fake_redis`], sending each answer in writes of at most `piece` bytes.
+async fn fake_redis_in_pieces(
+    piece: usize,
+    answer: impl Fn(&[String], usize) -> Vec<u8> + Send + Sync + 'static,
+) -> std::net::SocketAddr {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -236,6 +244,8 @@ async fn fake_redis(
             let (answer, connection) = (answer.clone(), connections);
             connections += 1;
             tokio::spawn(async move {
+                // Each piece leaves as it is written.
+                stream.set_nodelay(true).unwrap();
                 let (reader, mut writer) = stream.into_split();
                 let mut reader = BufReader::new(reader);
                 let mut line = String::new();
@@ -258,8 +268,10 @@ async fn fake_redis(
                         arg.truncate(len);
                         args.push(String::from_utf8_lossy(&arg).to_uppercase());
                     }
-                    if writer.write_all(&answer(&args, connection)).await.is_err() {
-                        return;
+                    for piece in answer(&args, connection).chunks(piece) {
+                        if writer.write_all(piece).await.is_err() {
+                            return;
+                        }
                     }
                 }
             });
@@ -318,6 +330,130 @@ async fn an_answer_that_is_not_resp_fails_its_connection_and_the_next_request_re
         .expect("the next request is answered on a new connection");
 }
 
+/// An answer of `count` bulk strings of `len` bytes each.
+fn values(count: usize, len: usize) -> Vec<u8> {
+    let mut answer = format!("*{count}\r\n").into_bytes();
+    for _ in 0..count {
+        answer.extend_from_slice(format!("${len}\r\n").as_bytes());
+        answer.extend_from_slice(&vec![b'v'; len]);
+        answer.extend_from_slice(b"\r\n");
+    }
+    answer
+}
+
+/// Review finding 12: a hostile Redis could make the proxy buffer up to 512 MiB for any
+/// request (a megabyte in answer to a write was taken as its answer). Each answer is now
+/// bounded by what its request calls for; a longer one is refused by name, at once, and fails
+/// only its connection.
+#[tokio::test]
+async fn an_answer_longer_than_its_request_allows_is_refused_and_the_connection_replaced() {
+    // Connection 0 answers too much, the next ones exactly what was asked.
+    let addr = fake_redis(|args, connection| match args.first().map(String::as_str) {
+        Some("MSET") if connection == 0 => values(1, 1 << 20)[4..].to_vec(),
+        Some("MGET") if connection == 1 => values(args.len() - 1, 101),
+        Some("MGET") => values(args.len() - 1, 100),
+        _ => ping_or(args, b"+OK\r\n"),
+    })
+    .await;
+    let storage = RedisStorage::connect(target(&format!("redis://{addr}")), None)
+        .await
+        .unwrap()
+        .with_max_element(100);
+    let started = std::time::Instant::now();
+    let write = storage.call(StorageOp::Write(vec![(1, value(1, 0))]));
+    let error = write.await.expect_err("a megabyte is no answer to a write");
+    assert!(
+        error.to_string().contains("at most 4096 bytes"),
+        "the error says what was allowed: {error}"
+    );
+    // An MGET of 100 keys may bring 100 elements of 100 bytes, not of 101.
+    let read = || storage.call(StorageOp::Read((0..100).collect()));
+    let error = read().await.expect_err("elements longer than allowed");
+    let allowed = 6 + 100 * (6 + 100 + 2);
+    assert!(
+        error.to_string().contains(&format!(
+            "to a request whose answer is at most {allowed} bytes"
+        )),
+        "the error says what was allowed: {error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused at once, not by timeout: {:?}",
+        started.elapsed()
+    );
+    let StorageReply::Values(values) = read().await.expect("a new connection, and an answer")
+    else {
+        panic!("a read answers values")
+    };
+    assert_eq!(values, vec![Some(Bytes::from(vec![b'v'; 100])); 100]);
+}
+
+/// Review finding 13: over TLS, a retired connection was never closed. Both halves of the
+/// split stream share the socket, and the reader task, waiting for Redis to close first, kept
+/// it (and itself) for as long as Redis did: forever, for a Redis that never closes. Here a
+/// write is abandoned while Redis does not read it (the caller gave up), which retires the
+/// connection: Redis must see it closed.
+#[tokio::test]
+async fn a_retired_tls_connection_is_closed() {
+    use cloak_storage::tls::ServerTls;
+    use cloak_storage::tls::certs::write_quick_start;
+    use cloak_storage::tls::client::ClientTlsFiles;
+    use cloak_storage::tls::server::ServerTlsFiles;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_quick_start(dir.path(), &[]).unwrap();
+    let tls = ServerTls::load(ServerTlsFiles {
+        cert: files.server.0.clone(),
+        key: files.server.1.clone(),
+        client_ca: None,
+    })
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (give_up, given_up) = tokio::sync::oneshot::channel::<()>();
+    // Answers the PING, reads nothing more until the client has given up, then reads on:
+    // whether the client's side closes.
+    let server = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut stream = tls.accept(stream).await.unwrap();
+        let ping = redis::cmd("PING").get_packed_command();
+        let mut request = vec![0; ping.len()];
+        stream.read_exact(&mut request).await.unwrap();
+        assert_eq!(request, ping);
+        stream.write_all(b"+PONG\r\n").await.unwrap();
+        stream.flush().await.unwrap();
+        given_up.await.unwrap();
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await
+    });
+    let tls_files = ClientTlsFiles {
+        ca: Some(files.ca.clone()),
+        identity: None,
+    };
+    let storage = RedisStorage::connect(target(&format!("rediss://{addr}")), Some(&tls_files))
+        .await
+        .unwrap();
+    // More than the socket buffers hold while Redis does not read.
+    let big = vec![(1, Bytes::from(vec![b'x'; 32 << 20]))];
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(300),
+        storage.call(StorageOp::Write(big)),
+    )
+    .await;
+    assert!(
+        abandoned.is_err(),
+        "the write cannot finish while Redis reads nothing"
+    );
+    give_up.send(()).unwrap();
+    let closed = server.await.unwrap();
+    assert!(
+        closed.is_ok(),
+        "the retired connection stayed open while the proxy kept its storage"
+    );
+    drop(storage);
+}
+
 #[tokio::test]
 async fn a_scan_that_never_ends_is_refused_by_name() {
     let addr = endless_scan_server().await;
@@ -336,4 +472,42 @@ async fn a_scan_that_never_ends_is_refused_by_name() {
     let error = scan.expect_err("an endless SCAN is an error").to_string();
     assert!(error.contains("SCAN did not finish"), "{error}");
     assert!(error.contains("(DBSIZE)"), "{error}");
+}
+
+/// A measurement, not a check: how long an MGET answer of 16 and of 64 MiB takes when Redis
+/// sends it in writes of 1 KiB. Reading it costs linear time when the reader resumes where it
+/// stopped (about 4 times longer for 4 times the size), quadratic when it checks the answer
+/// from its start at every read. Run by hand:
+/// `cargo test -p cloak-storage --test redis -- --ignored --nocapture drip_fed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement of 80 MiB of answers, run by hand"]
+async fn a_drip_fed_answer_is_read_in_time_linear_in_its_size() {
+    const ELEMENT: usize = 1024;
+    let addr = fake_redis_in_pieces(1024, |args, _| match args.first().map(String::as_str) {
+        Some("MGET") => {
+            let mut answer = format!("*{}\r\n", args.len() - 1).into_bytes();
+            for _ in 1..args.len() {
+                answer.extend_from_slice(format!("${ELEMENT}\r\n").as_bytes());
+                answer.extend_from_slice(&[b'e'; ELEMENT]);
+                answer.extend_from_slice(b"\r\n");
+            }
+            answer
+        }
+        _ => ping_or(args, b"+OK\r\n"),
+    })
+    .await;
+    let storage = RedisStorage::connect(target(&format!("redis://{addr}")), None)
+        .await
+        .unwrap();
+    for mib in [16u128, 64] {
+        let addrs: Vec<u128> = (0..mib * 1024).collect();
+        let started = std::time::Instant::now();
+        let reply = storage.call(StorageOp::Read(addrs)).await.unwrap();
+        let elapsed = started.elapsed();
+        let StorageReply::Values(values) = reply else {
+            panic!("a read answers values")
+        };
+        assert_eq!(values.len() as u128, mib * 1024);
+        println!("{mib} MiB answer in 1 KiB writes: {elapsed:?}");
+    }
 }
