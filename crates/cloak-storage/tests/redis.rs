@@ -7,6 +7,8 @@ use bytes::Bytes;
 use cloak_storage::{RedisStorage, RedisTarget, Storage, StorageOp, StorageReply, wire};
 use cloak_testkit::redis_server::{RedisCluster, RedisServer};
 
+mod common;
+
 fn target(url: &str) -> RedisTarget {
     RedisTarget::parse(url).unwrap().unwrap()
 }
@@ -401,20 +403,11 @@ async fn an_answer_longer_than_its_request_allows_is_refused_and_the_connection_
 /// connection: Redis must see it closed.
 #[tokio::test]
 async fn a_retired_tls_connection_is_closed() {
-    use cloak_storage::tls::ServerTls;
-    use cloak_storage::tls::certs::write_quick_start;
     use cloak_storage::tls::client::ClientTlsFiles;
-    use cloak_storage::tls::server::ServerTlsFiles;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let dir = tempfile::tempdir().unwrap();
-    let files = write_quick_start(dir.path(), &[]).unwrap();
-    let tls = ServerTls::load(ServerTlsFiles {
-        cert: files.server.0.clone(),
-        key: files.server.1.clone(),
-        client_ca: None,
-    })
-    .unwrap();
+    let (files, tls) = common::quick_start_tls(dir.path());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (give_up, given_up) = tokio::sync::oneshot::channel::<()>();

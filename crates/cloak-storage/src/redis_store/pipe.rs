@@ -19,8 +19,6 @@
 //! A late answer can therefore never be paired with a later request: the connection it would
 //! arrive on is gone.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -32,6 +30,7 @@ use tokio::sync::oneshot;
 use super::answer_scan::{AnswerScan, BadAnswer};
 use super::answer_size::SHORT_ANSWER;
 use crate::tls::{ClientTls, TlsError};
+use crate::waiting;
 
 /// Longest answer accepted whatever a request allows (Redis's own limit on one bulk string is
 /// 512 MB by default).
@@ -80,8 +79,7 @@ struct Expected {
     answer: oneshot::Sender<Answer>,
 }
 
-/// Answers still to come, in request order; `Err` (saying why) once the connection is dead.
-type Waiting = Arc<Mutex<Result<VecDeque<Expected>, String>>>;
+type Waiting = waiting::Waiting<Expected>;
 
 /// A connection: the writing half, the requests waiting on it, and its reader task.
 struct Open {
@@ -104,10 +102,7 @@ impl Drop for Open {
 
 impl Open {
     fn alive(&self) -> bool {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_ok()
+        self.waiting.alive()
     }
 
     /// Writes `packed` (one whole RESP command) within `limit`; its answer, which may be no
@@ -125,9 +120,8 @@ impl Open {
             answer,
         };
         // Queued before the first byte is written, so the answer always finds its request.
-        match &mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) {
-            Ok(queue) => queue.push_back(expected),
-            Err(why) => return Err(PipeError::Lost(why.clone())),
+        if let Err((_, why)) = self.waiting.push(expected) {
+            return Err(PipeError::Lost(why));
         }
         // The flush matters over TLS: a TLS stream may keep the last ciphertext of a write
         // until it is flushed (on a plain socket it does nothing).
@@ -150,7 +144,7 @@ impl Open {
 
     /// Whether this is the connection `waiting` belongs to.
     fn is(&self, waiting: &Waiting) -> bool {
-        Arc::ptr_eq(&self.waiting, waiting)
+        self.waiting.is(waiting)
     }
 }
 
@@ -306,7 +300,7 @@ fn start(
     reader: impl AsyncRead + Send + Unpin + 'static,
     writer: impl AsyncWrite + Send + Unpin + 'static,
 ) -> Open {
-    let waiting: Waiting = Arc::new(Mutex::new(Ok(VecDeque::new())));
+    let waiting = Waiting::new();
     let reader = tokio::spawn(read_answers(reader, waiting.clone())).abort_handle();
     Open {
         writer: Box::new(writer),
@@ -318,14 +312,8 @@ fn start(
 /// Marks the connection dead (keeping the first reason given) and fails every request waiting
 /// on it: the oldest, whose answer was coming, with `why`, the others as lost because of it.
 fn fail_all(waiting: &Waiting, why: PipeError) {
-    let mut state = waiting.lock().unwrap_or_else(|e| e.into_inner());
-    if state.is_err() {
-        return;
-    }
     let reason = why.to_string();
-    let queue = std::mem::replace(&mut *state, Err(reason.clone()));
-    drop(state);
-    let mut queue = queue.into_iter().flatten();
+    let mut queue = waiting.fail(&reason).into_iter();
     if let Some(first) = queue.next() {
         let _ = first.answer.send(Err(why));
     }
@@ -358,9 +346,8 @@ async fn read_answers(mut reader: impl AsyncRead + Unpin, waiting: Waiting) {
     let mut scan = AnswerScan::default();
     let why = loop {
         // The answer coming is the oldest waiting request's, and may be as long as it allows.
-        let allowed = match &*waiting.lock().unwrap_or_else(|e| e.into_inner()) {
-            Ok(queue) => queue.front().map(|expected| expected.max_answer),
-            Err(_) => return,
+        let Ok(allowed) = waiting.oldest(|expected| expected.map(|e| e.max_answer)) else {
+            return;
         };
         let checked = match allowed {
             _ if buf.is_empty() => Ok(None),
@@ -390,9 +377,8 @@ async fn read_answers(mut reader: impl AsyncRead + Unpin, waiting: Waiting) {
         if buf.is_empty() && buf.capacity() > 16 * READ_BUFFER {
             buf = BytesMut::with_capacity(READ_BUFFER);
         }
-        let next = match &mut *waiting.lock().unwrap_or_else(|e| e.into_inner()) {
-            Ok(queue) => queue.pop_front(),
-            Err(_) => return,
+        let Ok(next) = waiting.pop() else {
+            return;
         };
         // Some: the answer was checked against the front request's bound, and only this task
         // takes requests off the queue. The requester may have given up waiting (a timeout):
