@@ -50,8 +50,9 @@ use crate::tls::ClientTls;
 use crate::tls::client::ClientTlsFiles;
 use crate::wire;
 use crate::{Addr, Release, Storage, StorageError, StorageOp, StorageReply};
+use answer_scan::BadAnswer;
 use answer_size::SHORT_ANSWER;
-use pipe::Pipe;
+use pipe::{Pipe, PipeError};
 pub use url::{DEFAULT_PREFIX, RedisTarget, UrlError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -148,6 +149,20 @@ impl RedisStorage {
         self
     }
 
+    /// What went wrong on the single Redis's connection. An answer too long for a read is
+    /// also what a store written with larger elements gives (an operator's mistake, not only a
+    /// hostile Redis), refused before the elements could be opened and checked: say so.
+    fn pipe_error(&self, error: PipeError) -> StorageError {
+        let hint = match &error {
+            PipeError::BadAnswer(BadAnswer::TooLong { .. }) => {
+                "; for a read, storage holds elements longer than this store writes: written \
+                 with another --value-size, --key-size or --scheme, or not by Cloak"
+            }
+            _ => "",
+        };
+        StorageError(format!("{}: {error}{hint}", self.target.describe()))
+    }
+
     fn error(&self, error: RedisError) -> StorageError {
         StorageError(format!("{}: {error}", self.target.describe()))
     }
@@ -178,7 +193,7 @@ impl RedisStorage {
             (Connection::Single(pipe), Ready::Packed { bytes, max_answer }) => pipe
                 .request(&bytes, max_answer)
                 .await
-                .map_err(|e| StorageError(format!("{}: {e}", self.target.describe())))?,
+                .map_err(|e| self.pipe_error(e))?,
             (Connection::Cluster(c), Ready::Routed(cmd)) => cmd
                 .query_async(&mut c.clone())
                 .await
