@@ -22,6 +22,7 @@ mod redis_store;
 pub mod server;
 mod tcp;
 pub mod tls;
+mod waiting;
 pub mod wire;
 
 use async_trait::async_trait;

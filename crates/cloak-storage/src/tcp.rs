@@ -10,9 +10,7 @@
 //! TLS changes nothing the server sees of the store: it still receives every request, and the
 //! TLS records' sizes and timing follow the requests', which the scheme already makes public.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::handshake::{self, StorageSecret};
 use crate::tls::ClientTls;
 use crate::tls::client::host_of;
+use crate::waiting;
 use crate::wire::{self, Frame};
 use crate::{Release, Storage, StorageError, StorageOp, StorageReply};
 
@@ -35,8 +34,8 @@ struct Job {
     answer: oneshot::Sender<Answer>,
 }
 
-/// Requests written and not yet answered, in order; `None` once the connection is dead.
-type Waiting = Arc<Mutex<Option<VecDeque<(u64, oneshot::Sender<Answer>)>>>>;
+/// Requests written and not yet answered: their ids, and where their answers go.
+type Waiting = waiting::Waiting<(u64, oneshot::Sender<Answer>)>;
 
 struct Connection {
     jobs: mpsc::UnboundedSender<Job>,
@@ -45,11 +44,7 @@ struct Connection {
 
 impl Connection {
     fn alive(&self) -> bool {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-            && !self.jobs.is_closed()
+        self.waiting.alive() && !self.jobs.is_closed()
     }
 }
 
@@ -154,7 +149,7 @@ impl TcpStorage {
         reader: impl AsyncRead + Send + Unpin + 'static,
         writer: impl AsyncWrite + Send + Unpin + 'static,
     ) -> Connection {
-        let waiting: Waiting = Arc::new(Mutex::new(Some(VecDeque::new())));
+        let waiting = Waiting::new();
         let (jobs, queue) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(
             writer,
@@ -221,8 +216,7 @@ impl TcpStorage {
 }
 
 fn fail_all(waiting: &Waiting, reason: &str) {
-    let queue = waiting.lock().unwrap_or_else(|e| e.into_inner()).take();
-    for (_, answer) in queue.into_iter().flatten() {
+    for (_, answer) in waiting.fail(reason) {
         let _ = answer.send(Err(StorageError(reason.to_string())));
     }
 }
@@ -236,19 +230,12 @@ async fn write_loop(
     let mut batch = Vec::new();
     while jobs.recv_many(&mut batch, 256).await > 0 {
         let mut frames = Vec::with_capacity(batch.len());
-        {
-            let mut queue = waiting.lock().unwrap_or_else(|e| e.into_inner());
-            for job in batch.drain(..) {
-                match queue.as_mut() {
-                    Some(queue) => {
-                        queue.push_back((job.id, job.answer));
-                        frames.push(job.frame);
-                    }
-                    None => {
-                        let _ = job
-                            .answer
-                            .send(Err(StorageError(format!("connection to {addr} is broken"))));
-                    }
+        for job in batch.drain(..) {
+            match waiting.push((job.id, job.answer)) {
+                Ok(()) => frames.push(job.frame),
+                Err(((_, answer), _)) => {
+                    let _ =
+                        answer.send(Err(StorageError(format!("connection to {addr} is broken"))));
                 }
             }
         }
@@ -274,12 +261,8 @@ async fn read_loop(mut reader: impl AsyncRead + Unpin, waiting: Waiting, addr: S
             Ok(response) => response,
             Err(error) => break format!("storage server {addr} sent a bad answer: {error}"),
         };
-        let next = waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-            .and_then(VecDeque::pop_front);
-        match next {
+        // A dead queue has no request left to answer.
+        match waiting.pop().unwrap_or(None) {
             Some((expected, sender)) if expected == id => {
                 let _ = sender.send(answer);
             }

@@ -5,16 +5,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cloak_storage::handshake::StorageSecret;
-use cloak_storage::tls::certs::write_quick_start;
+use cloak_storage::tls::ClientTls;
 use cloak_storage::tls::client::ClientTlsFiles;
-use cloak_storage::tls::server::ServerTlsFiles;
-use cloak_storage::tls::{ClientTls, ServerTls};
 use cloak_storage::{
     Link, MemoryStorage, Observing, Storage, StorageOp, StorageReply, TcpStorage, server,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
+
+mod common;
 
 async fn start_server(listener: TcpListener) -> oneshot::Sender<()> {
     let (stop, stopped) = oneshot::channel::<()>();
@@ -272,13 +272,7 @@ async fn idle_sockets_that_never_handshake_cannot_keep_a_proxy_out() {
 #[tokio::test]
 async fn a_full_tls_server_closes_without_writing_plaintext() {
     let dir = tempfile::tempdir().unwrap();
-    let files = write_quick_start(dir.path(), &[]).unwrap();
-    let tls = ServerTls::load(ServerTlsFiles {
-        cert: files.server.0.clone(),
-        key: files.server.1.clone(),
-        client_ca: None,
-    })
-    .unwrap();
+    let (files, tls) = common::quick_start_tls(dir.path());
     let (addr, secret) = start_guarded(1, Some(Arc::new(tls))).await;
     let link = || Link {
         tls: Some(

@@ -54,10 +54,13 @@ impl StorageCredentials {
     }
 }
 
+/// The backend `url` names. `max_element`, the largest element the store writes, bounds a
+/// Redis's answers to reads.
 pub async fn connect(
     url: String,
     connections: usize,
     credentials: StorageCredentials,
+    max_element: usize,
 ) -> anyhow::Result<Arc<dyn Storage>> {
     let url = url.as_str();
     if url == "memory" {
@@ -71,7 +74,8 @@ pub async fn connect(
         let tls = target.tls.then(|| credentials.tls_files());
         let storage = RedisStorage::connect(target, tls.as_ref())
             .await
-            .context("storage")?;
+            .context("storage")?
+            .with_max_element(max_element);
         return Ok(Arc::new(storage));
     }
     let (tls, addr) = match url.split_once("://") {

@@ -152,6 +152,20 @@ impl StoreArgs {
 }
 
 impl Store {
+    /// The largest element this store's scheme writes: one sealed record, or for the tree
+    /// schemes a sealed bucket of records. Public (the storage server sees every element's
+    /// size), and what bounds storage's answers to reads.
+    pub fn largest_element(&self) -> usize {
+        let records = match self.scheme {
+            SchemeName::PathOram => self.options.path_oram.bucket_size,
+            SchemeName::Curious => self.options.curious.bucket_size as usize,
+            _ => 1,
+        };
+        records
+            .saturating_mul(self.spec.layout.encoded_len())
+            .saturating_add(cloak_crypto::SEAL_OVERHEAD)
+    }
+
     /// What the ledger records this store was created with.
     pub fn manifest(&self) -> StoreManifest {
         StoreManifest {

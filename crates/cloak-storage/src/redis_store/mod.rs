@@ -26,7 +26,15 @@
 //! A single Redis is reached through a connection of our own ([`pipe`]) that sends commands
 //! packed beforehand, so that a timed request leaves at its release with nothing left to do
 //! but one write; a cluster through the `redis` crate, which routes each key to its node.
+//!
+//! A single Redis's answers are bounded by what each command calls for ([`answer_size`]): an
+//! MGET's by its key count and the largest element the scheme writes
+//! ([`RedisStorage::with_max_element`]), a write's by a status line. A longer answer fails its
+//! connection before it is buffered. A cluster's answers are read by the `redis` crate, which
+//! bounds them by nothing but Redis's own limits.
 
+mod answer_scan;
+mod answer_size;
 mod pipe;
 mod url;
 
@@ -42,7 +50,9 @@ use crate::tls::ClientTls;
 use crate::tls::client::ClientTlsFiles;
 use crate::wire;
 use crate::{Addr, Release, Storage, StorageError, StorageOp, StorageReply};
-use pipe::Pipe;
+use answer_scan::BadAnswer;
+use answer_size::SHORT_ANSWER;
+use pipe::{Pipe, PipeError};
 pub use url::{DEFAULT_PREFIX, RedisTarget, UrlError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -58,10 +68,11 @@ enum Connection {
 }
 
 /// A command ready to go: packed already for a single Redis (a timed request then has nothing
-/// left to do after its release but the write), as it is for a cluster (the `redis` crate
-/// splits it by key and packs each node's share as it sends them).
+/// left to do after its release but the write), with the longest answer it allows; as it is
+/// for a cluster (the `redis` crate splits it by key and packs each node's share as it sends
+/// them).
 enum Ready {
-    Packed(Vec<u8>),
+    Packed { bytes: Vec<u8>, max_answer: usize },
     Routed(Cmd),
 }
 
@@ -73,6 +84,8 @@ pub struct RedisStorage {
     listing: tokio::sync::Mutex<Option<Vec<Addr>>>,
     /// Cluster writes of several keys share the one intent key, so they go one at a time.
     cluster_writes: tokio::sync::Mutex<()>,
+    /// The largest element an MGET answer may hold, in bytes.
+    max_element: usize,
 }
 
 impl RedisStorage {
@@ -119,6 +132,7 @@ impl RedisStorage {
             connection,
             listing: tokio::sync::Mutex::new(None),
             cluster_writes: tokio::sync::Mutex::new(()),
+            max_element: usize::MAX,
         };
         if storage.target.cluster {
             storage.finish_interrupted_write().await?;
@@ -126,18 +140,49 @@ impl RedisStorage {
         Ok(storage)
     }
 
+    /// Bounds every MGET answer by `max_element`, the largest element the store's scheme
+    /// writes: a single Redis that answers an MGET of `n` keys with more than `n` such elements
+    /// (as RESP) fails its connection, so memory stays bounded by what the reads call for.
+    /// Without it, only the pipe's overall cap (512 MiB) bounds a read's answer.
+    pub fn with_max_element(mut self, max_element: usize) -> Self {
+        self.max_element = max_element;
+        self
+    }
+
+    /// What went wrong on the single Redis's connection. An answer too long for a read is
+    /// also what a store written with larger elements gives (an operator's mistake, not only a
+    /// hostile Redis), refused before the elements could be opened and checked: say so.
+    fn pipe_error(&self, error: PipeError) -> StorageError {
+        let hint = match &error {
+            PipeError::BadAnswer(BadAnswer::TooLong { .. }) => {
+                "; for a read, storage holds elements longer than this store writes: written \
+                 with another --value-size, --key-size or --scheme, or not by Cloak"
+            }
+            _ => "",
+        };
+        StorageError(format!("{}: {error}{hint}", self.target.describe()))
+    }
+
     fn error(&self, error: RedisError) -> StorageError {
         StorageError(format!("{}: {error}", self.target.describe()))
     }
 
-    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, StorageError> {
-        self.send(self.ready(cmd)).await
+    /// Sends `cmd`, whose answer may be `max_answer` bytes of RESP at most, and waits for it.
+    async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        max_answer: usize,
+    ) -> Result<T, StorageError> {
+        self.send(self.ready(cmd, max_answer)).await
     }
 
-    /// `cmd`, ready to send.
-    fn ready(&self, cmd: &Cmd) -> Ready {
+    /// `cmd`, whose answer may be `max_answer` bytes of RESP at most, ready to send.
+    fn ready(&self, cmd: &Cmd, max_answer: usize) -> Ready {
         match &self.connection {
-            Connection::Single(_) => Ready::Packed(cmd.get_packed_command()),
+            Connection::Single(_) => Ready::Packed {
+                bytes: cmd.get_packed_command(),
+                max_answer,
+            },
             Connection::Cluster(_) => Ready::Routed(cmd.clone()),
         }
     }
@@ -145,10 +190,10 @@ impl RedisStorage {
     /// Sends a command made ready by [`RedisStorage::ready`] and waits for its answer.
     async fn send<T: FromRedisValue>(&self, command: Ready) -> Result<T, StorageError> {
         let value = match (&self.connection, command) {
-            (Connection::Single(pipe), Ready::Packed(bytes)) => pipe
-                .request(&bytes)
+            (Connection::Single(pipe), Ready::Packed { bytes, max_answer }) => pipe
+                .request(&bytes, max_answer)
                 .await
-                .map_err(|e| StorageError(format!("{}: {e}", self.target.describe())))?,
+                .map_err(|e| self.pipe_error(e))?,
             (Connection::Cluster(c), Ready::Routed(cmd)) => cmd
                 .query_async(&mut c.clone())
                 .await
@@ -167,7 +212,7 @@ impl RedisStorage {
         for &addr in addrs {
             mget.arg(self.target.key(addr));
         }
-        Some(self.ready(&mget))
+        Some(self.ready(&mget, answer_size::mget(addrs.len(), self.max_element)))
     }
 
     async fn read(&self, addrs: &[Addr]) -> Result<Vec<Option<Bytes>>, StorageError> {
@@ -203,14 +248,14 @@ impl RedisStorage {
                 for (addr, value) in writes {
                     mset.arg(self.target.key(*addr)).arg(value.as_ref());
                 }
-                Some(self.ready(&mset))
+                Some(self.ready(&mset, SHORT_ANSWER))
             }
             StorageOp::Delete(addrs) if !addrs.is_empty() => {
                 let mut del = redis::cmd("DEL");
                 for &addr in addrs {
                     del.arg(self.target.key(addr));
                 }
-                Some(self.ready(&del))
+                Some(self.ready(&del, SHORT_ANSWER))
             }
             _ => None,
         }
@@ -236,11 +281,11 @@ impl RedisStorage {
             let intent = wire::encode_request(0, op).to_bytes();
             let mut set = redis::cmd("SET");
             set.arg(self.target.intent_key()).arg(intent.as_ref());
-            self.query::<()>(&set).await?;
+            self.query::<()>(&set, SHORT_ANSWER).await?;
             self.send::<Value>(command).await?;
             let mut del = redis::cmd("DEL");
             del.arg(self.target.intent_key());
-            self.query::<()>(&del).await?;
+            self.query::<()>(&del, SHORT_ANSWER).await?;
         } else {
             self.send::<Value>(command).await?;
         }
@@ -251,7 +296,8 @@ impl RedisStorage {
     async fn finish_interrupted_write(&self) -> Result<(), StorageError> {
         let mut get = redis::cmd("GET");
         get.arg(self.target.intent_key());
-        let Some(intent) = self.query::<Option<Vec<u8>>>(&get).await? else {
+        // Only a cluster has an intent, and its answers are not bounded here.
+        let Some(intent) = self.query::<Option<Vec<u8>>>(&get, usize::MAX).await? else {
             return Ok(());
         };
         let intent = Bytes::from(intent);
@@ -276,7 +322,7 @@ impl RedisStorage {
         }
         let mut del = redis::cmd("DEL");
         del.arg(self.target.intent_key());
-        self.query::<()>(&del).await
+        self.query::<()>(&del, SHORT_ANSWER).await
     }
 
     async fn scan(&self, after: Option<Addr>, limit: u32) -> Result<StorageReply, StorageError> {
@@ -332,7 +378,9 @@ impl RedisStorage {
         node: Option<(String, u16)>,
         addrs: &mut Vec<Addr>,
     ) -> Result<(), StorageError> {
-        let size: u64 = self.query_on(&node, redis::cmd("DBSIZE")).await?;
+        let size: u64 = self
+            .query_on(&node, redis::cmd("DBSIZE"), SHORT_ANSWER)
+            .await?;
         // Saturating: a lying DBSIZE near u64::MAX must not wrap the bounds to small numbers.
         let max_calls = (size / SCAN_COUNT as u64)
             .saturating_mul(8)
@@ -347,7 +395,8 @@ impl RedisStorage {
                 .arg(self.target.pattern())
                 .arg("COUNT")
                 .arg(SCAN_COUNT);
-            let (next, keys): (u64, Vec<Vec<u8>>) = self.query_on(&node, scan).await?;
+            let max_answer = answer_size::scan(SCAN_COUNT, self.target.key_len());
+            let (next, keys): (u64, Vec<Vec<u8>>) = self.query_on(&node, scan, max_answer).await?;
             calls += 1;
             keys_seen += keys.len() as u64;
             if calls > max_calls || keys_seen > max_keys {
@@ -366,11 +415,13 @@ impl RedisStorage {
         }
     }
 
-    /// Runs `cmd` on one server of a cluster (`node`), or on the server when `None`.
+    /// Runs `cmd` on one server of a cluster (`node`), or on the server when `None` (its answer
+    /// then `max_answer` bytes at most).
     async fn query_on<T: FromRedisValue>(
         &self,
         node: &Option<(String, u16)>,
         cmd: Cmd,
+        max_answer: usize,
     ) -> Result<T, StorageError> {
         match (&self.connection, node) {
             (Connection::Cluster(c), Some((host, port))) => {
@@ -385,7 +436,7 @@ impl RedisStorage {
                     .map_err(|e| self.error(e))?;
                 redis::from_redis_value(value).map_err(|e| self.error(e.into()))
             }
-            _ => self.query(&cmd).await,
+            _ => self.query(&cmd, max_answer).await,
         }
     }
 
@@ -394,7 +445,8 @@ impl RedisStorage {
     async fn masters(&self) -> Result<Vec<(String, u16)>, StorageError> {
         let mut nodes = redis::cmd("CLUSTER");
         nodes.arg("NODES");
-        let text: String = self.query(&nodes).await?;
+        // Only a cluster has nodes, and its answers are not bounded here.
+        let text: String = self.query(&nodes, usize::MAX).await?;
         let unhealthy = |line: &str| {
             StorageError(format!(
                 "{}: cannot scan a cluster with a failing master ({line})",

@@ -12,14 +12,13 @@
 //! seconds from idle ones every time). Here the caller packs a timed request before its
 //! release, and what follows the release is one write of ready bytes.
 //!
-//! A connection that fails (an error writing or reading, an answer that is not RESP, a write or
-//! an answer that does not come within the response timeout, or its reader stopping for any
-//! reason) fails every request waiting on it, and the next request opens a new one; schemes
-//! retry with backoff, as they do for any storage error. A late answer can therefore never be
-//! paired with a later request: the connection it would arrive on is gone.
+//! A connection that fails (an error writing or reading, an answer that is not RESP or longer
+//! than its request allows, a write or an answer that does not come within the response
+//! timeout, or its reader stopping for any reason) fails every request waiting on it, and the
+//! next request opens a new one; schemes retry with backoff, as they do for any storage error.
+//! A late answer can therefore never be paired with a later request: the connection it would
+//! arrive on is gone.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -28,13 +27,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
+use super::answer_scan::{AnswerScan, BadAnswer};
+use super::answer_size::SHORT_ANSWER;
 use crate::tls::{ClientTls, TlsError};
+use crate::waiting;
 
-/// Longest answer accepted (Redis's own limit on one bulk string is 512 MB by default): a
-/// server that announces more is refused before anything is buffered for it.
+/// Longest answer accepted whatever a request allows (Redis's own limit on one bulk string is
+/// 512 MB by default).
 const MAX_ANSWER: usize = 512 << 20;
-/// Longest RESP line (a type byte, a length or a status, and CRLF) accepted.
-const MAX_LINE: usize = 64 * 1024;
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
@@ -62,41 +62,66 @@ pub enum PipeError {
     /// The connection broke before the answer came.
     #[error("connection lost: {0}")]
     Lost(String),
-    /// Redis answered an error, or bytes that are not RESP.
+    /// Redis answered an error.
     #[error("{0}")]
     Answer(String),
+    /// Redis sent bytes that are not RESP, or an answer longer than its request allows.
+    #[error("Redis sent a bad answer: {0}")]
+    BadAnswer(#[from] BadAnswer),
 }
 
 type Answer = Result<Value, PipeError>;
 
-/// Answers still to come, in request order; `Err` (saying why) once the connection is dead.
-type Waiting = Arc<Mutex<Result<VecDeque<oneshot::Sender<Answer>>, String>>>;
+/// A request written and not answered yet.
+struct Expected {
+    /// The longest answer the request allows, in bytes of RESP.
+    max_answer: usize,
+    answer: oneshot::Sender<Answer>,
+}
 
+type Waiting = waiting::Waiting<Expected>;
+
+/// A connection: the writing half, the requests waiting on it, and its reader task.
 struct Open {
     writer: Box<dyn AsyncWrite + Send + Unpin>,
     waiting: Waiting,
+    reader: tokio::task::AbortHandle,
+}
+
+/// A connection dropped (retired, replaced, or the pipe dropped) stops its reader, which fails
+/// what still waits on it and drops the reading half, closing the socket. Without this the
+/// reader waited for Redis to close first, and a Redis that never did kept the task and its
+/// socket for good. Over TLS that was any Redis: both halves of `tokio::io::split` share one
+/// stream, so dropping the writing half neither closed the socket nor told Redis anything
+/// (on plain TCP it at least sent a FIN).
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
 }
 
 impl Open {
     fn alive(&self) -> bool {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_ok()
+        self.waiting.alive()
     }
 
-    /// Writes `packed` (one whole RESP command) within `limit`; its answer comes on the
-    /// receiver. A write that fails or does not finish in time (Redis stopped reading) fails the
-    /// connection.
+    /// Writes `packed` (one whole RESP command) within `limit`; its answer, which may be no
+    /// longer than `max_answer` bytes, comes on the receiver. A write that fails or does not
+    /// finish in time (Redis stopped reading) fails the connection.
     async fn send(
         &mut self,
         packed: &[u8],
+        max_answer: usize,
         limit: Duration,
     ) -> Result<oneshot::Receiver<Answer>, PipeError> {
         let (answer, answered) = oneshot::channel();
-        match &mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) {
-            Ok(queue) => queue.push_back(answer),
-            Err(why) => return Err(PipeError::Lost(why.clone())),
+        let expected = Expected {
+            max_answer: max_answer.min(MAX_ANSWER),
+            answer,
+        };
+        // Queued before the first byte is written, so the answer always finds its request.
+        if let Err((_, why)) = self.waiting.push(expected) {
+            return Err(PipeError::Lost(why));
         }
         // The flush matters over TLS: a TLS stream may keep the last ciphertext of a write
         // until it is flushed (on a plain socket it does nothing).
@@ -110,13 +135,16 @@ impl Open {
             Ok(Err(error)) => PipeError::Io(error),
             Err(_) => PipeError::Timeout(limit),
         };
-        fail_all(&self.waiting, &format!("writing failed: {error}"));
+        fail_all(
+            &self.waiting,
+            PipeError::Lost(format!("writing failed: {error}")),
+        );
         Err(error)
     }
 
     /// Whether this is the connection `waiting` belongs to.
     fn is(&self, waiting: &Waiting) -> bool {
-        Arc::ptr_eq(&self.waiting, waiting)
+        self.waiting.is(waiting)
     }
 }
 
@@ -161,9 +189,11 @@ impl Pipe {
         Ok(pipe)
     }
 
-    /// Sends `packed` (one whole RESP command) and waits for its answer. One write: the bytes
-    /// leave as soon as this is called (after a request being written now, if any).
-    pub async fn request(&self, packed: &[u8]) -> Result<Value, PipeError> {
+    /// Sends `packed` (one whole RESP command) and waits for its answer, which may be no longer
+    /// than `max_answer` bytes of RESP: a longer one fails the connection (see
+    /// [`super::answer_scan`]). One write: the bytes leave as soon as this is called (after a
+    /// request being written now, if any).
+    pub async fn request(&self, packed: &[u8], max_answer: usize) -> Result<Value, PipeError> {
         let (answered, waiting) = {
             let mut slot = self.open.lock().await;
             let mut open = match slot.take() {
@@ -174,7 +204,7 @@ impl Pipe {
             // write, the connection, its stream now holding half a command, goes with it (and
             // its reader fails what still waits on it) instead of being used again, where
             // Redis would read the next command as the rest of this one.
-            let answered = open.send(packed, self.response_timeout).await?;
+            let answered = open.send(packed, max_answer, self.response_timeout).await?;
             let waiting = open.waiting.clone();
             *slot = Some(open);
             (answered, waiting)
@@ -186,7 +216,7 @@ impl Pipe {
             // fail now, and the next request opens a new one.
             fail_all(
                 &waiting,
-                &format!("an answer did not come within {limit:?}"),
+                PipeError::Lost(format!("an answer did not come within {limit:?}")),
             );
             let mut slot = self.open.lock().await;
             if slot.as_ref().is_some_and(|open| open.is(&waiting)) {
@@ -221,7 +251,11 @@ impl Pipe {
         };
         for (step, command, expected) in self.greeting() {
             let answered = open
-                .send(&command.get_packed_command(), self.connect_timeout)
+                .send(
+                    &command.get_packed_command(),
+                    SHORT_ANSWER,
+                    self.connect_timeout,
+                )
                 .await?;
             let answer = match wait(answered, self.connect_timeout).await {
                 Ok(answer) if answer == expected => continue,
@@ -266,25 +300,25 @@ fn start(
     reader: impl AsyncRead + Send + Unpin + 'static,
     writer: impl AsyncWrite + Send + Unpin + 'static,
 ) -> Open {
-    let waiting: Waiting = Arc::new(Mutex::new(Ok(VecDeque::new())));
-    tokio::spawn(read_answers(reader, waiting.clone()));
+    let waiting = Waiting::new();
+    let reader = tokio::spawn(read_answers(reader, waiting.clone())).abort_handle();
     Open {
         writer: Box::new(writer),
         waiting,
+        reader,
     }
 }
 
 /// Marks the connection dead (keeping the first reason given) and fails every request waiting
-/// on it.
-fn fail_all(waiting: &Waiting, why: &str) {
-    let mut state = waiting.lock().unwrap_or_else(|e| e.into_inner());
-    if state.is_err() {
-        return;
+/// on it: the oldest, whose answer was coming, with `why`, the others as lost because of it.
+fn fail_all(waiting: &Waiting, why: PipeError) {
+    let reason = why.to_string();
+    let mut queue = waiting.fail(&reason).into_iter();
+    if let Some(first) = queue.next() {
+        let _ = first.answer.send(Err(why));
     }
-    let queue = std::mem::replace(&mut *state, Err(why.to_string()));
-    drop(state);
-    for answer in queue.into_iter().flatten() {
-        let _ = answer.send(Err(PipeError::Lost(why.to_string())));
+    for expected in queue {
+        let _ = expected.answer.send(Err(PipeError::Lost(reason.clone())));
     }
 }
 
@@ -294,7 +328,10 @@ struct FailOnExit(Waiting);
 
 impl Drop for FailOnExit {
     fn drop(&mut self) {
-        fail_all(&self.0, "the connection's reader stopped");
+        fail_all(
+            &self.0,
+            PipeError::Lost("the connection's reader stopped".into()),
+        );
     }
 }
 
@@ -305,117 +342,50 @@ const READ_BUFFER: usize = 64 * 1024;
 async fn read_answers(mut reader: impl AsyncRead + Unpin, waiting: Waiting) {
     let _guard = FailOnExit(waiting.clone());
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
+    // The answer at the start of `buf`, checked as far as it has come.
+    let mut scan = AnswerScan::default();
     let why = loop {
-        let end = match answer_end(&buf) {
-            Ok(Some(end)) => end,
-            Ok(None) => match reader.read_buf(&mut buf).await {
-                Ok(0) => break "Redis closed the connection".to_string(),
-                Ok(_) => continue,
-                Err(error) => break format!("reading failed: {error}"),
-            },
-            Err(error) => break error,
+        // The answer coming is the oldest waiting request's, and may be as long as it allows.
+        let Ok(allowed) = waiting.oldest(|expected| expected.map(|e| e.max_answer)) else {
+            return;
         };
+        let checked = match allowed {
+            _ if buf.is_empty() => Ok(None),
+            Some(allowed) => scan.resume(&buf, allowed),
+            None => Err(BadAnswer::Unrequested),
+        };
+        let end = match checked {
+            Ok(Some(end)) => end,
+            // Reads add to an answer the scan has bounded: the buffer holds at most what the
+            // request allows, and what one read brings.
+            Ok(None) => match reader.read_buf(&mut buf).await {
+                Ok(0) => break PipeError::Lost("Redis closed the connection".into()),
+                Ok(_) => continue,
+                Err(error) => break PipeError::Lost(format!("reading failed: {error}")),
+            },
+            Err(bad) => break bad.into(),
+        };
+        scan = AnswerScan::default();
         let answer = match redis::parse_redis_value(&buf[..end]) {
             Ok(Value::ServerError(error)) => Err(PipeError::Answer(error.to_string())),
             Ok(value) => Ok(value),
-            Err(error) => break format!("Redis sent an answer that is not RESP: {error}"),
+            Err(error) => {
+                break PipeError::Answer(format!("Redis sent an answer that is not RESP: {error}"));
+            }
         };
         buf.advance(end);
         if buf.is_empty() && buf.capacity() > 16 * READ_BUFFER {
             buf = BytesMut::with_capacity(READ_BUFFER);
         }
-        let next = match &mut *waiting.lock().unwrap_or_else(|e| e.into_inner()) {
-            Ok(queue) => queue.pop_front(),
-            Err(_) => return,
+        let Ok(next) = waiting.pop() else {
+            return;
         };
-        match next {
-            // The requester may have given up waiting (a timeout): nothing to deliver.
-            Some(sender) => drop(sender.send(answer)),
-            None => break "Redis answered a request never sent".to_string(),
+        // Some: the answer was checked against the front request's bound, and only this task
+        // takes requests off the queue. The requester may have given up waiting (a timeout):
+        // nothing to deliver then.
+        if let Some(expected) = next {
+            drop(expected.answer.send(answer));
         }
     };
-    fail_all(&waiting, &why);
-}
-
-/// Where the RESP2 answer at the start of `buf` ends: `None` while it is incomplete, an error
-/// for bytes that are not RESP2 or an answer longer than [`MAX_ANSWER`] (so a hostile server
-/// makes the proxy buffer no more than that). Bulk strings are skipped by their length, so
-/// checking an answer that arrives in many reads costs its element count each time, not its
-/// size.
-fn answer_end(buf: &[u8]) -> Result<Option<usize>, String> {
-    let mut at = 0;
-    // Values still to skip: an array adds its elements.
-    let mut remaining = 1u64;
-    while remaining > 0 {
-        remaining -= 1;
-        let Some(newline) = buf[at..].windows(2).position(|w| w == b"\r\n") else {
-            return match buf.len() - at > MAX_LINE {
-                true => Err(format!("a RESP line longer than {MAX_LINE} bytes")),
-                false => Ok(None),
-            };
-        };
-        let Some((&kind, line)) = buf[at..at + newline].split_first() else {
-            return Err("an empty RESP line".into());
-        };
-        at += newline + 2;
-        let length = std::str::from_utf8(line)
-            .ok()
-            .and_then(|text| text.parse::<i64>().ok());
-        match (kind, length) {
-            (b'+' | b'-' | b':', _) => {}
-            (b'$', Some(-1)) | (b'*', Some(-1)) => {}
-            (b'$', Some(n @ 0..)) => at = at.saturating_add(n as usize).saturating_add(2),
-            // Every value takes at least 3 bytes, so a count beyond MAX_ANSWER cannot fit.
-            (b'*', Some(n @ 0..)) => match remaining.checked_add(n as u64) {
-                Some(more) if more <= MAX_ANSWER as u64 => remaining = more,
-                _ => return Err(format!("an array of {n} values cannot fit an answer")),
-            },
-            (b'$' | b'*', _) => {
-                return Err(format!(
-                    "bad RESP length {:?}",
-                    String::from_utf8_lossy(line)
-                ));
-            }
-            (other, _) => return Err(format!("unexpected RESP type byte {other:#04x}")),
-        }
-        if at > MAX_ANSWER {
-            return Err(format!("an answer longer than {MAX_ANSWER} bytes"));
-        }
-        if at > buf.len() {
-            return Ok(None);
-        }
-    }
-    Ok(Some(at))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_where_whole_answers_end() {
-        let mget = b"*3\r\n$2\r\nab\r\n$-1\r\n$0\r\n\r\n+OK\r\n";
-        assert_eq!(answer_end(mget), Ok(Some(mget.len() - 5)));
-        assert_eq!(answer_end(b"+OK\r\n:3\r\n"), Ok(Some(5)));
-        assert_eq!(answer_end(b"*2\r\n*1\r\n:1\r\n$3\r\nabc\r\n"), Ok(Some(21)));
-        assert_eq!(answer_end(b"*-1\r\n"), Ok(Some(5)));
-        for cut in 0..mget.len() - 5 {
-            assert_eq!(answer_end(&mget[..cut]), Ok(None), "cut at {cut}");
-        }
-    }
-
-    #[test]
-    fn refuses_what_is_not_resp_or_announces_too_much() {
-        assert!(answer_end(b"?what\r\n").is_err());
-        assert!(answer_end(b"$x\r\n").is_err());
-        assert!(answer_end(b"$-5\r\n").is_err());
-        assert!(answer_end(&[b'+'; MAX_LINE + 1]).is_err());
-        assert!(answer_end(format!("${}\r\n", MAX_ANSWER + 1).as_bytes()).is_err());
-        // Found by review: an empty line, and nested arrays whose counts overflow, panicked
-        // the reader.
-        assert!(answer_end(b"\r\n").is_err());
-        assert!(answer_end(b"+OK\r\n\r\n").is_ok());
-        let huge = format!("*{0}\r\n*{0}\r\n*{0}\r\n", i64::MAX);
-        assert!(answer_end(huge.as_bytes()).is_err());
-    }
+    fail_all(&waiting, why);
 }

@@ -18,6 +18,9 @@ use crate::Addr;
 /// The prefix when the URL names none.
 pub const DEFAULT_PREFIX: &str = "cloak:";
 
+/// Hex digits of an address in a key (an address is 128 bits).
+const ADDR_DIGITS: usize = 32;
+
 /// Where a Redis backend is, parsed from its URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisTarget {
@@ -100,31 +103,40 @@ impl RedisTarget {
 
     /// The Redis key of address `addr`: the prefix, then 32 hexadecimal digits.
     pub fn key(&self, addr: Addr) -> Vec<u8> {
-        let mut key = Vec::with_capacity(self.prefix.len() + 32);
+        let mut key = Vec::with_capacity(self.key_len());
         key.extend_from_slice(&self.prefix);
-        key.extend_from_slice(format!("{addr:032x}").as_bytes());
+        key.extend_from_slice(format!("{addr:0ADDR_DIGITS$x}").as_bytes());
         key
+    }
+
+    /// The length of every key of this store: the prefix and the address in hex.
+    pub fn key_len(&self) -> usize {
+        self.prefix.len() + ADDR_DIGITS
     }
 
     /// The address a key of this store names; `None` for other keys.
     pub fn addr(&self, key: &[u8]) -> Option<Addr> {
         let hex = key.strip_prefix(self.prefix.as_slice())?;
-        if hex.len() != 32 || !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        if hex.len() != ADDR_DIGITS || !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
             return None;
         }
         Addr::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
     }
 
-    /// A SCAN pattern matching this store's keys (glob characters in the prefix escaped).
+    /// A SCAN pattern matching this store's keys and no others: the prefix (glob characters
+    /// escaped), then exactly [`ADDR_DIGITS`] hex digits. Every key it matches is
+    /// [`RedisTarget::key_len`] bytes long, which bounds SCAN's answers.
     pub fn pattern(&self) -> Vec<u8> {
-        let mut pattern = Vec::with_capacity(self.prefix.len() + 2);
+        let mut pattern = Vec::with_capacity(2 * self.prefix.len() + ADDR_DIGITS * 8);
         for &b in &self.prefix {
             if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
                 pattern.push(b'\\');
             }
             pattern.push(b);
         }
-        pattern.push(b'*');
+        for _ in 0..ADDR_DIGITS {
+            pattern.extend_from_slice(b"[0-9a-f]");
+        }
         pattern
     }
 
@@ -262,6 +274,7 @@ mod tests {
         }
         assert_eq!(t.addr(b"a*b:zz"), None);
         assert_eq!(t.addr(&t.intent_key()), None);
-        assert_eq!(t.pattern(), b"a\\*b:*");
+        let hex = b"[0-9a-f]".repeat(32);
+        assert_eq!(t.pattern(), [&b"a\\*b:"[..], &hex].concat());
     }
 }

@@ -258,6 +258,7 @@ pub(super) async fn open_store(
             url.to_string(),
             args.storage_connections.unwrap_or(4),
             credentials,
+            store.largest_element(),
         ))
         .await?;
     let (engine, report) = store
