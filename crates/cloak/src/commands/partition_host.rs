@@ -96,7 +96,12 @@ impl PartitionHost for ProxyPartitions {
             let connections = self.args.storage_connections.unwrap_or(4);
             let credentials = credentials(&self.args);
             self.storage_io
-                .run(backend::connect(url, connections, credentials))
+                .run(backend::connect(
+                    url,
+                    connections,
+                    credentials,
+                    self.store.largest_element(),
+                ))
                 .await
                 .map(drop)
                 .map_err(|e| format!("this proxy cannot reach partition {index}'s storage: {e:#}"))
