@@ -45,6 +45,8 @@ pub enum RunError {
     Refused(String),
     #[error("the preload failed: {0}")]
     Preload(String),
+    #[error("cluster: {0}")]
+    Cluster(String),
 }
 
 /// Where a scheme's proxy keeps its elements.
@@ -65,7 +67,7 @@ impl Backend {
     }
 
     /// The proxy's `--storage` URL for a server at `addr`.
-    fn url(self, addr: SocketAddr, tls: bool) -> String {
+    pub(crate) fn url(self, addr: SocketAddr, tls: bool) -> String {
         match (self, tls) {
             (Backend::CloakServer, false) => format!("tcp://{addr}"),
             (Backend::CloakServer, true) => format!("tls://{addr}"),
@@ -179,7 +181,7 @@ pub struct Setup {
 
 impl Setup {
     /// The storage process: a Redis for the baseline and the Redis backend, else `cloak server`.
-    async fn start_storage(&self) -> Result<Process, RunError> {
+    pub(crate) async fn start_storage(&self) -> Result<Process, RunError> {
         if self.contender == Contender::Redis || self.backend == Backend::Redis {
             return Ok(Process::redis(&self.server_args).await?);
         }
@@ -192,6 +194,48 @@ impl Setup {
         }
         let what = "cloak server";
         Ok(Process::cloak(&self.cloak, &args, what, Progress::lines(what)).await?)
+    }
+
+    /// Writes `keys` to the storage server at `addr` as `scheme` stores them under `master`,
+    /// with a fresh store id and its marker: a store as the proxy makes one, which a proxy given
+    /// `master` recovers. Says how long a bare scan of it takes (see [`Startup`]).
+    pub(crate) async fn preload(
+        &self,
+        scheme: SchemeName,
+        addr: SocketAddr,
+        master: &MasterKey,
+        keys: impl Iterator<Item = u64> + Send,
+        value: &Bytes,
+        loading: &ProgressBar,
+    ) -> Result<Duration, RunError> {
+        let start_error = |what: &str, e: &dyn fmt::Display| StartError {
+            what: what.to_string(),
+            reason: e.to_string(),
+        };
+        let layout = RecordLayout {
+            max_key: KEY_SIZE,
+            max_value: self.value_size,
+        };
+        // A store as the proxy makes one: its elements under its id's key, the id's marker.
+        let store = StoreId::random().map_err(|e| start_error("a store id", &e))?;
+        let format = cloak_schemes::element_format(scheme, layout, &store.key(master))
+            .map_err(|e| start_error("the element format", &e))?;
+        let client = self.backend.connect(addr, self.tls.as_deref()).await?;
+        preload::write(client.clone(), format, keys, value, loading)
+            .await
+            .map_err(|e| RunError::Preload(e.to_string()))?;
+        client
+            .call(StorageOp::Write(vec![(
+                STORE_MARKER,
+                store.marker(master).into(),
+            )]))
+            .await
+            .map_err(|e| RunError::Preload(format!("writing the store marker: {e}")))?;
+        loading.finish_and_clear();
+        let (scan_floor, _) = startup::scan_floor(client.as_ref())
+            .await
+            .map_err(|e| RunError::Preload(format!("scanning the preloaded store: {e}")))?;
+        Ok(scan_floor)
     }
 
     /// Writes every key to `storage` as `scheme` stores it and starts its proxy there, which
@@ -213,33 +257,9 @@ impl Setup {
         let master = MasterKey::generate().map_err(|e| start_error("a key", &e))?;
         std::fs::write(&key_file, master.to_hex()).map_err(|e| start_error("a key file", &e))?;
 
-        let layout = RecordLayout {
-            max_key: KEY_SIZE,
-            max_value: self.value_size,
-        };
-        // A store as the proxy makes one: its elements under its id's key, the id's marker.
-        let store = StoreId::random().map_err(|e| start_error("a store id", &e))?;
-        let format = cloak_schemes::element_format(scheme, layout, &store.key(&master))
-            .map_err(|e| start_error("the element format", &e))?;
-        let client = self
-            .backend
-            .connect(storage.addr, self.tls.as_deref())
+        let scan_floor = self
+            .preload(scheme, storage.addr, &master, 0..self.keys, value, loading)
             .await?;
-        preload::write(client.clone(), format, self.keys, value, loading)
-            .await
-            .map_err(|e| RunError::Preload(e.to_string()))?;
-        client
-            .call(StorageOp::Write(vec![(
-                STORE_MARKER,
-                store.marker(&master).into(),
-            )]))
-            .await
-            .map_err(|e| RunError::Preload(format!("writing the store marker: {e}")))?;
-        loading.finish_and_clear();
-        let (scan_floor, _) = startup::scan_floor(client.as_ref())
-            .await
-            .map_err(|e| RunError::Preload(format!("scanning the preloaded store: {e}")))?;
-        drop(client);
 
         let mut args: Vec<String> = [
             "proxy",
@@ -294,7 +314,10 @@ impl Setup {
 }
 
 /// Every `field:value` line of the proxy's `INFO` (of one `section`, or all).
-async fn info(target: Target, section: &str) -> Result<BTreeMap<String, String>, RunError> {
+pub(crate) async fn info(
+    target: Target,
+    section: &str,
+) -> Result<BTreeMap<String, String>, RunError> {
     let mut con = Connection::connect(target).await?;
     let Reply::Value(Some(text)) = con.call(&[b"INFO", section.as_bytes()]).await? else {
         return Err(RunError::Refused("INFO without a body".into()));
@@ -308,9 +331,26 @@ async fn info(target: Target, section: &str) -> Result<BTreeMap<String, String>,
         .collect())
 }
 
-/// The scheme's counters from `INFO`.
-fn counters(info: &BTreeMap<String, String>) -> Counters {
-    let get = |k: &str| info.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+/// `field` of `INFO`, or in a cluster proxy's the sum of every hosted partition's
+/// (`partition_N_field`); 0 where absent.
+pub(crate) fn info_sum(info: &BTreeMap<String, String>, field: &str) -> u64 {
+    info.iter()
+        .filter(|(key, _)| {
+            *key == field
+                || key
+                    .strip_prefix("partition_")
+                    .and_then(|rest| rest.split_once('_'))
+                    .is_some_and(|(number, rest)| {
+                        rest == field && number.bytes().all(|b| b.is_ascii_digit())
+                    })
+        })
+        .filter_map(|(_, value)| value.parse::<u64>().ok())
+        .sum()
+}
+
+/// The scheme's counters from `INFO` (a cluster proxy's: all its partitions').
+pub(crate) fn counters(info: &BTreeMap<String, String>) -> Counters {
+    let get = |k: &str| info_sum(info, k);
     Counters {
         real: get("real_slots"),
         dummy: get("dummy_slots"),
