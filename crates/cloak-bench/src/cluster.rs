@@ -149,6 +149,8 @@ pub async fn measure(
             .collect()
     };
     let (proxy_cpu, storage_cpu) = (windows(&proxies), windows(&storages));
+    // The bench's own load generator, on the same cores: part of what a request costs here.
+    let client_cpu = cpu::Window::start(std::process::id());
     let running = bar(requests.len() as u64, format!("{label}: running"));
     let started = Instant::now();
     let answered = drive(route, requests, &value, load, setup.reply_timeout, &running).await?;
@@ -160,11 +162,12 @@ pub async fn measure(
             .collect()
     };
     let (proxy_cpu, storage_cpu) = (used(proxy_cpu), used(storage_cpu));
+    let client_cpu = client_cpu.and_then(|w| w.elapsed());
     running.finish_and_clear();
     let after = infos(&proxies).await?;
 
     let ops = answered.latency.len();
-    let mut shares = Vec::with_capacity(proxies.len() + storages.len());
+    let mut shares = Vec::with_capacity(proxies.len() + storages.len() + 1);
     for (index, proxy) in map.proxies().iter().enumerate() {
         let served = info_sum(&after[index], "data_commands_processed")
             .saturating_sub(info_sum(&before[index], "data_commands_processed"));
@@ -178,6 +181,12 @@ pub async fn measure(
     for (partition, cpu) in storage_cpu.iter().enumerate() {
         shares.push(Share::new(format!("storage-{partition}"), None, *cpu, ops));
     }
+    shares.push(Share::new(
+        "bench-client".into(),
+        Some(ops),
+        client_cpu,
+        ops,
+    ));
     let total = |cpu: &[Option<f64>]| cpu.iter().copied().sum::<Option<f64>>();
     let (proxies_total, storage_total) = (total(&proxy_cpu), total(&storage_cpu));
 

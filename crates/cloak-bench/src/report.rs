@@ -139,8 +139,9 @@ pub struct ClusterRun {
     /// Replies that were `-MOVED` or `-ASK` (the client's slot map was wrong; counted as
     /// errors too).
     pub redirected: u64,
-    /// CPU seconds per operation over every process (or, in process, every partition's
-    /// scheme): what the whole cluster spends on one request.
+    /// CPU seconds per operation over every proxy and storage process (or, in process, every
+    /// partition's scheme): what the whole cluster spends on one request, the load generator
+    /// left out.
     pub cpu_seconds_per_op: Option<f64>,
     /// Throughput over the first point of the sweep's (fewest proxies, or partitions in
     /// process), for the same scheme: see [`relate_cluster`].
@@ -152,7 +153,8 @@ pub struct ClusterRun {
 /// window.
 #[derive(Clone, Debug, Serialize)]
 pub struct Share {
-    /// `proxy-1`, `storage-0` (partition 0's storage server), or `partition-0` in process.
+    /// `proxy-1`, `storage-0` (partition 0's storage server), `bench-client` (the bench's own
+    /// load generator), or `partition-0` in process.
     pub name: String,
     /// Requests it answered (a proxy: every partition it hosts; none for storage).
     pub ops: Option<u64>,

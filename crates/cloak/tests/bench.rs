@@ -404,6 +404,7 @@ fn a_cluster_sweep_drives_every_proxy_and_counts_each_process() {
         let expected: Vec<String> = (1..=proxies)
             .map(|i| format!("proxy-{i}"))
             .chain((0..2).map(|i| format!("storage-{i}")))
+            .chain(["bench-client".to_string()])
             .collect();
         assert_eq!(names, expected, "{m}");
         let served: f64 = shares[..proxies].iter().map(|s| number(s, "ops")).sum();
