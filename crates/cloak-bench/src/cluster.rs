@@ -16,16 +16,17 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_cluster::{ClusterMap, PartitionSpec, SLOTS, key_slot};
-use cloak_crypto::MasterKey;
 use cloak_schemes::SchemeName;
 
 use crate::client::{Connection, Reply, Target};
 use crate::cpu;
 use crate::drive::{Load, Route, drive};
-use crate::process::{Process, StartError, free_port};
+use crate::process::{Process, free_port};
 use crate::progress::Progress;
 use crate::report::{ClusterRun, Measurement, Mode, Share, Subject, Timing};
-use crate::run::{Contender, RunError, Setup, bar, counters, info, info_sum};
+use crate::run::{
+    Contender, RunError, Setup, bar, counters, info, info_sum, key_file, start_error, warm_up,
+};
 use crate::startup;
 use crate::workload::{KEY_SIZE, Request, key_name};
 
@@ -67,10 +68,7 @@ pub async fn measure(
     // Every partition gets the same settings, so its capacity is that of the fullest.
     let capacity = keys_of.iter().map(Vec::len).max().unwrap_or(0).max(1) as u64;
 
-    let dir = tempfile::tempdir().map_err(|e| start_error("a temporary directory", &e))?;
-    let key_file = dir.path().join("bench.key");
-    let master = MasterKey::generate().map_err(|e| start_error("a key", &e))?;
-    std::fs::write(&key_file, master.to_hex()).map_err(|e| start_error("a key file", &e))?;
+    let (dir, key_file, master) = key_file()?;
     let cluster_file = dir.path().join("cluster.toml");
     std::fs::write(&cluster_file, map.to_toml())
         .map_err(|e| start_error("the cluster file", &e))?;
@@ -128,19 +126,7 @@ pub async fn measure(
     }
     let route = slot_map(proxies[0].addr).await?;
 
-    if !warmup.is_empty() {
-        let warming = bar(warmup.len() as u64, format!("{label}: warming up"));
-        drive(
-            route.clone(),
-            warmup,
-            &value,
-            load,
-            setup.reply_timeout,
-            &warming,
-        )
-        .await?;
-        warming.finish_and_clear();
-    }
+    warm_up(route.clone(), warmup, &value, load, setup, &label).await?;
     let before = infos(&proxies).await?;
     let windows = |processes: &[Process]| -> Vec<Option<cpu::Window>> {
         processes
@@ -224,13 +210,6 @@ pub async fn measure(
         shares,
     });
     Ok(measurement)
-}
-
-fn start_error(what: &str, error: &dyn std::fmt::Display) -> StartError {
-    StartError {
-        what: what.to_string(),
-        reason: error.to_string(),
-    }
 }
 
 /// `cloak cluster up`'s even map (`proxy-1`… on free loopback ports), each partition kept in

@@ -26,7 +26,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::client::{ClientError, Connection, Reply, Target};
 use crate::cpu;
 pub use crate::drive::Load;
-use crate::drive::drive;
+use crate::drive::{Route, drive};
 use crate::preload;
 use crate::process::{Process, StartError};
 use crate::progress::Progress;
@@ -208,10 +208,6 @@ impl Setup {
         value: &Bytes,
         loading: &ProgressBar,
     ) -> Result<Duration, RunError> {
-        let start_error = |what: &str, e: &dyn fmt::Display| StartError {
-            what: what.to_string(),
-            reason: e.to_string(),
-        };
         let layout = RecordLayout {
             max_key: KEY_SIZE,
             max_value: self.value_size,
@@ -248,15 +244,7 @@ impl Setup {
         value: &Bytes,
         loading: &ProgressBar,
     ) -> Result<(Process, tempfile::TempDir, Startup), RunError> {
-        let start_error = |what: &str, e: &dyn fmt::Display| StartError {
-            what: what.to_string(),
-            reason: e.to_string(),
-        };
-        let dir = tempfile::tempdir().map_err(|e| start_error("a temporary directory", &e))?;
-        let key_file = dir.path().join("bench.key");
-        let master = MasterKey::generate().map_err(|e| start_error("a key", &e))?;
-        std::fs::write(&key_file, master.to_hex()).map_err(|e| start_error("a key file", &e))?;
-
+        let (dir, key_file, master) = key_file()?;
         let scan_floor = self
             .preload(scheme, storage.addr, &master, 0..self.keys, value, loading)
             .await?;
@@ -311,6 +299,40 @@ impl Setup {
         };
         Ok((proxy, dir, startup))
     }
+}
+
+/// A fresh key, in a file the proxy is given (`--key-file`) in a directory that must outlive it.
+pub(crate) fn key_file() -> Result<(tempfile::TempDir, PathBuf, MasterKey), RunError> {
+    let dir = tempfile::tempdir().map_err(|e| start_error("a temporary directory", &e))?;
+    let path = dir.path().join("bench.key");
+    let master = MasterKey::generate().map_err(|e| start_error("a key", &e))?;
+    std::fs::write(&path, master.to_hex()).map_err(|e| start_error("a key file", &e))?;
+    Ok((dir, path, master))
+}
+
+pub(crate) fn start_error(what: &str, error: &dyn fmt::Display) -> StartError {
+    StartError {
+        what: what.to_string(),
+        reason: error.to_string(),
+    }
+}
+
+/// Sends `warmup` along `route`, unmeasured (nothing if it is empty).
+pub(crate) async fn warm_up(
+    route: impl Into<Route>,
+    warmup: Arc<Vec<Request>>,
+    value: &[u8],
+    load: Load,
+    setup: &Setup,
+    label: &str,
+) -> Result<(), ClientError> {
+    if warmup.is_empty() {
+        return Ok(());
+    }
+    let warming = bar(warmup.len() as u64, format!("{label}: warming up"));
+    drive(route, warmup, value, load, setup.reply_timeout, &warming).await?;
+    warming.finish_and_clear();
+    Ok(())
 }
 
 /// Every `field:value` line of the proxy's `INFO` (of one `section`, or all).
@@ -404,19 +426,7 @@ pub async fn measure(
         None => storage.addr.into(),
     };
 
-    if !warmup.is_empty() {
-        let warming = bar(warmup.len() as u64, format!("{label}: warming up"));
-        drive(
-            serving.clone(),
-            warmup,
-            &value,
-            load,
-            setup.reply_timeout,
-            &warming,
-        )
-        .await?;
-        warming.finish_and_clear();
-    }
+    warm_up(serving.clone(), warmup, &value, load, setup, &label).await?;
     let before = match proxy {
         Some(_) => counters(&info(serving.clone(), "all").await?),
         None => Counters::default(),
@@ -479,4 +489,28 @@ pub async fn measure(
         Contender::Scheme(_) => measurement.backend = Some(setup.backend.as_str().to_string()),
     }
     Ok(measurement)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_sums_over_a_cluster_proxys_partitions() {
+        let info: BTreeMap<String, String> = [
+            ("partition_0_real_slots", "5"),
+            ("partition_12_real_slots", "7"),
+            ("partition_12_dummy_slots", "100"),
+            ("partition_x_real_slots", "1000"),
+            ("partition_3_data_commands_processed", "9"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(info_sum(&info, "real_slots"), 12);
+        assert_eq!(info_sum(&info, "commands_processed"), 0, "whole names only");
+        assert_eq!(info_sum(&info, "data_commands_processed"), 9);
+        let single: BTreeMap<String, String> = [("real_slots".to_string(), "4".to_string())].into();
+        assert_eq!(counters(&single).real, 4);
+    }
 }
