@@ -29,7 +29,7 @@ pub fn this_thread_seconds() -> Option<f64> {
     };
     // SAFETY: clock_gettime writes one timespec, which `now` is.
     let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    (status == 0).then(|| now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9)
+    (status == 0).then_some(now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9)
 }
 
 fn ticks_per_second() -> Option<f64> {
