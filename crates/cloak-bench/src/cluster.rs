@@ -16,7 +16,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_cluster::{ClusterMap, PartitionSpec, SLOTS, key_slot};
-use cloak_schemes::SchemeName;
 
 use crate::client::{Connection, Reply, Target};
 use crate::cpu;
@@ -28,7 +27,7 @@ use crate::run::{
     Contender, RunError, Setup, bar, counters, info, info_sum, key_file, start_error, warm_up,
 };
 use crate::startup;
-use crate::workload::{KEY_SIZE, Request, key_name};
+use crate::workload::{Request, key_name};
 
 /// How many processes serve how many partitions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,14 +92,16 @@ pub async fn measure(
 
     let mut proxies = Vec::with_capacity(shape.proxies);
     for (index, proxy) in map.proxies().iter().enumerate() {
-        let args = proxy_args(
-            setup,
-            scheme,
-            &cluster_file,
+        let mut args: Vec<String> = [
+            "proxy",
+            "--cluster",
+            &cluster_file.display().to_string(),
+            "--node",
             &proxy.name,
-            &key_file,
-            capacity,
-        );
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(setup.store_flags(scheme, &key_file, capacity));
         let hosted: u64 = map
             .hosted_by(index)
             .map(|p| keys_of[p.index].len() as u64)
@@ -244,37 +245,6 @@ pub fn keys_by_partition(map: &ClusterMap, keys: u64) -> Vec<Vec<u64>> {
         owned[map.partition_of(slot).index].push(key);
     }
     owned
-}
-
-fn proxy_args(
-    setup: &Setup,
-    scheme: SchemeName,
-    cluster_file: &std::path::Path,
-    node: &str,
-    key_file: &std::path::Path,
-    capacity: u64,
-) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "proxy",
-        "--cluster",
-        &cluster_file.display().to_string(),
-        "--node",
-        node,
-        "--key-file",
-        &key_file.display().to_string(),
-        "--scheme",
-        scheme.as_str(),
-        "--capacity",
-        &capacity.to_string(),
-        "--key-size",
-        &KEY_SIZE.to_string(),
-        "--value-size",
-        &setup.value_size.to_string(),
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(setup.proxy_args.iter().cloned());
-    args
 }
 
 /// Every proxy's `INFO`, in order.

@@ -234,6 +234,32 @@ impl Setup {
         Ok(scan_floor)
     }
 
+    /// A proxy's key, store and scheme flags for `scheme` with `capacity` keys (per partition in
+    /// a cluster), then the run's own proxy flags.
+    pub(crate) fn store_flags(
+        &self,
+        scheme: SchemeName,
+        key_file: &std::path::Path,
+        capacity: u64,
+    ) -> Vec<String> {
+        let mut flags: Vec<String> = [
+            "--key-file",
+            &key_file.display().to_string(),
+            "--scheme",
+            scheme.as_str(),
+            "--capacity",
+            &capacity.to_string(),
+            "--key-size",
+            &KEY_SIZE.to_string(),
+            "--value-size",
+            &self.value_size.to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        flags.extend(self.proxy_args.iter().cloned());
+        flags
+    }
+
     /// Writes every key to `storage` as `scheme` stores it and starts its proxy there, which
     /// recovers them, and says what that start cost (see [`Startup`]). The key file's directory
     /// must outlive the proxy.
@@ -255,20 +281,10 @@ impl Setup {
             &self.backend.url(storage.addr, self.tls.is_some()),
             "--listen",
             "127.0.0.1:0",
-            "--key-file",
-            &key_file.display().to_string(),
-            "--scheme",
-            scheme.as_str(),
-            "--capacity",
-            &self.keys.to_string(),
-            "--key-size",
-            &KEY_SIZE.to_string(),
-            "--value-size",
-            &self.value_size.to_string(),
         ]
         .map(String::from)
         .to_vec();
-        args.extend(self.proxy_args.iter().cloned());
+        args.extend(self.store_flags(scheme, &key_file, self.keys));
         if let Some(tls) = &self.tls {
             args.extend(tls.proxy_args());
         }
