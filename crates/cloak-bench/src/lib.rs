@@ -8,10 +8,14 @@
 //! - [`run`]: one scheme (or plain Redis) on one workload through real processes, started by
 //!   [`process`], with their CPU time from [`cpu`] and a proxy's start-up shown by [`progress`];
 //!   [`simulate`]: in process; [`startup`]: what a proxy's start on a preloaded store costs;
+//! - [`cluster`]: one scheme as a Cloak cluster of several proxy processes, with a
+//!   cluster-aware load; [`simulate_cluster`]: a cluster's partitions in process, for their
+//!   cost per operation as their number grows;
 //! - [`report`]: results as a table and as JSON; [`plot`]: as charts;
 //! - [`trace_stats`]: a trace's reuse distances and the Cloak budgets that fit it.
 
 pub mod client;
+pub mod cluster;
 pub mod cpu;
 pub mod drive;
 pub mod plan;
@@ -22,6 +26,7 @@ pub mod progress;
 pub mod report;
 pub mod run;
 pub mod simulate;
+pub mod simulate_cluster;
 pub mod startup;
 pub mod tls;
 pub mod trace_stats;

@@ -25,13 +25,17 @@ const CHUNK: u64 = 1024;
 /// Requests in flight at once.
 const DEPTH: usize = 8;
 
-/// Key number `key` lives in slot `key`, holding the string `value` (in its envelope, as the
-/// engine stores values), written by version 1.
-pub fn records(keys: u64, value: &Bytes) -> impl Iterator<Item = (Slot, Record)> + '_ {
+/// The `i`th of `keys` (key numbers) lives in slot `i`, holding the string `value` (in its
+/// envelope, as the engine stores values), written by version 1. A single store gets keys
+/// `0..n`, each in its own numbered slot; a cluster partition gets the keys its slots own.
+pub fn records<K: Iterator<Item = u64>>(
+    keys: K,
+    value: &Bytes,
+) -> impl Iterator<Item = (Slot, Record)> + use<K> {
     let value = Entry::string(value.clone()).seal();
-    (0..keys).map(move |key| {
+    (0..).zip(keys).map(move |(slot, key)| {
         (
-            key,
+            slot,
             Record {
                 version: 1,
                 key: Bytes::from(key_name(key)),
@@ -41,22 +45,21 @@ pub fn records(keys: u64, value: &Bytes) -> impl Iterator<Item = (Slot, Record)>
     })
 }
 
-/// Writes every key to `storage` as `format` encodes it, at addresses `0..keys`.
+/// Writes every one of `keys` to `storage` as `format` encodes it, as [`records`] places
+/// them: at addresses `0..` in order.
 pub async fn write(
     storage: Arc<dyn Storage>,
     mut format: ElementFormat,
-    keys: u64,
+    keys: impl Iterator<Item = u64> + Send,
     value: &Bytes,
     progress: &ProgressBar,
 ) -> Result<(), StorageError> {
     let mut tasks = JoinSet::new();
-    let mut records = records(keys, value);
-    let mut start = 0;
-    while start < keys {
-        let end = (start + CHUNK).min(keys);
-        let elements = records
+    let mut records = records(keys, value).peekable();
+    while records.peek().is_some() {
+        let elements: Vec<_> = records
             .by_ref()
-            .take((end - start) as usize)
+            .take(CHUNK as usize)
             .map(|(slot, record)| {
                 (
                     u128::from(slot),
@@ -64,13 +67,13 @@ pub async fn write(
                 )
             })
             .collect();
+        let written = elements.len() as u64;
         let storage = storage.clone();
         tasks.spawn(async move { storage.call(StorageOp::Write(elements)).await });
         if tasks.len() >= DEPTH {
             finished(tasks.join_next().await)?;
         }
-        progress.inc(end - start);
-        start = end;
+        progress.inc(written);
     }
     while let Some(done) = tasks.join_next().await {
         finished(Some(done))?;

@@ -196,7 +196,7 @@ impl Process {
 }
 
 /// A loopback port nobody listens on right now.
-fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

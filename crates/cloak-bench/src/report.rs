@@ -49,6 +49,17 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Both sets of counts together (two partitions' runs).
+    pub fn plus(self, other: Counters) -> Counters {
+        Counters {
+            real: self.real + other.real,
+            dummy: self.dummy + other.dummy,
+            cache_hits: self.cache_hits + other.cache_hits,
+            cache_misses: self.cache_misses + other.cache_misses,
+            storage_bytes: self.storage_bytes + other.storage_bytes,
+        }
+    }
+
     pub fn since(self, before: Counters) -> Counters {
         Counters {
             real: self.real.saturating_sub(before.real),
@@ -111,6 +122,62 @@ pub struct Measurement {
     /// What the proxy's start on the preloaded store cost; `None` in process and for the Redis
     /// baseline.
     pub startup: Option<Startup>,
+    /// A cluster run's shape and what each of its processes (or, in process, each partition)
+    /// did; `None` for a single store.
+    pub cluster: Option<ClusterRun>,
+}
+
+/// A cluster run: through real processes (`proxies` proxies over `partitions` partitions, each
+/// partition with its own storage server), or in process (every partition's scheme in this
+/// process, one after another; `proxies` is 0).
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterRun {
+    pub proxies: usize,
+    pub partitions: usize,
+    /// Keys each partition holds at most (every partition gets the same store settings).
+    pub capacity_per_partition: u64,
+    /// Replies that were `-MOVED` or `-ASK` (the client's slot map was wrong; counted as
+    /// errors too).
+    pub redirected: u64,
+    /// CPU seconds per operation over every proxy and storage process (or, in process, every
+    /// partition's scheme): what the whole cluster spends on one request, the load generator
+    /// left out.
+    pub cpu_seconds_per_op: Option<f64>,
+    /// Throughput over the first point of the sweep's (fewest proxies, or partitions in
+    /// process), for the same scheme: see [`relate_cluster`].
+    pub scaling: Option<f64>,
+    pub shares: Vec<Share>,
+}
+
+/// What one process of a cluster run (or one partition in process) did over the measured
+/// window.
+#[derive(Clone, Debug, Serialize)]
+pub struct Share {
+    /// `proxy-1`, `storage-0` (partition 0's storage server), `bench-client` (the bench's own
+    /// load generator), or `partition-0` in process.
+    pub name: String,
+    /// Requests it answered (a proxy: every partition it hosts; none for storage).
+    pub ops: Option<u64>,
+    /// User and system CPU seconds it used.
+    pub cpu_seconds: Option<f64>,
+    /// `cpu_seconds` over all the run's operations: its part of one request's cost.
+    pub cpu_seconds_per_op: Option<f64>,
+    /// `cpu_seconds` over the operations it answered itself.
+    pub cpu_seconds_per_own_op: Option<f64>,
+}
+
+impl Share {
+    /// `name`'s share of a run of `total_ops` operations: `ops` answered, `cpu_seconds` used.
+    pub fn new(name: String, ops: Option<u64>, cpu_seconds: Option<f64>, total_ops: u64) -> Self {
+        let per = |n: u64| cpu_seconds.filter(|_| n > 0).map(|s| s / n as f64);
+        Self {
+            name,
+            ops,
+            cpu_seconds,
+            cpu_seconds_per_op: per(total_ops),
+            cpu_seconds_per_own_op: ops.and_then(per),
+        }
+    }
 }
 
 /// What was measured.
@@ -173,6 +240,7 @@ impl Measurement {
             parameter: None,
             scheme_info: BTreeMap::new(),
             startup: None,
+            cluster: None,
         }
     }
 }
@@ -224,6 +292,26 @@ pub fn relate(results: &mut [Measurement]) {
     }
 }
 
+/// Fills in each cluster result's scaling: its throughput over that of the same scheme's first
+/// cluster result (the sweep's first point).
+pub fn relate_cluster(results: &mut [Measurement]) {
+    let scaling: Vec<Option<f64>> = results
+        .iter()
+        .map(|m| {
+            let first = results
+                .iter()
+                .find(|b| b.scheme == m.scheme && b.cluster.is_some())?;
+            m.cluster.as_ref()?;
+            m.throughput.zip(first.throughput).map(|(t, b)| t / b)
+        })
+        .collect();
+    for (m, scaling) in results.iter_mut().zip(scaling) {
+        if let Some(cluster) = &mut m.cluster {
+            cluster.scaling = scaling;
+        }
+    }
+}
+
 fn opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
     value.map_or_else(|| "-".into(), f)
 }
@@ -236,7 +324,6 @@ pub fn table(results: &[Measurement]) -> String {
         let base = baseline(results, m, "redis").and_then(|b| b.throughput);
         m.throughput.zip(base).map(|(t, b)| t / b)
     };
-    let mut out = String::new();
     let header = [
         "scheme",
         "backend",
@@ -302,6 +389,58 @@ pub fn table(results: &[Measurement]) -> String {
             ]
         })
         .collect();
+    aligned(&header, &rows, 3)
+}
+
+/// Each cluster result's processes (or partitions, in process): their operations and CPU
+/// time, per operation of the whole run and per operation each answered; empty without
+/// cluster results.
+pub fn cluster_table(results: &[Measurement]) -> String {
+    let header = [
+        "scheme",
+        "proxies",
+        "partitions",
+        "process",
+        "ops",
+        "CPU s",
+        "CPU µs/op",
+        "CPU µs/own op",
+        "cluster ops/s",
+        "×first",
+        "cluster CPU µs/op",
+    ];
+    let micros = |s: f64| format!("{:.1}", s * 1e6);
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .filter_map(|m| Some((m, m.cluster.as_ref()?)))
+        .flat_map(|(m, cluster)| {
+            cluster.shares.iter().map(move |share| {
+                vec![
+                    m.scheme.clone(),
+                    cluster.proxies.to_string(),
+                    cluster.partitions.to_string(),
+                    share.name.clone(),
+                    share.ops.map_or_else(|| "-".into(), |n| n.to_string()),
+                    opt(share.cpu_seconds, |s| format!("{s:.3}")),
+                    opt(share.cpu_seconds_per_op, micros),
+                    opt(share.cpu_seconds_per_own_op, micros),
+                    opt(m.throughput, |t| format!("{t:.0}")),
+                    opt(cluster.scaling, |r| format!("{r:.2}")),
+                    opt(cluster.cpu_seconds_per_op, micros),
+                ]
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    aligned(&header, &rows, 4)
+}
+
+/// `header` and `rows` in columns as wide as their widest cell, the first `left` columns
+/// aligned left and the rest (numbers) right.
+fn aligned(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
+    let mut out = String::new();
     let widths: Vec<usize> = (0..header.len())
         .map(|i| {
             rows.iter()
@@ -318,7 +457,7 @@ pub fn table(results: &[Measurement]) -> String {
             .zip(&widths)
             .enumerate()
             .map(|(i, (c, w))| {
-                if i < 3 {
+                if i < left {
                     format!("{c:<w$}")
                 } else {
                     format!("{c:>w$}")
@@ -327,92 +466,10 @@ pub fn table(results: &[Measurement]) -> String {
             .collect::<Vec<_>>()
             .join("  ")
     };
-    let _ = writeln!(out, "{}", line(&header.map(String::from)));
-    for row in &rows {
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let _ = writeln!(out, "{}", line(&header));
+    for row in rows {
         let _ = writeln!(out, "{}", line(row));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A socket measurement of `scheme` at sweep value `point`: `ops` operations in one second
-    /// that moved `bytes` storage bytes.
-    fn measured(scheme: &str, point: f64, ops: u64, bytes: u64) -> Measurement {
-        let subject = Subject {
-            scheme: scheme.into(),
-            mode: Mode::Sockets,
-            workload: "w".into(),
-            keys: 10,
-        };
-        let timing = Timing {
-            ops,
-            errors: 0,
-            seconds: 1.0,
-        };
-        let counters = Counters {
-            storage_bytes: bytes,
-            ..Counters::default()
-        };
-        let latency = hdrhistogram::Histogram::new(3).unwrap();
-        let mut m = Measurement::new(subject, timing, &latency, counters, None);
-        m.parameter = Some(("keys".into(), point));
-        m
-    }
-
-    #[test]
-    fn ratios_compare_with_unsafe_at_the_same_sweep_point() {
-        let mut results = vec![
-            measured("cloak", 1.0, 400, 800_000),     // 2,000 B/op
-            measured("unsafe", 1.0, 1000, 1_000_000), // 1,000 B/op
-            measured("cloak", 2.0, 300, 1_200_000),   // 4,000 B/op
-            measured("unsafe", 2.0, 600, 600_000),    // 1,000 B/op
-        ];
-        relate(&mut results);
-        let ratios: Vec<_> = results
-            .iter()
-            .map(|m| (m.throughput_ratio, m.bytes_ratio))
-            .collect();
-        assert_eq!(
-            ratios,
-            [
-                (Some(0.4), Some(0.5)),
-                (Some(1.0), Some(1.0)),
-                (Some(0.5), Some(0.25)),
-                (Some(1.0), Some(1.0)),
-            ]
-        );
-        let table = table(&results);
-        assert!(table.contains("bytes ×unsafe"), "{table}");
-        assert!(
-            table
-                .lines()
-                .nth(1)
-                .is_some_and(|row| row.contains("0.40") && row.contains("0.50")),
-            "{table}"
-        );
-    }
-
-    #[test]
-    fn without_unsafe_or_bytes_there_is_no_ratio() {
-        let mut alone = vec![measured("cloak", 1.0, 400, 800_000)];
-        relate(&mut alone);
-        assert_eq!(
-            (alone[0].throughput_ratio, alone[0].bytes_ratio),
-            (None, None)
-        );
-
-        let mut idle = vec![
-            measured("cloak", 1.0, 400, 0),
-            measured("unsafe", 1.0, 1000, 1_000_000),
-        ];
-        relate(&mut idle);
-        assert_eq!(idle[0].throughput_ratio, Some(0.4));
-        assert_eq!(
-            idle[0].bytes_ratio, None,
-            "no bytes moved: no ratio to give"
-        );
-    }
 }

@@ -26,7 +26,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::client::{ClientError, Connection, Reply, Target};
 use crate::cpu;
 pub use crate::drive::Load;
-use crate::drive::drive;
+use crate::drive::{Route, drive};
 use crate::preload;
 use crate::process::{Process, StartError};
 use crate::progress::Progress;
@@ -45,6 +45,8 @@ pub enum RunError {
     Refused(String),
     #[error("the preload failed: {0}")]
     Preload(String),
+    #[error("cluster: {0}")]
+    Cluster(String),
 }
 
 /// Where a scheme's proxy keeps its elements.
@@ -65,7 +67,7 @@ impl Backend {
     }
 
     /// The proxy's `--storage` URL for a server at `addr`.
-    fn url(self, addr: SocketAddr, tls: bool) -> String {
+    pub(crate) fn url(self, addr: SocketAddr, tls: bool) -> String {
         match (self, tls) {
             (Backend::CloakServer, false) => format!("tcp://{addr}"),
             (Backend::CloakServer, true) => format!("tls://{addr}"),
@@ -179,7 +181,7 @@ pub struct Setup {
 
 impl Setup {
     /// The storage process: a Redis for the baseline and the Redis backend, else `cloak server`.
-    async fn start_storage(&self) -> Result<Process, RunError> {
+    pub(crate) async fn start_storage(&self) -> Result<Process, RunError> {
         if self.contender == Contender::Redis || self.backend == Backend::Redis {
             return Ok(Process::redis(&self.server_args).await?);
         }
@@ -194,6 +196,70 @@ impl Setup {
         Ok(Process::cloak(&self.cloak, &args, what, Progress::lines(what)).await?)
     }
 
+    /// Writes `keys` to the storage server at `addr` as `scheme` stores them under `master`,
+    /// with a fresh store id and its marker: a store as the proxy makes one, which a proxy given
+    /// `master` recovers. Says how long a bare scan of it takes (see [`Startup`]).
+    pub(crate) async fn preload(
+        &self,
+        scheme: SchemeName,
+        addr: SocketAddr,
+        master: &MasterKey,
+        keys: impl Iterator<Item = u64> + Send,
+        value: &Bytes,
+        loading: &ProgressBar,
+    ) -> Result<Duration, RunError> {
+        let layout = RecordLayout {
+            max_key: KEY_SIZE,
+            max_value: self.value_size,
+        };
+        // A store as the proxy makes one: its elements under its id's key, the id's marker.
+        let store = StoreId::random().map_err(|e| start_error("a store id", &e))?;
+        let format = cloak_schemes::element_format(scheme, layout, &store.key(master))
+            .map_err(|e| start_error("the element format", &e))?;
+        let client = self.backend.connect(addr, self.tls.as_deref()).await?;
+        preload::write(client.clone(), format, keys, value, loading)
+            .await
+            .map_err(|e| RunError::Preload(e.to_string()))?;
+        client
+            .call(StorageOp::Write(vec![(
+                STORE_MARKER,
+                store.marker(master).into(),
+            )]))
+            .await
+            .map_err(|e| RunError::Preload(format!("writing the store marker: {e}")))?;
+        loading.finish_and_clear();
+        let (scan_floor, _) = startup::scan_floor(client.as_ref())
+            .await
+            .map_err(|e| RunError::Preload(format!("scanning the preloaded store: {e}")))?;
+        Ok(scan_floor)
+    }
+
+    /// A proxy's key, store and scheme flags for `scheme` with `capacity` keys (per partition in
+    /// a cluster), then the run's own proxy flags.
+    pub(crate) fn store_flags(
+        &self,
+        scheme: SchemeName,
+        key_file: &std::path::Path,
+        capacity: u64,
+    ) -> Vec<String> {
+        let mut flags: Vec<String> = [
+            "--key-file",
+            &key_file.display().to_string(),
+            "--scheme",
+            scheme.as_str(),
+            "--capacity",
+            &capacity.to_string(),
+            "--key-size",
+            &KEY_SIZE.to_string(),
+            "--value-size",
+            &self.value_size.to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        flags.extend(self.proxy_args.iter().cloned());
+        flags
+    }
+
     /// Writes every key to `storage` as `scheme` stores it and starts its proxy there, which
     /// recovers them, and says what that start cost (see [`Startup`]). The key file's directory
     /// must outlive the proxy.
@@ -204,42 +270,10 @@ impl Setup {
         value: &Bytes,
         loading: &ProgressBar,
     ) -> Result<(Process, tempfile::TempDir, Startup), RunError> {
-        let start_error = |what: &str, e: &dyn fmt::Display| StartError {
-            what: what.to_string(),
-            reason: e.to_string(),
-        };
-        let dir = tempfile::tempdir().map_err(|e| start_error("a temporary directory", &e))?;
-        let key_file = dir.path().join("bench.key");
-        let master = MasterKey::generate().map_err(|e| start_error("a key", &e))?;
-        std::fs::write(&key_file, master.to_hex()).map_err(|e| start_error("a key file", &e))?;
-
-        let layout = RecordLayout {
-            max_key: KEY_SIZE,
-            max_value: self.value_size,
-        };
-        // A store as the proxy makes one: its elements under its id's key, the id's marker.
-        let store = StoreId::random().map_err(|e| start_error("a store id", &e))?;
-        let format = cloak_schemes::element_format(scheme, layout, &store.key(&master))
-            .map_err(|e| start_error("the element format", &e))?;
-        let client = self
-            .backend
-            .connect(storage.addr, self.tls.as_deref())
+        let (dir, key_file, master) = key_file()?;
+        let scan_floor = self
+            .preload(scheme, storage.addr, &master, 0..self.keys, value, loading)
             .await?;
-        preload::write(client.clone(), format, self.keys, value, loading)
-            .await
-            .map_err(|e| RunError::Preload(e.to_string()))?;
-        client
-            .call(StorageOp::Write(vec![(
-                STORE_MARKER,
-                store.marker(&master).into(),
-            )]))
-            .await
-            .map_err(|e| RunError::Preload(format!("writing the store marker: {e}")))?;
-        loading.finish_and_clear();
-        let (scan_floor, _) = startup::scan_floor(client.as_ref())
-            .await
-            .map_err(|e| RunError::Preload(format!("scanning the preloaded store: {e}")))?;
-        drop(client);
 
         let mut args: Vec<String> = [
             "proxy",
@@ -247,20 +281,10 @@ impl Setup {
             &self.backend.url(storage.addr, self.tls.is_some()),
             "--listen",
             "127.0.0.1:0",
-            "--key-file",
-            &key_file.display().to_string(),
-            "--scheme",
-            scheme.as_str(),
-            "--capacity",
-            &self.keys.to_string(),
-            "--key-size",
-            &KEY_SIZE.to_string(),
-            "--value-size",
-            &self.value_size.to_string(),
         ]
         .map(String::from)
         .to_vec();
-        args.extend(self.proxy_args.iter().cloned());
+        args.extend(self.store_flags(scheme, &key_file, self.keys));
         if let Some(tls) = &self.tls {
             args.extend(tls.proxy_args());
         }
@@ -293,8 +317,45 @@ impl Setup {
     }
 }
 
+/// A fresh key, in a file the proxy is given (`--key-file`) in a directory that must outlive it.
+pub(crate) fn key_file() -> Result<(tempfile::TempDir, PathBuf, MasterKey), RunError> {
+    let dir = tempfile::tempdir().map_err(|e| start_error("a temporary directory", &e))?;
+    let path = dir.path().join("bench.key");
+    let master = MasterKey::generate().map_err(|e| start_error("a key", &e))?;
+    std::fs::write(&path, master.to_hex()).map_err(|e| start_error("a key file", &e))?;
+    Ok((dir, path, master))
+}
+
+pub(crate) fn start_error(what: &str, error: &dyn fmt::Display) -> StartError {
+    StartError {
+        what: what.to_string(),
+        reason: error.to_string(),
+    }
+}
+
+/// Sends `warmup` along `route`, unmeasured (nothing if it is empty).
+pub(crate) async fn warm_up(
+    route: impl Into<Route>,
+    warmup: Arc<Vec<Request>>,
+    value: &[u8],
+    load: Load,
+    setup: &Setup,
+    label: &str,
+) -> Result<(), ClientError> {
+    if warmup.is_empty() {
+        return Ok(());
+    }
+    let warming = bar(warmup.len() as u64, format!("{label}: warming up"));
+    drive(route, warmup, value, load, setup.reply_timeout, &warming).await?;
+    warming.finish_and_clear();
+    Ok(())
+}
+
 /// Every `field:value` line of the proxy's `INFO` (of one `section`, or all).
-async fn info(target: Target, section: &str) -> Result<BTreeMap<String, String>, RunError> {
+pub(crate) async fn info(
+    target: Target,
+    section: &str,
+) -> Result<BTreeMap<String, String>, RunError> {
     let mut con = Connection::connect(target).await?;
     let Reply::Value(Some(text)) = con.call(&[b"INFO", section.as_bytes()]).await? else {
         return Err(RunError::Refused("INFO without a body".into()));
@@ -308,9 +369,26 @@ async fn info(target: Target, section: &str) -> Result<BTreeMap<String, String>,
         .collect())
 }
 
-/// The scheme's counters from `INFO`.
-fn counters(info: &BTreeMap<String, String>) -> Counters {
-    let get = |k: &str| info.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+/// `field` of `INFO`, or in a cluster proxy's the sum of every hosted partition's
+/// (`partition_N_field`); 0 where absent.
+pub(crate) fn info_sum(info: &BTreeMap<String, String>, field: &str) -> u64 {
+    info.iter()
+        .filter(|(key, _)| {
+            *key == field
+                || key
+                    .strip_prefix("partition_")
+                    .and_then(|rest| rest.split_once('_'))
+                    .is_some_and(|(number, rest)| {
+                        rest == field && number.bytes().all(|b| b.is_ascii_digit())
+                    })
+        })
+        .filter_map(|(_, value)| value.parse::<u64>().ok())
+        .sum()
+}
+
+/// The scheme's counters from `INFO` (a cluster proxy's: all its partitions').
+pub(crate) fn counters(info: &BTreeMap<String, String>) -> Counters {
+    let get = |k: &str| info_sum(info, k);
     Counters {
         real: get("real_slots"),
         dummy: get("dummy_slots"),
@@ -364,19 +442,7 @@ pub async fn measure(
         None => storage.addr.into(),
     };
 
-    if !warmup.is_empty() {
-        let warming = bar(warmup.len() as u64, format!("{label}: warming up"));
-        drive(
-            serving.clone(),
-            warmup,
-            &value,
-            load,
-            setup.reply_timeout,
-            &warming,
-        )
-        .await?;
-        warming.finish_and_clear();
-    }
+    warm_up(serving.clone(), warmup, &value, load, setup, &label).await?;
     let before = match proxy {
         Some(_) => counters(&info(serving.clone(), "all").await?),
         None => Counters::default(),
@@ -439,4 +505,28 @@ pub async fn measure(
         Contender::Scheme(_) => measurement.backend = Some(setup.backend.as_str().to_string()),
     }
     Ok(measurement)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_sums_over_a_cluster_proxys_partitions() {
+        let info: BTreeMap<String, String> = [
+            ("partition_0_real_slots", "5"),
+            ("partition_12_real_slots", "7"),
+            ("partition_12_dummy_slots", "100"),
+            ("partition_x_real_slots", "1000"),
+            ("partition_3_data_commands_processed", "9"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(info_sum(&info, "real_slots"), 12);
+        assert_eq!(info_sum(&info, "commands_processed"), 0, "whole names only");
+        assert_eq!(info_sum(&info, "data_commands_processed"), 9);
+        let single: BTreeMap<String, String> = [("real_slots".to_string(), "4".to_string())].into();
+        assert_eq!(counters(&single).real, 4);
+    }
 }

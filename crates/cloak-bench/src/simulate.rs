@@ -60,7 +60,7 @@ impl Simulation {
             seed: Some(self.seed),
         };
         let value = Bytes::from(vec![b'v'; self.value_size]);
-        let records: Vec<(Slot, Record)> = preload::records(self.keys, &value).collect();
+        let records: Vec<(Slot, Record)> = preload::records(0..self.keys, &value).collect();
         let directory = KeyDirectory::restore(
             KeyHasher::new(&master),
             self.keys as usize,
@@ -89,13 +89,27 @@ impl Simulation {
     /// Like [`Simulation::measure`], on a simulator from [`Simulation::start`] that the caller
     /// may have moved on in time or set to record what the server sees.
     pub fn measure_on(&self, sim: &mut Simulator, requests: &[Request], load: Load) -> Measurement {
-        let scheme_info: BTreeMap<String, String> = sim
-            .engine()
-            .scheme()
-            .describe()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+        let scheme_info = scheme_info(sim);
+        let replayed = self.replay(sim, requests, load);
+        let subject = Subject {
+            scheme: self.scheme.to_string(),
+            mode: Mode::InProcess,
+            workload: self.workload.clone(),
+            keys: self.keys,
+        };
+        let mut measurement = Measurement::new(
+            subject,
+            replayed.timing(),
+            &replayed.latency,
+            replayed.counters,
+            None,
+        );
+        measurement.scheme_info = scheme_info;
+        measurement
+    }
+
+    /// Sends `requests` with `load` through `sim` and collects what came back.
+    pub fn replay(&self, sim: &mut Simulator, requests: &[Request], load: Load) -> Replayed {
         let value = Bytes::from(vec![b'v'; self.value_size]);
         let before = counters(&sim.engine().scheme_stats(), sim.storage_bytes());
         let started = sim.elapsed();
@@ -178,22 +192,44 @@ impl Simulation {
             }
         }
         let after = counters(&sim.engine().scheme_stats(), sim.storage_bytes());
-        let subject = Subject {
-            scheme: self.scheme.to_string(),
-            mode: Mode::InProcess,
-            workload: self.workload.clone(),
-            keys: self.keys,
-        };
-        let timing = Timing {
-            ops: latency.len(),
+        Replayed {
+            latency,
             errors,
             seconds: (sim.elapsed() - started).as_secs_f64(),
-        };
-        let mut measurement =
-            Measurement::new(subject, timing, &latency, after.since(before), None);
-        measurement.scheme_info = scheme_info;
-        measurement
+            counters: after.since(before),
+        }
     }
+}
+
+/// What one simulated run sent and got back.
+pub struct Replayed {
+    /// Latency of every answer, in virtual µs.
+    pub latency: Histogram<u64>,
+    pub errors: u64,
+    /// Virtual seconds the run took.
+    pub seconds: f64,
+    /// The scheme's counters over the run.
+    pub counters: Counters,
+}
+
+impl Replayed {
+    pub fn timing(&self) -> Timing {
+        Timing {
+            ops: self.latency.len(),
+            errors: self.errors,
+            seconds: self.seconds,
+        }
+    }
+}
+
+/// The scheme's parameters as it describes them.
+pub fn scheme_info(sim: &Simulator) -> BTreeMap<String, String> {
+    sim.engine()
+        .scheme()
+        .describe()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 fn counters(stats: &SchemeStats, storage_bytes: u64) -> Counters {

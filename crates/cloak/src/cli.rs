@@ -798,6 +798,20 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NAME=V1,V2,…")]
     pub sweep: Option<String>,
 
+    /// Run each scheme as a Cloak cluster of this many `cloak proxy --cluster` processes, one
+    /// point per count, e.g. 1,2,4: the same --partitions partitions (each with its own storage
+    /// server) spread over them, driven by a cluster-aware load; reports ops/s and each
+    /// process's CPU time per op
+    #[arg(long, value_delimiter = ',', value_name = "LIST", conflicts_with_all = ["sweep", "in_process", "tls"])]
+    pub cluster_proxies: Vec<usize>,
+
+    /// With --cluster-proxies: the cluster's partitions, one count fixed across the sweep
+    /// [default: the largest proxy count]. With --in-process: counts to sweep, e.g. 1,2,4,8,
+    /// each splitting the keys by hash slot over that many partitions simulated in this
+    /// process, for their CPU time per op
+    #[arg(long, value_delimiter = ',', value_name = "N|LIST")]
+    pub partitions: Vec<usize>,
+
     /// Write the results as JSON here
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

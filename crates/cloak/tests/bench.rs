@@ -334,10 +334,139 @@ fn bad_benchmark_settings_get_clear_errors() {
             &["--scheme", "redis", "--in-process"][..],
             "without --in-process",
         ),
+        (
+            &["--cluster-proxies", "1,4", "--partitions", "2"][..],
+            "at most --partitions",
+        ),
+        (
+            &["--cluster-proxies", "1,2", "--partitions", "2,4"][..],
+            "one count with --cluster-proxies",
+        ),
+        (&["--partitions", "4"][..], "goes with --cluster-proxies"),
+        (
+            &["--cluster-proxies", "1", "--scheme", "redis"][..],
+            "not a cluster",
+        ),
     ] {
         let out = bench(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} must fail");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+/// A cluster sweep through real processes: each point starts its proxies over the same
+/// partitions (each with its own `cloak server`), drives them with a cluster-aware load, and
+/// says what every process did.
+#[test]
+fn a_cluster_sweep_drives_every_proxy_and_counts_each_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cluster.json");
+    let out = bench_ok(&[
+        "--cluster-proxies",
+        "1,2",
+        "--partitions",
+        "2",
+        "--scheme",
+        "unsafe",
+        "--keys",
+        "400",
+        "--requests",
+        "3000",
+        "--clients",
+        "4",
+        "--pipeline",
+        "8",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("proxies=2") && stdout.contains("CPU µs/own op"),
+        "{stdout}"
+    );
+    let results = results(&json);
+    assert_eq!(results.len(), 2);
+    for (m, proxies) in results.iter().zip([1, 2]) {
+        assert_eq!(number(m, "ops"), 3000.0, "every request answered: {m}");
+        assert_eq!(number(m, "errors"), 0.0, "{m}");
+        assert!(number(m, "throughput") > 0.0);
+        let cluster = &m["cluster"];
+        assert_eq!(number(cluster, "proxies"), proxies as f64);
+        assert_eq!(number(cluster, "partitions"), 2.0);
+        assert_eq!(
+            number(cluster, "redirected"),
+            0.0,
+            "the load follows the slot map"
+        );
+        let shares = cluster["shares"].as_array().unwrap();
+        let names: Vec<&str> = shares.iter().map(|s| s["name"].as_str().unwrap()).collect();
+        let expected: Vec<String> = (1..=proxies)
+            .map(|i| format!("proxy-{i}"))
+            .chain((0..2).map(|i| format!("storage-{i}")))
+            .chain(["bench-client".to_string()])
+            .collect();
+        assert_eq!(names, expected, "{m}");
+        let served: f64 = shares[..proxies].iter().map(|s| number(s, "ops")).sum();
+        assert_eq!(
+            served, 3000.0,
+            "the proxies answered every request between them: {m}"
+        );
+        for share in shares {
+            if share["name"].as_str().unwrap().starts_with("proxy") {
+                assert!(
+                    number(share, "ops") > 0.0,
+                    "every proxy served requests: {share}"
+                );
+                // Hundreds of requests through a debug-built proxy take more than a 10 ms tick.
+                assert!(number(share, "cpu_seconds") > 0.0, "{share}");
+            }
+            assert!(number(share, "cpu_seconds") >= 0.0, "{share}");
+        }
+        assert!(number(cluster, "cpu_seconds_per_op") > 0.0, "{m}");
+    }
+    assert_eq!(number(&results[0]["cluster"], "scaling"), 1.0);
+}
+
+/// The same split in process: each partition's scheme answers the requests for its keys, and
+/// its CPU time per operation is measured.
+#[test]
+fn an_in_process_partition_sweep_measures_each_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("partitions.json");
+    let out = bench_ok(&[
+        "--in-process",
+        "--partitions",
+        "1,4",
+        "--scheme",
+        "cloak,unsafe",
+        "--keys",
+        "2000",
+        "--requests",
+        "4000",
+        "--first-budget",
+        "40",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("partition-3"), "{stdout}");
+    let results = results(&json);
+    assert_eq!(results.len(), 4);
+    for m in &results {
+        assert_eq!(number(m, "ops"), 4000.0, "{m}");
+        assert_eq!(number(m, "errors"), 0.0, "{m}");
+        let cluster = &m["cluster"];
+        let shares = cluster["shares"].as_array().unwrap();
+        assert_eq!(shares.len() as f64, number(cluster, "partitions"));
+        let answered: f64 = shares.iter().map(|s| number(s, "ops")).sum();
+        assert_eq!(answered, 4000.0, "{m}");
+        for share in shares {
+            assert!(
+                number(share, "ops") > 0.0,
+                "2000 keys reach every partition: {share}"
+            );
+            assert!(number(share, "cpu_seconds_per_own_op") > 0.0, "{share}");
+        }
     }
 }

@@ -12,11 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use cloak_bench::cluster::{self, Shape};
 use cloak_bench::plan::{Parameter, Sweep, WorkloadKind, WorkloadSpec, parse_distribution};
 use cloak_bench::plot;
 use cloak_bench::report::{self, Measurement};
 use cloak_bench::run::{self, Backend, Contender, Load, Setup};
 use cloak_bench::simulate::Simulation;
+use cloak_bench::simulate_cluster;
 use cloak_bench::tls::BenchTls;
 use cloak_bench::trace_stats::TraceStats;
 use cloak_bench::workload::{KEY_SIZE, Request, Trace, key_name};
@@ -95,9 +97,17 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
              run them without --in-process, --backend redis and the redis baseline"
         );
     }
-    let points: Vec<Option<f64>> = match &sweep {
-        Some(sweep) => sweep.values.iter().copied().map(Some).collect(),
-        None => vec![None],
+    let shapes = cluster_shapes(&args)?;
+    if shapes.is_some() && contenders.contains(&Contender::Redis) {
+        bail!(
+            "the redis baseline is one redis-server, not a cluster: give --scheme the schemes to run"
+        );
+    }
+    // Each point: a value of the swept parameter, or the shape of a cluster.
+    let points: Vec<(Option<f64>, Option<Shape>)> = match (&sweep, &shapes) {
+        (_, Some((_, shapes))) => shapes.iter().map(|&shape| (None, Some(shape))).collect(),
+        (Some(sweep), None) => sweep.values.iter().map(|&v| (Some(v), None)).collect(),
+        (None, None) => vec![(None, None)],
     };
     let storage_delay = match &args.storage_delay {
         Some(text) => humantime::parse_duration(text)
@@ -114,7 +124,7 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
         .context("cannot make the run's TLS certificates")?
         .map(Arc::new);
     let mut results: Vec<Measurement> = Vec::new();
-    for value in points {
+    for (value, shape) in points {
         let mut point = Point {
             store: base.clone(),
             workload: workload.clone(),
@@ -133,10 +143,27 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
         let (mut warm, keys) = point.workload.generate()?;
         let requests = Arc::new(warm.split_off((warmup as usize).min(warm.len())));
         let warm = Arc::new(warm);
+        // The cluster count a point varies, as a swept parameter is shown.
+        let counted = shape.zip(shapes.as_ref()).map(|(shape, (name, _))| {
+            let count = match *name {
+                PROXIES => shape.proxies,
+                _ => shape.partitions,
+            };
+            (name.to_string(), count as f64)
+        });
         eprintln!(
             "{}{}: {} requests over {keys} keys{}",
             point.workload.describe(),
-            parameter.map_or(String::new(), |(p, v)| format!(", {p} = {v}")),
+            match (parameter, &counted) {
+                (Some((p, v)), _) => format!(", {p} = {v}"),
+                (None, Some((name, count))) => {
+                    format!(
+                        ", {name} = {count} ({} partitions)",
+                        shape.map_or(0, |s| s.partitions)
+                    )
+                }
+                (None, None) => String::new(),
+            },
             requests.len(),
             if warm.is_empty() {
                 String::new()
@@ -172,9 +199,20 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                     seed: workload.seed,
                 };
                 eprintln!("  {scheme}: simulating in process");
-                let mut sim = simulation.start()?;
-                simulation.measure_on(&mut sim, &warm, point.load);
-                simulation.measure_on(&mut sim, &requests, point.load)
+                match shape {
+                    Some(shape) => simulate_cluster::measure(
+                        &simulation,
+                        shape.partitions,
+                        &warm,
+                        &requests,
+                        point.load,
+                    )?,
+                    None => {
+                        let mut sim = simulation.start()?;
+                        simulation.measure_on(&mut sim, &warm, point.load);
+                        simulation.measure_on(&mut sim, &requests, point.load)
+                    }
+                }
             } else {
                 if contender == Contender::Scheme(SchemeName::Pancake)
                     && store.pancake_distribution.is_none()
@@ -222,11 +260,18 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
                     reply_timeout,
                     tls: bench_tls.clone().filter(|_| point.tls),
                 };
-                run::measure(&setup, warm.clone(), requests.clone(), point.load)
-                    .await
-                    .with_context(|| format!("benchmarking {contender}"))?
+                match shape {
+                    Some(shape) => {
+                        cluster::measure(&setup, shape, warm.clone(), requests.clone(), point.load)
+                            .await
+                    }
+                    None => run::measure(&setup, warm.clone(), requests.clone(), point.load).await,
+                }
+                .with_context(|| format!("benchmarking {contender}"))?
             };
-            measurement.parameter = parameter.map(|(p, v)| (p.to_string(), v));
+            measurement.parameter = parameter
+                .map(|(p, v)| (p.to_string(), v))
+                .or(counted.clone());
             eprintln!(
                 "  {contender}: {} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
                 measurement
@@ -241,20 +286,93 @@ pub async fn run(args: BenchArgs, config: &ConfigFile) -> anyhow::Result<()> {
     }
 
     report::relate(&mut results);
+    report::relate_cluster(&mut results);
     print!("{}", report::table(&results));
+    let processes = report::cluster_table(&results);
+    if !processes.is_empty() {
+        print!("\n{processes}");
+    }
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&results)?;
         std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &args.plot {
-        match &sweep {
-            Some(sweep) => plot::sweep(&results, sweep.parameter.as_str(), path)?,
-            None => plot::schemes(&results, path)?,
+        match (&sweep, &shapes) {
+            (_, Some((name, _))) => plot::sweep(&results, name, path)?,
+            (Some(sweep), None) => plot::sweep(&results, sweep.parameter.as_str(), path)?,
+            (None, None) => plot::schemes(&results, path)?,
         }
         eprintln!("drew {}", path.display());
     }
     Ok(())
+}
+
+/// What a cluster run varies through real processes: the number of proxies.
+const PROXIES: &str = "proxies";
+/// What it varies in process: the number of partitions.
+const PARTITIONS: &str = "partitions";
+
+/// The cluster shapes a run measures and the count it varies (proxies through real processes,
+/// partitions in process); `None` for a single store.
+fn cluster_shapes(args: &BenchArgs) -> anyhow::Result<Option<(&'static str, Vec<Shape>)>> {
+    if args
+        .partitions
+        .iter()
+        .any(|&p| p == 0 || p > usize::from(cloak_cluster::SLOTS))
+    {
+        bail!(
+            "--partitions counts are between 1 and {}",
+            cloak_cluster::SLOTS
+        );
+    }
+    if !args.cluster_proxies.is_empty() {
+        let most = args.cluster_proxies.iter().copied().max().unwrap_or(1);
+        let partitions = match args.partitions[..] {
+            [] => most,
+            [partitions] => partitions,
+            _ => bail!(
+                "--partitions takes one count with --cluster-proxies: the partitions stay the \
+                 same across the sweep, so only the number of proxy processes changes"
+            ),
+        };
+        if args.cluster_proxies.contains(&0) || partitions < most {
+            bail!(
+                "--cluster-proxies counts are at least 1 and at most --partitions ({partitions}): \
+                 every proxy hosts a partition"
+            );
+        }
+        let shapes = args
+            .cluster_proxies
+            .iter()
+            .map(|&proxies| Shape {
+                proxies,
+                partitions,
+            })
+            .collect();
+        return Ok(Some((PROXIES, shapes)));
+    }
+    match (args.partitions.is_empty(), args.in_process) {
+        (true, _) => Ok(None),
+        (false, true) => {
+            if args.sweep.is_some() {
+                bail!("--partitions with --in-process is a sweep of its own: drop --sweep");
+            }
+            let shapes = args
+                .partitions
+                .iter()
+                .map(|&partitions| Shape {
+                    proxies: 0,
+                    partitions,
+                })
+                .collect();
+            Ok(Some((PARTITIONS, shapes)))
+        }
+        (false, false) => bail!(
+            "--partitions goes with --cluster-proxies (a cluster of proxy processes) or \
+             --in-process (partitions simulated in this process)"
+        ),
+    }
 }
 
 /// One point of a run: the settings a sweep value applies to.
