@@ -14,12 +14,18 @@
 //!
 //! What the server learns: a scan of every element, then the new instance's initial fill. Both
 //! read and write everything, whatever the workload was, so recovery reveals nothing about it.
+//! Each fill request costs the proxy the same work whatever records it carries (decoy reads,
+//! see [`records`]), so the fill's pace says nothing of where the records are either. Not
+//! hidden: the pause between the scan's end and the fill's start grows with the number of
+//! records spooled (the spool is synced to disk then, and the records are sorted), so it tells
+//! roughly how many keys the store holds, as the store's size in storage already bounds.
 //! What recovery trusts: nothing it cannot check. An element that does not open is recorded as
 //! [`Damage`], never skipped, and [`Recovered::findings`] compares every slot with the versions
 //! the proxy last knew storage held, so deleted, rolled-back or resurrected keys show up; the
 //! proxy refuses to start on any finding unless its operator accepts the loss (see
 //! [`crate::integrity`]).
 
+pub mod leak_demo;
 mod records;
 pub mod spool;
 
@@ -49,18 +55,6 @@ pub enum RecoveryError {
          layout's fill writes them) failed: {0}"
     )]
     Spool(#[from] std::io::Error),
-    /// The spool an interrupted start left holds an element that does not open.
-    #[error(
-        "the recovery spool an interrupted start left in the state directory holds an element \
-         (address {address}) that does not open: {error}; to start without it, move \
-         STATE_DIR/recovery.spool aside (the records only it holds are then lost)"
-    )]
-    EarlierSpool {
-        /// The element's address.
-        address: Addr,
-        /// Why it does not open.
-        error: ElementError,
-    },
     /// The spool gave back something other than what recovery wrote to it.
     #[error(
         "the recovery spool gave back slot {slot} altered ({reason}): the local temporary file \
@@ -297,17 +291,22 @@ impl Recovery {
     }
 
     /// Adds elements an earlier start spooled, whose fill may not have written them all back
-    /// (read with [`spool::entries`]): kept like scanned ones, but not counted as scanned, and
-    /// one that does not open is an error, not damage storage did.
-    pub fn add_spooled(&mut self, elements: Vec<(Addr, Bytes)>) -> Result<(), RecoveryError> {
+    /// (read with [`spool::entries`]): kept like scanned ones, but not counted as scanned. Those
+    /// that do not open are returned, with why, not recorded as damage: storage did not do it,
+    /// and the caller decides whether the start goes on without them. Fails only if the spool
+    /// cannot be written.
+    pub fn add_spooled(
+        &mut self,
+        elements: Vec<(Addr, Bytes)>,
+    ) -> Result<Vec<(Addr, ElementError)>, RecoveryError> {
+        let mut unopened = Vec::new();
         for (address, element) in elements {
-            let (generation, records) = self
-                .format
-                .records(address, &element)
-                .map_err(|error| RecoveryError::EarlierSpool { address, error })?;
-            self.keep(address, &element, generation, records)?;
+            match self.format.records(address, &element) {
+                Ok((generation, records)) => self.keep(address, &element, generation, records)?,
+                Err(error) => unopened.push((address, error)),
+            }
         }
-        Ok(())
+        Ok(unopened)
     }
 
     /// Keeps the records of `element` newer than those held, spooling it once if any of them
@@ -354,6 +353,13 @@ impl Recovery {
         mut self,
         journal: impl IntoIterator<Item = (Slot, Record)>,
     ) -> Result<Recovered, RecoveryError> {
+        // The fill reads decoys from the spool (see `records`), so that an empty store's fill
+        // reads as much as a full one's: a spool that holds nothing gets an element of padding
+        // (no slot, no record) to read.
+        if self.spool.is_empty() {
+            let padding = self.format.encode(0, NO_SLOT, &Record::empty());
+            self.spool.append(0, &padding)?;
+        }
         for (slot, record) in journal {
             if self.is_newer(slot, record.version) {
                 let value = Value::Kept(record.value.clone());

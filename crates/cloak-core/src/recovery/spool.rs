@@ -46,6 +46,19 @@ pub struct SpoolWriter {
     len: u64,
     /// Whether [`SpoolWriter::finish`] syncs the file to disk.
     durable: bool,
+    /// How many elements were appended, and their one length while they all have the same.
+    elements: u64,
+    same_len: SameLen,
+}
+
+/// Whether the elements of a spool all have one length (sealed elements do): then the `k`th is
+/// at a place known without an index, which [`SpoolReader::nth`] reads.
+#[derive(Clone, Copy, Debug, Default)]
+enum SameLen {
+    #[default]
+    Nothing,
+    All(u32),
+    Mixed,
 }
 
 /// A spool's buffer between writes to the file: large enough that a scan chunk of small
@@ -60,6 +73,8 @@ impl SpoolWriter {
             file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
             len: 0,
             durable: true,
+            elements: 0,
+            same_len: SameLen::Nothing,
         }
     }
 
@@ -86,6 +101,12 @@ impl SpoolWriter {
         file.write_all(element)?;
         let spooled = Spooled { at: self.len, len };
         self.len += HEADER_LEN + u64::from(len);
+        self.elements += 1;
+        self.same_len = match self.same_len {
+            SameLen::Nothing => SameLen::All(len),
+            SameLen::All(all) if all == len => SameLen::All(len),
+            _ => SameLen::Mixed,
+        };
         Ok(spooled)
     }
 
@@ -111,7 +132,15 @@ impl SpoolWriter {
             }
             None => None,
         };
-        Ok(SpoolReader { file })
+        let same_len = match self.same_len {
+            SameLen::All(len) => Some(len),
+            SameLen::Nothing | SameLen::Mixed => None,
+        };
+        Ok(SpoolReader {
+            file,
+            elements: self.elements,
+            same_len,
+        })
     }
 }
 
@@ -119,9 +148,23 @@ impl SpoolWriter {
 #[derive(Debug, Default)]
 pub struct SpoolReader {
     file: Option<File>,
+    elements: u64,
+    /// The length of every element, if they all have one.
+    same_len: Option<u32>,
 }
 
 impl SpoolReader {
+    /// Where the element `k` places after the first is (counted modulo the elements held), if
+    /// every element has the same length; `None` for an empty spool or one of mixed lengths.
+    pub fn nth(&self, k: u64) -> Option<Spooled> {
+        let len = self.same_len?;
+        let k = k.checked_rem(self.elements)?;
+        Some(Spooled {
+            at: k * (HEADER_LEN + u64::from(len)),
+            len,
+        })
+    }
+
     /// The element at `spooled`, and the address it was read at. One positioned read of header
     /// and element together, which leaves no file position behind, so threads can read at once.
     pub fn read(&self, spooled: Spooled) -> std::io::Result<(Addr, Bytes)> {
