@@ -122,7 +122,10 @@ impl Store {
                         key: Bytes::from(format!("key:{slot:012}")),
                         value: value.clone(),
                     };
-                    (u128::from(slot), format.encode(u128::from(slot), slot, &record))
+                    (
+                        u128::from(slot),
+                        format.encode(u128::from(slot), slot, &record),
+                    )
                 })
                 .collect();
             server.call(StorageOp::Write(elements));
@@ -155,11 +158,19 @@ impl Store {
             &value_size,
         ];
         let proxy = Running::start_bin_with_env(bin, &args, env, "listening");
-        // Answered once the fill is done and the scheme serves.
-        let _: Option<Vec<u8>> = redis::cmd("GET")
-            .arg("key:000000000000")
-            .query(&mut connect(port))
-            .unwrap();
+        let mut client = connect(port);
+        let started = std::time::Instant::now();
+        while !redis::cmd("INFO")
+            .query::<String>(&mut client)
+            .unwrap()
+            .contains("loading:0")
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "the fill never ended"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert!(proxy.stop().success());
         fill_of(&server.trace.take(), &mut format)
     }
@@ -184,10 +195,12 @@ fn fill_of(trace: &Trace, format: &mut cloak_core::ElementFormat) -> Fill {
                 .addrs
                 .iter()
                 .zip(&write.values)
-                .map(|(address, element)| match format.records(*address, element) {
-                    Ok((_, records)) => records.iter().filter(|(_, r)| !r.is_empty()).count(),
-                    Err(error) => panic!("a fill element that does not open: {error}"),
-                })
+                .map(
+                    |(address, element)| match format.records(*address, element) {
+                        Ok((_, records)) => records.iter().filter(|(_, r)| !r.is_empty()).count(),
+                        Err(error) => panic!("a fill element that does not open: {error}"),
+                    },
+                )
                 .sum()
         })
         .collect();
@@ -274,7 +287,9 @@ fn correlation(xs: &[f64], ys: &[f64]) -> f64 {
 /// and a full store, for every scheme with a fill, with the fill as it is and with the fill
 /// that read back live records only; prints them with the correlation of each request's gap
 /// with the live records it carried. `CLOAK_FILL_TIMING_BIN` names the binary to run (a release
-/// build with the `cloak-schemes/leak-demo` feature, for realistic numbers).
+/// build with the `cloak-schemes/leak-demo` feature, for realistic numbers),
+/// `CLOAK_FILL_TIMING_CAPACITY` the stores' capacity (32768) and `CLOAK_FILL_TIMING_SCHEME` one
+/// scheme to measure (all).
 #[test]
 #[ignore = "a measurement: prints numbers, asserts nothing"]
 fn the_fill_pace_by_live_records_measured() {
@@ -283,13 +298,17 @@ fn the_fill_pace_by_live_records_measured() {
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(32_768);
-    for scheme in [
+    let only: Option<SchemeName> = std::env::var("CLOAK_FILL_TIMING_SCHEME")
+        .ok()
+        .map(|name| name.parse().unwrap());
+    let schemes = [
         SchemeName::Cloak,
         SchemeName::Waffle,
         SchemeName::Pancake,
         SchemeName::Curious,
         SchemeName::PathOram,
-    ] {
+    ];
+    for scheme in schemes.into_iter().filter(|s| only.is_none_or(|o| o == *s)) {
         for (name, env) in [
             ("live only", vec![(LIVE_READ_BACK_ENV, "1")]),
             ("decoys", vec![]),

@@ -125,6 +125,9 @@ pub struct RecoveredRecords {
     format: Option<ElementFormat>,
     /// Decoys read so far: the next decoy is the element this names (see [`decoy_at`]).
     decoys: u64,
+    /// Elements read back, decoys included (for the tests).
+    #[cfg(test)]
+    read_back: std::sync::atomic::AtomicU64,
 }
 
 /// An index entry for a slot nothing was found for.
@@ -152,6 +155,8 @@ impl RecoveredRecords {
             spool,
             format: Some(format),
             decoys: 0,
+            #[cfg(test)]
+            read_back: Default::default(),
         }
     }
 
@@ -299,6 +304,9 @@ impl RecoveredRecords {
     /// The records of the element at `at`, opened again bound to the address it was read at.
     fn open(&self, at: Spooled) -> Result<Vec<(Slot, Record)>, Unread> {
         leak_demo::slow_read_back();
+        #[cfg(test)]
+        self.read_back
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (address, element) = self.spool.read(at).map_err(Unread::Spool)?;
         let format = self.format.as_ref().ok_or(Unread::NoFormat)?;
         let (_, records) = format
@@ -404,6 +412,8 @@ impl From<Vec<(Slot, Record)>> for RecoveredRecords {
             spool: SpoolReader::default(),
             format: None,
             decoys: 0,
+            #[cfg(test)]
+            read_back: Default::default(),
         }
     }
 }
@@ -498,6 +508,25 @@ mod tests {
             "nothing found"
         );
         assert_eq!(records.take(3).unwrap(), Record::empty(), "taken once");
+    }
+
+    #[test]
+    fn a_request_reads_back_as_many_elements_whatever_its_slots_hold() {
+        let read_back = |records: &RecoveredRecords| {
+            records.read_back.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let mut records = spooled();
+        // Slot 2 holds a value; 7 and 8 hold nothing: two decoys make up a request of three.
+        let taken = records.take_all(&[7, 2, 8], 3);
+        assert_eq!(taken[1].as_ref().unwrap(), &record(2));
+        assert_eq!(read_back(&records), 3);
+        // Nothing held at all: as many reads.
+        records.take_all(&[7, 8, 9], 3);
+        assert_eq!(read_back(&records), 6);
+        // The values alone when no request waits on them (before any fill).
+        let mut loading = spooled();
+        loading.values(Vec::new(), 0);
+        assert_eq!(read_back(&loading), 0);
     }
 
     #[test]

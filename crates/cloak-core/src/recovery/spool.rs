@@ -269,6 +269,27 @@ mod tests {
     }
 
     #[test]
+    fn elements_of_one_length_are_found_by_number_and_mixed_ones_are_not() {
+        let mut writer = SpoolWriter::default();
+        let places: Vec<Spooled> = (0..3u8)
+            .map(|i| writer.append(u128::from(i), &[i; 40]).unwrap())
+            .collect();
+        let reader = writer.finish().unwrap();
+        assert_eq!(reader.nth(1), Some(places[1]));
+        assert_eq!(
+            reader.nth(5),
+            Some(places[2]),
+            "counted modulo the elements"
+        );
+        assert_eq!(reader.read(reader.nth(3).unwrap()).unwrap().0, 0);
+
+        let mut mixed = SpoolWriter::default();
+        three(&mut mixed);
+        assert_eq!(mixed.finish().unwrap().nth(0), None);
+        assert_eq!(SpoolWriter::default().finish().unwrap().nth(0), None);
+    }
+
+    #[test]
     fn an_empty_spool_makes_no_file_and_reads_nothing() {
         let writer = SpoolWriter::default();
         assert!(writer.is_empty());
