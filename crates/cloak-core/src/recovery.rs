@@ -353,12 +353,18 @@ impl Recovery {
         mut self,
         journal: impl IntoIterator<Item = (Slot, Record)>,
     ) -> Result<Recovered, RecoveryError> {
-        // The fill reads decoys from the spool (see `records`), so that an empty store's fill
-        // reads as much as a full one's: a spool that holds nothing gets an element of padding
-        // (no slot, no record) to read.
-        if self.spool.is_empty() {
+        // The fill reads decoys from the spool (see `records`) so that a sparse store's fill
+        // reads as much as a full one's; decoys spread over a spool as large as a full store's
+        // cost what its reads cost (a small spool stays in the fastest caches: an empty store's
+        // fill requests came 1.3 ms apart against 1.9 ms for a full one's at 64-byte values).
+        // So the spool is padded, with one element of padding (no slot, no record) repeated, to
+        // as many elements as storage holds, which the server knows.
+        let spooled = self.spool.elements();
+        if spooled < self.elements.max(1) {
             let padding = self.format.encode(0, NO_SLOT, &Record::empty());
-            self.spool.append(0, &padding)?;
+            for _ in spooled..self.elements.max(1) {
+                self.spool.append(0, &padding)?;
+            }
         }
         for (slot, record) in journal {
             if self.is_newer(slot, record.version) {

@@ -288,8 +288,8 @@ fn correlation(xs: &[f64], ys: &[f64]) -> f64 {
 /// that read back live records only; prints them with the correlation of each request's gap
 /// with the live records it carried. `CLOAK_FILL_TIMING_BIN` names the binary to run (a release
 /// build with the `cloak-schemes/leak-demo` feature, for realistic numbers),
-/// `CLOAK_FILL_TIMING_CAPACITY` the stores' capacity (32768) and `CLOAK_FILL_TIMING_SCHEME` one
-/// scheme to measure (all).
+/// `CLOAK_FILL_TIMING_CAPACITY` the stores' capacity (32768), `CLOAK_FILL_TIMING_VALUE_SIZE`
+/// their value size (1024) and `CLOAK_FILL_TIMING_SCHEME` one scheme to measure (all).
 #[test]
 #[ignore = "a measurement: prints numbers, asserts nothing"]
 fn the_fill_pace_by_live_records_measured() {
@@ -298,6 +298,10 @@ fn the_fill_pace_by_live_records_measured() {
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(32_768);
+    let value_size: usize = std::env::var("CLOAK_FILL_TIMING_VALUE_SIZE")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1024);
     let only: Option<SchemeName> = std::env::var("CLOAK_FILL_TIMING_SCHEME")
         .ok()
         .map(|name| name.parse().unwrap());
@@ -319,7 +323,7 @@ fn the_fill_pace_by_live_records_measured() {
                     scheme,
                     capacity,
                     keys,
-                    value_size: 1024,
+                    value_size,
                 };
                 let fill = store.restart(&bin, &env);
                 let [p10, p50, p90, _] = percentiles(micros(&fill.gaps));

@@ -115,6 +115,11 @@ impl SpoolWriter {
         self.len
     }
 
+    /// Elements appended so far.
+    pub fn elements(&self) -> u64 {
+        self.elements
+    }
+
     /// Whether nothing was appended.
     pub fn is_empty(&self) -> bool {
         self.len == 0
