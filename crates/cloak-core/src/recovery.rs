@@ -14,11 +14,11 @@
 //!
 //! What the server learns: a scan of every element, then the new instance's initial fill. Both
 //! read and write everything, whatever the workload was, so recovery reveals nothing about it.
-//! Each fill request costs the proxy the same work whatever records it carries (decoy reads,
-//! see [`records`]), so the fill's pace says nothing of where the records are either. Not
-//! hidden: the pause between the scan's end and the fill's start grows with the number of
-//! records spooled (the spool is synced to disk then, and the records are sorted), so it tells
-//! roughly how many keys the store holds, as the store's size in storage already bounds.
+//! Each fill request reads back as many spooled elements whatever records it carries (decoy
+//! reads, see [`records`]), the largest part of the work that followed the records. Not hidden
+//! yet: the rest of that work (under a microsecond a record, see [`records`]), and the pause
+//! between the scan's end and the fill's start, which grows with the number of records (they
+//! are sorted then), so both tell roughly how many keys the store holds.
 //! What recovery trusts: nothing it cannot check. An element that does not open is recorded as
 //! [`Damage`], never skipped, and [`Recovered::findings`] compares every slot with the versions
 //! the proxy last knew storage held, so deleted, rolled-back or resurrected keys show up; the

@@ -878,10 +878,22 @@ fn records_the_fill_cannot_read_back_keep_the_spool_and_are_counted() {
             let _ = lines.send(without_ansi(&line));
         }
     });
-    let kept = said
-        .iter()
-        .find(|line| line.contains("kept the spool"))
-        .expect("the proxy says it kept the spool");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kept = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match said.recv_timeout(left) {
+            Ok(line) if line.contains("kept the spool") => break line,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the proxy never said it kept the spool (spool still at its path: {})",
+                    spool.exists()
+                );
+            }
+        }
+    };
     let lost: usize = kept
         .split("lost=")
         .nth(1)
