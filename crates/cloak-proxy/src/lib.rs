@@ -69,7 +69,7 @@ pub use ledger::{Ledger, LedgerError, StoreManifest};
 pub use listener::Listener;
 pub use own_thread::OwnThread;
 pub use scripting::DEFAULT_TIME_LIMIT as DEFAULT_SCRIPT_TIME_LIMIT;
-pub use state::{RecoveryReport, StateDir, StateError, discard_damaged, recover};
+pub use state::{RecoveryReport, StateDir, StateError, Unreadable, discard_damaged, recover};
 pub use store_id::{StoreId, StoreIdError, identify};
 
 /// How many clients may be connected at once unless `--max-clients` says otherwise (Redis's

@@ -60,6 +60,57 @@ pub enum StateError {
     Storage(#[from] cloak_core::StorageError),
     #[error(transparent)]
     Recovery(#[from] cloak_core::RecoveryError),
+    #[error(
+        "the recovery spool an interrupted start left, {path}, cannot be read whole: {problem}. \
+         The proxy refuses to start: the records only that spool holds would be lost. To start \
+         anyway, pass --accept-data-loss: the spool is then moved aside, and what opens of it is \
+         still recovered"
+    )]
+    EarlierSpool { path: String, problem: Unreadable },
+}
+
+/// What of an earlier start's spool could not be read back (see [`StateDir::add_earlier_spool`]).
+#[derive(Debug, Default)]
+pub struct Unreadable {
+    /// Elements read whole.
+    pub read: u64,
+    /// Elements read whole that do not open under this store's key at their address (corrupt,
+    /// or another store's): their records are lost.
+    pub unopened: u64,
+    /// The first of those, and why.
+    first: Option<(Addr, cloak_core::ElementError)>,
+    /// Why the file ends in the middle of an element, if it does: nothing after is readable,
+    /// and how many elements were there is unknown.
+    pub cut: Option<std::io::Error>,
+}
+
+impl Unreadable {
+    fn is_whole(&self) -> bool {
+        self.unopened == 0 && self.cut.is_none()
+    }
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some((address, error)) = &self.first {
+            write!(
+                f,
+                "{} of its {} elements do not open (the first, at address {address}: {error})",
+                self.unopened, self.read
+            )?;
+        }
+        if let Some(cut) = &self.cut {
+            if self.first.is_some() {
+                f.write_str("; ")?;
+            }
+            write!(
+                f,
+                "it is cut short after {} elements ({cut}), and how many followed is unknown",
+                self.read
+            )?;
+        }
+        Ok(())
+    }
 }
 
 impl From<DirError> for StateError {
@@ -156,8 +207,14 @@ impl StateDir {
     }
 
     /// Adds to `recovery` the spool an earlier start left, if it left one: its fill may not
-    /// have written all of it back.
-    fn add_earlier_spool(&self, recovery: &mut Recovery) -> Result<(), StateError> {
+    /// have written all of it back. What of it does not open, or a file cut short, refuses the
+    /// start, unless `accept_data_loss`: then what opens is kept, the file is moved aside (kept
+    /// for the operator, never read again) and an error says how much was lost.
+    fn add_earlier_spool(
+        &self,
+        recovery: &mut Recovery,
+        accept_data_loss: bool,
+    ) -> Result<(), StateError> {
         let path = self.path.join(SPOOL);
         let io = |source| StateError::Io {
             path: path.display().to_string(),
@@ -172,18 +229,29 @@ impl StateDir {
             path = %path.display(),
             "the last start did not see its fill through; reading back the records it spooled"
         );
-        let mut entries = spool::entries(file);
-        loop {
-            let chunk = entries
-                .by_ref()
-                .take(SPOOL_CHUNK)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(io)?;
-            if chunk.is_empty() {
-                return Ok(());
-            }
-            recovery.add_spooled(chunk)?;
+        let unreadable = read_spool(file, recovery)?;
+        if unreadable.is_whole() {
+            return Ok(());
         }
+        if !accept_data_loss {
+            return Err(StateError::EarlierSpool {
+                path: path.display().to_string(),
+                problem: unreadable,
+            });
+        }
+        let aside = self
+            .path
+            .join(format!("{SPOOL}.unreadable-{}", self.incarnation));
+        fs::rename(&path, &aside).map_err(io)?;
+        tracing::error!(
+            lost_elements = unreadable.unopened,
+            cut = unreadable.cut.is_some(),
+            moved_to = %aside.display(),
+            "--accept-data-loss: the recovery spool an interrupted start left cannot be read \
+             whole ({unreadable}); starting without what does not open of it, and the records \
+             only it held are lost"
+        );
+        Ok(())
     }
 
     /// Makes this start's spool the one a later start reads, now that it is complete and
@@ -208,6 +276,31 @@ impl StateDir {
         manifest: StoreManifest,
     ) -> Result<Ledger, StateError> {
         Ok(Ledger::open(&self.path, master, manifest)?)
+    }
+}
+
+/// Adds every element of the spool in `file` that opens to `recovery`, and says what did not:
+/// elements that do not open, and where the file is cut short.
+fn read_spool(file: File, recovery: &mut Recovery) -> Result<Unreadable, StateError> {
+    let mut unreadable = Unreadable::default();
+    let mut entries = spool::entries(file);
+    loop {
+        let mut chunk = Vec::with_capacity(SPOOL_CHUNK);
+        for entry in entries.by_ref().take(SPOOL_CHUNK) {
+            match entry {
+                Ok(element) => chunk.push(element),
+                Err(error) => unreadable.cut = Some(error),
+            }
+        }
+        let last = chunk.len() < SPOOL_CHUNK;
+        unreadable.read += chunk.len() as u64;
+        for unopened in recovery.add_spooled(chunk)? {
+            unreadable.unopened += 1;
+            unreadable.first.get_or_insert(unopened);
+        }
+        if last {
+            return Ok(unreadable);
+        }
     }
 }
 
@@ -237,13 +330,15 @@ pub struct RecoveryReport {
 /// Rebuilds the store's records from storage (a full scan), the spool an interrupted start
 /// left in `state` and the journal, and checks them against `expected`, the slot versions
 /// storage must hold (from the ledger; empty without one). With a state directory, the
-/// recovered elements are spooled there (see the module docs).
+/// recovered elements are spooled there (see the module docs). An earlier spool that cannot be
+/// read whole refuses the start unless `accept_data_loss`.
 pub async fn recover(
     storage: &dyn Storage,
     format: ElementFormat,
     journal: Option<&dyn Journal>,
     expected: &SlotVersions,
     state: Option<&StateDir>,
+    accept_data_loss: bool,
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
     let mut recovery = Recovery::new(format);
@@ -276,7 +371,7 @@ pub async fn recover(
     }
     // Read after the scan, so the requests storage sees are the same with or without it.
     if let Some(state) = state {
-        state.add_earlier_spool(&mut recovery)?;
+        state.add_earlier_spool(&mut recovery, accept_data_loss)?;
     }
     let journaled = match journal {
         Some(journal) => journal.records()?,

@@ -205,6 +205,7 @@ impl Store {
             journal,
             ledger.as_ref().map_or(&nothing_expected, |l| &l.expected),
             state,
+            accept_data_loss,
         )
         .await
         .context("recovering the store from storage")?;

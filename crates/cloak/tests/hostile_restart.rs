@@ -708,3 +708,214 @@ fn a_ledger_refuses_another_stores_storage_and_a_missing_marker_by_name() {
     assert_eq!(b.store_id(&server_b), id_b);
     b.starts_and_serves("k3");
 }
+
+/// Writes `elements` as the recovery spool an interrupted start left in `state`.
+fn leave_spool(state: &std::path::Path, elements: &[(Addr, Bytes)]) -> PathBuf {
+    let path = state.join("recovery.spool");
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    let mut writer = cloak_core::recovery::spool::SpoolWriter::durable(file);
+    for (address, element) in elements {
+        writer.append(*address, element).unwrap();
+    }
+    writer.finish().unwrap();
+    path
+}
+
+/// `text` without the terminal colours the proxy's log lines carry.
+fn without_ansi(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // An escape sequence ends with its first letter.
+            chars.by_ref().find(char::is_ascii_alphabetic);
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// The files in `state` whose names start with `prefix`.
+fn files_starting(state: &std::path::Path, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(state)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(prefix))
+        .collect()
+}
+
+/// Review finding 11, second half: a spool an interrupted start left that cannot be read whole
+/// (an element that does not open, or a file cut short) refuses every start, naming what is
+/// wrong; `--accept-data-loss` moves it aside to a named file, keeps what opens of it, says how
+/// many elements were lost, and starts.
+#[test]
+fn an_unreadable_earlier_spool_refuses_the_start_until_the_loss_is_accepted() {
+    let server = Server::cloak();
+    let proxy = Proxy::new(&server, "cloak");
+    proxy.populate();
+    let elements = server.scan();
+    let mut altered = elements[1].1.to_vec();
+    let last = altered.len() - 1;
+    altered[last] ^= 1;
+    let spool = leave_spool(
+        &proxy.state,
+        &[elements[0].clone(), (elements[1].0, Bytes::from(altered))],
+    );
+
+    let error = proxy.refused(&[]);
+    assert!(error.contains("cannot be read whole"), "{error}");
+    assert!(
+        error.contains(&format!(
+            "1 of its 2 elements do not open (the first, at address {}",
+            elements[1].0
+        )),
+        "{error}"
+    );
+    assert!(error.contains("--accept-data-loss"), "{error}");
+    assert!(
+        spool.exists(),
+        "a refused start leaves the spool where it was"
+    );
+
+    let accepting = Watched::start(&proxy.args(&["--accept-data-loss"]));
+    let said = without_ansi(&accepting.stderr_with("cannot be read whole"));
+    assert!(said.contains("lost_elements=1"), "{said}");
+    // Moved aside (the start's own spool then takes its name until its fill is done).
+    let aside = files_starting(&proxy.state, "recovery.spool.unreadable-");
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(
+        said.contains(&aside[0]),
+        "the error names where it went: {said}"
+    );
+    assert_eq!(
+        proxy.get("k7"),
+        Some("value 7".into()),
+        "the store is served"
+    );
+    accepting.stop();
+
+    // A spool cut short in the middle of an element: refused by what it is, accepted alike.
+    let spool = leave_spool(&proxy.state, &elements[..3]);
+    let length = std::fs::metadata(&spool).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(&spool)
+        .unwrap()
+        .set_len(length - 10)
+        .unwrap();
+    let error = proxy.refused(&[]);
+    assert!(
+        error.contains("it is cut short after 2 elements"),
+        "{error}"
+    );
+    let accepting = Watched::start(&proxy.args(&["--accept-data-loss"]));
+    let said = without_ansi(&accepting.stderr_with("cannot be read whole"));
+    assert!(said.contains("cut=true"), "{said}");
+    assert_eq!(
+        files_starting(&proxy.state, "recovery.spool.unreadable-").len(),
+        2,
+        "each start's unreadable spool is kept under its own name"
+    );
+    accepting.stop();
+    proxy.starts_and_serves("k7");
+}
+
+/// Flips the last byte of every element of the spool at `path`, in place (the proxy reads it
+/// through the file it has open): none of them opens any more.
+fn damage_spool_in_place(path: &std::path::Path) {
+    use std::os::unix::fs::FileExt;
+    let bytes = std::fs::read(path).unwrap();
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    let mut at = 0;
+    while at + 20 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 16..at + 20].try_into().unwrap()) as usize;
+        let last = at + 20 + len - 1;
+        file.write_all_at(&[bytes[last] ^ 1], last as u64).unwrap();
+        at += 20 + len;
+    }
+}
+
+/// Review finding 11, first half, end to end: records the fill cannot read back from the spool
+/// (here the spool is damaged on disk while the fill reads it, slowed down by the test-only
+/// `CLOAK_LEAK_DEMO_SLOW_READ_BACK_US`) are lost, and the spool that holds what they were is
+/// kept as `recovery.spool.lost-records`, with an error naming how many, never deleted. The
+/// count is checked against the keys that now fail to read.
+#[test]
+fn records_the_fill_cannot_read_back_keep_the_spool_and_are_counted() {
+    let server = Server::cloak();
+    let proxy = Proxy::new(&server, "cloak");
+    proxy.populate();
+    let spool = proxy.state.join("recovery.spool");
+    let mut child = Command::new(CLOAK)
+        .args(proxy.args(&[]))
+        // Every read back from the spool waits 5 ms first: the fill's 1000 reads take seconds,
+        // and the spool is damaged long before most of them.
+        .env(cloak_core::recovery::leak_demo::SLOW_READ_BACK_ENV, "5000")
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !spool.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the start never spooled"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    damage_spool_in_place(&spool);
+    let stderr = child.stderr.take().unwrap();
+    let (lines, said) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            let _ = lines.send(without_ansi(&line));
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kept = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match said.recv_timeout(left) {
+            Ok(line) if line.contains("kept the spool") => break line,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the proxy never said it kept the spool (spool still at its path: {})",
+                    spool.exists()
+                );
+            }
+        }
+    };
+    let lost: usize = kept
+        .split("lost=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the error names how many records were lost: {kept}"));
+    let failing = (0..KEYS)
+        .filter(|i| {
+            redis::cmd("GET")
+                .arg(format!("k{i}"))
+                .query::<Option<String>>(&mut connect(proxy.port))
+                .is_err()
+        })
+        .count();
+    eprintln!("{kept}\n{failing} of {KEYS} keys fail to read");
+    assert!(
+        lost > 0,
+        "the damage landed before the fill read everything"
+    );
+    assert_eq!(lost, failing, "the count names the keys lost");
+    assert!(!spool.exists());
+    assert!(proxy.state.join("recovery.spool.lost-records").exists());
+    let _ = child.kill();
+    let _ = child.wait();
+}

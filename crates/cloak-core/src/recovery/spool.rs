@@ -46,6 +46,19 @@ pub struct SpoolWriter {
     len: u64,
     /// Whether [`SpoolWriter::finish`] syncs the file to disk.
     durable: bool,
+    /// How many elements were appended, and their one length while they all have the same.
+    elements: u64,
+    same_len: SameLen,
+}
+
+/// Whether the elements of a spool all have one length (sealed elements do): then the `k`th is
+/// at a place known without an index, which [`SpoolReader::nth`] reads.
+#[derive(Clone, Copy, Debug, Default)]
+enum SameLen {
+    #[default]
+    Nothing,
+    All(u32),
+    Mixed,
 }
 
 /// A spool's buffer between writes to the file: large enough that a scan chunk of small
@@ -60,6 +73,8 @@ impl SpoolWriter {
             file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
             len: 0,
             durable: true,
+            elements: 0,
+            same_len: SameLen::Nothing,
         }
     }
 
@@ -86,12 +101,23 @@ impl SpoolWriter {
         file.write_all(element)?;
         let spooled = Spooled { at: self.len, len };
         self.len += HEADER_LEN + u64::from(len);
+        self.elements += 1;
+        self.same_len = match self.same_len {
+            SameLen::Nothing => SameLen::All(len),
+            SameLen::All(all) if all == len => SameLen::All(len),
+            _ => SameLen::Mixed,
+        };
         Ok(spooled)
     }
 
     /// Bytes appended so far.
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Elements appended so far.
+    pub fn elements(&self) -> u64 {
+        self.elements
     }
 
     /// Whether nothing was appended.
@@ -111,7 +137,15 @@ impl SpoolWriter {
             }
             None => None,
         };
-        Ok(SpoolReader { file })
+        let same_len = match self.same_len {
+            SameLen::All(len) => Some(len),
+            SameLen::Nothing | SameLen::Mixed => None,
+        };
+        Ok(SpoolReader {
+            file,
+            elements: self.elements,
+            same_len,
+        })
     }
 }
 
@@ -119,9 +153,23 @@ impl SpoolWriter {
 #[derive(Debug, Default)]
 pub struct SpoolReader {
     file: Option<File>,
+    elements: u64,
+    /// The length of every element, if they all have one.
+    same_len: Option<u32>,
 }
 
 impl SpoolReader {
+    /// Where the element `k` places after the first is (counted modulo the elements held), if
+    /// every element has the same length; `None` for an empty spool or one of mixed lengths.
+    pub fn nth(&self, k: u64) -> Option<Spooled> {
+        let len = self.same_len?;
+        let k = k.checked_rem(self.elements)?;
+        Some(Spooled {
+            at: k * (HEADER_LEN + u64::from(len)),
+            len,
+        })
+    }
+
     /// The element at `spooled`, and the address it was read at. One positioned read of header
     /// and element together, which leaves no file position behind, so threads can read at once.
     pub fn read(&self, spooled: Spooled) -> std::io::Result<(Addr, Bytes)> {
@@ -223,6 +271,27 @@ mod tests {
             reader.read(Spooled { at: a.at, len: 4 }).is_err(),
             "a length other than the one written is an error"
         );
+    }
+
+    #[test]
+    fn elements_of_one_length_are_found_by_number_and_mixed_ones_are_not() {
+        let mut writer = SpoolWriter::default();
+        let places: Vec<Spooled> = (0..3u8)
+            .map(|i| writer.append(u128::from(i), &[i; 40]).unwrap())
+            .collect();
+        let reader = writer.finish().unwrap();
+        assert_eq!(reader.nth(1), Some(places[1]));
+        assert_eq!(
+            reader.nth(5),
+            Some(places[2]),
+            "counted modulo the elements"
+        );
+        assert_eq!(reader.read(reader.nth(3).unwrap()).unwrap().0, 0);
+
+        let mut mixed = SpoolWriter::default();
+        three(&mut mixed);
+        assert_eq!(mixed.finish().unwrap().nth(0), None);
+        assert_eq!(SpoolWriter::default().finish().unwrap().nth(0), None);
     }
 
     #[test]

@@ -264,6 +264,7 @@ impl Cloak {
             let records = take_for_fill(
                 &mut self.initial,
                 &slots,
+                slots.len(),
                 &mut self.corrupt,
                 &mut self.io.stats.fill_losses,
             );

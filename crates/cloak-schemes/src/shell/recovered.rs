@@ -13,14 +13,19 @@ use cloak_core::{Record, RecoveredRecords, Slot};
 /// a time, see [`RecoveredRecords::take_all`]); a record that cannot be read back is logged, its
 /// slot goes into `corrupt`, `losses` counts it, and the fill writes it empty (see the module
 /// docs).
+///
+/// `request` is the number of elements of the storage request these records go out in: so
+/// many elements are read back from the spool whatever the slots hold, so that how long a
+/// request takes to prepare does not tell the server how many of its elements carry records.
 pub fn take_for_fill(
     initial: &mut RecoveredRecords,
     slots: &[u32],
+    request: usize,
     corrupt: &mut impl Extend<u32>,
     losses: &mut u64,
 ) -> Vec<Record> {
     let wanted: Vec<Slot> = slots.iter().map(|&slot| Slot::from(slot)).collect();
-    let taken = initial.take_all(&wanted);
+    let taken = initial.take_all(&wanted, request);
     slots
         .iter()
         .zip(taken)
@@ -56,7 +61,7 @@ mod tests {
         let mut initial = RecoveredRecords::from(vec![(2, record.clone())]);
         let (mut corrupt, mut losses) = (Vec::new(), 0);
         assert_eq!(
-            take_for_fill(&mut initial, &[3, 2], &mut corrupt, &mut losses),
+            take_for_fill(&mut initial, &[3, 2], 2, &mut corrupt, &mut losses),
             [Record::empty(), record]
         );
         assert!(corrupt.is_empty());

@@ -72,7 +72,14 @@ impl Startup {
         let mut cache = LruCache::unbounded();
         let mut cached_recovered = Vec::new();
         let mut fill_losses = 0;
-        let records = take_for_fill(&mut initial, &cached, &mut corrupt, &mut fill_losses);
+        // As many reads whichever cached slots hold records: the scan waits for these.
+        let records = take_for_fill(
+            &mut initial,
+            &cached,
+            cached.len(),
+            &mut corrupt,
+            &mut fill_losses,
+        );
         for (slot, record) in cached.into_iter().zip(records) {
             if record.version > 0 {
                 cached_recovered.push(slot);
@@ -178,9 +185,12 @@ impl Waffle {
                     Object::Dummy(_) => None,
                 })
                 .collect();
+            // As many reads as the request has elements, dummies too: how many of them are
+            // dummies is as secret as which.
             let mut taken = take_for_fill(
                 &mut self.startup.initial,
                 &reals,
+                objects.len(),
                 &mut self.corrupt,
                 &mut self.io.stats.fill_losses,
             )

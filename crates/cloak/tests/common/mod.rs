@@ -44,7 +44,13 @@ impl Running {
 
     /// [`Running::start`] with extra environment variables.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)], ready: &str) -> Self {
-        let mut child = Command::new(CLOAK)
+        Self::start_bin_with_env(CLOAK, args, env, ready)
+    }
+
+    /// [`Running::start_with_env`] of the `cloak` binary at `bin` (a measurement may run a
+    /// release build).
+    pub fn start_bin_with_env(bin: &str, args: &[&str], env: &[(&str, &str)], ready: &str) -> Self {
+        let mut child = Command::new(bin)
             .args(args)
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
