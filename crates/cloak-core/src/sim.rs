@@ -342,8 +342,11 @@ impl Simulator {
             self.storage_bytes += reply.received_bytes();
             Ok(reply)
         };
-        self.in_flight
-            .push_back((self.now + self.storage_delay, request.id, Answer::Ready(result)));
+        self.in_flight.push_back((
+            self.now + self.storage_delay,
+            request.id,
+            Answer::Ready(result),
+        ));
     }
 
     /// Sends what the engine wants sent and collects what it answered, until nothing moves.
