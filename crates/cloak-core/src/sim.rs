@@ -21,6 +21,13 @@ use crate::trace::{Observed, Trace};
 /// Sees every storage request, values included, when storage receives it (see [`Simulator::tap`]).
 type Tap = Box<dyn FnMut(Duration, &StorageOp) + Send>;
 
+/// What storage answers a request with, when its time comes.
+enum Answer {
+    Ready(Result<StorageReply, StorageError>),
+    /// A write applied only now (see [`Simulator::with_writes_landing_on_answer`]).
+    Lands(StorageOp),
+}
+
 /// Runs an engine against an in-memory store and journal in virtual time: the tests' and the
 /// auditor's proxy.
 pub struct Simulator {
@@ -34,7 +41,8 @@ pub struct Simulator {
     storage_full: bool,
     /// Storage applies nothing and answers every request with a reply of another kind.
     storage_confused: bool,
-    in_flight: VecDeque<(Instant, RequestId, Result<StorageReply, StorageError>)>,
+    in_flight: VecDeque<(Instant, RequestId, Answer)>,
+    writes_land_on_answer: bool,
     /// Requests handed over to leave at a later instant (`StorageRequest::not_before`), in the
     /// order they leave.
     scheduled: BTreeMap<(Instant, RequestId), StorageRequest>,
@@ -68,6 +76,7 @@ impl Simulator {
             storage_full: false,
             storage_confused: false,
             in_flight: VecDeque::new(),
+            writes_land_on_answer: false,
             scheduled: BTreeMap::new(),
             journal,
             journal_delay: Duration::ZERO,
@@ -83,6 +92,14 @@ impl Simulator {
     /// Virtual time each storage round trip takes.
     pub fn with_storage_delay(mut self, delay: Duration) -> Self {
         self.storage_delay = delay;
+        self
+    }
+
+    /// Storage applies each write when it answers it rather than when it receives it, so a read
+    /// sent meanwhile finds the elements from before the write: what real storage may do with
+    /// requests that travel on different connections.
+    pub fn with_writes_landing_on_answer(mut self) -> Self {
+        self.writes_land_on_answer = true;
         self
     }
 
@@ -271,7 +288,11 @@ impl Simulator {
             self.journal.apply(op);
             self.engine.handle_journaled(self.now, id, Ok(()));
         } else if next_reply.is_some_and(|at| at <= self.now) {
-            let (_, id, result) = self.in_flight.pop_front().expect("peeked");
+            let (_, id, answer) = self.in_flight.pop_front().expect("peeked");
+            let result = match answer {
+                Answer::Ready(result) => result,
+                Answer::Lands(write) => Ok(self.store.apply(write)),
+            };
             self.engine.handle_storage(self.now, id, result);
         } else if next_release.is_some_and(|at| at <= self.now) {
             let (_, request) = self.scheduled.pop_first().expect("peeked");
@@ -311,12 +332,21 @@ impl Simulator {
                 tap(self.now - self.start, &request.op);
             }
             self.storage_bytes += request.op.sent_bytes();
+            if self.writes_land_on_answer && matches!(request.op, StorageOp::Write(_)) {
+                let answered = self.now + self.storage_delay;
+                self.in_flight
+                    .push_back((answered, request.id, Answer::Lands(request.op)));
+                return;
+            }
             let reply = self.store.apply(request.op);
             self.storage_bytes += reply.received_bytes();
             Ok(reply)
         };
-        self.in_flight
-            .push_back((self.now + self.storage_delay, request.id, result));
+        self.in_flight.push_back((
+            self.now + self.storage_delay,
+            request.id,
+            Answer::Ready(result),
+        ));
     }
 
     /// Sends what the engine wants sent and collects what it answered, until nothing moves.

@@ -9,7 +9,8 @@
 //! leaves (`StorageRequest::not_before`): a driver busy with clients when the grid point comes
 //! still sends it on time, from a timer of its own. A batch is skipped when the previous one is
 //! still unfinished at its grid point (its write-back unanswered, or a failed request waiting to
-//! be repeated); the skip is counted in [`SchemeStats::missed_batches`], and the next batch waits
+//! be repeated; Cloak lets one write-back land while the next read is out, see its
+//! `write_backs`); the skip is counted in [`SchemeStats::missed_batches`], and the next batch waits
 //! for the next grid point. Starting it late instead would put it off the grid by however late
 //! the previous batch was, which is how load used to stretch the interval. A driver that wakes
 //! after a grid point (a busy host) starts that batch late but keeps the grid: the batch after it

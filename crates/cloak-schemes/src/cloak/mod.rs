@@ -18,6 +18,7 @@
 mod budgets;
 mod options;
 mod sets;
+mod write_backs;
 
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
@@ -39,6 +40,7 @@ pub use options::{
     DEFAULT_ZIPF_EXPONENT,
 };
 use sets::Sets;
+use write_backs::{WriteBack, WriteBacks};
 
 use crate::Start;
 use crate::schedule::Schedule;
@@ -95,8 +97,9 @@ struct Flight {
     old_generations: Vec<u64>,
     /// `addrs[j]` now holds `old_slots[perm[j]]`.
     perm: Vec<u32>,
-    /// Client writes the write-back carries, as (slot, version): acknowledged, not yet stored.
-    written: Vec<(u32, u64)>,
+    /// For the addresses an unanswered write-back was writing when the read left, by index in
+    /// `addrs`: the element it wrote, used instead of storage's answer (see [`write_backs`]).
+    written_meanwhile: Vec<(usize, Bytes)>,
 }
 
 /// Why Cloak sent a storage request.
@@ -137,7 +140,9 @@ pub struct Cloak {
     cache: Option<LruCache<u32, Record>>,
     /// Slots whose element failed authentication and that no client has overwritten since.
     corrupt: HashSet<u32>,
+    /// The batch whose read is out, until its answer is sealed into a write-back.
     flight: Option<Flight>,
+    write_backs: WriteBacks,
 
     /// Records the initial fill places (recovered after a crash), by slot.
     initial: RecoveredRecords,
@@ -218,6 +223,7 @@ impl Cloak {
             queued: 0,
             corrupt: HashSet::new(),
             flight: None,
+            write_backs: WriteBacks::default(),
             recovered: initial.written(),
             initial,
             fill: Fill::new(n as u64, FILL_CHUNK),
@@ -429,7 +435,7 @@ impl Cloak {
     /// Starts the batch due on the grid, unless the one before is unfinished (then that grid
     /// point is skipped: see [`crate::schedule`]).
     fn maybe_start_batch(&mut self, now: Instant) {
-        let busy = self.flight.is_some() || self.io.repeating();
+        let busy = self.flight.is_some() || !self.write_backs.has_room() || self.io.repeating();
         #[cfg(feature = "leak-demo")]
         if self.leak_demo_intake_batches && !busy && self.queued > 0 {
             let leaves = self.schedule.restart(now);
@@ -507,6 +513,11 @@ impl Cloak {
         self.io.stats.real_accesses += reals;
         self.io.stats.dummy_accesses += size as u64 - reals;
         let read = StorageOp::Read(addrs.iter().map(|&a| Addr::from(a)).collect());
+        let written_meanwhile = addrs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &addr)| Some((i, self.write_backs.element_at(addr)?.clone())))
+            .collect();
         self.flight = Some(Flight {
             batch,
             started,
@@ -514,15 +525,19 @@ impl Cloak {
             old_slots,
             old_generations,
             perm,
-            written: Vec::new(),
+            written_meanwhile,
         });
         self.io.send_at(started, Purpose::BatchRead, read);
     }
 
     /// The server answered the batch read: answer clients, apply writes, re-encrypt, and hand
     /// the write-back over to leave at its time on the schedule (now if that has passed).
-    fn finish_read(&mut self, now: Instant, values: Vec<Option<Bytes>>) {
+    fn finish_read(&mut self, now: Instant, mut values: Vec<Option<Bytes>>) {
         let mut flight = self.flight.take().expect("a batch is in flight");
+        for (i, element) in std::mem::take(&mut flight.written_meanwhile) {
+            values[i] = Some(element);
+        }
+        let mut written = Vec::new();
         // Where each element goes: `addrs[perm[j]]`'s element moves to `addrs[j]`.
         let mut moves_to = vec![0u32; flight.perm.len()];
         for (to, &from) in flight.perm.iter().enumerate() {
@@ -562,7 +577,7 @@ impl Cloak {
             );
             let content = match (waiting, opened) {
                 (Some(Waiting::Write(record)), _) => {
-                    flight.written.push((slot, record.version));
+                    written.push((slot, record.version));
                     record
                 }
                 // A slot lost earlier holds an empty placeholder: it must not pass for data.
@@ -625,18 +640,34 @@ impl Cloak {
         // Into write order: `moves_to` is a permutation, so every destination comes once.
         to_seal.sort_unstable_by_key(|(to, _)| *to);
         let to_seal: Vec<_> = to_seal.into_iter().map(|(_, seal)| seal).collect();
-        let sealed = self.codec.seal_all(&to_seal);
-        let writes: Vec<(Addr, Bytes)> = flight
+        let write_back = WriteBack {
+            elements: self.codec.seal_all(&to_seal),
+            addrs: flight.addrs,
+            written,
+            started: flight.started,
+            sent: false,
+        };
+        if self.write_backs.push(write_back) {
+            self.send_write_back(now);
+        }
+    }
+
+    /// Hands the oldest write-back to storage, if it has not left yet. Sealing is done: what it
+    /// carries, and when it leaves, no longer depends on which slots were real (only an overrun
+    /// makes it late: sealed late, or the write-back before it answered late; see
+    /// `crate::schedule`).
+    fn send_write_back(&mut self, now: Instant) {
+        let Some(write_back) = self.write_backs.next_to_send() else {
+            return;
+        };
+        write_back.sent = true;
+        let writes = write_back
             .addrs
             .iter()
             .map(|&addr| Addr::from(addr))
-            .zip(sealed)
+            .zip(write_back.elements.iter().cloned())
             .collect();
-        let started = flight.started;
-        self.flight = Some(flight);
-        // Sealing is done: what the write-back carries, and when it leaves, no longer depends
-        // on which slots were real (only an overrun makes it late; see `crate::schedule`).
-        let leaves = self.schedule.release_time(now, started);
+        let leaves = self.schedule.release_time(now, write_back.started);
         self.io
             .send_at(leaves, Purpose::BatchWrite, StorageOp::Write(writes));
     }
@@ -672,12 +703,13 @@ impl Algorithm for Cloak {
             }
             Purpose::BatchRead => self.finish_read(now, answer.values()),
             Purpose::BatchWrite => {
-                if let Some(flight) = self.flight.take() {
-                    for (slot, version) in flight.written {
+                if let Some(write_back) = self.write_backs.answered() {
+                    for (slot, version) in write_back.written {
                         self.io.out.release(Slot::from(slot), version);
                     }
                 }
                 self.io.stats.batches += 1;
+                self.send_write_back(now);
             }
         }
         self.maybe_start_batch(now);
@@ -718,7 +750,7 @@ impl Algorithm for Cloak {
             .flat_map(|p| [&p.queued, &p.flight])
             .filter(|w| matches!(w, Some(Waiting::Write(_))))
             .count() as u64;
-        let writing_back = self.flight.as_ref().map_or(0, |f| f.written.len()) as u64;
+        let writing_back = self.write_backs.unwritten() as u64;
         let filling = if self.filled() { 0 } else { self.recovered };
         stats.queued = self.queued as u64;
         stats.unwritten = pending_writes + writing_back + filling;
