@@ -237,16 +237,18 @@ pub struct RecoveryReport {
 /// Rebuilds the store's records from storage (a full scan), the spool an interrupted start
 /// left in `state` and the journal, and checks them against `expected`, the slot versions
 /// storage must hold (from the ledger; empty without one). With a state directory, the
-/// recovered elements are spooled there (see the module docs).
+/// recovered elements are spooled there (see the module docs). `slots` is how many slots the
+/// store has, the room recovery makes for their records up front.
 pub async fn recover(
     storage: &dyn Storage,
     format: ElementFormat,
+    slots: u64,
     journal: Option<&dyn Journal>,
     expected: &SlotVersions,
     state: Option<&StateDir>,
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
-    let mut recovery = Recovery::new(format);
+    let mut recovery = Recovery::new(format).expecting(slots);
     if let Some(state) = state {
         recovery = recovery.spooling_to(state.next_spool()?);
     }
