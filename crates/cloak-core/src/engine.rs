@@ -1205,10 +1205,9 @@ impl Engine {
 
         if matches!(reply, Reply::Written)
             && let Some(version) = route.version
+            && let Some(acknowledged) = &mut self.acknowledged
         {
-            if let Some(acknowledged) = &mut self.acknowledged {
-                acknowledged.raise(route.slot, version);
-            }
+            acknowledged.raise(route.slot, version);
         }
         let route = match route.expect {
             Expect::Covers(left) => {
