@@ -72,6 +72,25 @@ impl Slots {
             });
     }
 
+    /// Records `key` at `slot` unless the table holds it already (then it keeps its slot),
+    /// hashing the key once; whether it was recorded.
+    fn insert_if_absent(&mut self, key: &[u8], slot: u32) -> bool {
+        let (names, hasher) = (&self.names, &self.hasher);
+        let entry = self.index.entry(
+            table_hash(hasher, key),
+            |&held| names.get(held as usize) == Some(key),
+            |&held| table_hash(hasher, names.get(held as usize).unwrap_or_default()),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(_) => false,
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(slot);
+                self.names.set(slot as usize, key);
+                true
+            }
+        }
+    }
+
     fn remove(&mut self, key: &[u8]) -> Option<u32> {
         let names = &self.names;
         let entry = self
@@ -216,9 +235,7 @@ impl KeyDirectory {
         let mut taken = vec![false; capacity];
         for (slot, key) in keys {
             // A key recovered twice keeps its first slot (recovery hands over each key once).
-            if directory.slots.get(key).is_none() {
-                directory.slots.insert(key, slot as u32);
-            }
+            directory.slots.insert_if_absent(key, slot as u32);
             taken[slot as usize] = true;
         }
         directory.free.retain(|&s| !taken[s as usize]);

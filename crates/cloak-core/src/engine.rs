@@ -209,7 +209,8 @@ pub struct Engine {
     cover: Option<ChaCha20Rng>,
     /// The version of every slot's last acknowledged write (`DEL`s too), from recovery on: what
     /// storage holds once the scheme is drained, for the next start to check storage against.
-    acknowledged: Acknowledged,
+    /// `None` when nothing saves them (no ledger, see [`Engine::without_acknowledged`]).
+    acknowledged: Option<Acknowledged>,
     /// Every key's type and deadline.
     keyspace: Keyspace,
     clock: WallClock,
@@ -238,7 +239,7 @@ impl Engine {
         );
         let scheme_needs_cover = scheme.traffic_per_op();
         let db_sizes = listing::count_by_db(&directory, limits.max_key);
-        let acknowledged = Acknowledged::new(directory.capacity());
+        let acknowledged = Some(Acknowledged::new(directory.capacity()));
         Self {
             scheme,
             directory,
@@ -299,18 +300,29 @@ impl Engine {
     }
 
     /// Starts from the slot versions recovery found (what storage holds at the start).
-    pub fn with_acknowledged(mut self, versions: SlotVersions) -> Self {
-        for (slot, version) in versions {
-            self.acknowledged.raise(slot, version);
+    pub fn with_acknowledged(mut self, versions: impl IntoIterator<Item = (Slot, u64)>) -> Self {
+        if let Some(acknowledged) = &mut self.acknowledged {
+            for (slot, version) in versions {
+                acknowledged.raise(slot, version);
+            }
         }
         self
     }
 
+    /// Keeps no slot versions: for a proxy without a ledger, where nothing would ever read them.
+    /// They cost 8 bytes a slot (8 MB at a million keys), and recovery's versions need not be
+    /// gathered at all.
+    pub fn without_acknowledged(mut self) -> Self {
+        self.acknowledged = None;
+        self
+    }
+
     /// The version of every slot's last acknowledged write, recovered ones included (slots
-    /// never written are left out). Storage holds at least these once
+    /// never written are left out); `None` if the engine keeps none
+    /// ([`Engine::without_acknowledged`]). Storage holds at least these once
     /// [`SchemeStats::unwritten`] is zero.
-    pub fn acknowledged(&self) -> SlotVersions {
-        self.acknowledged.versions()
+    pub fn acknowledged(&self) -> Option<SlotVersions> {
+        self.acknowledged.as_ref().map(Acknowledged::versions)
     }
 
     /// The sizes and counts commands must stay within.
@@ -1193,8 +1205,9 @@ impl Engine {
 
         if matches!(reply, Reply::Written)
             && let Some(version) = route.version
+            && let Some(acknowledged) = &mut self.acknowledged
         {
-            self.acknowledged.raise(route.slot, version);
+            acknowledged.raise(route.slot, version);
         }
         let route = match route.expect {
             Expect::Covers(left) => {

@@ -29,12 +29,15 @@ pub mod leak_demo;
 mod records;
 pub mod spool;
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+// Slots come from authenticated elements the proxy wrote, never chosen by a client or the
+// server: a fast hash is safe for them.
+use hashbrown::hash_table::Entry;
+use hashbrown::{HashMap, HashTable};
 
 use crate::element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slot};
 use crate::integrity::{Damage, Findings, SlotVersions};
@@ -70,6 +73,11 @@ pub enum RecoveryError {
 
 /// Elements read per scan request.
 const SCAN_CHUNK: u32 = 4096;
+
+/// Most records [`Recovery::expecting`] makes room for in advance (past it the table grows as
+/// it fills): the room is reserved, not touched, until records arrive, but a capacity given by
+/// mistake should not reserve terabytes.
+const MAX_RESERVED: usize = 1 << 28;
 
 /// The `tracing` target of a start's progress lines: the scan's and the fill's (see
 /// [`Progress`]). Tools that wait for a proxy to start, like the benchmark, follow these lines.
@@ -217,6 +225,19 @@ impl Recovery {
             damage: Damage::default(),
             max_generation: 0,
         }
+    }
+
+    /// Makes room now for the records of `slots` slots (the store's size, which the proxy
+    /// knows), so the table of newest records is not grown and rehashed over and over as the
+    /// scan goes: at ten million records that was seconds of a start, and each growth held the
+    /// old table and the new one at once. Only a hint: more slots still fit.
+    pub fn expecting(mut self, slots: u64) -> Self {
+        self.newest.reserve(
+            usize::try_from(slots)
+                .unwrap_or(usize::MAX)
+                .min(MAX_RESERVED),
+        );
+        self
     }
 
     /// A recovery that spools to `file` (empty, open for reading and writing) and syncs it to
@@ -395,39 +416,47 @@ impl Recovery {
 /// equal versions, the lower slot) and turns every other copy into an empty record, so it never
 /// comes back.
 ///
-/// Copies are found by sorting (fingerprint, index) pairs, 16 bytes a record, where a map from
-/// key to home cost about a hundred at a million keys. The fingerprint is a randomly seeded
-/// hash, so the sort compares integers and reads keys only where fingerprints tie (a copy, or a
-/// chance collision, which the key comparison then tells apart); sorting by the keys themselves
-/// chased two pointers per comparison and cost seconds at a million records.
+/// One pass with a table of each key's newest copy so far, 5 bytes a bucket holding the copy's
+/// index: no sort (sorting 16-byte (fingerprint, index) pairs took seconds at ten million
+/// records), and a key is hashed once. The hash is randomly seeded, and two keys are the same
+/// key only if their bytes are.
 fn empty_stale_copies(records: &mut [(Slot, Found)]) {
     let seed = hashbrown::DefaultHashBuilder::default();
-    let mut by_key: Vec<(u64, u32)> = (0..records.len() as u32)
-        .filter(|&i| !records[i as usize].1.is_empty())
-        .map(|i| (seed.hash_one(&records[i as usize].1.key), i))
-        .collect();
-    let newest_first = |a: u32, b: u32| {
-        let ((slot_a, a), (slot_b, b)) = (&records[a as usize], &records[b as usize]);
-        a.key
-            .cmp(&b.key)
-            .then(b.version.cmp(&a.version))
-            .then(slot_a.cmp(slot_b))
-    };
-    by_key.sort_unstable_by(|(hash_a, a), (hash_b, b)| {
-        hash_a.cmp(hash_b).then_with(|| newest_first(*a, *b))
-    });
+    let hash = |i: u32| seed.hash_one(&records[i as usize].1.key);
+    let mut homes: HashTable<u32> = HashTable::with_capacity(records.len());
     let mut stale = Vec::new();
-    for pair in by_key.windows(2) {
-        let (a, b) = (pair[0].1 as usize, pair[1].1 as usize);
-        if pair[0].0 == pair[1].0 && records[a].1.key == records[b].1.key {
-            stale.push(b);
+    for i in 0..records.len() as u32 {
+        let found = &records[i as usize].1;
+        if found.is_empty() {
+            continue;
+        }
+        let same_key = |&home: &u32| records[home as usize].1.key == found.key;
+        match homes.entry(hash(i), same_key, |&home| hash(home)) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(i);
+            }
+            Entry::Occupied(mut home) => {
+                let held = *home.get();
+                if keeps_over(&records[i as usize], &records[held as usize]) {
+                    stale.push(held);
+                    *home.get_mut() = i;
+                } else {
+                    stale.push(i);
+                }
+            }
         }
     }
-    drop(by_key);
+    drop(homes);
     for i in stale {
-        let found = &mut records[i].1;
+        let found = &mut records[i as usize].1;
         *found = Found::emptied(found.version);
     }
+}
+
+/// Whether `copy` is the one to keep over `held`, another copy of its key: the newer, and of
+/// equal versions the lower slot.
+fn keeps_over((copy_slot, copy): &(Slot, Found), (held_slot, held): &(Slot, Found)) -> bool {
+    (copy.version, std::cmp::Reverse(*copy_slot)) > (held.version, std::cmp::Reverse(*held_slot))
 }
 
 /// A store's state as recovery found it.

@@ -437,7 +437,11 @@ impl Core {
     /// at this one's start, which still holds (versions only grow) but covers less.
     fn save_ledger(&self) {
         let Some(ledger) = &self.ledger else { return };
-        let versions = self.engine.acknowledged();
+        let Some(versions) = self.engine.acknowledged() else {
+            // The store keeps versions whenever it has a ledger (`Store::start`).
+            tracing::error!("no slot versions kept to save to the ledger");
+            return;
+        };
         match ledger.save(&versions) {
             Ok(()) => tracing::info!(
                 slots = versions.len(),

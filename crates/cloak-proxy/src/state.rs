@@ -331,17 +331,19 @@ pub struct RecoveryReport {
 /// left in `state` and the journal, and checks them against `expected`, the slot versions
 /// storage must hold (from the ledger; empty without one). With a state directory, the
 /// recovered elements are spooled there (see the module docs). An earlier spool that cannot be
-/// read whole refuses the start unless `accept_data_loss`.
+/// read whole refuses the start unless `accept_data_loss`. `slots` is how many slots the store
+/// has, the room recovery makes for their records up front.
 pub async fn recover(
     storage: &dyn Storage,
     format: ElementFormat,
+    slots: u64,
     journal: Option<&dyn Journal>,
     expected: &SlotVersions,
     state: Option<&StateDir>,
     accept_data_loss: bool,
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
-    let mut recovery = Recovery::new(format);
+    let mut recovery = Recovery::new(format).expecting(slots);
     if let Some(state) = state {
         recovery = recovery.spooling_to(state.next_spool()?);
     }

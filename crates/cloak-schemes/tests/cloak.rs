@@ -804,7 +804,10 @@ fn a_key_lost_to_a_bad_element_during_a_run_is_reported_after_a_restart() {
         expect_integrity_error(sim.execute(2, get("x")));
         // The batch that found x corrupted writes its placeholder back.
         assert!(sim.run_until(DELTA, Simulator::storage_idle));
-        let acknowledged = sim.engine().acknowledged();
+        let acknowledged = sim
+            .engine()
+            .acknowledged()
+            .expect("a simulation keeps versions");
         let (_, recovered) = restart.recover(sim.crash(), 1);
         // Storage alone shows a free slot where x was...
         assert!(recovered.keys().all(|(_, key)| key != b"x"));

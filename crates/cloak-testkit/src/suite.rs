@@ -512,7 +512,10 @@ pub fn crash_recovery(
         }
         // Every write acknowledged before the crash is in storage or the journal, so a start
         // that checks storage against these versions must find nothing wrong.
-        let acknowledged = sim.engine().acknowledged();
+        let acknowledged = sim
+            .engine()
+            .acknowledged()
+            .expect("a simulation keeps versions");
         let (recovered_sim, recovered) = restart.recover(sim.crash(), incarnation);
         sim = recovered_sim;
         let findings = recovered.findings(&acknowledged);

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, SlotVersions};
+use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, Slot, SlotVersions};
 use cloak_crypto::{KeyHasher, MasterKey};
 use cloak_proxy::{Journal, Ledger, RecoveryReport, StateDir, StoreManifest};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
@@ -202,6 +202,7 @@ impl Store {
         let mut report = cloak_proxy::recover(
             storage,
             cloak_schemes::element_format(self.scheme, self.spec.layout, master)?,
+            self.spec.capacity,
             journal,
             ledger.as_ref().map_or(&nothing_expected, |l| &l.expected),
             state,
@@ -241,7 +242,15 @@ impl Store {
         }
         let mut directory =
             KeyDirectory::restore(KeyHasher::new(master), capacity, recovered.keys());
-        let versions = recovered.versions();
+        // Slot versions are kept only for a ledger to save: without one nothing reads them, and
+        // they cost 8 bytes a slot for as long as the proxy runs.
+        let versions: Option<Vec<(Slot, u64)>> = ledger.is_some().then(|| {
+            recovered
+                .records
+                .iter()
+                .map(|(slot, version, _)| (slot, version))
+                .collect()
+        });
         let keyspace = recovered.records.keyspace().map_err(|(slot, error)| {
             anyhow::anyhow!(
                 "slot {slot}: {error}; start it with the Cloak that wrote it, or load its data \
@@ -265,11 +274,17 @@ impl Store {
         let scheme = cloak_schemes::build(self.scheme, &self.spec, &options, master, start)?;
         let engine = Engine::new(scheme, directory, self.limits)
             .with_next_version(recovered.next_version)
-            .with_acknowledged(versions)
             .with_keyspace(keyspace);
+        let engine = match versions {
+            Some(versions) => engine.with_acknowledged(versions),
+            None => engine.without_acknowledged(),
+        };
         if let Some(ledger) = ledger {
+            let versions = engine
+                .acknowledged()
+                .context("the engine keeps no slot versions for the ledger")?;
             ledger
-                .save(&engine.acknowledged())
+                .save(&versions)
                 .context("saving what this start found to the ledger")?;
         }
         if recovered.elements > 0 {
