@@ -40,6 +40,19 @@ type Waiting = waiting::Waiting<(u64, oneshot::Sender<Answer>)>;
 struct Connection {
     jobs: mpsc::UnboundedSender<Job>,
     waiting: Waiting,
+    reader: tokio::task::AbortHandle,
+}
+
+/// A connection replaced (it failed) or dropped with the storage stops its reader, which drops
+/// the reading half and so closes the socket. Otherwise the reader would wait for the server to
+/// close first, and a server that never did would keep the task and the socket: over TLS both
+/// halves of `tokio::io::split` share one stream, so dropping the writing half tells the server
+/// nothing (the Redis pipe does the same, see `redis_store::pipe`). What still waits on it was
+/// failed when the connection failed, or is answered "lost" as its sender drops.
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
 }
 
 impl Connection {
@@ -157,8 +170,13 @@ impl TcpStorage {
             waiting.clone(),
             self.addr.clone(),
         ));
-        tokio::spawn(read_loop(reader, waiting.clone(), self.addr.clone()));
-        Connection { jobs, waiting }
+        let reader =
+            tokio::spawn(read_loop(reader, waiting.clone(), self.addr.clone())).abort_handle();
+        Connection {
+            jobs,
+            waiting,
+            reader,
+        }
     }
 }
 
