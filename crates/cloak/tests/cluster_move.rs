@@ -144,6 +144,48 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
     );
     assert_eq!(get(ports[0], &keys[0]), "before");
 
+    // Nobody can hand p1 the partition while p0 serves it: an ACQUIRE with the map one move
+    // ahead is refused (p0 has not released it), and so is a map that is not one move ahead.
+    let known: String = redis::cmd("CLOAK")
+        .arg("MAP")
+        .query(&mut common::connect(ports[1]))
+        .unwrap();
+    let known = ClusterMap::from_toml(&known).unwrap();
+    let key_id: String = redis::cmd("CLOAK")
+        .arg("KEYID")
+        .arg(0)
+        .query(&mut common::connect(ports[1]))
+        .unwrap();
+    let acquire = |map: &ClusterMap| {
+        redis::cmd("CLOAK")
+            .arg("ACQUIRE")
+            .arg(0)
+            .arg(&key_id)
+            .arg(map.to_toml())
+            .query::<()>(&mut common::connect(ports[1]))
+            .unwrap_err()
+            .to_string()
+    };
+    let forged = known.moved(0, "p1").unwrap();
+    let refused = acquire(&forged);
+    assert!(refused.contains("p0 still serves partition 0"), "{refused}");
+    let jumped = forged.moved(2, "p0").unwrap();
+    let refused = acquire(&jumped);
+    assert!(refused.contains("not this proxy's map"), "{refused}");
+    let absurd = known.clone().with_epochs(u64::MAX, &[]);
+    let refused = redis::cmd("CLOAK")
+        .arg("ADOPT")
+        .arg(absurd.to_toml())
+        .query::<()>(&mut common::connect(ports[1]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("beyond any a cluster reaches"),
+        "{refused}"
+    );
+    assert_eq!(get(ports[0], &keys[0]), "before");
+    assert!(get(ports[1], &keys[0]).contains(&format!("127.0.0.1:{}", ports[0])));
+
     // p2 goes down: it misses the move and must learn it when it starts.
     proxies[2].take().unwrap().kill();
 

@@ -67,11 +67,22 @@ pub async fn answer(cores: &Cores, request: AdminRequest) -> Reply {
     }
 }
 
+/// The highest map epoch accepted from a command.
+const MAX_EPOCH: u64 = u32::MAX as u64;
+
 /// A map sent with a command: a map of this cluster, not older than the newest one known here.
 fn newer_map(node: &Node, text: &str) -> Result<Arc<ClusterMap>, String> {
     let map = ClusterMap::from_toml(text).map_err(|e| format!("the map sent is not valid: {e}"))?;
     let known = node.known();
     known.same_cluster(&map).map_err(|e| e.to_string())?;
+    // A move adds one; no cluster makes four billion. A larger epoch is not a real map, and
+    // would overflow the epochs `CLUSTER INFO` and the next move compute from it.
+    if map.epoch() > MAX_EPOCH {
+        return Err(format!(
+            "the map sent has epoch {}, beyond any a cluster reaches by moves ({MAX_EPOCH})",
+            map.epoch()
+        ));
+    }
     if map.epoch() < known.epoch() {
         return Err(format!(
             "the map sent has epoch {}, older than this proxy's {}; read the current one with \
@@ -161,6 +172,28 @@ async fn acquire(node: &Node, partition: usize, key_id: &str, map: &str) -> Resu
     };
     if hosted.core_of(partition).is_none() {
         let host = node.host()?;
+        let known = node.known();
+        let owner = one_move_to_me(&known, &map, partition, me)?;
+        // Two proxies must never serve one partition: their schedules would overwrite each
+        // other's elements and lose acknowledged writes. So the proxy that has it by the map
+        // known here must say it no longer serves it (it released it, or failed to start it)
+        // before this one starts it; a proxy that cannot be asked cannot be taken over.
+        match host.peer_serves(&owner.address(), partition).await {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err(format!(
+                    "{} still serves partition {partition}: it must release it first (`cloak \
+                     cluster move` does)",
+                    owner.name
+                ));
+            }
+            Err(why) => {
+                return Err(format!(
+                    "cannot confirm that {} has let partition {partition} go: {why}",
+                    owner.name
+                ));
+            }
+        }
         host.check(spec, key_id).await?;
         node.change(|now| Hosted {
             cores: now.cores.clone(),
@@ -202,6 +235,28 @@ async fn acquire(node: &Node, partition: usize, key_id: &str, map: &str) -> Resu
         tracing::info!(partition, "acquired: serving it");
     }
     install(node, map)
+}
+
+/// The proxy that hosts `partition` by `known`, if `sent` is `known` with only that partition
+/// moved, to proxy `me` (what `cloak cluster move` sends): anything else could hand this proxy a
+/// partition some other proxy has not been asked to let go.
+fn one_move_to_me<'a>(
+    known: &'a ClusterMap,
+    sent: &ClusterMap,
+    partition: usize,
+    me: usize,
+) -> Result<&'a cloak_cluster::Proxy, String> {
+    let name = &known.proxies()[me].name;
+    let expected = known.moved(partition, name).map_err(|e| e.to_string())?;
+    if expected != *sent {
+        return Err(format!(
+            "the map sent is not this proxy's map (epoch {}) with only partition {partition} \
+             moved to {name}; read the current one with CLOAK MAP",
+            known.epoch()
+        ));
+    }
+    let owner = known.partitions()[partition].proxy;
+    Ok(&known.proxies()[owner])
 }
 
 /// Routes by `map` from now on: it must give this proxy exactly the partitions it serves.

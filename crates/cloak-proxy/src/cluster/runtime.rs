@@ -53,6 +53,14 @@ pub trait PartitionHost: Send + Sync {
 
     /// Keeps `map` where this proxy's next start reads it (see `cloak proxy --cluster`).
     fn persist(&self, map: &ClusterMap) -> Result<(), String>;
+
+    /// Whether the proxy at `address` serves `partition` now (its `CLOAK.HEALTH` answer lists
+    /// it as served), or why that cannot be told.
+    fn peer_serves<'a>(
+        &'a self,
+        address: &'a str,
+        partition: usize,
+    ) -> BoxFuture<'a, Result<bool, String>>;
 }
 
 /// A core's task as the proxy watches it: it ends when the core has drained (`Ok`), or with

@@ -135,6 +135,32 @@ impl PartitionHost for ProxyPartitions {
         })
     }
 
+    fn peer_serves<'a>(
+        &'a self,
+        address: &'a str,
+        partition: usize,
+    ) -> BoxFuture<'a, Result<bool, String>> {
+        let address = address.to_string();
+        let password = self.args.password.clone();
+        Box::pin(async move {
+            let asked = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+                let mut con = connect(&address, password.as_deref(), PEER_TIMEOUT)?;
+                Ok(redis::cmd("CLOAK.HEALTH").query(&mut con)?)
+            });
+            let health = match asked.await {
+                Ok(Ok(health)) => health,
+                Ok(Err(error)) => return Err(format!("{error:#}")),
+                Err(error) => return Err(error.to_string()),
+            };
+            // Lines `N ok` or `N fail why` for what it serves, `N moving` for a hand-off.
+            Ok(health.lines().skip(1).any(|line| {
+                let mut words = line.split(' ');
+                words.next() == Some(partition.to_string().as_str())
+                    && matches!(words.next(), Some("ok" | "fail"))
+            }))
+        })
+    }
+
     fn persist(&self, map: &ClusterMap) -> Result<(), String> {
         let written = match self.map_file.parent() {
             Some(dir) => std::fs::create_dir_all(dir),
