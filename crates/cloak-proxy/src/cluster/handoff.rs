@@ -140,9 +140,8 @@ async fn release(node: &Node, partition: usize, map: &str) -> Result<(), String>
                 .cloned()
                 .collect(),
             moving: with(&now.moving, partition),
-            map: now.map.clone(),
-            me,
-            health: now.health.clone(),
+            busy: with(&now.busy, partition),
+            ..now.clone()
         });
         tracing::info!(
             partition,
@@ -151,6 +150,10 @@ async fn release(node: &Node, partition: usize, map: &str) -> Result<(), String>
         if let Some(stopped) = stopped {
             let _ = stopped.await;
         }
+        node.change(|now| Hosted {
+            busy: without(&now.busy, partition),
+            ..now.clone()
+        });
         tracing::info!(
             partition,
             "released: every acknowledged write is in storage"
@@ -174,78 +177,89 @@ async fn acquire(node: &Node, partition: usize, key_id: &str, map: &str) -> Resu
         let host = node.host()?;
         let known = node.known();
         let owner = one_move_to_me(&known, &map, partition, me)?;
-        // Two proxies must never serve one partition: their schedules would overwrite each
-        // other's elements and lose acknowledged writes. So the proxy that has it by the map
-        // known here must say it no longer serves it (it released it, or failed to start it)
-        // before this one starts it; a proxy that cannot be asked cannot be taken over.
-        match host.peer_serves(&owner.address(), partition).await {
-            Ok(false) => {}
-            Ok(true) => {
-                return Err(format!(
-                    "{} still serves partition {partition}: it must release it first (`cloak \
-                     cluster move` does)",
-                    owner.name
-                ));
-            }
-            Err(why) => {
-                return Err(format!(
-                    "cannot confirm that {} has let partition {partition} go: {why}",
-                    owner.name
-                ));
-            }
-        }
-        host.check(spec, key_id).await?;
+        // Marked as busy with the partition before the others are asked, so that two proxies
+        // told to take it at once each see the other.
         node.change(|now| Hosted {
-            cores: now.cores.clone(),
             moving: with(&now.moving, partition),
-            map: now.map.clone(),
-            me,
-            health: now.health.clone(),
+            busy: with(&now.busy, partition),
+            ..now.clone()
         });
-        tracing::info!(partition, "acquiring: starting it from its storage");
-        let opened = match host.open(spec).await {
-            Ok(store) => node.start_core(partition, store),
-            Err(why) => Err(why),
-        };
-        let core = match opened {
-            Ok(core) => core,
-            Err(why) => {
-                node.change(|now| Hosted {
-                    cores: now.cores.clone(),
-                    moving: without(&now.moving, partition),
-                    map: now.map.clone(),
-                    me,
-                    health: now.health.clone(),
-                });
-                return Err(format!("partition {partition} could not start here: {why}"));
-            }
-        };
+        let started = start_here(node, host, &known, owner, spec, key_id).await;
         node.change(|now| {
             let mut cores = now.cores.clone();
-            cores.push((partition, core));
-            cores.sort_by_key(|(index, _)| *index);
+            if let Ok(core) = &started {
+                cores.push((partition, core.clone()));
+                cores.sort_by_key(|(index, _)| *index);
+            }
             Hosted {
                 cores,
                 moving: without(&now.moving, partition),
-                map: now.map.clone(),
-                me,
-                health: now.health.clone(),
+                busy: without(&now.busy, partition),
+                ..now.clone()
             }
         });
+        started?;
         tracing::info!(partition, "acquired: serving it");
     }
     install(node, map)
 }
 
+/// Starts `partition` here, once no other proxy serves it or is busy with it (draining it, or
+/// starting it): two proxies serving one partition would overwrite each other's elements and
+/// lose acknowledged writes. `owner`, which has it by the map known here, must answer (a proxy
+/// that cannot be asked cannot be taken over); another proxy that does not answer serves
+/// nothing now, and learns the new map when it starts.
+async fn start_here(
+    node: &Node,
+    host: &Arc<dyn super::PartitionHost>,
+    known: &ClusterMap,
+    owner: usize,
+    spec: &cloak_cluster::Partition,
+    key_id: &str,
+) -> Result<crate::core::CoreHandle, String> {
+    let partition = spec.index;
+    let me = node.current().me;
+    for (index, proxy) in known.proxies().iter().enumerate() {
+        if index == me {
+            continue;
+        }
+        match host.peer_serves(&proxy.address(), partition).await {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err(format!(
+                    "{} still serves partition {partition} (or is handing it over): it must \
+                     release it first (`cloak cluster move` does)",
+                    proxy.name
+                ));
+            }
+            Err(why) if index == owner => {
+                return Err(format!(
+                    "cannot confirm that {} has let partition {partition} go: {why}",
+                    proxy.name
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+    host.check(spec, key_id).await?;
+    tracing::info!(partition, "acquiring: starting it from its storage");
+    let store = host
+        .open(spec)
+        .await
+        .map_err(|why| format!("partition {partition} could not start here: {why}"))?;
+    node.start_core(partition, store)
+        .map_err(|why| format!("partition {partition} could not start here: {why}"))
+}
+
 /// The proxy that hosts `partition` by `known`, if `sent` is `known` with only that partition
 /// moved, to proxy `me` (what `cloak cluster move` sends): anything else could hand this proxy a
 /// partition some other proxy has not been asked to let go.
-fn one_move_to_me<'a>(
-    known: &'a ClusterMap,
+fn one_move_to_me(
+    known: &ClusterMap,
     sent: &ClusterMap,
     partition: usize,
     me: usize,
-) -> Result<&'a cloak_cluster::Proxy, String> {
+) -> Result<usize, String> {
     let name = &known.proxies()[me].name;
     let expected = known.moved(partition, name).map_err(|e| e.to_string())?;
     if expected != *sent {
@@ -255,8 +269,7 @@ fn one_move_to_me<'a>(
             known.epoch()
         ));
     }
-    let owner = known.partitions()[partition].proxy;
-    Ok(&known.proxies()[owner])
+    Ok(known.partitions()[partition].proxy)
 }
 
 /// Routes by `map` from now on: it must give this proxy exactly the partitions it serves.
@@ -285,11 +298,9 @@ fn install(node: &Node, map: Arc<ClusterMap>) -> Result<(), String> {
     }
     node.keep(&map)?;
     node.change(|now| Hosted {
-        cores: now.cores.clone(),
         moving: Vec::new(),
         map: map.clone(),
-        me: now.me,
-        health: now.health.clone(),
+        ..now.clone()
     });
     Ok(())
 }

@@ -79,6 +79,8 @@ struct View {
     local: Vec<(usize, Arc<StorageHealth>)>,
     /// Partitions being handed over to or from this proxy.
     moving: Vec<usize>,
+    /// Of those, the ones whose storage this proxy still uses (draining or starting).
+    busy: Vec<usize>,
 }
 
 impl Health {
@@ -89,6 +91,7 @@ impl Health {
             map,
             local,
             moving: Vec::new(),
+            busy: Vec::new(),
         }));
         Self { me, view, peers }
     }
@@ -99,8 +102,14 @@ impl Health {
         map: Arc<ClusterMap>,
         local: Vec<(usize, Arc<StorageHealth>)>,
         moving: Vec<usize>,
+        busy: Vec<usize>,
     ) {
-        let view = Arc::new(View { map, local, moving });
+        let view = Arc::new(View {
+            map,
+            local,
+            moving,
+            busy,
+        });
         *self.view.write().unwrap_or_else(PoisonError::into_inner) = view;
     }
 
@@ -231,9 +240,11 @@ impl Health {
         (suspected, failed)
     }
 
-    /// The answer to `CLOAK.HEALTH` (what the other proxies' probes read): the epoch and the
-    /// cluster digest of the map routing reads here (`epoch E cluster D`), then a line per partition served here, `N ok` or
-    /// `N fail why`, and one per partition being handed over, `N moving`.
+    /// The answer to `CLOAK.HEALTH` (what the other proxies' probes read, and a proxy taking a
+    /// partition on): the epoch and the cluster digest of the map routing reads here
+    /// (`epoch E cluster D`), then a line per partition served here, `N ok` or `N fail why`, and
+    /// one per partition being handed over: `N busy` while this proxy still uses its storage
+    /// (draining or starting it), else `N moving`.
     pub fn report(&self) -> String {
         let view = self.view();
         let served = view
@@ -247,10 +258,14 @@ impl Health {
                     storage_problem(&failure).replace(['\r', '\n'], " ")
                 ),
             });
+        // `busy`: this proxy still uses the partition's storage (draining or starting it).
         let moving = view
             .moving
             .iter()
-            .map(|partition| format!("{partition} moving\n"));
+            .map(|partition| match view.busy.contains(partition) {
+                true => format!("{partition} busy\n"),
+                false => format!("{partition} moving\n"),
+            });
         let map = &view.map;
         std::iter::once(format!(
             "epoch {} cluster {}\n",

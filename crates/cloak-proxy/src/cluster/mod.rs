@@ -45,6 +45,7 @@ pub enum Cores {
 }
 
 /// The partitions a cluster proxy serves at one moment, and the map of the rest.
+#[derive(Clone)]
 pub struct Hosted {
     pub map: Arc<ClusterMap>,
     /// This proxy, an index into the map's proxies.
@@ -54,6 +55,9 @@ pub struct Hosted {
     /// Partitions being handed over to or from this proxy: not served here now, and commands for
     /// their slots wait for the hand-off rather than being redirected (see [`handoff`]).
     moving: Vec<usize>,
+    /// Of `moving`, those whose storage this proxy still uses: draining one it releases, or
+    /// starting one it takes on. Another proxy must not take these (see [`handoff`]).
+    busy: Vec<usize>,
     /// Which proxies and partitions can serve: one for the proxy's life, shared by every
     /// snapshot, and told of each change by [`Node`] (so what the probes learnt survives moves).
     health: Arc<Health>,
@@ -93,6 +97,7 @@ impl Hosted {
             me,
             cores,
             moving: Vec::new(),
+            busy: Vec::new(),
             health,
         })
     }
@@ -120,6 +125,7 @@ impl Hosted {
             self.map.clone(),
             local_storage(&self.cores),
             self.moving.clone(),
+            self.busy.clone(),
         );
     }
 

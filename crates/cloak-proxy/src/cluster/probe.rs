@@ -163,7 +163,7 @@ struct Expected {
 }
 
 /// The failing partitions of a `CLOAK.HEALTH` answer (`epoch E cluster D`, then lines `N ok`,
-/// `N fail why` or `N moving`). It must be of this cluster, and at this proxy's epoch list
+/// `N fail why`, `N moving` or `N busy`). It must be of this cluster, and at this proxy's epoch list
 /// exactly the partitions the map gives it, leaving aside those it is handing over or taking on.
 fn parse(answer: &str, expected: &Expected) -> Result<Vec<(usize, String)>, String> {
     let mut lines = answer.lines();
@@ -194,7 +194,7 @@ fn parse(answer: &str, expected: &Expected) -> Result<Vec<(usize, String)>, Stri
                 serving.push(partition);
                 failing.push((partition, why.to_string()));
             }
-            ("moving", _) => moving.push(partition),
+            ("moving" | "busy", _) => moving.push(partition),
             _ => return Err(format!("answered a health line that is not one: {line:?}")),
         }
     }
@@ -261,6 +261,11 @@ mod tests {
             Ok(Vec::new())
         );
         assert!(parse("epoch 4 cluster c0ffee\n3 ok\n5 moving\n", &map).is_err());
+        // Draining 3 (busy with its storage) is left aside the same way.
+        assert_eq!(
+            parse("epoch 4 cluster c0ffee\n1 ok\n3 busy\n", &map),
+            Ok(Vec::new())
+        );
         // A proxy that already routes by the next map.
         assert_eq!(
             parse("epoch 5 cluster c0ffee\n1 ok\n3 ok\n5 ok\n", &map),

@@ -152,11 +152,13 @@ impl PartitionHost for ProxyPartitions {
                 Ok(Err(error)) => return Err(format!("{error:#}")),
                 Err(error) => return Err(error.to_string()),
             };
-            // Lines `N ok` or `N fail why` for what it serves, `N moving` for a hand-off.
+            // Lines `N ok` or `N fail why` for what it serves, `N busy` for one whose storage
+            // it still uses in a hand-off (draining or starting), `N moving` for one it has let
+            // go or not started.
             Ok(health.lines().skip(1).any(|line| {
                 let mut words = line.split(' ');
                 words.next() == Some(partition.to_string().as_str())
-                    && matches!(words.next(), Some("ok" | "fail"))
+                    && matches!(words.next(), Some("ok" | "fail" | "busy"))
             }))
         })
     }
