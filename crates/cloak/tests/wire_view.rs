@@ -121,17 +121,7 @@ impl Capture {
             &interval,
         ];
         let proxy = Running::start_with_env(&args, env, "listening");
-        preload(port);
-        std::thread::sleep(Duration::from_millis(500));
-        let mut starts = [Duration::ZERO; 4];
-        starts[IDLE] = unix_now() - since;
-        std::thread::sleep(WINDOW);
-        starts[ONE_KEY] = unix_now() - since;
-        load(port, |_| 0);
-        starts[UNIFORM] = unix_now() - since;
-        load(port, |rng| rng.random_range(0..KEYS));
-        starts[IDLE_AGAIN] = unix_now() - since;
-        std::thread::sleep(WINDOW + Duration::from_millis(100));
+        let starts = run_windows(port, since);
         drop(proxy);
         let commands = tap.finish();
         let target = RedisTarget::parse(&storage).unwrap().unwrap();
@@ -306,6 +296,23 @@ fn preload(port: u16) {
         pipe.cmd("SET").arg(key_name(key)).arg("v").ignore();
     }
     pipe.query::<()>(&mut con).unwrap();
+}
+
+/// Preloads the keys through the proxy on `port`, then drives the four windows in order (idle,
+/// one key, uniform, idle again); when each started, since `since`.
+fn run_windows(port: u16, since: Duration) -> [Duration; 4] {
+    preload(port);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut starts = [Duration::ZERO; 4];
+    starts[IDLE] = unix_now() - since;
+    std::thread::sleep(WINDOW);
+    starts[ONE_KEY] = unix_now() - since;
+    load(port, |_| 0);
+    starts[UNIFORM] = unix_now() - since;
+    load(port, |rng| rng.random_range(0..KEYS));
+    starts[IDLE_AGAIN] = unix_now() - since;
+    std::thread::sleep(WINDOW + Duration::from_millis(100));
+    starts
 }
 
 /// `CLIENTS` clients reading the keys `pick` draws, `PIPELINE` at a time, for one window.
@@ -622,17 +629,7 @@ fn cluster_capture(scheme: &str) -> Vec<[PartitionWindow; 4]> {
     let proxy = Running::start_with_env(&args, &[("CLOAK_KEY", &"7".repeat(64))], "listening");
     // Every key sits in its own slot's partition: `load`'s clients are plain connections, so
     // they must only ask this proxy for keys it hosts (it hosts every slot).
-    preload(port);
-    std::thread::sleep(Duration::from_millis(500));
-    let mut starts = [Duration::ZERO; 4];
-    starts[IDLE] = unix_now() - since;
-    std::thread::sleep(WINDOW);
-    starts[ONE_KEY] = unix_now() - since;
-    load(port, |_| 0);
-    starts[UNIFORM] = unix_now() - since;
-    load(port, |rng| rng.random_range(0..KEYS));
-    starts[IDLE_AGAIN] = unix_now() - since;
-    std::thread::sleep(WINDOW + Duration::from_millis(100));
+    let starts = run_windows(port, since);
     drop(proxy);
     let commands = tap.finish();
     (0..2)
