@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use cloak_cluster::{ClusterMap, SLOTS};
 use cloak_core::{CommandError, Outcome, SchemeError};
 
+use super::health_report::{HealthReport, PartitionState};
 use crate::connection::to_reply;
 use crate::resp::Reply;
 use crate::storage_health::{Failure, StorageHealth};
@@ -241,40 +242,30 @@ impl Health {
     }
 
     /// The answer to `CLOAK.HEALTH` (what the other proxies' probes read, and a proxy taking a
-    /// partition on): the epoch and the cluster digest of the map routing reads here
-    /// (`epoch E cluster D`), then a line per partition served here, `N ok` or `N fail why`, and
-    /// one per partition being handed over: `N busy` while this proxy still uses its storage
-    /// (draining or starting it), else `N moving`.
+    /// partition on; see [`super::health_report`]): the map routing reads here, the partitions
+    /// served here and those being handed over, `busy` while this proxy still uses their storage.
     pub fn report(&self) -> String {
         let view = self.view();
-        let served = view
-            .local
-            .iter()
-            .map(|(partition, storage)| match storage.failing() {
-                None => format!("{partition} ok\n"),
-                // One line each: the cause may be any text storage's client gave.
-                Some(failure) => format!(
-                    "{partition} fail {}\n",
-                    storage_problem(&failure).replace(['\r', '\n'], " ")
-                ),
-            });
-        // `busy`: this proxy still uses the partition's storage (draining or starting it).
-        let moving = view
-            .moving
-            .iter()
-            .map(|partition| match view.busy.contains(partition) {
-                true => format!("{partition} busy\n"),
-                false => format!("{partition} moving\n"),
-            });
-        let map = &view.map;
-        std::iter::once(format!(
-            "epoch {} cluster {}\n",
-            map.epoch(),
-            map.cluster_digest()
-        ))
-        .chain(served)
-        .chain(moving)
-        .collect()
+        let served = view.local.iter().map(|(partition, storage)| {
+            let state = match storage.failing() {
+                None => PartitionState::Ok,
+                Some(failure) => PartitionState::Failing(storage_problem(&failure)),
+            };
+            (*partition, state)
+        });
+        let moving = view.moving.iter().map(|partition| {
+            let state = match view.busy.contains(partition) {
+                true => PartitionState::Busy,
+                false => PartitionState::Moving,
+            };
+            (*partition, state)
+        });
+        HealthReport {
+            epoch: view.map.epoch(),
+            cluster: view.map.cluster_digest(),
+            partitions: served.chain(moving).collect(),
+        }
+        .to_string()
     }
 
     fn name(&self, proxy: usize) -> String {

@@ -17,6 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use super::health::{Health, PROBE_EVERY, PROBE_TIMEOUT};
+use super::health_report::{HealthReport, PartitionState};
 
 /// The longest `CLOAK.HEALTH` answer read: a line per partition, each with one error's text.
 const MAX_ANSWER: usize = 64 << 10;
@@ -162,53 +163,46 @@ struct Expected {
     partitions: Vec<usize>,
 }
 
-/// The failing partitions of a `CLOAK.HEALTH` answer (`epoch E cluster D`, then lines `N ok`,
-/// `N fail why`, `N moving` or `N busy`). It must be of this cluster, and at this proxy's epoch list
-/// exactly the partitions the map gives it, leaving aside those it is handing over or taking on.
+/// The failing partitions of a `CLOAK.HEALTH` answer ([`HealthReport`]). It must be of this
+/// cluster, and at this proxy's epoch list exactly the partitions the map gives it, leaving aside
+/// those it is handing over or taking on.
 fn parse(answer: &str, expected: &Expected) -> Result<Vec<(usize, String)>, String> {
-    let mut lines = answer.lines();
-    let (epoch, cluster) = lines
-        .next()
-        .and_then(|line| line.strip_prefix("epoch "))
-        .and_then(|line| line.split_once(" cluster "))
-        .and_then(|(epoch, cluster)| Some((epoch.parse::<u64>().ok()?, cluster)))
-        .ok_or_else(|| format!("answered {answer:?}, not its health (an older Cloak?)"))?;
-    if cluster != expected.cluster {
+    let report = HealthReport::parse(answer)?;
+    if report.cluster != expected.cluster {
         return Err(format!(
             "is of another cluster: its map's proxies, slots or storage differ from this one's \
-             (cluster digest {cluster}, here {}; started from another cluster file?)",
-            expected.cluster
+             (cluster digest {}, here {}; started from another cluster file?)",
+            report.cluster, expected.cluster
         ));
     }
-    let mut serving = Vec::new();
-    let mut moving = Vec::new();
-    let mut failing = Vec::new();
-    for line in lines {
-        let (partition, rest) = line.split_once(' ').unwrap_or((line, ""));
-        let partition: usize = partition
-            .parse()
-            .map_err(|_| format!("answered a health line that is not one: {line:?}"))?;
-        match rest.split_once(' ').unwrap_or((rest, "")) {
-            ("ok", _) => serving.push(partition),
-            ("fail", why) => {
-                serving.push(partition);
-                failing.push((partition, why.to_string()));
-            }
-            ("moving" | "busy", _) => moving.push(partition),
-            _ => return Err(format!("answered a health line that is not one: {line:?}")),
-        }
-    }
+    let served = |state: &PartitionState| state.served();
+    let serving: Vec<usize> = (report.partitions.iter())
+        .filter(|(_, state)| served(state))
+        .map(|(partition, _)| *partition)
+        .collect();
     let settled: Vec<usize> = (expected.partitions.iter())
         .copied()
-        .filter(|partition| !moving.contains(partition))
+        .filter(|p| {
+            report
+                .partitions
+                .iter()
+                .all(|(index, state)| index != p || served(state))
+        })
         .collect();
-    if epoch == expected.epoch && serving != settled {
+    if report.epoch == expected.epoch && serving != settled {
         return Err(format!(
             "hosts partitions {serving:?}, but the cluster file says {settled:?} (started from \
              another cluster file?)"
         ));
     }
-    Ok(failing)
+    Ok(report
+        .partitions
+        .into_iter()
+        .filter_map(|(partition, state)| match state {
+            PartitionState::Failing(why) => Some((partition, why)),
+            _ => None,
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use cloak_cluster::{ChangeError, ClusterMap, Partition};
 use cloak_crypto::MasterKey;
+use cloak_proxy::cluster::health_report::HealthReport;
 use cloak_proxy::{BoxFuture, HostedStore, OwnThread, PartitionHost};
 
 use super::proxy::{open_store, partition_state};
@@ -152,14 +153,7 @@ impl PartitionHost for ProxyPartitions {
                 Ok(Err(error)) => return Err(format!("{error:#}")),
                 Err(error) => return Err(error.to_string()),
             };
-            // Lines `N ok` or `N fail why` for what it serves, `N busy` for one whose storage
-            // it still uses in a hand-off (draining or starting), `N moving` for one it has let
-            // go or not started.
-            Ok(health.lines().skip(1).any(|line| {
-                let mut words = line.split(' ');
-                words.next() == Some(partition.to_string().as_str())
-                    && matches!(words.next(), Some("ok" | "fail" | "busy"))
-            }))
+            Ok(HealthReport::parse(&health)?.holds(partition))
         })
     }
 
