@@ -184,7 +184,7 @@ async fn acquire(node: &Node, partition: usize, key_id: &str, map: &str) -> Resu
             busy: with(&now.busy, partition),
             ..now.clone()
         });
-        let started = start_here(node, host, &known, owner, spec, key_id).await;
+        let started = start_here(node, host, &known, (me, owner), spec, key_id).await;
         node.change(|now| {
             let mut cores = now.cores.clone();
             if let Ok(core) = &started {
@@ -206,19 +206,18 @@ async fn acquire(node: &Node, partition: usize, key_id: &str, map: &str) -> Resu
 
 /// Starts `partition` here, once no other proxy serves it or is busy with it (draining it, or
 /// starting it): two proxies serving one partition would overwrite each other's elements and
-/// lose acknowledged writes. `owner`, which has it by the map known here, must answer (a proxy
+/// lose acknowledged writes. `me` is this proxy; `owner`, which has it by the map known here, must answer (a proxy
 /// that cannot be asked cannot be taken over); another proxy that does not answer serves
 /// nothing now, and learns the new map when it starts.
 async fn start_here(
     node: &Node,
     host: &Arc<dyn super::PartitionHost>,
     known: &ClusterMap,
-    owner: usize,
+    (me, owner): (usize, usize),
     spec: &cloak_cluster::Partition,
     key_id: &str,
 ) -> Result<crate::core::CoreHandle, String> {
     let partition = spec.index;
-    let me = node.current().me;
     for (index, proxy) in known.proxies().iter().enumerate() {
         if index == me {
             continue;
