@@ -18,6 +18,7 @@ mod disk;
 pub mod handshake;
 mod memory;
 mod observing;
+mod reader_task;
 mod redis_store;
 pub mod server;
 mod tcp;
@@ -57,6 +58,12 @@ pub trait Storage: Send + Sync + 'static {
     /// Where the elements are, for logs and `INFO` (never secret).
     fn describe(&self) -> String;
 }
+
+/// Said with an answer refused as longer than its request allows: a read's is also what a
+/// store written with larger elements gives (an operator's mistake, not only a hostile server),
+/// refused before the elements could be opened and checked.
+const LONGER_ELEMENTS_HINT: &str = "; for a read, storage holds elements longer than this store \
+     writes: written with another --value-size, --key-size or --scheme, or not by Cloak";
 
 /// Completes when a request may leave (see [`Storage::call_at`]).
 pub type Release = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;

@@ -3,6 +3,14 @@
 //! Each connection has a writer task (requests out, coalesced when several are ready) and a
 //! reader task (answers in, matched to requests in order). A broken connection fails every
 //! request waiting on it, and the next request opens a new one; schemes decide whether to retry.
+//! A connection that leaves an answer out past the timeout is retired the same way (it may be
+//! half-open or jammed), and a retired connection's reader is stopped, closing its socket.
+//!
+//! Every answer is bounded by what its request allows, from public sizes only
+//! ([`wire::max_response_len`]: a read of `n` addresses, `n` elements of the largest size the
+//! store writes, see [`TcpStorage::with_max_element`]; a write, DONE). An answer announcing a
+//! longer frame is refused by name before it is buffered, and fails only its connection: a
+//! hostile server can make the proxy hold no more than its requests call for.
 //!
 //! A [`Link`] adds TLS (checking the server's certificate, presenting ours if the server wants
 //! one) and the storage secret's [`handshake`]; a connection is used only once both pass, and
@@ -20,6 +28,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::handshake::{self, StorageSecret};
+use crate::reader_task::ReaderTask;
 use crate::tls::ClientTls;
 use crate::tls::client::host_of;
 use crate::waiting;
@@ -28,31 +37,29 @@ use crate::{Release, Storage, StorageError, StorageOp, StorageReply};
 
 type Answer = Result<StorageReply, StorageError>;
 
-struct Job {
+/// A request written and not answered yet.
+struct Expected {
     id: u64,
-    frame: Frame,
+    /// The longest answer payload the request allows, in bytes.
+    max_answer: usize,
     answer: oneshot::Sender<Answer>,
 }
 
-/// Requests written and not yet answered: their ids, and where their answers go.
-type Waiting = waiting::Waiting<(u64, oneshot::Sender<Answer>)>;
+struct Job {
+    frame: Frame,
+    expected: Expected,
+}
 
+/// Requests written and not yet answered, oldest first.
+type Waiting = waiting::Waiting<Expected>;
+
+/// A connection: its writer task's queue, the requests waiting on it, and its reader task
+/// (stopped when the connection is dropped, see [`ReaderTask`]). What still waits on a dropped
+/// connection was failed when it failed, or is answered "lost" as its sender drops.
 struct Connection {
     jobs: mpsc::UnboundedSender<Job>,
     waiting: Waiting,
-    reader: tokio::task::AbortHandle,
-}
-
-/// A connection replaced (it failed) or dropped with the storage stops its reader, which drops
-/// the reading half and so closes the socket. Otherwise the reader would wait for the server to
-/// close first, and a server that never did would keep the task and the socket: over TLS both
-/// halves of `tokio::io::split` share one stream, so dropping the writing half tells the server
-/// nothing (the Redis pipe does the same, see `redis_store::pipe`). What still waits on it was
-/// failed when the connection failed, or is answered "lost" as its sender drops.
-impl Drop for Connection {
-    fn drop(&mut self) {
-        self.reader.abort();
-    }
+    _reader: ReaderTask,
 }
 
 impl Connection {
@@ -78,6 +85,7 @@ pub struct TcpStorage {
     next: AtomicUsize,
     next_id: AtomicUsize,
     timeout: Duration,
+    max_element: usize,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -105,15 +113,26 @@ impl TcpStorage {
             next: AtomicUsize::new(0),
             next_id: AtomicUsize::new(0),
             timeout: Duration::from_secs(30),
+            max_element: usize::MAX,
         };
         let first = storage.open().await?;
         *storage.connections[0].lock().await = Some(first);
         Ok(storage)
     }
 
-    /// How long a request may wait for its answer before it fails.
+    /// How long a request may wait for its answer before it fails (and its connection is
+    /// retired).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Bounds every answer by `max_element`, the largest element the store writes: a server
+    /// that answers a read of `n` addresses with more than `n` such elements (or anything but
+    /// a status to a write) fails its connection, so memory stays bounded by what the requests
+    /// call for. Without it, only the frame limit ([`wire::MAX_FRAME`]) bounds an answer.
+    pub fn with_max_element(mut self, max_element: usize) -> Self {
+        self.max_element = max_element;
         self
     }
 
@@ -170,12 +189,11 @@ impl TcpStorage {
             waiting.clone(),
             self.addr.clone(),
         ));
-        let reader =
-            tokio::spawn(read_loop(reader, waiting.clone(), self.addr.clone())).abort_handle();
+        let reader = ReaderTask::spawn(read_loop(reader, waiting.clone(), self.addr.clone()));
         Connection {
             jobs,
             waiting,
-            reader,
+            _reader: reader,
         }
     }
 }
@@ -183,16 +201,14 @@ impl TcpStorage {
 #[async_trait]
 impl Storage for TcpStorage {
     async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
-        let frame = wire::encode_request(id, &op);
-        self.send(id, frame).await
+        let (id, frame, max_answer) = self.encode(&op);
+        self.send(id, frame, max_answer).await
     }
 
     async fn call_at(&self, op: StorageOp, release: Release) -> Result<StorageReply, StorageError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
-        let frame = wire::encode_request(id, &op);
+        let (id, frame, max_answer) = self.encode(&op);
         release.await;
-        self.send(id, frame).await
+        self.send(id, frame, max_answer).await
     }
 
     fn describe(&self) -> String {
@@ -206,36 +222,64 @@ impl Storage for TcpStorage {
 }
 
 impl TcpStorage {
-    /// Sends an encoded request and waits for its answer.
-    async fn send(&self, id: u64, frame: Frame) -> Result<StorageReply, StorageError> {
+    /// A fresh id, `op`'s frame under it, and the longest answer `op` allows (from public sizes
+    /// only: how many addresses it names and the largest element the store writes).
+    fn encode(&self, op: &StorageOp) -> (u64, Frame, usize) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+        let max_answer = wire::max_response_len(op, self.max_element);
+        (id, wire::encode_request(id, op), max_answer)
+    }
+
+    /// Sends an encoded request and waits for its answer, which may be no longer than
+    /// `max_answer` bytes. An answer that does not come within the timeout retires its
+    /// connection: it may be half-open or jammed, and the next request should not wait on it.
+    async fn send(
+        &self,
+        id: u64,
+        frame: Frame,
+        max_answer: usize,
+    ) -> Result<StorageReply, StorageError> {
         let (answer, answered) = oneshot::channel();
-        let job = Job { id, frame, answer };
-        {
-            let index = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+        let expected = Expected {
+            id,
+            max_answer,
+            answer,
+        };
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+        let waiting = {
             let mut slot = self.connections[index].lock().await;
-            if !slot.as_ref().is_some_and(Connection::alive) {
-                *slot = Some(self.open().await?);
-            }
-            let connection = slot.as_ref().expect("opened above");
-            connection
-                .jobs
-                .send(job)
-                .map_err(|_| StorageError(format!("connection to {} closed", self.addr)))?;
-        }
+            let connection = match slot.take() {
+                Some(connection) if connection.alive() => connection,
+                _ => self.open().await?,
+            };
+            let sent = connection.jobs.send(Job { frame, expected });
+            let waiting = connection.waiting.clone();
+            *slot = Some(connection);
+            sent.map_err(|_| StorageError(format!("connection to {} closed", self.addr)))?;
+            waiting
+        };
         match tokio::time::timeout(self.timeout, answered).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(StorageError(format!("connection to {} lost", self.addr))),
-            Err(_) => Err(StorageError(format!(
-                "storage server {} did not answer within {:?}",
-                self.addr, self.timeout
-            ))),
+            Err(_) => {
+                let reason = format!(
+                    "storage server {} did not answer within {:?}",
+                    self.addr, self.timeout
+                );
+                fail_all(&waiting, &reason);
+                let mut slot = self.connections[index].lock().await;
+                if slot.as_ref().is_some_and(|c| c.waiting.is(&waiting)) {
+                    *slot = None;
+                }
+                Err(StorageError(reason))
+            }
         }
     }
 }
 
 fn fail_all(waiting: &Waiting, reason: &str) {
-    for (_, answer) in waiting.fail(reason) {
-        let _ = answer.send(Err(StorageError(reason.to_string())));
+    for expected in waiting.fail(reason) {
+        let _ = expected.answer.send(Err(StorageError(reason.to_string())));
     }
 }
 
@@ -249,11 +293,13 @@ async fn write_loop(
     while jobs.recv_many(&mut batch, 256).await > 0 {
         let mut frames = Vec::with_capacity(batch.len());
         for job in batch.drain(..) {
-            match waiting.push((job.id, job.answer)) {
+            // Queued before its first byte is written, so its answer always finds it.
+            match waiting.push(job.expected) {
                 Ok(()) => frames.push(job.frame),
-                Err(((_, answer), _)) => {
-                    let _ =
-                        answer.send(Err(StorageError(format!("connection to {addr} is broken"))));
+                Err((expected, _)) => {
+                    let _ = expected
+                        .answer
+                        .send(Err(StorageError(format!("connection to {addr} is broken"))));
                 }
             }
         }
@@ -271,7 +317,26 @@ async fn write_loop(
 async fn read_loop(mut reader: impl AsyncRead + Unpin, waiting: Waiting, addr: String) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let reason = loop {
-        let frame = match wire::read_frame(&mut reader, &mut buf).await {
+        let len = match wire::read_frame_len(&mut reader, &mut buf).await {
+            Ok(len) => len,
+            Err(error) => break format!("storage server {addr}: {error}"),
+        };
+        // The answer coming is the oldest waiting request's (requests are queued before they
+        // are written), and may be as long as that request allows: a longer one is refused
+        // before it is buffered. A dead queue has no request left to answer.
+        let allowed = match waiting.oldest(|expected| expected.map(|e| e.max_answer)) {
+            Ok(Some(allowed)) => allowed,
+            Ok(None) => break format!("storage server {addr} answered a request never sent"),
+            Err(why) => break why,
+        };
+        if len > allowed {
+            break format!(
+                "storage server {addr} sent an answer of {len} bytes to a request whose answer \
+                 is at most {allowed} bytes{}",
+                crate::LONGER_ELEMENTS_HINT
+            );
+        }
+        let frame = match wire::read_frame_payload(&mut reader, &mut buf, len).await {
             Ok(frame) => frame,
             Err(error) => break format!("storage server {addr}: {error}"),
         };
@@ -279,17 +344,20 @@ async fn read_loop(mut reader: impl AsyncRead + Unpin, waiting: Waiting, addr: S
             Ok(response) => response,
             Err(error) => break format!("storage server {addr} sent a bad answer: {error}"),
         };
-        // A dead queue has no request left to answer.
-        match waiting.pop().unwrap_or(None) {
-            Some((expected, sender)) if expected == id => {
-                let _ = sender.send(answer);
-            }
-            Some((_, sender)) => {
-                let _ = sender.send(Err(StorageError("answers out of order".into())));
-                break format!("storage server {addr} answered out of order");
-            }
-            None => break format!("storage server {addr} answered a request never sent"),
+        let expected = match waiting.pop() {
+            Ok(Some(expected)) => expected,
+            // Only this task takes requests off the queue, and it saw one above.
+            Ok(None) => break format!("storage server {addr} answered a request never sent"),
+            // Failed meanwhile (a request timed out).
+            Err(why) => break why,
+        };
+        if expected.id != id {
+            let _ = expected
+                .answer
+                .send(Err(StorageError("answers out of order".into())));
+            break format!("storage server {addr} answered out of order");
         }
+        let _ = expected.answer.send(answer);
     };
     tracing::debug!(%reason, "storage connection closed");
     fail_all(&waiting, &reason);

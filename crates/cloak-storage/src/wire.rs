@@ -58,28 +58,84 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
 ) -> Result<Bytes, WireError> {
-    loop {
-        if buf.len() >= 4 {
-            let len = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
-            if len > MAX_FRAME {
-                return Err(WireError::TooLarge(len));
-            }
-            if buf.len() >= 4 + len {
-                buf.advance(4);
-                return Ok(buf.split_to(len).freeze());
-            }
-        }
-        // No reservation for the announced length: a peer could announce `MAX_FRAME` and send
-        // nothing. `read_buf` grows the buffer as bytes arrive (doubling), so a frame costs at
-        // most about twice what was really received.
-        if reader.read_buf(buf).await? == 0 {
-            return Err(if buf.is_empty() {
-                WireError::Closed
-            } else {
-                WireError::Malformed("stream ended inside a frame")
-            });
-        }
+    let len = read_frame_len(reader, buf).await?;
+    if len > MAX_FRAME {
+        return Err(WireError::TooLarge(len));
     }
+    read_frame_payload(reader, buf, len).await
+}
+
+/// Waits until the next frame's length prefix is in `buf` and returns the payload length it
+/// announces, consuming nothing: a reader that knows how long the frame may be refuses a longer
+/// one here, before buffering it, then reads it with [`read_frame_payload`]. `Err(Closed)` on a
+/// clean end of stream between frames.
+pub async fn read_frame_len<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+) -> Result<usize, WireError> {
+    while buf.len() < 4 {
+        read_more(reader, buf).await?;
+    }
+    Ok(u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize)
+}
+
+/// Reads the payload of the frame whose prefix [`read_frame_len`] found, `len` bytes.
+pub async fn read_frame_payload<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    len: usize,
+) -> Result<Bytes, WireError> {
+    while buf.len() < 4 + len {
+        read_more(reader, buf).await?;
+    }
+    buf.advance(4);
+    Ok(buf.split_to(len).freeze())
+}
+
+/// Adds what the next read brings to `buf`.
+async fn read_more<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+) -> Result<(), WireError> {
+    // No reservation for the announced length: a peer could announce `MAX_FRAME` and send
+    // nothing. `read_buf` grows the buffer as bytes arrive (doubling), so a frame costs at most
+    // about twice what was really received.
+    if reader.read_buf(buf).await? == 0 {
+        return Err(if buf.is_empty() {
+            WireError::Closed
+        } else {
+            WireError::Malformed("stream ended inside a frame")
+        });
+    }
+    Ok(())
+}
+
+/// The longest error message an answer may carry whatever its request (`cloak server`'s are a
+/// sentence, well under this).
+pub const MAX_ERROR_MESSAGE: usize = 4096;
+
+/// The longest answer payload (a frame without its length prefix) `op` allows when no element
+/// is longer than `max_element` bytes, from public sizes only: a read of `n` addresses is
+/// answered with `n` values at most, a scan of limit `L` with `L` entries at most, a write or a
+/// delete with DONE; any of them may be an error instead. Saturates at [`MAX_FRAME`].
+pub fn max_response_len(op: &StorageOp, max_element: usize) -> usize {
+    // id (u64) and tag (u8).
+    const HEADER: u64 = 8 + 1;
+    let element = max_element as u64;
+    let body =
+        match op {
+            // n (u32), then each value's presence flag, length (u32) and bytes.
+            StorageOp::Read(addrs) => 4u64
+                .saturating_add((addrs.len() as u64).saturating_mul(element.saturating_add(1 + 4))),
+            // n (u32), then each entry's address (u128), length (u32) and bytes.
+            StorageOp::Scan { limit, .. } => 4u64
+                .saturating_add(u64::from(*limit).saturating_mul(element.saturating_add(16 + 4))),
+            StorageOp::Write(_) | StorageOp::Delete(_) => 0,
+        };
+    let longest = HEADER.saturating_add(body.max(MAX_ERROR_MESSAGE as u64));
+    usize::try_from(longest)
+        .unwrap_or(usize::MAX)
+        .min(MAX_FRAME)
 }
 
 /// Values at least this long are sent from where they lie instead of being copied into the frame.
@@ -450,6 +506,49 @@ mod tests {
         assert!(decode_request(lying.freeze()).is_err());
         assert!(decode_request(Bytes::from_static(&[0; 9])).is_err());
         assert!(decode_response(Bytes::from_static(b"short")).is_err());
+    }
+
+    /// The payload length of `result`'s answer frame.
+    fn answer_len(result: &Result<StorageReply, StorageError>) -> usize {
+        encode_response(1, result).len() - 4
+    }
+
+    #[test]
+    fn an_answer_of_whole_elements_fits_its_bound_exactly() {
+        let element = Bytes::from(vec![7u8; 1000]);
+        let read = StorageOp::Read((0..50).collect());
+        let values = Ok(StorageReply::Values(vec![Some(element.clone()); 50]));
+        assert_eq!(answer_len(&values), max_response_len(&read, 1000));
+        assert!(answer_len(&values) > max_response_len(&read, 999));
+        let scan = StorageOp::Scan {
+            after: None,
+            limit: 50,
+        };
+        let entries = Ok(StorageReply::Entries(
+            (0..50).map(|a| (a, element.clone())).collect(),
+        ));
+        assert_eq!(answer_len(&entries), max_response_len(&scan, 1000));
+        assert!(answer_len(&entries) > max_response_len(&scan, 999));
+        // A write's answer is DONE, or an error of a sentence; never elements.
+        let write = StorageOp::Write(vec![(1, element)]);
+        let error = Err(StorageError("e".repeat(MAX_ERROR_MESSAGE)));
+        assert_eq!(answer_len(&error), max_response_len(&write, 1000));
+        assert!(answer_len(&Ok(StorageReply::Done)) < max_response_len(&write, 1000));
+        assert_eq!(
+            max_response_len(&StorageOp::Delete(vec![1]), 1000),
+            9 + 4096
+        );
+    }
+
+    #[test]
+    fn bounds_that_overflow_saturate_at_the_frame_limit() {
+        let read = StorageOp::Read(vec![1; 3]);
+        assert_eq!(max_response_len(&read, usize::MAX), MAX_FRAME);
+        let scan = StorageOp::Scan {
+            after: None,
+            limit: u32::MAX,
+        };
+        assert_eq!(max_response_len(&scan, 1 << 20), MAX_FRAME);
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use cloak_storage::handshake::StorageSecret;
 use cloak_storage::tls::ClientTls;
 use cloak_storage::tls::client::ClientTlsFiles;
 use cloak_storage::{
-    Link, MemoryStorage, Observing, Storage, StorageOp, StorageReply, TcpStorage, server,
+    Link, MemoryStorage, Observing, Storage, StorageOp, StorageReply, TcpStorage, server, wire,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -304,5 +304,180 @@ async fn a_full_tls_server_closes_without_writing_plaintext() {
     assert_eq!(
         first.call(StorageOp::Read(vec![1])).await.unwrap(),
         StorageReply::Values(vec![None])
+    );
+}
+
+/// What a hostile `cloak server` sends back for one request: the whole answer frame's bytes,
+/// or nothing at all (the connection stays open, unanswered).
+type FakeAnswer = Option<Vec<u8>>;
+
+/// A `cloak server` that greets as one (open mode, over TLS when given) and reads requests as
+/// one, but answers as `answer` says, given each request's id, the request and the number of
+/// its connection (from 0). The number of each connection the proxy closes comes on the
+/// receiver, once the server reads its end.
+async fn fake_cloak_server(
+    tls: Option<cloak_storage::tls::ServerTls>,
+    answer: impl Fn(u64, &StorageOp, usize) -> FakeAnswer + Send + Sync + 'static,
+) -> (String, tokio::sync::mpsc::UnboundedReceiver<usize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (closed, closes) = tokio::sync::mpsc::unbounded_channel();
+    let (answer, tls) = (Arc::new(answer), tls.map(Arc::new));
+    tokio::spawn(async move {
+        for connection in 0.. {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (answer, tls, closed) = (answer.clone(), tls.clone(), closed.clone());
+            tokio::spawn(async move {
+                let served = match tls {
+                    None => serve_as_told(stream, connection, &*answer).await,
+                    Some(tls) => {
+                        let stream = tls.accept(stream).await.unwrap();
+                        serve_as_told(stream, connection, &*answer).await
+                    }
+                };
+                if served.is_err() {
+                    let _ = closed.send(connection);
+                }
+            });
+        }
+    });
+    (addr, closes)
+}
+
+/// Serves one connection of [`fake_cloak_server`] until reading fails (the proxy closed it).
+async fn serve_as_told<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    connection: usize,
+    answer: &(dyn Fn(u64, &StorageOp, usize) -> FakeAnswer + Send + Sync),
+) -> Result<(), wire::WireError> {
+    cloak_storage::handshake::admit(&mut stream, None)
+        .await
+        .unwrap();
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        let (id, op) = wire::decode_request(wire::read_frame(&mut stream, &mut buf).await?)?;
+        if let Some(frame) = answer(id, &op, connection) {
+            stream.write_all(&frame).await?;
+            stream.flush().await?;
+        }
+    }
+}
+
+/// The answer frame to request `id` that an honest server would send with `reply`.
+fn answer_frame(id: u64, reply: StorageReply) -> FakeAnswer {
+    Some(wire::encode_response(id, &Ok(reply)).to_bytes().to_vec())
+}
+
+/// Review finding 12, for `cloak server`: a hostile server could make the proxy buffer up to
+/// the 512 MiB frame limit for any request (it announced a frame, and the proxy waited for all
+/// of it). Each answer is now bounded by what its request calls for; a longer one is refused
+/// by name as soon as its length is read, and fails only its connection.
+#[tokio::test]
+async fn an_answer_longer_than_its_request_allows_is_refused_and_the_next_request_reconnects() {
+    const ELEMENT: usize = 100;
+    let (addr, _closes) = fake_cloak_server(None, |id, op, connection| match (op, connection) {
+        // The length of a frame near the limit, and a few bytes of it: a write's answer is a
+        // status, so this must be refused at once, not waited for.
+        (StorageOp::Write(_), 0) => {
+            let mut announced = (wire::MAX_FRAME as u32 - 1).to_le_bytes().to_vec();
+            announced.extend_from_slice(&id.to_le_bytes());
+            Some(announced)
+        }
+        // Whole elements, one byte longer than the store writes.
+        (StorageOp::Read(addrs), 1) => answer_frame(
+            id,
+            StorageReply::Values(vec![Some(vec![b'v'; ELEMENT + 1].into()); addrs.len()]),
+        ),
+        (StorageOp::Read(addrs), _) => answer_frame(
+            id,
+            StorageReply::Values(vec![Some(vec![b'v'; ELEMENT].into()); addrs.len()]),
+        ),
+        _ => answer_frame(id, StorageReply::Done),
+    })
+    .await;
+    let client = TcpStorage::connect(&addr, 1)
+        .await
+        .unwrap()
+        .with_max_element(ELEMENT);
+    let started = std::time::Instant::now();
+    let write = StorageOp::Write(vec![(1, Bytes::from_static(b"e"))]);
+    let error = client.call(write).await.expect_err("no answer to a write");
+    let allowed = 9 + wire::MAX_ERROR_MESSAGE;
+    assert!(
+        error.0.contains(&format!(
+            "an answer of {} bytes to a request whose answer is at most {allowed} bytes",
+            wire::MAX_FRAME - 1
+        )),
+        "the error says what was sent and allowed: {error}"
+    );
+    // A read of 100 addresses may bring 100 elements of 100 bytes, not of 101.
+    let read = || client.call(StorageOp::Read((0..100).collect()));
+    let error = read().await.expect_err("elements longer than allowed");
+    let allowed = 9 + 4 + 100 * (1 + 4 + ELEMENT);
+    assert!(
+        error.0.contains(&format!(
+            "a request whose answer is at most {allowed} bytes"
+        )),
+        "the error says what was allowed: {error}"
+    );
+    assert!(
+        error
+            .0
+            .contains("storage holds elements longer than this store writes"),
+        "{error}"
+    );
+    common::refused_at_once_then_answered(started, read(), 100, ELEMENT).await;
+}
+
+/// Review finding 13, for `cloak server`: over TLS, a retired connection was never closed. Both
+/// halves of the split stream share the socket, and the reader task, waiting for the server to
+/// close first, kept it (and itself) for as long as the server did: forever, for a server that
+/// never closes. Here the first connection leaves an answer out, which retires it: the server
+/// must see it closed, and the storage dropped must close the connection that replaced it.
+#[tokio::test]
+async fn a_retired_tls_connection_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, tls) = common::quick_start_tls(dir.path());
+    // Every connection after the first answers reads as an empty store does.
+    let (addr, mut closes) = fake_cloak_server(Some(tls), |id, op, connection| match connection {
+        0 => None,
+        _ => answer_frame(id, StorageReply::Values(vec![None; op.len()])),
+    })
+    .await;
+    let link = Link {
+        tls: Some(
+            ClientTls::load(&ClientTlsFiles {
+                ca: Some(files.ca.clone()),
+                identity: None,
+            })
+            .unwrap(),
+        ),
+        secret: None,
+    };
+    let client = TcpStorage::connect_with(&addr, 1, link)
+        .await
+        .unwrap()
+        .with_timeout(Duration::from_millis(300));
+    let read = || client.call(StorageOp::Read(vec![1]));
+    let error = read()
+        .await
+        .expect_err("the first connection answers nothing");
+    assert!(error.0.contains("did not answer within"), "{error}");
+    assert_eq!(
+        read().await.expect("answered on a new connection"),
+        StorageReply::Values(vec![None])
+    );
+    let closed = tokio::time::timeout(Duration::from_secs(10), closes.recv()).await;
+    assert_eq!(
+        closed,
+        Ok(Some(0)),
+        "the retired connection stayed open while the proxy kept its storage"
+    );
+    drop(client);
+    let closed = tokio::time::timeout(Duration::from_secs(10), closes.recv()).await;
+    assert_eq!(
+        closed,
+        Ok(Some(1)),
+        "dropping the storage closes its connection"
     );
 }

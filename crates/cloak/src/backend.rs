@@ -54,8 +54,9 @@ impl StorageCredentials {
     }
 }
 
-/// The backend `url` names. `max_element`, the largest element the store writes, bounds a
-/// Redis's answers to reads.
+/// The backend `url` names. `max_element`, the largest element the store writes, bounds
+/// storage's answers to reads (a single Redis's or a cloak server's; a Redis Cluster's are read
+/// by the `redis` crate, unbounded).
 pub async fn connect(
     url: String,
     connections: usize,
@@ -94,6 +95,7 @@ pub async fn connect(
     };
     let storage = TcpStorage::connect_with(addr, connections, link)
         .await
-        .context("storage")?;
+        .context("storage")?
+        .with_max_element(max_element);
     Ok(Arc::new(storage))
 }

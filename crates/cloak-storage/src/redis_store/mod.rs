@@ -149,15 +149,11 @@ impl RedisStorage {
         self
     }
 
-    /// What went wrong on the single Redis's connection. An answer too long for a read is
-    /// also what a store written with larger elements gives (an operator's mistake, not only a
-    /// hostile Redis), refused before the elements could be opened and checked: say so.
+    /// What went wrong on the single Redis's connection, with a hint when an answer was too
+    /// long (see [`crate::LONGER_ELEMENTS_HINT`]).
     fn pipe_error(&self, error: PipeError) -> StorageError {
         let hint = match &error {
-            PipeError::BadAnswer(BadAnswer::TooLong { .. }) => {
-                "; for a read, storage holds elements longer than this store writes: written \
-                 with another --value-size, --key-size or --scheme, or not by Cloak"
-            }
+            PipeError::BadAnswer(BadAnswer::TooLong { .. }) => crate::LONGER_ELEMENTS_HINT,
             _ => "",
         };
         StorageError(format!("{}: {error}{hint}", self.target.describe()))

@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 
 use super::answer_scan::{AnswerScan, BadAnswer};
 use super::answer_size::SHORT_ANSWER;
+use crate::reader_task::ReaderTask;
 use crate::tls::{ClientTls, TlsError};
 use crate::waiting;
 
@@ -81,23 +82,12 @@ struct Expected {
 
 type Waiting = waiting::Waiting<Expected>;
 
-/// A connection: the writing half, the requests waiting on it, and its reader task.
+/// A connection: the writing half, the requests waiting on it, and its reader task (stopped,
+/// failing what still waits on it, when the connection is dropped: see [`ReaderTask`]).
 struct Open {
     writer: Box<dyn AsyncWrite + Send + Unpin>,
     waiting: Waiting,
-    reader: tokio::task::AbortHandle,
-}
-
-/// A connection dropped (retired, replaced, or the pipe dropped) stops its reader, which fails
-/// what still waits on it and drops the reading half, closing the socket. Without this the
-/// reader waited for Redis to close first, and a Redis that never did kept the task and its
-/// socket for good. Over TLS that was any Redis: both halves of `tokio::io::split` share one
-/// stream, so dropping the writing half neither closed the socket nor told Redis anything
-/// (on plain TCP it at least sent a FIN).
-impl Drop for Open {
-    fn drop(&mut self) {
-        self.reader.abort();
-    }
+    _reader: ReaderTask,
 }
 
 impl Open {
@@ -301,11 +291,11 @@ fn start(
     writer: impl AsyncWrite + Send + Unpin + 'static,
 ) -> Open {
     let waiting = Waiting::new();
-    let reader = tokio::spawn(read_answers(reader, waiting.clone())).abort_handle();
+    let reader = ReaderTask::spawn(read_answers(reader, waiting.clone()));
     Open {
         writer: Box::new(writer),
         waiting,
-        reader,
+        _reader: reader,
     }
 }
 

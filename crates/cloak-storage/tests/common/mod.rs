@@ -1,8 +1,30 @@
 //! What the storage tests share.
 
+use bytes::Bytes;
 use cloak_storage::tls::ServerTls;
 use cloak_storage::tls::certs::{QuickStart, write_quick_start};
 use cloak_storage::tls::server::ServerTlsFiles;
+use cloak_storage::{StorageError, StorageReply};
+
+/// After answers refused as too long (since `started`): checks they were refused at once, not
+/// by a timeout, and that `read`, a read of `count` addresses on a new connection, is answered
+/// with `count` elements of `element` bytes.
+pub async fn refused_at_once_then_answered(
+    started: std::time::Instant,
+    read: impl std::future::Future<Output = Result<StorageReply, StorageError>>,
+    count: usize,
+    element: usize,
+) {
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "refused at once, not by timeout: {:?}",
+        started.elapsed()
+    );
+    let StorageReply::Values(values) = read.await.expect("a new connection, and an answer") else {
+        panic!("a read answers values")
+    };
+    assert_eq!(values, vec![Some(Bytes::from(vec![b'v'; element])); count]);
+}
 
 /// Quick-start certificates written to `dir`, and a TLS listener's setup with its server
 /// certificate (asking clients for none).

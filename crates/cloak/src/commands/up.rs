@@ -49,10 +49,12 @@ pub async fn run(args: UpArgs, config: &ConfigFile) -> anyhow::Result<()> {
     ));
     let storage_io = OwnThread::start("cloak-storage-io")
         .context("cannot start the storage traffic's thread")?;
+    let max_element = store.largest_element();
     let storage = Arc::new(
         storage_io
             .run(async move { TcpStorage::connect(&storage_addr.to_string(), 4).await })
-            .await?,
+            .await?
+            .with_max_element(max_element),
     );
 
     let (engine, _) = store
