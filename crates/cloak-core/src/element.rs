@@ -95,6 +95,15 @@ impl RecordLayout {
         HEADER_LEN + self.max_key + self.max_stored_value()
     }
 
+    /// Length of an element sealing `records` encoded records together: one for the dense
+    /// schemes' elements, a bucket's worth for the tree schemes'.
+    /// Saturates: options not yet validated may ask for absurd buckets.
+    pub fn sealed_len(&self, records: usize) -> usize {
+        records
+            .saturating_mul(self.encoded_len())
+            .saturating_add(SEAL_OVERHEAD)
+    }
+
     /// The largest value a record holds: a client value of `max_value` in its envelope.
     pub fn max_stored_value(&self) -> usize {
         self.max_value + ENVELOPE_LEN
@@ -207,7 +216,7 @@ impl ElementCodec {
 
     /// Size of every element this codec produces.
     pub fn element_len(&self) -> usize {
-        self.layout.encoded_len() + SEAL_OVERHEAD
+        self.layout.sealed_len(1)
     }
 
     /// The element holding `slot`'s `record`, sealed for `binding`.

@@ -9,7 +9,6 @@ use crate::{FileMac, KeyError, MasterKey};
 /// (the ledger's text starts "cloak ledger").
 const MAGIC: &[u8; 16] = b"cloak store id 1";
 const ID_LEN: usize = 16;
-const MARKER_LEN: usize = MAGIC.len() + ID_LEN + crate::mac::TAG_LEN;
 
 /// A store's random id: public (the marker holds it in the clear), never secret.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +29,9 @@ impl std::str::FromStr for StoreId {
 }
 
 impl StoreId {
+    /// The size of every marker element.
+    pub const MARKER_LEN: usize = MAGIC.len() + ID_LEN + crate::mac::TAG_LEN;
+
     /// A fresh id from the operating system's CSPRNG: 128 bits, so no two stores draw the same.
     pub fn random() -> Result<Self, KeyError> {
         random_bytes().map(|bytes| StoreId(u128::from_be_bytes(bytes)))
@@ -42,7 +44,7 @@ impl StoreId {
 
     /// The marker element that names this store in storage, tagged under `master`.
     pub fn marker(self, master: &MasterKey) -> Vec<u8> {
-        let mut marker = Vec::with_capacity(MARKER_LEN);
+        let mut marker = Vec::with_capacity(Self::MARKER_LEN);
         marker.extend_from_slice(MAGIC);
         marker.extend_from_slice(&self.0.to_be_bytes());
         let tag = FileMac::new(master).tag(&marker);
@@ -52,7 +54,7 @@ impl StoreId {
 
     /// The id a marker names, if `master` tagged it.
     pub fn from_marker(master: &MasterKey, marker: &[u8]) -> Option<StoreId> {
-        if marker.len() != MARKER_LEN || !marker.starts_with(MAGIC) {
+        if marker.len() != Self::MARKER_LEN || !marker.starts_with(MAGIC) {
             return None;
         }
         let (body, tag) = marker.split_at(MAGIC.len() + ID_LEN);

@@ -186,6 +186,25 @@ pub struct SchemeOptions {
     pub path_oram: PathOramOptions,
 }
 
+impl SchemeOptions {
+    /// The largest element `name` writes for records of `layout` with these options, in bytes:
+    /// public (the storage server sees every element's size), and what bounds storage's answers
+    /// to reads. Each arm is the function the scheme sizes its elements with, so a scheme whose
+    /// elements change size changes its bound with them.
+    pub fn largest_element(&self, name: SchemeName, layout: RecordLayout) -> usize {
+        match name {
+            // One sealed record per element (`ElementCodec::element_len`).
+            SchemeName::Cloak
+            | SchemeName::Waffle
+            | SchemeName::Pancake
+            | SchemeName::Encrypted => layout.sealed_len(1),
+            SchemeName::PathOram => self.path_oram.element_len(layout),
+            SchemeName::Curious => self.curious.element_len(layout),
+            SchemeName::Unsafe => plaintext::largest_element(layout),
+        }
+    }
+}
+
 /// Why a scheme cannot be built with these options.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {

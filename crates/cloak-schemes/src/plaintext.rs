@@ -43,6 +43,12 @@ impl RequestPurpose for Purpose {
     }
 }
 
+/// The longest element `unsafe` writes for records of `layout`: a record's encoding without
+/// padding or sealing, at most as long as a full record's.
+pub fn largest_element(layout: RecordLayout) -> usize {
+    layout.encoded_len()
+}
+
 /// The `unsafe` algorithm.
 pub struct Unsafe {
     slots: u64,

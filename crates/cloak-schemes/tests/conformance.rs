@@ -10,24 +10,31 @@ use cloak_testkit::suite;
 const MAX_KEY: usize = 24;
 const MAX_VALUE: usize = 64;
 
-/// A small store: capacity 300, Cloak with budgets from b_1 = 12 and a tiny cache, so reads
-/// really go through batches and storage; Waffle on its defaults scaled to the capacity.
-fn simulator(name: SchemeName, capacity: u64, seed: u64) -> Simulator {
-    let master = MasterKey::from_bytes([7; 32]);
-    let store = StoreSpec {
-        capacity,
-        layout: RecordLayout {
-            max_key: MAX_KEY,
-            max_value: MAX_VALUE,
-        },
-        seed: Some(seed),
-    };
+const LAYOUT: RecordLayout = RecordLayout {
+    max_key: MAX_KEY,
+    max_value: MAX_VALUE,
+};
+
+/// Cloak with budgets from b_1 = 12 and a tiny cache, so reads really go through batches and
+/// storage; Waffle on its defaults scaled to the capacity; short batch intervals.
+fn options() -> SchemeOptions {
     let mut options = SchemeOptions::default();
     options.cloak.first_budget = 12;
     options.cloak.cache_size = 4;
     options.cloak.batch_interval = Duration::from_millis(5);
     options.waffle.batch_interval = Duration::from_millis(5);
-    let scheme = build(name, &store, &options, &master, Start::default()).expect("valid scheme");
+    options
+}
+
+/// A small store of `capacity` keys on [`options`].
+fn simulator(name: SchemeName, capacity: u64, seed: u64) -> Simulator {
+    let master = MasterKey::from_bytes([7; 32]);
+    let store = StoreSpec {
+        capacity,
+        layout: LAYOUT,
+        seed: Some(seed),
+    };
+    let scheme = build(name, &store, &options(), &master, Start::default()).expect("valid scheme");
     let directory = KeyDirectory::new(KeyHasher::new(&master), capacity as usize);
     let limits = Limits {
         max_key: MAX_KEY,
@@ -98,6 +105,32 @@ conformance!(encrypted, SchemeName::Encrypted);
 conformance!(plaintext, SchemeName::Unsafe);
 conformance!(path_oram, SchemeName::PathOram);
 
+/// What bounds storage's answers to reads (`SchemeOptions::largest_element`) is the size of the
+/// largest element each scheme really writes: with a full record stored (the longest key and
+/// value), no element the server sees written is longer, and one is exactly as long.
+#[test]
+fn every_scheme_writes_elements_as_long_as_its_bound_and_none_longer() {
+    use cloak_testkit::commands::{get, set, value};
+    let (key, full) = ("k".repeat(MAX_KEY), "v".repeat(MAX_VALUE));
+    for name in SchemeName::ALL {
+        let mut sim = simulator(name, 50, 1);
+        sim.record();
+        sim.execute(1, set(&key, &full));
+        assert_eq!(sim.execute(2, get(&key)), value(&full), "{name}");
+        sim.run_for(Duration::from_secs(1));
+        let longest = sim
+            .observed()
+            .iter()
+            .flat_map(|request| request.values.iter().map(|element| element.len()))
+            .max();
+        assert_eq!(
+            longest,
+            Some(options().largest_element(name, LAYOUT)),
+            "{name}: the longest element written, against the bound"
+        );
+    }
+}
+
 #[test]
 fn every_scheme_is_covered() {
     assert_eq!(
@@ -116,21 +149,14 @@ mod restart {
     /// Runs `f` with a restart helper for `name` and a first simulator to crash.
     fn with_restart(name: SchemeName, seed: u64, f: impl FnOnce(&suite::Restart, Simulator)) {
         let master = MasterKey::from_bytes([7; 32]);
-        let layout = RecordLayout {
-            max_key: MAX_KEY,
-            max_value: MAX_VALUE,
-        };
+        let layout = LAYOUT;
         let capacity = 300;
         let store = StoreSpec {
             capacity,
             layout,
             seed: Some(seed),
         };
-        let mut options = SchemeOptions::default();
-        options.cloak.first_budget = 12;
-        options.cloak.cache_size = 4;
-        options.cloak.batch_interval = Duration::from_millis(5);
-        options.waffle.batch_interval = Duration::from_millis(5);
+        let options = options();
         let build = |records, generation_base| {
             let start = Start {
                 records,

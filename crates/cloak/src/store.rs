@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, Slot, SlotVersions};
-use cloak_crypto::{KeyHasher, MasterKey};
+use cloak_crypto::{KeyHasher, MasterKey, StoreId};
 use cloak_proxy::{Journal, Ledger, RecoveryReport, StateDir, StoreManifest};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
 use cloak_schemes::{
@@ -152,18 +152,14 @@ impl StoreArgs {
 }
 
 impl Store {
-    /// The largest element this store's scheme writes: one sealed record, or for the tree
-    /// schemes a sealed bucket of records. Public (the storage server sees every element's
-    /// size), and what bounds storage's answers to reads.
+    /// The largest element this store writes: its scheme's (as the scheme sizes them), or the
+    /// store's marker, which an `unsafe` store of tiny records writes longer than its records.
+    /// Public (the storage server sees every element's size), and what bounds storage's answers
+    /// to reads.
     pub fn largest_element(&self) -> usize {
-        let records = match self.scheme {
-            SchemeName::PathOram => self.options.path_oram.bucket_size,
-            SchemeName::Curious => self.options.curious.bucket_size as usize,
-            _ => 1,
-        };
-        records
-            .saturating_mul(self.spec.layout.encoded_len())
-            .saturating_add(cloak_crypto::SEAL_OVERHEAD)
+        self.options
+            .largest_element(self.scheme, self.spec.layout)
+            .max(StoreId::MARKER_LEN)
     }
 
     /// What the ledger records this store was created with.

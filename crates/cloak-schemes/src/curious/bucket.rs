@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use cloak_core::{ElementCodec, ElementError, NO_SLOT, Record, Slot};
-use cloak_crypto::{Binding, SEAL_OVERHEAD};
+use cloak_crypto::Binding;
 
 pub struct BucketCodec {
     codec: ElementCodec,
@@ -27,7 +27,7 @@ impl BucketCodec {
 
     /// Size of every bucket element.
     pub fn element_len(&self) -> usize {
-        self.bucket_size * self.codec.layout.encoded_len() + SEAL_OVERHEAD
+        self.codec.layout.sealed_len(self.bucket_size)
     }
 
     /// Seals up to `bucket_size` records, padding the rest with empty [`NO_SLOT`] records.

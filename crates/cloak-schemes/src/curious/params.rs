@@ -17,6 +17,8 @@
 //! - Retention `16m` accesses (not in the paper; see `retention`): blocks stay readable at the
 //!   proxy that long after their subORAM is drawn, about `16m` blocks at most.
 
+use cloak_core::RecordLayout;
+
 use super::Curious;
 use super::geometry::{Layout, Tree};
 use crate::{BuildError, Founding};
@@ -66,6 +68,12 @@ impl Default for CuriousOptions {
 }
 
 impl CuriousOptions {
+    /// The size of every element (a bucket of `bucket_size` records sealed together) for
+    /// records of `layout`.
+    pub fn element_len(&self, layout: RecordLayout) -> usize {
+        layout.sealed_len(self.bucket_size as usize)
+    }
+
     /// A CURIOUS store for `store` under `master`'s keys, holding `start`'s records.
     pub(crate) fn build(&self, from: Founding<'_>) -> Result<Curious, BuildError> {
         let (store, master) = (from.store, from.master);

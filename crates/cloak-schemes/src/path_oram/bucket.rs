@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 use cloak_core::{ElementCodec, ElementError, NO_SLOT, Record, Slot};
-use cloak_crypto::{Binding, SEAL_OVERHEAD};
+use cloak_crypto::Binding;
 
 use super::stash::Block;
 
@@ -35,7 +35,7 @@ impl BucketCodec {
 
     /// Size of every sealed bucket.
     pub fn element_len(&self) -> usize {
-        self.plaintext_len() + SEAL_OVERHEAD
+        self.codec.layout.sealed_len(self.z)
     }
 
     /// Seals a bucket holding `blocks` (at most `Z`).

@@ -1,6 +1,8 @@
 //! Path ORAM's options, their defaults (`Z = 4` and the stash bound 89 that CURIOUS §3.2 takes
 //! from Path ORAM's Table 3) and their validation.
 
+use cloak_core::RecordLayout;
+
 use super::{PathOram, PathOramConfig, Tree};
 use crate::{BuildError, Founding, StoreSpec};
 
@@ -33,6 +35,12 @@ impl Default for PathOramOptions {
 }
 
 impl PathOramOptions {
+    /// The size of every element (a bucket of `Z` records sealed together) for records of
+    /// `layout`.
+    pub fn element_len(&self, layout: RecordLayout) -> usize {
+        layout.sealed_len(self.bucket_size)
+    }
+
     /// The options, checked against `store`.
     pub fn config(&self, store: &StoreSpec) -> Result<PathOramConfig, BuildError> {
         if !(1..=MAX_BUCKET_SIZE).contains(&self.bucket_size) {
@@ -55,8 +63,7 @@ impl PathOramOptions {
             });
         }
         let tree = Tree::for_capacity(store.capacity);
-        let bucket =
-            (self.bucket_size * store.layout.encoded_len() + cloak_crypto::SEAL_OVERHEAD) as u64;
+        let bucket = self.element_len(store.layout) as u64;
         let path = bucket * u64::from(tree.levels());
         if path > MAX_PATH_BYTES {
             return Err(BuildError::Invalid(format!(
