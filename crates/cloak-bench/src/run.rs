@@ -75,11 +75,13 @@ impl Backend {
         }
     }
 
-    /// A storage client of the server at `addr`, for the preload.
+    /// A storage client of the server at `addr`, for the preload, whose reads' answers may hold
+    /// elements of `max_element` bytes at most.
     async fn connect(
         self,
         addr: SocketAddr,
         tls: Option<&BenchTls>,
+        max_element: usize,
     ) -> Result<Arc<dyn Storage>, RunError> {
         let preload = |e: &dyn fmt::Display| RunError::Preload(e.to_string());
         Ok(match self {
@@ -88,7 +90,8 @@ impl Backend {
                 Arc::new(
                     TcpStorage::connect_with(&addr.to_string(), 4, link)
                         .await
-                        .map_err(|e| preload(&e))?,
+                        .map_err(|e| preload(&e))?
+                        .with_max_element(max_element),
                 )
             }
             Backend::Redis => {
@@ -99,7 +102,8 @@ impl Backend {
                 Arc::new(
                     RedisStorage::connect(target, None)
                         .await
-                        .map_err(|e| preload(&e))?,
+                        .map_err(|e| preload(&e))?
+                        .with_max_element(max_element),
                 )
             }
         })
@@ -216,7 +220,13 @@ impl Setup {
         let store = StoreId::random().map_err(|e| start_error("a store id", &e))?;
         let format = cloak_schemes::element_format(scheme, layout, &store.key(master))
             .map_err(|e| start_error("the element format", &e))?;
-        let client = self.backend.connect(addr, self.tls.as_deref()).await?;
+        // What the preload writes, and so what its scan of the store reads back: the format's
+        // elements and the marker.
+        let max_element = format.element_len().max(StoreId::MARKER_LEN);
+        let client = self
+            .backend
+            .connect(addr, self.tls.as_deref(), max_element)
+            .await?;
         preload::write(client.clone(), format, keys, value, loading)
             .await
             .map_err(|e| RunError::Preload(e.to_string()))?;

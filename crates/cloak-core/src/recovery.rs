@@ -159,6 +159,14 @@ pub enum ElementFormat {
 }
 
 impl ElementFormat {
+    /// The longest element this format encodes: a sealed record, or a full record's plaintext.
+    pub fn element_len(&self) -> usize {
+        match self {
+            ElementFormat::Sealed(codec) => codec.element_len(),
+            ElementFormat::Plain(layout) => layout.encoded_len(),
+        }
+    }
+
     /// An element at `address` holding `record` for `slot`, as a store written by an earlier
     /// run (generation 1) would hold it: what recovery reads back. Tools use it to hand a proxy
     /// a ready-made store (the benchmark's preload) through the ordinary recovery path.
