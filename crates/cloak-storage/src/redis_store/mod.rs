@@ -31,7 +31,11 @@
 //! MGET's by its key count and the largest element the scheme writes
 //! ([`RedisStorage::with_max_element`]), a write's by a status line. A longer answer fails its
 //! connection before it is buffered. A cluster's answers are read by the `redis` crate, which
-//! bounds them by nothing but Redis's own limits.
+//! does not bound them: its parser takes whatever length an answer announces, and none of
+//! `ClusterClientBuilder`'s settings limits it. Our pipe could serve as its node connection only
+//! through `ClusterClient::get_async_generic_connection` (`#[doc(hidden)]`), whose
+//! `Connect::connect_with_config` is handed a `ConnectionInfo` and an `AsyncConnectionConfig`
+//! whose TLS parameters and timeouts it cannot read (their fields are private to the crate).
 
 mod answer_scan;
 mod answer_size;
