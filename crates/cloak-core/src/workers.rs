@@ -37,8 +37,11 @@ pub(crate) fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R +
     if items.len() < 2 * PER_THREAD {
         return items.iter().map(f).collect();
     }
-    let cores = thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    POOL.get_or_init(|| Pool::new(cores - 1)).map(items, f)
+    POOL.get_or_init(|| {
+        let cores = thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        Pool::new(cores - 1)
+    })
+    .map(items, f)
 }
 
 /// A job as the workers see it: its borrows were erased by [`Pool::map`], which outlives it.
@@ -312,8 +315,8 @@ mod tests {
     }
 
     /// An idle worker is parked: over a second without jobs it takes no CPU time. (A worker
-    /// that spun or yielded while waiting, as rayon's do, takes much of a core: 6 ticks in half
-    /// a second here even with the other tests' threads running beside it.)
+    /// that spun or yielded while waiting, as rayon's do, takes much of a core, even with the
+    /// other tests' threads running beside it.)
     #[cfg(target_os = "linux")]
     #[test]
     fn idle_workers_take_no_cpu() {
@@ -326,28 +329,24 @@ mod tests {
             .flatten()
             .find(|task| *task != std::fs::read_link("/proc/thread-self").unwrap())
             .expect("the second share ran on the worker");
-        let cpu_ticks = || {
-            let stat =
-                std::fs::read_to_string(std::path::Path::new("/proc").join(&worker).join("stat"))
-                    .unwrap();
-            // utime and stime, the 14th and 15th fields, after the command name's parenthesis.
-            let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-            let fields: Vec<u64> = after_name
-                .split(' ')
-                .skip(11)
-                .take(2)
-                .map(|field| field.parse().unwrap())
-                .collect();
-            fields.iter().sum::<u64>()
+        // Nanoseconds the worker has run, the first field of its schedstat.
+        let cpu_ns = || {
+            let schedstat = std::fs::read_to_string(
+                std::path::Path::new("/proc")
+                    .join(&worker)
+                    .join("schedstat"),
+            )
+            .unwrap();
+            schedstat.split(' ').next().unwrap().parse::<u64>().unwrap()
         };
-        let before = cpu_ticks();
+        let before = cpu_ns();
         thread::sleep(std::time::Duration::from_secs(1));
-        let idle = cpu_ticks() - before;
-        // Clock ticks are usually 10 ms: a parked worker takes none (at most a tick, had it
-        // been running its last job's end as the second began).
+        let idle_ms = (cpu_ns() - before) / 1_000_000;
+        // A parked worker runs for microseconds at most (the end of its last job, had it been
+        // preempted there): 20 ms is far above that and far below a spinning worker's share.
         assert!(
-            idle <= 2,
-            "an idle worker took {idle} ticks of CPU in a second"
+            idle_ms <= 20,
+            "an idle worker ran for {idle_ms} ms of a second"
         );
     }
 }
