@@ -17,14 +17,12 @@
 //! Every plaintext is padded to the same length so element sizes reveal nothing, and every
 //! element carries its slot, key and version so the proxy's maps can be rebuilt from storage.
 
-use std::num::NonZeroUsize;
-use std::sync::OnceLock;
-
 use bytes::Bytes;
 use cloak_crypto::{Binding, CryptoError, PreparedSeal, SEAL_OVERHEAD, Sealer};
 
 use crate::envelope::ENVELOPE_LEN;
 use crate::storage::Addr;
+use crate::workers::on_every_core;
 
 /// A logical slot: the proxy's name for where a key lives, independent of where storage keeps it.
 pub type Slot = u64;
@@ -163,43 +161,6 @@ impl RecordLayout {
     }
 }
 
-/// Fewest elements a thread opens or seals in [`ElementCodec::open_all`] and
-/// [`ElementCodec::seal_all`]: each takes about a microsecond (1 KiB values), and starting a
-/// thread some tens of microseconds, so a smaller share costs more than it saves.
-const PER_THREAD: usize = 128;
-
-/// `f` of every item, in order, spread over the machine's cores: the calling thread takes the
-/// first share and a scoped thread each of the others. Threads are started per call rather than
-/// kept in a pool: a pool's idle workers spin between jobs, and on a small machine that spinning
-/// took CPU the clients and the storage server needed (rayon's took a fifth of the proxy's
-/// samples at one batch every 5 ms).
-pub(crate) fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    let cores =
-        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
-    let threads = cores.min(items.len() / PER_THREAD).max(1);
-    if threads == 1 {
-        return items.iter().map(f).collect();
-    }
-    let share = items.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let f = &f;
-        let mut shares = items.chunks(share);
-        let first = shares.next().unwrap_or_default();
-        let others: Vec<_> = shares
-            .map(|share| scope.spawn(move || share.iter().map(f).collect::<Vec<R>>()))
-            .collect();
-        let mut out: Vec<R> = first.iter().map(f).collect();
-        for other in others {
-            match other.join() {
-                Ok(results) => out.extend(results),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        out
-    })
-}
-
 /// Seals and opens single-record elements: the format every dense scheme stores.
 pub struct ElementCodec {
     /// The record layout every element pads to.
@@ -331,6 +292,7 @@ impl ElementCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workers::PER_THREAD;
     use cloak_crypto::{ClearHeader, MasterKey};
 
     fn codec() -> ElementCodec {

@@ -30,6 +30,7 @@ pub mod sim;
 pub mod storage;
 pub mod trace;
 pub mod update;
+mod workers;
 
 pub use command::{
     Command, CommandError, Deadline, ExpireCondition, GetExChange, Outcome, SetCondition,

@@ -42,6 +42,7 @@ use hashbrown::{HashMap, HashTable};
 use crate::element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slot};
 use crate::integrity::{Damage, Findings, SlotVersions};
 use crate::storage::{Addr, STORE_MARKER, StorageError, StorageOp, StorageReply};
+use crate::workers::on_every_core;
 pub use records::RecoveredRecords;
 use records::{Found, Value};
 use spool::SpoolWriter;
@@ -74,8 +75,8 @@ pub enum RecoveryError {
 /// Elements read per scan request.
 const SCAN_CHUNK: u32 = 4096;
 
-/// Most records [`Recovery::expecting`] makes room for in advance (past it the table grows as
-/// it fills): the room is reserved, not touched, until records arrive, but a capacity given by
+/// Most slots [`Recovery::expecting`] makes room for in advance (slots past it are kept in a
+/// hash map): the room is reserved, not touched, until records arrive, but a capacity given by
 /// mistake should not reserve terabytes.
 const MAX_RESERVED: usize = 1 << 28;
 
@@ -213,7 +214,7 @@ pub struct Recovery {
     format: ElementFormat,
     after: Option<Addr>,
     done: bool,
-    newest: HashMap<Slot, Found>,
+    newest: Newest,
     spool: SpoolWriter,
     elements: u64,
     damage: Damage,
@@ -227,7 +228,7 @@ impl Recovery {
             format,
             after: None,
             done: false,
-            newest: HashMap::new(),
+            newest: Newest::default(),
             spool: SpoolWriter::default(),
             elements: 0,
             damage: Damage::default(),
@@ -236,15 +237,11 @@ impl Recovery {
     }
 
     /// Makes room now for the records of `slots` slots (the store's size, which the proxy
-    /// knows), so the table of newest records is not grown and rehashed over and over as the
-    /// scan goes: at ten million records that was seconds of a start, and each growth held the
-    /// old table and the new one at once. Only a hint: more slots still fit.
+    /// knows), so the table of newest records is not grown over and over as the scan goes: at
+    /// ten million records that was seconds of a start, and each growth held the old table and
+    /// the new one at once. Only a hint: more slots still fit.
     pub fn expecting(mut self, slots: u64) -> Self {
-        self.newest.reserve(
-            usize::try_from(slots)
-                .unwrap_or(usize::MAX)
-                .min(MAX_RESERVED),
-        );
+        self.newest = Newest::for_slots(usize::try_from(slots).unwrap_or(usize::MAX));
         self
     }
 
@@ -307,14 +304,9 @@ impl Recovery {
     /// every slot they hold, spooling the element of each value it keeps; an element that does
     /// not open is recorded as damage. Fails only if the spool cannot be written.
     pub fn open(&mut self, chunk: ScannedChunk) -> Result<(), RecoveryError> {
-        for (address, element) in chunk.0 {
-            match self.format.records(address, &element) {
-                Ok((generation, records)) => self.keep(address, &element, generation, records)?,
-                Err(error) => {
-                    tracing::debug!(address, %error, "an element recovery cannot read");
-                    self.damage.record(address, &error);
-                }
-            }
+        for (address, error) in self.keep_all(&chunk.0)? {
+            tracing::debug!(address, %error, "an element recovery cannot read");
+            self.damage.record(address, &error);
         }
         Ok(())
     }
@@ -328,11 +320,25 @@ impl Recovery {
         &mut self,
         elements: Vec<(Addr, Bytes)>,
     ) -> Result<Vec<(Addr, ElementError)>, RecoveryError> {
+        self.keep_all(&elements)
+    }
+
+    /// Opens `elements` on every core (each is independent of the others, and the scan's
+    /// requests are the same whoever opens them), then keeps their records in order, as one by
+    /// one would. Returns the elements that did not open, with why.
+    fn keep_all(
+        &mut self,
+        elements: &[(Addr, Bytes)],
+    ) -> Result<Vec<(Addr, ElementError)>, RecoveryError> {
+        let format = &self.format;
+        let opened = on_every_core(elements, |(address, element)| {
+            format.records(*address, element)
+        });
         let mut unopened = Vec::new();
-        for (address, element) in elements {
-            match self.format.records(address, &element) {
-                Ok((generation, records)) => self.keep(address, &element, generation, records)?,
-                Err(error) => unopened.push((address, error)),
+        for ((address, element), opened) in elements.iter().zip(opened) {
+            match opened {
+                Ok((generation, records)) => self.keep(*address, element, generation, records)?,
+                Err(error) => unopened.push((*address, error)),
             }
         }
         Ok(unopened)
@@ -350,7 +356,7 @@ impl Recovery {
         self.max_generation = self.max_generation.max(generation);
         let mut spooled = None;
         for (slot, record) in records {
-            if !self.is_newer(slot, record.version) {
+            if !self.newest.is_newer(slot, record.version) {
                 continue;
             }
             let value = if record.value.is_empty() {
@@ -365,15 +371,6 @@ impl Recovery {
             self.newest.insert(slot, Found::new(&record, value));
         }
         Ok(())
-    }
-
-    /// Whether a record of `slot` at `version` is newer than the one held (padding never is).
-    fn is_newer(&self, slot: Slot, version: u64) -> bool {
-        slot != NO_SLOT
-            && self
-                .newest
-                .get(&slot)
-                .is_none_or(|held| held.version < version)
     }
 
     /// Adds the journal's records and settles every slot. Fails only if the spool cannot be
@@ -396,20 +393,14 @@ impl Recovery {
             }
         }
         for (slot, record) in journal {
-            if self.is_newer(slot, record.version) {
+            if self.newest.is_newer(slot, record.version) {
                 let value = Value::Kept(record.value.clone());
                 self.newest.insert(slot, Found::new(&record, value));
             }
         }
-        let next_version = self.newest.values().map(|r| r.version).max().unwrap_or(0) + 1;
-        // Empty records no client ever wrote (an initial fill's padding) say nothing.
-        let mut found: Vec<(Slot, Found)> = self
-            .newest
-            .into_iter()
-            .filter(|(_, r)| r.version > 0)
-            .collect();
+        let mut found = self.newest.into_written();
+        let next_version = found.iter().map(|(_, r)| r.version).max().unwrap_or(0) + 1;
         empty_stale_copies(&mut found);
-        found.sort_unstable_by_key(|(slot, _)| *slot);
         Ok(Recovered {
             records: RecoveredRecords::spooled(found, self.spool.finish()?, self.format),
             next_version,
@@ -417,6 +408,93 @@ impl Recovery {
             damage: self.damage,
             max_generation: self.max_generation,
         })
+    }
+}
+
+/// Slots below this are kept by index even when recovery expects fewer (or was told nothing):
+/// a store this small costs at most a few megabytes of table.
+const ALWAYS_BY_INDEX: usize = 1 << 16;
+
+/// The newest record found of each slot so far.
+///
+/// By index in a vector for the store's slots (every scheme numbers its slots from 0 up to its
+/// capacity, and the proxy passes that: see [`Recovery::expecting`]), so keeping a scanned
+/// record costs one access to the table, not a hash table's two (control byte, then bucket)
+/// twice over (a lookup, then the insert): at five million records those accesses, each a
+/// cache miss into a table of hundreds of megabytes, were 46% of a restart's samples before
+/// listening. Any other slot (an element of a scheme that numbers its slots otherwise) is kept
+/// in a hash map, so nothing is lost whatever slots storage holds.
+struct Newest {
+    /// `by_index[slot]` for slots below `indexed`; grows as slots arrive, within its reserved
+    /// room.
+    by_index: Vec<Option<Found>>,
+    indexed: usize,
+    others: HashMap<Slot, Found>,
+}
+
+impl Default for Newest {
+    fn default() -> Self {
+        Self::for_slots(0)
+    }
+}
+
+impl Newest {
+    /// A table that holds slots `0..slots` by index, the room for them reserved (not touched
+    /// until records arrive).
+    fn for_slots(slots: usize) -> Self {
+        let slots = slots.min(MAX_RESERVED);
+        Self {
+            by_index: Vec::with_capacity(slots),
+            indexed: slots.max(ALWAYS_BY_INDEX),
+            others: HashMap::new(),
+        }
+    }
+
+    fn get(&self, slot: Slot) -> Option<&Found> {
+        match self.index(slot) {
+            Some(i) => self.by_index.get(i)?.as_ref(),
+            None => self.others.get(&slot),
+        }
+    }
+
+    /// Whether a record of `slot` at `version` is newer than the one held (padding never is).
+    fn is_newer(&self, slot: Slot, version: u64) -> bool {
+        slot != NO_SLOT && self.get(slot).is_none_or(|held| held.version < version)
+    }
+
+    fn insert(&mut self, slot: Slot, found: Found) {
+        match self.index(slot) {
+            Some(i) => {
+                if i >= self.by_index.len() {
+                    self.by_index.resize_with(i + 1, || None);
+                }
+                self.by_index[i] = Some(found);
+            }
+            None => {
+                self.others.insert(slot, found);
+            }
+        }
+    }
+
+    /// Where `slot` is in `by_index`, if it is kept there.
+    fn index(&self, slot: Slot) -> Option<usize> {
+        usize::try_from(slot).ok().filter(|&i| i < self.indexed)
+    }
+
+    /// The records some client wrote (version above 0), by slot: empty records no client ever
+    /// wrote (an initial fill's padding) say nothing.
+    fn into_written(self) -> Vec<(Slot, Found)> {
+        let written = |(_, found): &(Slot, Found)| found.version > 0;
+        let mut others: Vec<(Slot, Found)> = self.others.into_iter().filter(written).collect();
+        others.sort_unstable_by_key(|(slot, _)| *slot);
+        // Every indexed slot is below every other: the vector's order, then the others'.
+        self.by_index
+            .into_iter()
+            .enumerate()
+            .filter_map(|(slot, found)| Some((slot as Slot, found?)))
+            .filter(written)
+            .chain(others)
+            .collect()
     }
 }
 
@@ -559,6 +637,45 @@ mod tests {
             recovered.records.take(2).unwrap().value,
             Bytes::from_static(b"value"),
             "a journaled value is kept in memory"
+        );
+    }
+
+    /// Slots of the store are kept by index, any other in the map, and the records come back
+    /// by slot either way, the newest of each.
+    #[test]
+    fn the_newest_record_of_every_slot_is_kept_whatever_its_slot() {
+        let mut newest = Newest::for_slots(4);
+        let far = 1 << 40;
+        for (slot, version) in [
+            (far, 2),
+            (5, 1),
+            (ALWAYS_BY_INDEX as Slot, 3),
+            (ALWAYS_BY_INDEX as Slot - 1, 4),
+            (5, 6),
+            (far, 7),
+            (9, 0),
+        ] {
+            if newest.is_newer(slot, version) {
+                newest.insert(slot, Found::new(&record(version, b"k"), Value::default()));
+            }
+        }
+        assert!(!newest.is_newer(5, 5) && newest.is_newer(5, 7));
+        assert!(!newest.is_newer(NO_SLOT, 1), "padding is never kept");
+        assert_eq!(newest.others.len(), 2, "the slots past the indexed ones");
+        let written: Vec<(Slot, u64)> = newest
+            .into_written()
+            .iter()
+            .map(|(slot, found)| (*slot, found.version))
+            .collect();
+        assert_eq!(
+            written,
+            [
+                (5, 6),
+                (ALWAYS_BY_INDEX as Slot - 1, 4),
+                (ALWAYS_BY_INDEX as Slot, 3),
+                (far, 7),
+            ],
+            "by slot, the newest version of each; slot 9's version 0 was never written"
         );
     }
 

@@ -2,9 +2,10 @@
 //! operating system once the start is over.
 //!
 //! Measured with `cloak bench --scheme cloak,unsafe --keys 1000000` (1 KiB values, RSS per key
-//! after load): 244 bytes a key for Cloak when this was written, where its structures take
-//! under 100. The figures below are from then; the README's memory section has today's (161
-//! bytes a key after later changes to recovery and the slot versions).
+//! after a restart and load): 244 bytes a key for Cloak when this was written, 203 with huge
+//! pages off, 182 with the collection after the start as well. Each figure below is from then;
+//! later changes (recovery's tables, the slot versions, the batches' worker pool) brought it to
+//! 152–154, of which Cloak's structures are 58: the README's memory section has the breakdown.
 //!
 //! - **Huge pages.** mimalloc asks for transparent huge pages on its arena, so a page touched
 //!   anywhere in 2 MiB can make all 2 MiB resident (an idle proxy of 1000 slots: 30 MB of its

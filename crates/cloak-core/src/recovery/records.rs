@@ -32,9 +32,10 @@ use bytes::Bytes;
 
 use super::spool::{SpoolReader, Spooled};
 use super::{ElementFormat, RecoveryError, leak_demo};
-use crate::element::{Record, Slot, on_every_core};
+use crate::element::{Record, Slot};
 use crate::envelope::{Entry, EnvelopeError, Kind};
 use crate::keyspace::Keyspace;
+use crate::workers::on_every_core;
 
 /// Where a found record's value is.
 #[derive(Debug)]
