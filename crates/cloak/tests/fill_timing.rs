@@ -1,26 +1,34 @@
-//! What the storage server sees of a restart's fill, and when: the pace of the fill's write
-//! requests must not follow how many live records each carries (review finding 6).
+//! What the storage server sees of a restart's fill, and when: neither the pause after the
+//! scan nor the pace of the fill's write requests may follow how many live records the store
+//! holds (review finding 6).
 //!
-//! A restart spools the records it recovers to local disk, and the new layout's fill reads them
-//! back as it writes each request. Reading one back costs the proxy a few microseconds; an empty
-//! slot costs nothing unless the fill reads a decoy for it (`cloak_core::recovery`'s records
-//! module). Had it not, the time between two fill requests would grow with the live records the
-//! second carries, and the server would read off the fill how many keys the store holds.
+//! A restart spools the records it recovers to local disk, sorts them, rebuilds the key
+//! directory and starts a new scheme instance, whose fill reads the records back as it writes
+//! each request. All of that costs time per live record. Two defences: every fill request reads
+//! back as many elements whatever it carries (decoys, `cloak_core::recovery`'s records module),
+//! and the fill runs on a public clock (`cloak_schemes::shell::fill`): its first request leaves
+//! a fixed wait after the scan's last request, each next one a fixed interval later, however
+//! long their preparation took.
 //!
 //! Each test preloads a store (its sealed elements and marker, as the proxy writes them) into a
 //! `cloak server` running in this process over an observing backend, which records every
 //! request with the time the server got it; then starts the real `cloak proxy` on it, which
-//! recovers the store and fills it anew. The fill is the run of writes after the last scan. It
-//! compares an empty store with a full one: the median time between fill requests must be the
-//! same. To make a difference in work show far above a loaded host's noise, the proxy runs with
-//! `CLOAK_LEAK_DEMO_SLOW_READ_BACK_US` (every element read back from the spool takes that much
-//! longer: a request of 1024 elements then takes tens of milliseconds to prepare, against one or
-//! two without), and
-//! the test shows that the same comparison catches the fill that read back live records only
-//! (`CLOAK_LEAK_DEMO_LIVE_READ_BACK`).
+//! recovers the store and fills it anew, and compares an empty store with a full one.
+//!
+//! - *The clock* (`*_fill_clock_hides_the_live_records`, every scheme with a fill): the proxy
+//!   runs with `CLOAK_LEAK_DEMO_SLOW_LIVE_RECORD_US`, so the work per live record, after the
+//!   scan and in every fill request's preparation, takes far longer than a loaded host's noise.
+//!   With the clock, the pause after the scan and the mean gap between fill requests are the
+//!   same for both stores; the same comparison catches the fill without it
+//!   (`CLOAK_LEAK_DEMO_UNPACED_FILL`, each request sent as soon as it is prepared).
+//! - *The decoys* (`*_fill_pace_does_not_follow_live_records`): with
+//!   `CLOAK_LEAK_DEMO_SLOW_READ_BACK_US` every element read back takes so long that the fill
+//!   overruns its clock and requests leave as they are prepared: the decoys still keep their
+//!   pace the same, and the comparison catches the fill that read back live records only
+//!   (`CLOAK_LEAK_DEMO_LIVE_READ_BACK`).
 //!
 //! `the_fill_pace_by_live_records_measured` (ignored; `--nocapture`) measures without the
-//! amplifier, for every scheme with a fill, and prints the numbers the README quotes.
+//! amplifiers, for every scheme with a fill, and prints the numbers the README quotes.
 
 mod common;
 
@@ -29,10 +37,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cloak_audit::distinguish::percentiles;
-use cloak_core::recovery::leak_demo::{LIVE_READ_BACK_ENV, SLOW_READ_BACK_ENV};
+use cloak_core::recovery::leak_demo::{
+    LIVE_READ_BACK_ENV, SLOW_LIVE_RECORD_ENV, SLOW_READ_BACK_ENV,
+};
 use cloak_core::{AccessKind, Entry, Record, RecordLayout, STORE_MARKER, StorageOp, Trace};
 use cloak_crypto::{MasterKey, StoreId};
-use cloak_schemes::SchemeName;
+use cloak_schemes::{LEAK_DEMO_UNPACED_FILL_ENV, SchemeName};
 use cloak_storage::{MemoryStorage, Observing, Storage, TraceHandle, server};
 use common::{Running, connect, free_port};
 
@@ -88,7 +98,8 @@ struct Store {
 
 /// What the server saw of a restart's fill.
 struct Fill {
-    /// From the scan's last answer to the fill's first request.
+    /// From recovery's last scan request to the next request (the fill's first, or a scan of
+    /// the scheme's own).
     pause: Duration,
     /// Between one fill request and the next.
     gaps: Vec<Duration>,
@@ -97,9 +108,9 @@ struct Fill {
 }
 
 impl Store {
-    /// Preloads the store into a fresh server, starts `cloak` (`bin`) on it with `env`, waits
-    /// for the fill to end, and returns what the server saw of it.
-    fn restart(self, bin: &str, env: &[(&str, &str)]) -> Fill {
+    /// Preloads the store into a fresh server, starts `cloak` (`bin`) on it with `env` and the
+    /// `--fill-pace` given, waits for the fill to end, and returns what the server saw of it.
+    fn restart(self, bin: &str, env: &[(&str, &str)], fill_pace: &str) -> Fill {
         let server = Server::start();
         let dir = tempfile::tempdir().unwrap();
         let master = MasterKey::from_bytes([7; 32]);
@@ -157,6 +168,8 @@ impl Store {
             "16",
             "--value-size",
             &value_size,
+            "--fill-pace",
+            fill_pace,
         ];
         let proxy = Running::start_bin_with_env(bin, &args, env, "listening");
         let mut client = connect(port);
@@ -177,13 +190,25 @@ impl Store {
     }
 }
 
-/// The fill in `trace`: the writes after the last scan, up to the first other request.
+/// The fill in `trace`: the writes after the last scan, up to the first other request; and the
+/// pause after recovery's scan (the first run of scans; a scan that starts over from the first
+/// address is the scheme's own).
 fn fill_of(trace: &Trace, format: &mut cloak_core::ElementFormat) -> Fill {
+    let first_scan = trace
+        .iter()
+        .position(|seen| seen.kind == AccessKind::Scan)
+        .expect("a restart scans storage");
+    let after_recovery = first_scan
+        + 1
+        + trace[first_scan + 1..]
+            .iter()
+            .position(|seen| seen.kind != AccessKind::Scan || seen.addrs.is_empty())
+            .expect("requests after recovery's scan");
+    let pause = trace[after_recovery].at - trace[after_recovery - 1].at;
     let last_scan = trace
         .iter()
         .rposition(|seen| seen.kind == AccessKind::Scan)
         .expect("a restart scans storage");
-    let scanned = trace[last_scan].answered.expect("the scan was answered");
     let writes: Vec<_> = trace[last_scan + 1..]
         .iter()
         .take_while(|seen| seen.kind == AccessKind::Write)
@@ -206,7 +231,7 @@ fn fill_of(trace: &Trace, format: &mut cloak_core::ElementFormat) -> Fill {
         })
         .collect();
     Fill {
-        pause: writes[0].at.saturating_sub(scanned),
+        pause,
         gaps: writes.windows(2).map(|w| w[1].at - w[0].at).collect(),
         live,
     }
@@ -234,8 +259,8 @@ fn pace_follows_live_records(scheme: SchemeName, env: &[(&str, &str)]) -> bool {
     let mut env = env.to_vec();
     env.push((SLOW_READ_BACK_ENV, "100"));
     let median = |fill: &Fill| percentiles(micros(&fill.gaps))[1].max(1) as f64;
-    let empty = store(0).restart(common::CLOAK, &env);
-    let full = store(8192).restart(common::CLOAK, &env);
+    let empty = store(0).restart(common::CLOAK, &env, "1");
+    let full = store(8192).restart(common::CLOAK, &env, "1");
     let (empty, full) = (median(&empty), median(&full));
     let ratio = (full / empty).max(empty / full);
     println!(
@@ -268,6 +293,143 @@ fn waffle_fill_pace_does_not_follow_live_records() {
     assert_fill_pace_independent_of_live_records(SchemeName::Waffle);
 }
 
+/// Microseconds each live record's work is made to take in the clock tests
+/// (`SLOW_LIVE_RECORD_ENV`): 20 µs against the 0.3–0.7 µs measured, so that a full store's
+/// extra work (160 ms after the scan, 10–20 ms in each fill request) stands far above a loaded
+/// host's noise and above the time storage takes to answer a fill request.
+const SLOW_LIVE_US: u64 = 20;
+
+/// Slots of the stores the clock tests restart.
+const CLOCK_CAPACITY: u64 = 8192;
+
+/// How far apart an empty store's restart and a full one's were, as the server saw them.
+struct Apart {
+    /// The pause after the scan: full minus empty.
+    pause: i128,
+    /// The mean gap between fill requests (the fill's length over its requests): full minus
+    /// empty. Not the median: without the clock, requests prepared while answers queue up leave
+    /// together, so most gaps are near zero and the work shows in the few long ones.
+    gap: i128,
+    /// The amplifier's extra work for the full store after the scan (every record), and in a
+    /// fill request (the median request's live records), in microseconds.
+    pause_work: i128,
+    gap_work: i128,
+}
+
+impl Apart {
+    /// Whether the pause shows the amplified work: more than half of it. With the clock the
+    /// two stores differ by an alarm's jitter (microseconds); without it, by all of the work,
+    /// which is a sleep and cannot come out shorter.
+    fn pause_follows(&self) -> bool {
+        self.pause.abs() > self.pause_work / 2
+    }
+
+    /// Whether the gaps show the amplified work: more than a fifth of a request's. Without the
+    /// clock a request's preparation overlaps the answers to the requests in flight before it
+    /// (the window), and the first window is prepared before the fill starts, so only part of
+    /// the work shows (measured: 28–60% of it); with the clock the means differ by well under a
+    /// millisecond.
+    fn gap_follows(&self) -> bool {
+        self.gap.abs() > self.gap_work / 5
+    }
+}
+
+/// Restarts an empty and a full store of `scheme` with the live-record amplifier, `env` and
+/// `--fill-pace fill_pace`, and says how far apart their timing was.
+fn empty_and_full(
+    scheme: SchemeName,
+    value_size: usize,
+    fill_pace: &str,
+    env: &[(&str, &str)],
+) -> Apart {
+    let store = |keys| Store {
+        scheme,
+        capacity: CLOCK_CAPACITY,
+        keys,
+        value_size,
+    };
+    let slow = SLOW_LIVE_US.to_string();
+    let mut env = env.to_vec();
+    env.push((SLOW_LIVE_RECORD_ENV, &slow));
+    let empty = store(0).restart(common::CLOAK, &env, fill_pace);
+    let full = store(CLOCK_CAPACITY).restart(common::CLOAK, &env, fill_pace);
+    let mean = |fill: &Fill| {
+        fill.gaps.iter().sum::<Duration>().as_micros() as i128 / fill.gaps.len() as i128
+    };
+    let mut live = full.live.clone();
+    live.sort_unstable();
+    let apart = Apart {
+        pause: full.pause.as_micros() as i128 - empty.pause.as_micros() as i128,
+        gap: mean(&full) - mean(&empty),
+        pause_work: i128::from(CLOCK_CAPACITY * SLOW_LIVE_US),
+        gap_work: (live[live.len() / 2] as u64 * SLOW_LIVE_US).into(),
+    };
+    println!(
+        "{scheme} {env:?} --fill-pace {fill_pace}: pause after the scan {} µs empty, {} µs full \
+         (full store's extra work {} µs); mean gap between {} fill requests {} µs empty, {} µs \
+         full (extra work {} µs a request)",
+        empty.pause.as_micros(),
+        full.pause.as_micros(),
+        apart.pause_work,
+        full.gaps.len() + 1,
+        mean(&empty),
+        mean(&full),
+        apart.gap_work,
+    );
+    apart
+}
+
+/// `scheme`'s restart shows the server nothing of its live records, pause or pace, and the same
+/// check catches the fill that sends each request as soon as it is prepared. `fill_pace` is
+/// slow enough that a request's amplified preparation fits in its interval (the default assumes
+/// an optimised build and no amplifier).
+fn assert_fill_clock_hides_live_records(scheme: SchemeName, value_size: usize, fill_pace: &str) {
+    let clocked = empty_and_full(scheme, value_size, fill_pace, &[]);
+    assert!(
+        !clocked.pause_follows(),
+        "{scheme}: the pause after the scan follows the live records"
+    );
+    assert!(
+        !clocked.gap_follows(),
+        "{scheme}: the gaps between fill requests follow the live records"
+    );
+    let unpaced = empty_and_full(
+        scheme,
+        value_size,
+        fill_pace,
+        &[(LEAK_DEMO_UNPACED_FILL_ENV, "1")],
+    );
+    assert!(
+        unpaced.pause_follows() && unpaced.gap_follows(),
+        "{scheme}: the fill without its clock passed for one that hides the live records"
+    );
+}
+
+#[test]
+fn cloak_fill_clock_hides_the_live_records() {
+    assert_fill_clock_hides_live_records(SchemeName::Cloak, 64, "30");
+}
+
+#[test]
+fn waffle_fill_clock_hides_the_live_records() {
+    assert_fill_clock_hides_live_records(SchemeName::Waffle, 64, "30");
+}
+
+#[test]
+fn pancake_fill_clock_hides_the_live_records() {
+    assert_fill_clock_hides_live_records(SchemeName::Pancake, 64, "30");
+}
+
+#[test]
+fn curious_fill_clock_hides_the_live_records() {
+    assert_fill_clock_hides_live_records(SchemeName::Curious, 64, "30");
+}
+
+#[test]
+fn path_oram_fill_clock_hides_the_live_records() {
+    assert_fill_clock_hides_live_records(SchemeName::PathOram, 1024, "30");
+}
+
 /// Pearson's correlation of `xs` and `ys`.
 fn correlation(xs: &[f64], ys: &[f64]) -> f64 {
     let n = xs.len() as f64;
@@ -281,10 +443,10 @@ fn correlation(xs: &[f64], ys: &[f64]) -> f64 {
     sxy / (sxx * syy).sqrt()
 }
 
-/// Measures, without the amplifier, the gaps between fill requests of an empty, a half-full
-/// and a full store, for every scheme with a fill, with the fill as it is and with the fill
-/// that read back live records only; prints them with the correlation of each request's gap
-/// with the live records it carried. `CLOAK_FILL_TIMING_BIN` names the binary to run (a release
+/// Measures, without the amplifiers, the gaps between fill requests of an empty, a half-full
+/// and a full store and the pause after the scan, for every scheme with a fill: with the fill
+/// as it is, without its clock, and without its clock reading back live records only; prints
+/// them with the correlation of each request's gap with the live records it carried. `CLOAK_FILL_TIMING_BIN` names the binary to run (a release
 /// build with the `cloak-schemes/leak-demo` feature, for realistic numbers),
 /// `CLOAK_FILL_TIMING_CAPACITY` the stores' capacity (32768), `CLOAK_FILL_TIMING_VALUE_SIZE`
 /// their value size (1024) and `CLOAK_FILL_TIMING_SCHEME` one scheme to measure (all).
@@ -312,8 +474,12 @@ fn the_fill_pace_by_live_records_measured() {
     ];
     for scheme in schemes.into_iter().filter(|s| only.is_none_or(|o| o == *s)) {
         for (name, env) in [
-            ("live only", vec![(LIVE_READ_BACK_ENV, "1")]),
-            ("decoys", vec![]),
+            (
+                "live only, no clock",
+                vec![(LIVE_READ_BACK_ENV, "1"), (LEAK_DEMO_UNPACED_FILL_ENV, "1")],
+            ),
+            ("decoys, no clock", vec![(LEAK_DEMO_UNPACED_FILL_ENV, "1")]),
+            ("decoys and clock", vec![]),
         ] {
             let (mut gaps, mut live) = (Vec::new(), Vec::new());
             for keys in [0, capacity / 2, capacity] {
@@ -323,15 +489,15 @@ fn the_fill_pace_by_live_records_measured() {
                     keys,
                     value_size,
                 };
-                let fill = store.restart(&bin, &env);
+                let fill = store.restart(&bin, &env, "1");
                 let [p10, p50, p90, _] = percentiles(micros(&fill.gaps));
                 let mean_live = fill.live.iter().sum::<usize>() / fill.live.len();
                 println!(
                     "{scheme} ({name}), {keys} of {capacity} keys: {} requests, {mean_live} live \
                      records each on average; gap between requests p10/p50/p90 {p10} / {p50} / \
-                     {p90} µs; pause before the fill {} ms",
+                     {p90} µs; pause after the scan {:.1} ms",
                     fill.live.len(),
-                    fill.pause.as_millis()
+                    fill.pause.as_secs_f64() * 1e3
                 );
                 gaps.extend(micros(&fill.gaps).map(|us| us as f64));
                 live.extend(fill.live[1..].iter().map(|&n| n as f64));
