@@ -52,10 +52,10 @@ pub struct FillShape {
     pub request: u64,
 }
 
-/// The default pace, per unit of a [`FillShape`], at `--fill-pace 1`: slack over the work a
-/// release build was measured to do (the README has the numbers), so that the fill rarely
-/// waits for its preparation. Each is a constant: what the pace must never be is a measurement
-/// of the work, which follows the records.
+/// The default pace, per unit of a [`FillShape`], at `--fill-pace 1`: chosen with slack over
+/// the work measured (the README has the numbers), so that a request is rarely prepared after
+/// its instant. Each is a constant: what the pace must never be is a measurement of the work at
+/// run time, which follows the records.
 mod default_pace {
     use std::time::Duration;
 
@@ -93,7 +93,7 @@ impl FillClock {
     }
 
     /// The pace of a fill of `shape` that starts as soon as recovery is done: its first request
-    /// leaves [`FillClock::wait`] after the scan.
+    /// leaves at [`FillClock::first_request`].
     pub fn pace(&self, shape: FillShape) -> Pace {
         self.pace_from(self.first_request(shape), shape)
     }
@@ -332,6 +332,71 @@ impl Fill {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug)]
+    struct Write;
+    impl RequestPurpose for Write {}
+
+    /// The instants the requests `io` holds leave at.
+    fn leaving(io: &mut Io<Write>) -> Vec<Option<Instant>> {
+        std::iter::from_fn(|| io.poll())
+            .map(|request| request.not_before)
+            .collect()
+    }
+
+    #[test]
+    fn a_clocked_fill_leaves_at_instants_from_its_shape_alone() {
+        let scanned = Instant::now() + Duration::from_secs(3600);
+        // 10 slots and elements of 100 bytes, 4 a request: a wait of 100 ms + 10 µs + 1 µs, and
+        // an interval of 4 × (1 µs + 200 ns).
+        let shape = Fill::shape(10, 10, 100, 4);
+        let interval = Duration::from_nanos(4_800);
+        let first = scanned + Duration::from_micros(100_011) + interval * 4;
+        for scale in [1.0, 2.0] {
+            let clock = FillClock { scanned, scale };
+            assert_eq!(
+                clock.first_request(shape),
+                scanned
+                    + Duration::from_micros(100_011).mul_f64(scale)
+                    + interval.mul_f64(scale) * 4
+            );
+        }
+        let mut pace = FillClock {
+            scanned,
+            scale: 1.0,
+        }
+        .pace(shape);
+        let mut io = Io::default();
+        for _ in 0..3 {
+            pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        }
+        assert_eq!(
+            leaving(&mut io),
+            [
+                Some(first),
+                Some(first + interval),
+                Some(first + interval * 2)
+            ]
+        );
+        assert_eq!(pace.late, 0);
+    }
+
+    #[test]
+    fn a_request_prepared_after_its_instant_is_counted_late_and_an_unpaced_one_leaves_at_once() {
+        let long_ago = Instant::now() - Duration::from_secs(10);
+        let mut pace = FillClock {
+            scanned: long_ago,
+            scale: 1.0,
+        }
+        .pace(Fill::shape(10, 10, 100, 4));
+        let mut io = Io::default();
+        pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        assert_eq!(pace.late, 1);
+        let mut unpaced = Pace::unpaced();
+        unpaced.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        assert_eq!(leaving(&mut io).last(), Some(&None));
+        assert_eq!(unpaced.late, 0);
+    }
 
     #[test]
     fn chunks_cover_everything_within_the_window() {
