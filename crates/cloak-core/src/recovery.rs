@@ -15,10 +15,12 @@
 //! What the server learns: a scan of every element, then the new instance's initial fill. Both
 //! read and write everything, whatever the workload was, so recovery reveals nothing about it.
 //! Each fill request reads back as many spooled elements whatever records it carries (decoy
-//! reads, see [`records`]), the largest part of the work that followed the records. Not hidden
-//! yet: the rest of that work (under a microsecond a record, see [`records`]), and the pause
-//! between the scan's end and the fill's start, which grows with the number of records (they
-//! are sorted then), so both tell roughly how many keys the store holds.
+//! reads, see [`records`]), the largest part of the work that followed the records. The rest of
+//! that work (under a microsecond a record), and the work between the scan's end and the fill's
+//! start (sorting the records, the key directory, the new instance's start), still grow with
+//! the number of records; the fill's public clock hides both from the server
+//! (`cloak_schemes::shell::fill`): its requests leave at instants counted from the scan's last
+//! request, whatever the work took.
 //! What recovery trusts: nothing it cannot check. An element that does not open is recorded as
 //! [`Damage`], never skipped, and [`Recovered::findings`] compares every slot with the versions
 //! the proxy last knew storage held, so deleted, rolled-back or resurrected keys show up; the
@@ -216,6 +218,8 @@ pub struct Recovery {
     done: bool,
     newest: Newest,
     spool: SpoolWriter,
+    /// The element the spool is padded with (no slot, no record), sealed once.
+    padding: Option<Bytes>,
     elements: u64,
     damage: Damage,
     max_generation: u64,
@@ -230,6 +234,7 @@ impl Recovery {
             done: false,
             newest: Newest::default(),
             spool: SpoolWriter::default(),
+            padding: None,
             elements: 0,
             damage: Damage::default(),
             max_generation: 0,
@@ -303,11 +308,28 @@ impl Recovery {
     /// Opens the elements of a chunk [`Recovery::accept`] took and keeps the newest record of
     /// every slot they hold, spooling the element of each value it keeps; an element that does
     /// not open is recorded as damage. Fails only if the spool cannot be written.
+    ///
+    /// Every scanned element adds one element to the spool: its own if it holds a value kept,
+    /// else padding. So the spool grows to the store's size as the scan goes, whatever the
+    /// store holds, and nothing is left to pad between the scan and the fill (see
+    /// [`Recovery::finish`]).
     pub fn open(&mut self, chunk: ScannedChunk) -> Result<(), RecoveryError> {
-        for (address, error) in self.keep_all(&chunk.0)? {
+        for (address, error) in self.keep_all(&chunk.0, Padding::EachElement)? {
             tracing::debug!(address, %error, "an element recovery cannot read");
             self.damage.record(address, &error);
         }
+        Ok(())
+    }
+
+    /// Appends one element of padding to the spool.
+    fn pad(&mut self) -> Result<(), RecoveryError> {
+        let padding = match &self.padding {
+            Some(padding) => padding,
+            None => self
+                .padding
+                .insert(self.format.encode(0, NO_SLOT, &Record::empty())),
+        };
+        self.spool.append(0, padding)?;
         Ok(())
     }
 
@@ -320,7 +342,7 @@ impl Recovery {
         &mut self,
         elements: Vec<(Addr, Bytes)>,
     ) -> Result<Vec<(Addr, ElementError)>, RecoveryError> {
-        self.keep_all(&elements)
+        self.keep_all(&elements, Padding::None)
     }
 
     /// Opens `elements` on every core (each is independent of the others, and the scan's
@@ -329,6 +351,7 @@ impl Recovery {
     fn keep_all(
         &mut self,
         elements: &[(Addr, Bytes)],
+        padding: Padding,
     ) -> Result<Vec<(Addr, ElementError)>, RecoveryError> {
         let format = &self.format;
         let opened = on_every_core(elements, |(address, element)| {
@@ -336,9 +359,13 @@ impl Recovery {
         });
         let mut unopened = Vec::new();
         for ((address, element), opened) in elements.iter().zip(opened) {
+            let spooled = self.spool.elements();
             match opened {
                 Ok((generation, records)) => self.keep(*address, element, generation, records)?,
                 Err(error) => unopened.push((*address, error)),
+            }
+            if padding == Padding::EachElement && self.spool.elements() == spooled {
+                self.pad()?;
             }
         }
         Ok(unopened)
@@ -383,14 +410,11 @@ impl Recovery {
         // reads as much as a full one's; decoys spread over a spool as large as a full store's
         // cost what its reads cost (a small spool stays in the fastest caches: an empty store's
         // fill requests came 1.3 ms apart against 1.9 ms for a full one's at 64-byte values).
-        // So the spool is padded, with one element of padding (no slot, no record) repeated, to
-        // as many elements as storage holds, which the server knows.
-        let spooled = self.spool.elements();
-        if spooled < self.elements.max(1) {
-            let padding = self.format.encode(0, NO_SLOT, &Record::empty());
-            for _ in spooled..self.elements.max(1) {
-                self.spool.append(0, &padding)?;
-            }
+        // So the spool holds at least as many elements as storage does, which the server
+        // knows: the scan padded it as it went (see `open`), and only an empty store's spool
+        // gets its one element here.
+        for _ in self.spool.elements()..self.elements.max(1) {
+            self.pad()?;
         }
         for (slot, record) in journal {
             if self.newest.is_newer(slot, record.version) {
@@ -587,6 +611,15 @@ impl Recovered {
             .filter(|(_, _, key)| !key.is_empty())
             .map(|(slot, _, key)| (slot, &key[..]))
     }
+}
+
+/// Whether [`Recovery::keep_all`] pads the spool by one element for every element it does not
+/// spool: scanned elements do, so the spool grows with the scan whatever it holds; elements an
+/// earlier start spooled do not (they were counted when they were scanned).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Padding {
+    EachElement,
+    None,
 }
 
 #[cfg(test)]

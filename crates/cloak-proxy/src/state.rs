@@ -322,6 +322,9 @@ pub struct RecoveryReport {
     pub findings: Findings,
     pub journal_records: usize,
     pub took: Duration,
+    /// When the scan's last request left: the last instant of the recovery the storage server
+    /// sees, from which a restart's fill counts its public clock.
+    pub scanned: Instant,
     /// The spool this start keeps in the state directory until storage holds every record
     /// again, when the proxy deletes it (see the module docs).
     pub spool: Option<PathBuf>,
@@ -354,6 +357,13 @@ pub async fn recover(
     // opened, so storage reads and sends one chunk while the proxy decrypts and checks the one
     // before. The requests are the ones a chunk-by-chunk scan sends, in the same order (each
     // starts after the last address of the chunk before), so the server sees nothing new.
+    //
+    // The instant the last request leaves is the one a restart's fill counts its clock from
+    // (see `RecoveryReport::scanned`): the server sees it, and everything the proxy does after
+    // it (opening the last chunks, sorting, the new instance's start) is hidden behind that
+    // clock. Its answer's arrival would do as well, but while a chunk is opened the answer
+    // waits unread, so the instant the proxy would note for it moves with that chunk's work.
+    let mut scanned = Instant::now();
     let mut reply = match recovery.next_request() {
         Some(first) => Some(storage.call(first).await?),
         None => None,
@@ -362,6 +372,7 @@ pub async fn recover(
         let chunk = recovery.accept(answer)?;
         match recovery.next_request() {
             Some(next) => {
+                scanned = Instant::now();
                 let (next_answer, opened) =
                     tokio::join!(storage.call(next), async { recovery.open(chunk) });
                 opened?;
@@ -387,6 +398,7 @@ pub async fn recover(
         recovered,
         journal_records,
         took: start.elapsed(),
+        scanned,
         spool,
     })
 }

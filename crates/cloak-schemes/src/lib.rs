@@ -50,6 +50,7 @@ pub use path_oram::{PathOram, PathOramConfig, PathOramOptions};
 pub use plaintext::Unsafe;
 use shell::Algorithm;
 pub use shell::Shell;
+pub use shell::fill::FillClock;
 pub use waffle::{BatchTiming, Waffle, WaffleOptions};
 
 /// The schemes `--scheme` names.
@@ -136,6 +137,9 @@ pub struct Start {
     /// Every generation this instance binds into an element is above this, so no element from
     /// an earlier run can pass for a current one. Runs take it from their incarnation number.
     pub generation_base: u64,
+    /// The public clock a restart's fill runs on (see [`shell::fill`]); `None` fills as fast
+    /// as it can (records handed over by a test or tool, with nothing to hide from a server).
+    pub fill_clock: Option<FillClock>,
 }
 
 impl Start {
@@ -149,6 +153,7 @@ impl Start {
         Self {
             records: records.into(),
             generation_base,
+            fill_clock: None,
         }
     }
 
@@ -157,6 +162,7 @@ impl Start {
         Ok(Loaded {
             records: self.records.into_vec()?,
             generation_base: self.generation_base,
+            fill_clock: self.fill_clock,
         })
     }
 }
@@ -169,6 +175,8 @@ pub struct Loaded {
     pub records: Vec<(Slot, Record)>,
     /// As [`Start::generation_base`].
     pub generation_base: u64,
+    /// As [`Start::fill_clock`].
+    pub fill_clock: Option<FillClock>,
 }
 
 /// Parameters of every scheme, each used only by its scheme.
@@ -262,6 +270,14 @@ pub const LEAK_DEMO_ENV: &str = "CLOAK_LEAK_DEMO_COUNTER_NONCES";
 /// Builds without the feature never read it.
 #[cfg(feature = "leak-demo")]
 pub const LEAK_DEMO_INTAKE_BATCHES_ENV: &str = "CLOAK_LEAK_DEMO_INTAKE_BATCHES";
+
+/// Set in the environment of a process built with the `leak-demo` feature, it makes every
+/// scheme's restart fill send each request as soon as it is prepared, without the fill's public
+/// clock (`shell::fill`): the pause after the scan and the gaps between fill requests then follow
+/// how many records the store holds (review finding 6), the leak `fill_timing` must catch.
+/// Builds without the feature never read it.
+#[cfg(feature = "leak-demo")]
+pub const LEAK_DEMO_UNPACED_FILL_ENV: &str = "CLOAK_LEAK_DEMO_UNPACED_FILL";
 
 /// Largest store any scheme supports (slots are 32-bit inside the schemes).
 pub const MAX_CAPACITY: u64 = u32::MAX as u64 - 1;

@@ -15,7 +15,7 @@ use cloak_core::{
 };
 
 use crate::Loaded;
-use crate::shell::fill::Fill;
+use crate::shell::fill::{Fill, Pace};
 use crate::shell::{Algorithm, Answer, Io, OnFailure, RequestPurpose};
 
 /// Most recovered records in one storage request.
@@ -79,7 +79,8 @@ impl Unsafe {
             reads: Vec::new(),
             writes: Vec::new(),
             in_flight: 0,
-            restoring: Fill::new(restore.len() as u64, REQUEST_LIMIT as u64),
+            // Unpaced: the restore writes only the records there are, in the clear.
+            restoring: Fill::new(restore.len() as u64, REQUEST_LIMIT as u64, Pace::unpaced()),
             restore,
             held: Vec::new(),
             io: Io::default(),

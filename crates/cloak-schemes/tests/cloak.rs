@@ -733,6 +733,7 @@ fn with_restart<T>(test: impl FnOnce(&cloak_testkit::suite::Restart) -> T) -> T 
         let start = Start {
             records,
             generation_base,
+            fill_clock: None,
         };
         scheme(options(8, None), 15, start)
     };

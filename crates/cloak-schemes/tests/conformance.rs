@@ -161,6 +161,7 @@ mod restart {
             let start = Start {
                 records,
                 generation_base,
+                fill_clock: None,
             };
             cloak_schemes::build(name, &store, &options, &master, start).expect("valid scheme")
         };

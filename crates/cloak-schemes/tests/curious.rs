@@ -671,6 +671,7 @@ fn draining_writes_the_eviction_cache_to_storage_in_one_fixed_write() {
             let start = Start {
                 records,
                 generation_base,
+                fill_clock: None,
             };
             let store = StoreSpec {
                 capacity: 300,

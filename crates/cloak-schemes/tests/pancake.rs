@@ -459,6 +459,7 @@ fn restart(setup: &Setup, crashed: Simulator, incarnation: u64) -> Simulator {
         let start = Start {
             records,
             generation_base,
+            fill_clock: None,
         };
         build(SchemeName::Pancake, &spec, &options, &master(), start).unwrap()
     };

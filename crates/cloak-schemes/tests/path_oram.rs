@@ -505,6 +505,7 @@ fn crashes_lose_no_acknowledged_write_with_a_busy_stash() {
             let start = Start {
                 records,
                 generation_base,
+                fill_clock: None,
             };
             scheme(capacity, &options, seed, start)
         };
@@ -657,6 +658,7 @@ fn after_a_crash_the_server_sees_one_fill_of_every_bucket_then_paths() {
             Start {
                 records,
                 generation_base,
+                fill_clock: None,
             },
         )
     };

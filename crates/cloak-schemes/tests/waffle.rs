@@ -569,6 +569,7 @@ fn recover(
         let start = Start {
             records,
             generation_base,
+            fill_clock: None,
         };
         build(
             SchemeName::Waffle,

@@ -148,6 +148,14 @@ pub struct StoreArgs {
     ))]
     pub write_back_at: Option<f64>,
 
+    /// A restart's fill runs on a public clock, so that its timing does not tell the storage
+    /// server how many keys the store holds: its first request leaves a wait after recovery's
+    /// scan, and each one after a fixed interval, both computed from the store's size alone.
+    /// This scales both (2 is twice as slow). Raise it if the log says fill requests left late
+    /// (a host slower than the defaults assume) [default: 1]
+    #[arg(long, value_name = "FACTOR")]
+    pub fill_pace: Option<f64>,
+
     #[arg(long, value_name = "N", help = defaulted(
         "Cloak: records cached at the proxy to answer reads at once; 0 disables",
         cloak_schemes::cloak::DEFAULT_CACHE_SIZE,

@@ -9,8 +9,8 @@ use cloak_crypto::{KeyHasher, MasterKey, StoreId};
 use cloak_proxy::{Journal, Ledger, RecoveryReport, StateDir, StoreManifest};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
 use cloak_schemes::{
-    CloakOptions, CuriousOptions, PancakeOptions, PathOramOptions, SchemeName, SchemeOptions,
-    Start, StoreSpec, WaffleOptions,
+    CloakOptions, CuriousOptions, FillClock, PancakeOptions, PathOramOptions, SchemeName,
+    SchemeOptions, Start, StoreSpec, WaffleOptions,
 };
 use cloak_storage::Storage;
 
@@ -25,6 +25,8 @@ pub struct Store {
     pub limits: Limits,
     /// Pancake's starting distribution, read once the key directory exists.
     pub pancake_distribution: Option<(PathBuf, DistributionFormat)>,
+    /// Scales the restart fill's public clock (`--fill-pace`).
+    pub fill_pace: f64,
 }
 
 impl StoreArgs {
@@ -99,7 +101,12 @@ impl StoreArgs {
         {
             bail!("--pancake-distribution is for --scheme pancake (the scheme is {scheme})");
         }
+        let fill_pace = self.fill_pace.unwrap_or(1.0);
+        if !(fill_pace.is_finite() && (0.01..=1000.0).contains(&fill_pace)) {
+            bail!("--fill-pace must be between 0.01 and 1000 ({fill_pace} given)");
+        }
         Ok(Store {
+            fill_pace,
             pancake_distribution: self.pancake_distribution.clone().map(|path| (path, format)),
             scheme,
             spec: StoreSpec {
@@ -260,6 +267,11 @@ impl Store {
                 Some(state) => state.incarnation,
                 None => random_incarnation()?,
             }),
+            // Everything since the scan's end (sorting the records, the key directory, the
+            // ledger, the scheme's own start) took time that grows with the records; the fill's
+            // clock counts from the scan's end, so none of it shows (see
+            // `cloak_schemes::shell::fill`).
+            fill_clock: FillClock::for_restart(report.scanned, self.fill_pace),
         };
         let recovered = &report.recovered;
         let mut options = self.options.clone();

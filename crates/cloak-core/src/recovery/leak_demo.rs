@@ -7,6 +7,12 @@
 //!   shows as milliseconds between requests, far above a loaded host's noise.
 //! - [`LIVE_READ_BACK_ENV`] brings back the fill that read only the elements of live records
 //!   (no decoys): the leak the test must catch (see `super::records`).
+//! - [`SLOW_LIVE_RECORD_ENV`] (microseconds) makes the work that follows the live records take
+//!   that much longer per record: once after the scan for every record found, and in the
+//!   preparation of every fill request for each record it carries. It stands for the work no
+//!   decoy evens out (sorting, the key directory, copying values into elements), made large
+//!   enough to show far above a loaded host's noise, so the test can tell whether the fill's
+//!   public clock hides it (`cloak_schemes::shell::fill`).
 
 /// Microseconds added to every read back from the spool (see the module docs).
 pub const SLOW_READ_BACK_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_READ_BACK_US";
@@ -15,19 +21,47 @@ pub const SLOW_READ_BACK_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_READ_BACK_US";
 /// docs).
 pub const LIVE_READ_BACK_ENV: &str = "CLOAK_LEAK_DEMO_LIVE_READ_BACK";
 
+/// Set (in microseconds), the work per live record takes that much longer (see the module
+/// docs).
+pub const SLOW_LIVE_RECORD_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_LIVE_RECORD_US";
+
 /// Waits as long as [`SLOW_READ_BACK_ENV`] says, in a leak-demo build.
 pub(super) fn slow_read_back() {
     #[cfg(feature = "leak-demo")]
     {
-        use std::sync::LazyLock;
-        use std::time::Duration;
-        static DELAY: LazyLock<Option<Duration>> = LazyLock::new(|| {
-            let micros = std::env::var(SLOW_READ_BACK_ENV).ok()?.parse().ok()?;
-            Some(Duration::from_micros(micros))
-        });
-        if let Some(delay) = *DELAY {
-            std::thread::sleep(delay);
-        }
+        static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
+            std::sync::LazyLock::new(|| micros_from(SLOW_READ_BACK_ENV));
+        sleep_times(*DELAY, 1);
+    }
+}
+
+/// Waits as long as [`SLOW_LIVE_RECORD_ENV`] says for each of `records` live records, in a
+/// leak-demo build.
+pub fn slow_live_records(records: usize) {
+    #[cfg(feature = "leak-demo")]
+    {
+        static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
+            std::sync::LazyLock::new(|| micros_from(SLOW_LIVE_RECORD_ENV));
+        sleep_times(*DELAY, records);
+    }
+    #[cfg(not(feature = "leak-demo"))]
+    let _ = records;
+}
+
+/// The microseconds the environment variable `name` gives, if it is set to a number.
+#[cfg(feature = "leak-demo")]
+fn micros_from(name: &str) -> Option<std::time::Duration> {
+    let micros = std::env::var(name).ok()?.parse().ok()?;
+    Some(std::time::Duration::from_micros(micros))
+}
+
+/// Sleeps `times` × `delay`, if there is a delay.
+#[cfg(feature = "leak-demo")]
+fn sleep_times(delay: Option<std::time::Duration>, times: usize) {
+    if let Some(delay) = delay
+        && times > 0
+    {
+        std::thread::sleep(delay.saturating_mul(u32::try_from(times).unwrap_or(u32::MAX)));
     }
 }
 

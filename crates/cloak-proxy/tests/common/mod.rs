@@ -166,6 +166,7 @@ impl Setup {
         let start = Start {
             records: RecoveredRecords::from(self.recovered),
             generation_base: 0,
+            fill_clock: None,
         };
         let scheme =
             cloak_schemes::build(self.scheme, &spec, &self.options, &master, start).unwrap();

@@ -44,7 +44,7 @@ use write_backs::{WriteBack, WriteBacks};
 
 use crate::Start;
 use crate::schedule::Schedule;
-use crate::shell::fill::Fill;
+use crate::shell::fill::{Fill, Pace};
 use crate::shell::recovered::take_for_fill;
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 
@@ -206,6 +206,7 @@ impl Cloak {
 
         let batch_size = budgets.batch_size();
         let initial = start.records;
+        let shape = Fill::shape(n as u64, n as u64, codec.element_len(), FILL_CHUNK);
         Self {
             max_pending: config.max_pending.unwrap_or(2 * batch_size).max(1),
             cache: NonZeroUsize::new(config.cache_size).map(LruCache::new),
@@ -226,7 +227,7 @@ impl Cloak {
             write_backs: WriteBacks::default(),
             recovered: initial.written(),
             initial,
-            fill: Fill::new(n as u64, FILL_CHUNK),
+            fill: Fill::new(n as u64, FILL_CHUNK, Pace::new(start.fill_clock, shape)),
             schedule: Schedule::new(config.batch_interval, Some(config.write_back_hold)),
             #[cfg(feature = "leak-demo")]
             leak_demo_intake_batches: false,
@@ -296,8 +297,11 @@ impl Cloak {
                 .map(Addr::from)
                 .zip(self.codec.seal_all(&to_seal))
                 .collect();
-            self.io
-                .send(Purpose::Fill(recovered), StorageOp::Write(writes));
+            self.fill.send(
+                &mut self.io,
+                Purpose::Fill(recovered),
+                StorageOp::Write(writes),
+            );
         }
         if let Some(now) = now
             && self.filled()

@@ -7,6 +7,7 @@
 
 use std::time::Instant;
 
+use cloak_core::recovery::leak_demo;
 use cloak_core::{Addr, Record, Slot, StorageOp};
 use cloak_crypto::Binding;
 
@@ -83,8 +84,12 @@ impl Curious {
                 );
                 writes.push((binding.address, sealed));
             }
-            self.io
-                .send(Purpose::Fill(recovered), StorageOp::Write(writes));
+            leak_demo::slow_live_records(recovered.len());
+            self.fill.send(
+                &mut self.io,
+                Purpose::Fill(recovered),
+                StorageOp::Write(writes),
+            );
         }
         if now.is_some() && !self.filled && self.fill.is_done() {
             let buckets = self.layout.elements();

@@ -106,7 +106,7 @@ use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
 use crate::Loaded;
-use crate::shell::fill::Fill;
+use crate::shell::fill::{Fill, Pace};
 use crate::shell::retry::Retry;
 use crate::shell::{Algorithm, Answer as ShellAnswer, Io, RequestPurpose};
 
@@ -250,8 +250,15 @@ impl Curious {
         let slots = usize::try_from(config.capacity).expect("the capacity was checked");
         let elements = usize::try_from(layout.elements()).expect("storage layout fits memory");
         let fill_generation = start.generation_base + 1;
+        let codec = BucketCodec::new(codec, config.bucket_size);
+        let shape = Fill::shape(
+            config.capacity,
+            layout.elements(),
+            codec.element_len(),
+            FILL_CHUNK,
+        );
         let mut scheme = Self {
-            codec: BucketCodec::new(codec, config.bucket_size),
+            codec,
             rng,
             positions: PositionMap::new(slots),
             cache: EvictionCache::new(config.partitions),
@@ -265,7 +272,11 @@ impl Curious {
             staged: HashMap::new(),
             recovered: 0,
             fill_gate: None,
-            fill: Fill::new(layout.elements(), FILL_CHUNK),
+            fill: Fill::new(
+                layout.elements(),
+                FILL_CHUNK,
+                Pace::new(start.fill_clock, shape),
+            ),
             filled: false,
             draining: false,
             drain_in_flight: false,

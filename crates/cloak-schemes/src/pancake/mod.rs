@@ -40,6 +40,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use cloak_core::recovery::leak_demo;
 use cloak_core::{
     ElementCodec, Op, OpId, Record, Reply, SchemeError, SchemeStats, Slot, StorageError, StorageOp,
 };
@@ -52,7 +53,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_distr::weighted::WeightedAliasIndex;
 
 use crate::Loaded;
-use crate::shell::fill::Fill;
+use crate::shell::fill::{Fill, Pace};
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 pub use estimate::{
     ChangeDetector, DistributionError, DistributionFormat, Estimate, EstimateError, KeyWeights,
@@ -170,7 +171,17 @@ impl Pancake {
         let detector = options
             .adapt
             .then(|| ChangeDetector::new(estimate.clone(), options.window, options.significance));
-        let fill = Fill::new(replicas.len() as u64, FILL_CHUNK);
+        let shape = Fill::shape(
+            keys as u64,
+            replicas.len() as u64,
+            codec.element_len(),
+            FILL_CHUNK,
+        );
+        let fill = Fill::new(
+            replicas.len() as u64,
+            FILL_CHUNK,
+            Pace::new(start.fill_clock, shape),
+        );
         let mut scheme = Self {
             batch_size: options.batch_size,
             interval: options.idle_batch_interval,
@@ -302,6 +313,7 @@ impl Pancake {
     /// Keeps the fill's window of writes full; once every label is written, batches may go.
     fn pump_fill(&mut self, now: Option<Instant>) {
         while let Some(chunk) = self.fill.next_chunk() {
+            let mut live = 0;
             let writes = (chunk.start as u32..chunk.end as u32)
                 .map(|cell| {
                     let owner = self.replicas.cell(cell).owner;
@@ -309,10 +321,13 @@ impl Pancake {
                         DUMMY => Record::empty(),
                         slot => self.initial.get(&slot).cloned().unwrap_or_default(),
                     };
+                    live += usize::from(record.version > 0);
                     (self.replicas.label(cell), self.seal(cell, owner, &record))
                 })
                 .collect();
-            self.io.send(Purpose::Fill, StorageOp::Write(writes));
+            leak_demo::slow_live_records(live);
+            self.fill
+                .send(&mut self.io, Purpose::Fill, StorageOp::Write(writes));
         }
         if let Some(now) = now
             && !self.filled

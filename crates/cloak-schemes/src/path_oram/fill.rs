@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use cloak_core::recovery::leak_demo;
 use cloak_core::{Addr, Record, StorageOp};
 use cloak_crypto::Binding;
 
@@ -20,10 +21,15 @@ use super::Durability;
 use super::bucket::BucketCodec;
 use super::stash::Block;
 use super::tree::Tree;
-use crate::shell::fill::Landed;
+use crate::shell::fill::{Fill as ShellFill, FillClock, Landed, Pace};
 
 /// Bytes of buckets written per fill request (at least one bucket).
 const CHUNK_BYTES: usize = 8 << 20;
+
+/// Buckets per fill request: [`CHUNK_BYTES`] of them, at least one.
+fn buckets_per_request(element_len: usize) -> u64 {
+    (CHUNK_BYTES / element_len.max(1)).max(1) as u64
+}
 
 pub struct Fill {
     /// The blocks placed in each non-empty bucket, until its chunk is sealed.
@@ -39,17 +45,20 @@ pub struct Fill {
     /// The recovered records, released from the journal once the fill is complete.
     pub recovered: Vec<(u32, Record)>,
     pub generation: u64,
+    /// When each request leaves (see [`crate::shell::fill`]).
+    pub pace: Pace,
 }
 
 impl Fill {
     /// Places `blocks` (each mapped by `leaf_of`) into an empty tree; returns the fill and the
-    /// blocks that found no room.
+    /// blocks that found no room. Its requests leave on `pace`.
     pub fn new(
         tree: &Tree,
         z: usize,
         generation: u64,
         blocks: Vec<Block>,
         leaf_of: impl Fn(u32) -> u32,
+        pace: Pace,
     ) -> (Self, Vec<Block>) {
         let recovered = blocks.iter().map(|b| (b.slot, b.record.clone())).collect();
         let mut placed: HashMap<Addr, Vec<Block>> = HashMap::new();
@@ -75,8 +84,17 @@ impl Fill {
             durability: Durability::Durable,
             recovered,
             generation,
+            pace,
         };
         (fill, left)
+    }
+
+    /// The pace of a fill of `tree`'s buckets of `element_len` bytes for `slots` slots, on
+    /// `clock`.
+    pub fn pace(clock: Option<FillClock>, tree: &Tree, slots: u64, element_len: usize) -> Pace {
+        let request = buckets_per_request(element_len);
+        let shape = ShellFill::shape(slots, tree.buckets(), element_len, request);
+        Pace::new(clock, shape)
     }
 
     /// The next chunk of sealed buckets to write, if any is left.
@@ -84,12 +102,14 @@ impl Fill {
         if self.next == self.buckets {
             return None;
         }
-        self.chunk = (CHUNK_BYTES / codec.element_len()).max(1) as u64;
+        self.chunk = buckets_per_request(codec.element_len());
         let end = (self.next + self.chunk).min(self.buckets);
+        let mut live = 0;
         let writes = (self.next..end)
             .map(|address| {
                 let address = Addr::from(address);
                 let blocks = self.placed.remove(&address).unwrap_or_default();
+                live += blocks.len();
                 // Public: every bucket of the fill shows the run's first generation.
                 let binding = Binding {
                     address,
@@ -98,6 +118,7 @@ impl Fill {
                 (address, codec.seal(binding, &blocks))
             })
             .collect();
+        leak_demo::slow_live_records(live);
         self.next = end;
         self.outstanding += 1;
         Some(StorageOp::Write(writes))
@@ -107,6 +128,9 @@ impl Fill {
     pub fn landed(&mut self) {
         self.outstanding -= 1;
         self.landed.chunk(self.chunk);
+        if self.is_done() {
+            self.pace.report();
+        }
     }
 
     /// Buckets in storage, of all the fill writes.
@@ -137,7 +161,7 @@ mod tests {
             .collect();
         // Every block on leaf 2 with Z = 2: two in the leaf bucket, two above, two in the root,
         // one left over.
-        let (fill, left) = Fill::new(&tree, 2, 1, blocks, |_| 2);
+        let (fill, left) = Fill::new(&tree, 2, 1, blocks, |_| 2, Pace::unpaced());
         assert_eq!(left.len(), 1);
         for level in 0..3 {
             assert_eq!(fill.placed[&tree.bucket(2, level)].len(), 2);

@@ -246,16 +246,23 @@ impl PathOram {
         } else {
             Durability::Waiting(out.barrier())
         };
-        let (mut fill, left) = Fill::new(&tree, z, fill_generation, blocks, |slot| {
-            positions.get(slot).expect("mapped above")
-        });
+        let codec = BucketCodec::new(codec, z);
+        let pace = Fill::pace(start.fill_clock, &tree, slots, codec.element_len());
+        let (mut fill, left) = Fill::new(
+            &tree,
+            z,
+            fill_generation,
+            blocks,
+            |slot| positions.get(slot).expect("mapped above"),
+            pace,
+        );
         fill.durability = durability;
         let mut stash = Stash::default();
         stash.put_back(left);
         let mut scheme = Self {
             tree,
             stash_limit: config.stash_limit,
-            codec: BucketCodec::new(codec, z),
+            codec,
             rng,
             positions,
             stash,
@@ -330,7 +337,7 @@ impl PathOram {
             }
             let done = fill.is_done();
             for op in chunks {
-                self.send(Purpose::Fill, op);
+                fill.pace.send(&mut self.io, Purpose::Fill, op);
             }
             if !done {
                 return;

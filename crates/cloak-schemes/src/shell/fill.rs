@@ -2,15 +2,215 @@
 //! with a few requests in flight, before it serves anything. It writes everything whatever the
 //! data, so it shows the server nothing but the store's size. A large store's fill takes
 //! minutes, so it logs how far it got every few seconds ([`Progress`]); only the log sees that.
+//!
+//! **When each request leaves** ([`Pace`]). After a restart the fill carries the recovered
+//! records, and the work of preparing a request (reading its records back from the spool,
+//! copying them into elements) and the work between the scan and the fill (sorting the records,
+//! the key directory, reading every record back for the schemes that load them) grow with how
+//! many live records there are. Had a request left as soon as it was prepared, the server would
+//! read the key count off the pause after its scan and, request by request, off the gaps
+//! between them (review finding 6: about half a microsecond a record remained after decoy
+//! reads). So a restart's fill runs on a public clock ([`FillClock`]): its first request leaves
+//! a fixed wait after the scan's last request, and each one after a fixed interval after the one
+//! before; a request is prepared ahead (the window of [`FILL_WINDOW`] requests holds prepared
+//! ones too) and handed to the driver with its instant (`StorageRequest::not_before`), so how
+//! long it took to prepare never shows. The wait and the interval are computed from public
+//! quantities only: the store's slots and elements, the element size and the request's size,
+//! scaled by the operator's `--fill-pace` (never from a measured cost, which would follow the
+//! records). What the server sees is then a function of those and of its own answers: a
+//! request whose window is full waits for storage's answer, which the server caused.
+//!
+//! What remains: a request prepared after its instant (a host far slower than the defaults
+//! assume, or an overloaded one) leaves late, and its lateness may follow its records. Such
+//! requests are counted and logged when the fill ends, so the operator can raise `--fill-pace`.
+//! The price is time: a sparse store's fill takes as long as a full one's.
 
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use cloak_core::recovery::Progress;
-use cloak_core::{Outbox, Slot};
+use cloak_core::{Outbox, Slot, StorageOp};
+
+use super::{Io, RequestPurpose};
 
 /// Fill requests in flight at once: enough to keep storage busy, few enough that a large store's
 /// fill does not queue megabytes at the driver.
 pub const FILL_WINDOW: usize = 4;
+
+/// What a fill writes, as its clock needs it: every field is public (the server sees the store's
+/// size, every element's length and every request's).
+#[derive(Clone, Copy, Debug)]
+pub struct FillShape {
+    /// Slots the store holds (recovery's and the new instance's work per record is bounded by
+    /// them).
+    pub slots: u64,
+    /// Elements the fill writes.
+    pub elements: u64,
+    /// Bytes of each element.
+    pub element_len: usize,
+    /// Elements per fill request.
+    pub request: u64,
+}
+
+/// The default pace, per unit of a [`FillShape`], at `--fill-pace 1`: chosen with slack over
+/// the work measured in the test build (a full store's 1024-element requests took 3.55 ms to
+/// prepare and write at 1 KiB values, about 2 ms at 64 bytes; the wait covers 750 ms of work
+/// after a million-key scan with 2.2 s), so that a request is rarely prepared after its
+/// instant. Each is a constant: what the pace must never be is a measurement of the work at
+/// run time, which follows the records.
+mod default_pace {
+    use std::time::Duration;
+
+    /// The wait after the scan, whatever the store.
+    pub const WAIT: Duration = Duration::from_millis(100);
+    /// The wait after the scan, per slot (sorting the records, the key directory).
+    pub const WAIT_PER_SLOT: Duration = Duration::from_nanos(1_000);
+    /// The wait after the scan, per byte of storage (the schemes that read every record back
+    /// before their fill, the journal some of them write first).
+    pub const WAIT_PER_BYTE: Duration = Duration::from_nanos(1);
+    /// A fill request's interval, per element (reading back, sealing).
+    pub const PER_ELEMENT: Duration = Duration::from_nanos(2_000);
+    /// A fill request's interval, per byte.
+    pub const PER_BYTE: Duration = Duration::from_nanos(3);
+}
+
+/// The public clock a restart's fill runs on (see the module docs): counted from the instant
+/// recovery's last scan request left, which the storage server sees.
+#[derive(Clone, Copy, Debug)]
+pub struct FillClock {
+    /// When recovery's last scan request left.
+    pub scanned: Instant,
+    /// `--fill-pace`: scales every wait and interval of the default pace (1 by default; larger
+    /// is slower).
+    pub scale: f64,
+}
+
+impl FillClock {
+    /// The clock of a restart whose recovery's last scan request left at `scanned`, at the
+    /// default pace scaled by `scale`. `None` (each request leaves when prepared) only in a
+    /// `leak-demo` build with [`crate::LEAK_DEMO_UNPACED_FILL_ENV`] set: the leak of review
+    /// finding 6 that `crates/cloak/tests/fill_timing.rs` must catch.
+    pub fn for_restart(scanned: Instant, scale: f64) -> Option<Self> {
+        (!leak_demo_unpaced()).then_some(Self { scanned, scale })
+    }
+
+    /// The pace of a fill of `shape` that starts as soon as recovery is done: its first request
+    /// leaves at [`FillClock::first_request`].
+    pub fn pace(&self, shape: FillShape) -> Pace {
+        self.pace_from(self.first_request(shape), shape)
+    }
+
+    /// The instant a fill's first request (or a scheme's first request after the scan, a scan of
+    /// its own) leaves: a wait after the scan long enough for what recovery and the new instance
+    /// do before it at the default pace, whatever the records, plus the preparation of the
+    /// requests the window prepares ahead.
+    pub fn first_request(&self, shape: FillShape) -> Instant {
+        let stored = shape.elements.saturating_mul(shape.element_len as u64);
+        let wait = default_pace::WAIT
+            + times(default_pace::WAIT_PER_SLOT, shape.slots)
+            + times(default_pace::WAIT_PER_BYTE, stored);
+        self.scanned + wait.mul_f64(self.scale) + self.interval(shape) * FILL_WINDOW as u32
+    }
+
+    /// The pace of a fill of `shape` whose requests are prepared from `now` on (a scheme that
+    /// scans storage itself before filling it): the first leaves once the window's requests
+    /// can be prepared.
+    pub fn pace_after(&self, now: Instant, shape: FillShape) -> Pace {
+        self.pace_from(now + self.interval(shape) * FILL_WINDOW as u32, shape)
+    }
+
+    /// Time between two fill requests of `shape`.
+    fn interval(&self, shape: FillShape) -> Duration {
+        let bytes = shape.request.saturating_mul(shape.element_len as u64);
+        (times(default_pace::PER_ELEMENT, shape.request) + times(default_pace::PER_BYTE, bytes))
+            .mul_f64(self.scale)
+    }
+
+    fn pace_from(&self, first: Instant, shape: FillShape) -> Pace {
+        Pace {
+            next: Some(first),
+            interval: self.interval(shape),
+            sent: 0,
+            late: 0,
+        }
+    }
+}
+
+/// `unit` times `count`, saturating (a store of 2^32 slots at a microsecond is over an hour, far
+/// from overflowing; saturation only guards against absurd shapes).
+fn times(unit: Duration, count: u64) -> Duration {
+    unit.saturating_mul(u32::try_from(count).unwrap_or(u32::MAX))
+}
+
+/// Whether a restart's fill goes without its clock (see [`FillClock::for_restart`]).
+fn leak_demo_unpaced() -> bool {
+    #[cfg(feature = "leak-demo")]
+    {
+        std::env::var_os(crate::LEAK_DEMO_UNPACED_FILL_ENV).is_some()
+    }
+    #[cfg(not(feature = "leak-demo"))]
+    false
+}
+
+/// When each of a fill's requests leaves (see the module docs).
+#[derive(Debug)]
+pub struct Pace {
+    /// The instant the next request leaves; `None` for a fill with nothing to hide (a new
+    /// store's, or records handed over in memory by a test or tool): each leaves when prepared.
+    next: Option<Instant>,
+    interval: Duration,
+    sent: u64,
+    /// Requests prepared after their instant.
+    late: u64,
+}
+
+impl Pace {
+    /// The pace of a fill of `shape` on `clock`, or [`Pace::unpaced`] without one.
+    pub fn new(clock: Option<FillClock>, shape: FillShape) -> Self {
+        clock.map_or_else(Self::unpaced, |clock| clock.pace(shape))
+    }
+
+    /// Every request leaves as soon as it is prepared.
+    pub fn unpaced() -> Self {
+        Self {
+            next: None,
+            interval: Duration::ZERO,
+            sent: 0,
+            late: 0,
+        }
+    }
+
+    /// Hands `op`, the fill's next request, prepared now, to `io` with the instant it leaves.
+    ///
+    /// Reads the real clock, only to count a request prepared too late: a paced fill runs only
+    /// in a real proxy (a simulator's starts hand their records over without a clock).
+    pub fn send<P: RequestPurpose>(&mut self, io: &mut Io<P>, purpose: P, op: StorageOp) {
+        self.sent += 1;
+        let Some(leaves) = self.next else {
+            io.send(purpose, op);
+            return;
+        };
+        if Instant::now() > leaves {
+            self.late += 1;
+        }
+        self.next = Some(leaves + self.interval);
+        io.send_at(leaves, purpose, op);
+    }
+
+    /// Logs, once the fill is done, how many of its requests were prepared too late to leave on
+    /// the clock (their timing may follow the records they carried).
+    pub fn report(&self) {
+        if self.late > 0 {
+            tracing::warn!(
+                late = self.late,
+                requests = self.sent,
+                "fill requests were prepared after their instant on the fill's public clock and                  left late: their timing may tell the storage server how many keys the store                  holds; raise --fill-pace"
+            );
+        } else if self.next.is_some() {
+            tracing::info!(requests = self.sent, "every fill request left on its clock");
+        }
+    }
+}
 
 /// Where the fill is: which elements are written, and how many requests are unanswered.
 pub struct Fill {
@@ -20,6 +220,7 @@ pub struct Fill {
     next: u64,
     outstanding: usize,
     landed: Landed,
+    pace: Pace,
 }
 
 /// How much of a fill is in storage, logged every few seconds ([`Progress`]).
@@ -54,12 +255,24 @@ impl Landed {
 }
 
 impl Fill {
-    /// A fill of `elements`, `chunk` per request, at most [`FILL_WINDOW`] requests in flight.
-    pub fn new(elements: u64, chunk: u64) -> Self {
-        Self::with_window(elements, chunk, FILL_WINDOW)
+    /// A fill of `elements`, `chunk` per request, at most [`FILL_WINDOW`] requests prepared or
+    /// in flight, each leaving on `pace`.
+    pub fn new(elements: u64, chunk: u64, pace: Pace) -> Self {
+        Self::with_window(elements, chunk, FILL_WINDOW, pace)
     }
 
-    fn with_window(elements: u64, chunk: u64, window: usize) -> Self {
+    /// The public shape of a fill of `elements` elements of `element_len` bytes for a store of
+    /// `slots` slots, `chunk` per request (for [`FillClock::pace`]).
+    pub fn shape(slots: u64, elements: u64, element_len: usize, chunk: u64) -> FillShape {
+        FillShape {
+            slots,
+            elements,
+            element_len,
+            request: chunk.min(elements),
+        }
+    }
+
+    fn with_window(elements: u64, chunk: u64, window: usize, pace: Pace) -> Self {
         Self {
             elements,
             chunk,
@@ -67,7 +280,20 @@ impl Fill {
             next: 0,
             outstanding: 0,
             landed: Landed::new(elements),
+            pace,
         }
+    }
+
+    /// Replaces the pace, before the first request (a scheme that scans storage itself paces
+    /// its fill from the scan's end).
+    pub fn set_pace(&mut self, pace: Pace) {
+        debug_assert_eq!(self.next, 0, "the fill has not started");
+        self.pace = pace;
+    }
+
+    /// Hands the request of the chunk [`Fill::next_chunk`] gave to `io`, to leave on the pace.
+    pub fn send<P: RequestPurpose>(&mut self, io: &mut Io<P>, purpose: P, op: StorageOp) {
+        self.pace.send(io, purpose, op);
     }
 
     /// The elements the next request writes, while the window has room.
@@ -89,6 +315,9 @@ impl Fill {
         for (slot, version) in recovered {
             out.release(Slot::from(slot), version);
         }
+        if self.is_done() {
+            self.pace.report();
+        }
     }
 
     /// While the fill runs: elements in storage, of all it writes.
@@ -106,9 +335,74 @@ impl Fill {
 mod tests {
     use super::*;
 
+    #[derive(Debug)]
+    struct Write;
+    impl RequestPurpose for Write {}
+
+    /// The instants the requests `io` holds leave at.
+    fn leaving(io: &mut Io<Write>) -> Vec<Option<Instant>> {
+        std::iter::from_fn(|| io.poll())
+            .map(|request| request.not_before)
+            .collect()
+    }
+
+    #[test]
+    fn a_clocked_fill_leaves_at_instants_from_its_shape_alone() {
+        let scanned = Instant::now() + Duration::from_secs(3600);
+        // 10 slots and elements of 100 bytes, 4 a request: a wait of 100 ms + 10 µs + 1 µs, and
+        // an interval of 4 × (2 µs + 300 ns).
+        let shape = Fill::shape(10, 10, 100, 4);
+        let interval = Duration::from_nanos(9_200);
+        let first = scanned + Duration::from_micros(100_011) + interval * 4;
+        for scale in [1.0, 2.0] {
+            let clock = FillClock { scanned, scale };
+            assert_eq!(
+                clock.first_request(shape),
+                scanned
+                    + Duration::from_micros(100_011).mul_f64(scale)
+                    + interval.mul_f64(scale) * 4
+            );
+        }
+        let mut pace = FillClock {
+            scanned,
+            scale: 1.0,
+        }
+        .pace(shape);
+        let mut io = Io::default();
+        for _ in 0..3 {
+            pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        }
+        assert_eq!(
+            leaving(&mut io),
+            [
+                Some(first),
+                Some(first + interval),
+                Some(first + interval * 2)
+            ]
+        );
+        assert_eq!(pace.late, 0);
+    }
+
+    #[test]
+    fn a_request_prepared_after_its_instant_is_counted_late_and_an_unpaced_one_leaves_at_once() {
+        let long_ago = Instant::now() - Duration::from_secs(10);
+        let mut pace = FillClock {
+            scanned: long_ago,
+            scale: 1.0,
+        }
+        .pace(Fill::shape(10, 10, 100, 4));
+        let mut io = Io::default();
+        pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        assert_eq!(pace.late, 1);
+        let mut unpaced = Pace::unpaced();
+        unpaced.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        assert_eq!(leaving(&mut io).last(), Some(&None));
+        assert_eq!(unpaced.late, 0);
+    }
+
     #[test]
     fn chunks_cover_everything_within_the_window() {
-        let mut fill = Fill::with_window(10, 4, 2);
+        let mut fill = Fill::with_window(10, 4, 2, Pace::unpaced());
         assert_eq!(fill.next_chunk(), Some(0..4));
         assert_eq!(fill.next_chunk(), Some(4..8));
         assert_eq!(fill.next_chunk(), None, "window full");

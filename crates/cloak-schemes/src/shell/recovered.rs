@@ -7,6 +7,7 @@
 //! fail with an integrity error until a client writes it again, and the empty record goes out at
 //! version 0, below the version the ledger expects, so the next start names the slot as lost.
 
+use cloak_core::recovery::leak_demo;
 use cloak_core::{Record, RecoveredRecords, Slot};
 
 /// The recovered records of `slots` for the fill, in that order (read back a request's worth at
@@ -26,6 +27,12 @@ pub fn take_for_fill(
 ) -> Vec<Record> {
     let wanted: Vec<Slot> = slots.iter().map(|&slot| Slot::from(slot)).collect();
     let taken = initial.take_all(&wanted, request);
+    leak_demo::slow_live_records(
+        taken
+            .iter()
+            .filter(|taken| taken.as_ref().is_ok_and(|record| record.version > 0))
+            .count(),
+    );
     slots
         .iter()
         .zip(taken)

@@ -27,7 +27,7 @@ use super::{Deletion, Purpose, Stage, Waffle};
 use crate::Start;
 use crate::schedule::Schedule;
 use crate::shell::Io;
-use crate::shell::fill::Fill;
+use crate::shell::fill::{Fill, FillClock, FillShape, Pace};
 use crate::shell::recovered::take_for_fill;
 
 /// Elements per scan request.
@@ -48,6 +48,10 @@ pub(super) struct Startup {
     /// Objects the fill writes, in a random order, and how far it got.
     order: Vec<Object>,
     fill: Fill,
+    /// The restart's public clock: the scan leaves on it, and the fill's pace starts from the
+    /// scan's end (see [`crate::shell::fill`]).
+    clock: Option<FillClock>,
+    shape: FillShape,
 }
 
 impl Startup {
@@ -100,6 +104,13 @@ impl Startup {
         let dummies = DummyTree::new(params.dummies, params.fake_dummy, alpha, &mut rng);
 
         let schedule = Schedule::new(params.batch_interval, params.write_back_hold);
+        let shape = Fill::shape(
+            objects as u64,
+            order.len() as u64,
+            codec.element_len(),
+            FILL_CHUNK,
+        );
+        let clock = start.fill_clock;
         let mut waffle = Waffle {
             params,
             alpha,
@@ -120,8 +131,11 @@ impl Startup {
                 initial,
                 cached_recovered,
                 stale: Vec::new(),
-                fill: Fill::new(order.len() as u64, FILL_CHUNK),
+                // Paced from the scan's end on (see `Waffle::scanned`).
+                fill: Fill::new(order.len() as u64, FILL_CHUNK, Pace::unpaced()),
                 order,
+                clock,
+                shape,
             },
             batch: 0,
             flight: None,
@@ -133,13 +147,19 @@ impl Startup {
             io: Io::default(),
         };
         waffle.io.stats.fill_losses = fill_losses;
-        waffle.io.send(
-            Purpose::Scan,
-            StorageOp::Scan {
-                after: None,
-                limit: SCAN_CHUNK,
-            },
-        );
+        let scan = StorageOp::Scan {
+            after: None,
+            limit: SCAN_CHUNK,
+        };
+        // After a restart the scan is the first request the server sees after recovery's: it
+        // leaves at the clock's public instant, so the pause before it does not tell how long
+        // recovery's work (and the cached records' read-back above) took.
+        match clock {
+            Some(clock) => waffle
+                .io
+                .send_at(clock.first_request(shape), Purpose::Scan, scan),
+            None => waffle.io.send(Purpose::Scan, scan),
+        }
         waffle
     }
 }
@@ -164,6 +184,11 @@ impl Waffle {
         }
         if complete {
             self.stage = Stage::Filling;
+            let shape = self.startup.shape;
+            let pace = self.startup.clock.map(|clock| clock.pace_after(now, shape));
+            self.startup
+                .fill
+                .set_pace(pace.unwrap_or_else(Pace::unpaced));
             self.pump_fill(now);
         } else {
             let op = StorageOp::Scan {
@@ -209,8 +234,11 @@ impl Waffle {
                 writes.push((binding.address, self.codec.seal(binding, slot, &record)));
             }
             writes.sort_unstable_by_key(|(address, _)| *address);
-            self.io
-                .send(Purpose::Fill(recovered), StorageOp::Write(writes));
+            self.startup.fill.send(
+                &mut self.io,
+                Purpose::Fill(recovered),
+                StorageOp::Write(writes),
+            );
         }
         if self.startup.fill.is_done() {
             self.fill_done(now);
