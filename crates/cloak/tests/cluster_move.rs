@@ -22,12 +22,22 @@ use common::{CLOAK, Running};
 const KEY: &str = "8c6a1f0b2d4e6a8c0e2f4a6c8e0a2c4e6f8a0c2e4a6c8e0f2a4c6e8a0c2e4f6a";
 /// Another key: a proxy started with it cannot open the others' partitions.
 const OTHER_KEY: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+/// The cluster secret: what lets `cloak cluster move` run the admin commands.
+const SECRET: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7";
+
+/// Writes the cluster secret into `dir`, as `cloak keygen -o` would.
+fn secret_file(dir: &std::path::Path) -> String {
+    let path = dir.join("cluster.secret");
+    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    path.to_str().unwrap().to_string()
+}
 
 /// The cluster under test: three proxies, six partitions on one Redis (a prefix each).
 struct Cluster {
     _redis: RedisServer,
     dir: tempfile::TempDir,
     file: std::path::PathBuf,
+    secret: String,
     ports: Vec<u16>,
     map: ClusterMap,
 }
@@ -38,19 +48,28 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let storage = format!("{}?prefix=move:p{{partition}}:", redis.url());
         let (map, file, ports) = common::three_proxy_cluster(dir.path(), &storage);
+        let secret = secret_file(dir.path());
         Self {
             _redis: redis,
             dir,
             file,
+            secret,
             ports,
             map,
         }
     }
 
-    /// Starts proxy `i` with `key`, its own state directory and the original cluster file.
+    /// Starts proxy `i` with `key`, its own state directory, the original cluster file and the
+    /// cluster secret.
     fn start(&self, i: usize, key: &str) -> Running {
+        self.start_with(i, key, &["--cluster-secret-file", &self.secret])
+    }
+
+    /// Starts proxy `i` with `key`, its own state directory, the original cluster file, and
+    /// `extra` flags.
+    fn start_with(&self, i: usize, key: &str, extra: &[&str]) -> Running {
         let state = self.dir.path().join(format!("state{i}"));
-        let args = [
+        let mut args = vec![
             "proxy",
             "--cluster",
             self.file.to_str().unwrap(),
@@ -64,12 +83,13 @@ impl Cluster {
             "--batch-interval",
             "50ms",
         ];
+        args.extend_from_slice(extra);
         Running::start_with_env(&args, &[("CLOAK_KEY", key)], "cloak proxy listening")
     }
 
     /// `cloak cluster move`, through proxy 0.
     fn move_partition(&self, partition: usize, to: &str) -> (bool, String) {
-        move_partition(self.ports[0], partition, to)
+        move_partition(self.ports[0], partition, to, &self.secret)
     }
 
     /// Keys of partition `partition`.
@@ -82,9 +102,11 @@ impl Cluster {
     }
 }
 
-/// `cloak cluster move` through the proxy on `port`: whether it succeeded, and what it printed.
-fn move_partition(port: u16, partition: usize, to: &str) -> (bool, String) {
+/// `cloak cluster move` through the proxy on `port` with the secret in `secret`: whether it
+/// succeeded, and what it printed.
+fn move_partition(port: u16, partition: usize, to: &str, secret: &str) -> (bool, String) {
     let out = Command::new(CLOAK)
+        .env_remove("CLOAK_CLUSTER_SECRET_FILE")
         .args([
             "cluster",
             "move",
@@ -94,6 +116,8 @@ fn move_partition(port: u16, partition: usize, to: &str) -> (bool, String) {
             to,
             "--node",
             &format!("127.0.0.1:{port}"),
+            "--cluster-secret-file",
+            secret,
         ])
         .output()
         .unwrap();
@@ -103,6 +127,17 @@ fn move_partition(port: u16, partition: usize, to: &str) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// A connection to `port` authenticated as the cluster's admin.
+fn admin(port: u16) -> redis::Connection {
+    let mut con = common::connect(port);
+    redis::cmd("AUTH")
+        .arg("cloak-admin")
+        .arg(SECRET)
+        .query::<()>(&mut con)
+        .unwrap();
+    con
 }
 
 /// What a plain connection to `port` answers to `GET key` (an error as its text).
@@ -148,13 +183,13 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
     // ahead is refused (p0 has not released it), and so is a map that is not one move ahead.
     let known: String = redis::cmd("CLOAK")
         .arg("MAP")
-        .query(&mut common::connect(ports[1]))
+        .query(&mut admin(ports[1]))
         .unwrap();
     let known = ClusterMap::from_toml(&known).unwrap();
     let key_id: String = redis::cmd("CLOAK")
         .arg("KEYID")
         .arg(0)
-        .query(&mut common::connect(ports[1]))
+        .query(&mut admin(ports[1]))
         .unwrap();
     let acquire = |map: &ClusterMap| {
         redis::cmd("CLOAK")
@@ -162,7 +197,7 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
             .arg(0)
             .arg(&key_id)
             .arg(map.to_toml())
-            .query::<()>(&mut common::connect(ports[1]))
+            .query::<()>(&mut admin(ports[1]))
             .unwrap_err()
             .to_string()
     };
@@ -176,7 +211,7 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
     let refused = redis::cmd("CLOAK")
         .arg("ADOPT")
         .arg(absurd.to_toml())
-        .query::<()>(&mut common::connect(ports[1]))
+        .query::<()>(&mut admin(ports[1]))
         .unwrap_err()
         .to_string();
     assert!(
@@ -255,6 +290,89 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
 }
 
 #[test]
+fn only_the_clusters_admin_may_move_partitions_not_a_client_with_the_password() {
+    let cluster = Cluster::new();
+    let with_secret = ["--password", "pw", "--cluster-secret-file", &cluster.secret];
+    let _p0 = cluster.start_with(0, KEY, &with_secret);
+    let _p1 = cluster.start_with(1, KEY, &with_secret);
+    // p2 has no cluster secret: it has no admin at all.
+    let _p2 = cluster.start_with(2, KEY, &["--password", "pw"]);
+    let ports = &cluster.ports;
+    let client = |port: u16| {
+        let mut con = common::connect(port);
+        redis::cmd("AUTH").arg("pw").query::<()>(&mut con).unwrap();
+        con
+    };
+    let answer = |con: &mut redis::Connection, args: &[&str]| -> String {
+        match redis::cmd(args[0]).arg(&args[1..]).query::<String>(con) {
+            Ok(value) => value,
+            Err(error) => error.to_string(),
+        }
+    };
+    let mut con = client(ports[1]);
+    let map: String = redis::cmd("CLOAK").arg("MAP").query(&mut con).unwrap();
+    let moved = ClusterMap::from_toml(&map).unwrap().moved(0, "p1").unwrap().to_toml();
+    let attempts: [&[&str]; 5] = [
+        &["CLOAK", "KEYID", "0"],
+        &["CLOAK", "CHECK", "0", "x"],
+        &["CLOAK", "RELEASE", "0", &moved],
+        &["CLOAK", "ACQUIRE", "0", "x", &moved],
+        &["CLOAK", "ADOPT", &moved],
+    ];
+    let refused = |con: &mut redis::Connection| {
+        for args in attempts {
+            let got = answer(con, args);
+            let name = args[1].to_lowercase();
+            assert!(
+                got.contains("NOPERM")
+                    && got.contains(&format!(
+                        "User default has no permissions to run the 'cloak|{name}' command"
+                    )),
+                "{args:?} answered {got}"
+            );
+        }
+    };
+    refused(&mut con);
+    // A wrong secret is refused as Redis refuses a wrong password, and changes nothing.
+    let wrong = answer(&mut con, &["AUTH", "cloak-admin", "not-the-secret-at-all"]);
+    assert!(wrong.contains("WRONGPASS"), "{wrong}");
+    refused(&mut con);
+    // The admin may; RESET and AUTH as the client take the right away again.
+    let fine = answer(&mut con, &["AUTH", "cloak-admin", SECRET]);
+    assert_eq!(fine, "OK");
+    let key_id = answer(&mut con, &["CLOAK", "KEYID", "0"]);
+    assert_eq!(key_id.len(), 16, "{key_id}");
+    assert_eq!(answer(&mut con, &["AUTH", "pw"]), "OK");
+    refused(&mut con);
+    answer(&mut con, &["AUTH", "cloak-admin", SECRET]);
+    answer(&mut con, &["RESET"]);
+    answer(&mut con, &["AUTH", "pw"]);
+    refused(&mut con);
+    // A proxy without a cluster secret has no admin.
+    let none = answer(&mut client(ports[2]), &["AUTH", "cloak-admin", SECRET]);
+    assert!(none.contains("WRONGPASS"), "{none}");
+
+    // The tool with a wrong secret is refused at its first step; nothing moved.
+    let wrong_file = cluster.dir.path().join("wrong.secret");
+    std::fs::write(&wrong_file, "not-the-secret-at-all\n").unwrap();
+    let (moved_it, text) = move_partition(ports[0], 0, "p1", wrong_file.to_str().unwrap());
+    assert!(!moved_it && text.contains("WRONGPASS"), "{text}");
+    let key = &cluster.keys_of(0, 1)[0];
+    let mut on_p0 = client(ports[0]);
+    let _: () = redis::cmd("SET").arg(key).arg("v").query(&mut on_p0).unwrap();
+    // With the secret it moves (p2, which has no admin, is named as not taking the new map).
+    let (moved_it, text) = cluster.move_partition(0, "p1");
+    assert!(moved_it, "{text}");
+    assert!(text.contains("p2 at 127.0.0.1"), "{text}");
+    let redirected = answer(&mut on_p0, &["GET", key]);
+    assert!(
+        redirected.contains(&format!("127.0.0.1:{}", ports[1])),
+        "{redirected}"
+    );
+    assert_eq!(answer(&mut client(ports[1]), &["GET", key]), "v");
+}
+
+#[test]
 fn a_move_to_a_proxy_that_cannot_reach_the_storage_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     // Partitions 0 and 1 (p0's) each on a cloak server that admits only proxies with its
@@ -304,11 +422,13 @@ fn a_move_to_a_proxy_that_cannot_reach_the_storage_is_refused_and_changes_nothin
     }
     let file_path = dir.path().join("cluster.toml");
     std::fs::write(&file_path, file).unwrap();
+    let cluster_secret = secret_file(dir.path());
     let start = |i: usize, extra: &[&str]| {
         let mut args = vec!["proxy", "--cluster", file_path.to_str().unwrap(), "--node"];
         let node = format!("p{i}");
         args.push(&node);
         args.extend_from_slice(&["--capacity", "200"]);
+        args.extend_from_slice(&["--cluster-secret-file", &cluster_secret]);
         args.extend_from_slice(extra);
         Running::start_with_env(&args, &[("CLOAK_KEY", KEY)], "cloak proxy listening")
     };
@@ -324,7 +444,7 @@ fn a_move_to_a_proxy_that_cannot_reach_the_storage_is_refused_and_changes_nothin
         .query(&mut common::connect(ports[0]))
         .unwrap();
 
-    let (moved, text) = move_partition(ports[0], 0, "p1");
+    let (moved, text) = move_partition(ports[0], 0, "p1", &cluster_secret);
     assert!(!moved, "{text}");
     assert!(
         text.contains("p1 cannot take partition 0; nothing changed")

@@ -304,7 +304,9 @@ fn describe_partition(line: &str) -> String {
     )
 }
 
-/// A connection to a proxy, authenticated if a password is given.
+/// A connection to a proxy, authenticated if a password is given (`INFO` and `CLUSTER NODES`
+/// are a client's commands: status needs no admin).
 fn connect(address: &str, password: Option<&str>) -> anyhow::Result<redis::Connection> {
-    super::partition_host::connect(address, password, STATUS_TIMEOUT)
+    use super::partition_host::{Login, connect};
+    connect(address, Login::Client(password), STATUS_TIMEOUT)
 }

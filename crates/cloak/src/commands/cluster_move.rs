@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use cloak_cluster::ClusterMap;
 
-use super::partition_host::connect;
+use super::partition_host::{Login, connect, load_secret};
 use crate::cli::ClusterMoveArgs;
 
 /// How long a step that needs no storage may take.
@@ -25,18 +25,19 @@ const QUICK: Duration = Duration::from_secs(5);
 const SLOW: Duration = Duration::from_secs(600);
 
 pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
-    let password = args.password.as_deref();
-    let map = newest_map(&args.node, password)?;
+    let secret = load_secret(&args.cluster_secret_file)?;
+    let login = Login::Admin(&secret);
+    let map = newest_map(&args.node, login)?;
     let partition = args.partition;
     let next = map.moved(partition, &args.to)?;
     let source = &map.proxies()[map.partitions()[partition].proxy];
     let target = &next.proxies()[next.partitions()[partition].proxy];
     let step = |address: &str, timeout: Duration, command: &mut redis::Cmd| {
-        send::<redis::Value>(address, password, timeout, command)
+        send::<redis::Value>(address, login, timeout, command)
     };
     let key_id: String = send(
         &source.address(),
-        password,
+        login,
         QUICK,
         redis::cmd("CLOAK").arg("KEYID").arg(partition),
     )
@@ -103,7 +104,7 @@ pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
                 target.name, source.name
             )
         })?;
-        tell_everyone(&back, password);
+        tell_everyone(&back, login);
         bail!(
             "{} could not start partition {partition}: {error:#}\nit serves on {} again (map \
              epoch {})",
@@ -112,7 +113,7 @@ pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
             back.epoch()
         );
     }
-    tell_everyone(&next, password);
+    tell_everyone(&next, login);
     println!(
         "partition {partition} moved from {} to {} (map epoch {})",
         source.name,
@@ -125,11 +126,11 @@ pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
 /// One command to the proxy at `address`, its reply awaited up to `timeout`.
 fn send<T: redis::FromRedisValue>(
     address: &str,
-    password: Option<&str>,
+    login: Login<'_>,
     timeout: Duration,
     command: &redis::Cmd,
 ) -> anyhow::Result<T> {
-    let mut con = connect(address, password, timeout)
+    let mut con = connect(address, login, timeout)
         .with_context(|| format!("cannot reach the proxy at {address}"))?;
     // The proxy's own error text: the redis crate's error also names itself as its own
     // source, so printing its chain would say everything twice.
@@ -142,9 +143,9 @@ fn send<T: redis::FromRedisValue>(
 }
 
 /// The newest map any proxy knows, starting from `seed`'s.
-fn newest_map(seed: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> {
+fn newest_map(seed: &str, login: Login<'_>) -> anyhow::Result<ClusterMap> {
     let map_of = |address: &str| -> anyhow::Result<ClusterMap> {
-        let text: String = send(address, password, QUICK, redis::cmd("CLOAK").arg("MAP"))?;
+        let text: String = send(address, login, QUICK, redis::cmd("CLOAK").arg("MAP"))?;
         Ok(ClusterMap::from_toml(&text)?)
     };
     let mut map = map_of(seed).with_context(|| format!("cannot read the map from {seed}"))?;
@@ -162,11 +163,11 @@ fn newest_map(seed: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> 
 
 /// Sends `map` to every proxy; one that does not take it is named (it learns the map from the
 /// others when it starts).
-fn tell_everyone(map: &ClusterMap, password: Option<&str>) {
+fn tell_everyone(map: &ClusterMap, login: Login<'_>) {
     let text = map.to_toml();
     for proxy in map.proxies() {
         let adopt = redis::cmd("CLOAK").arg("ADOPT").arg(&text).clone();
-        let adopted = send::<()>(&proxy.address(), password, QUICK, &adopt);
+        let adopted = send::<()>(&proxy.address(), login, QUICK, &adopt);
         if let Err(error) = adopted {
             eprintln!(
                 "{} at {} did not take the new map ({error:#}); it learns it from the other \

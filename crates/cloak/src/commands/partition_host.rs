@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_cluster::{ChangeError, ClusterMap, Partition};
+use cloak_cluster::{ADMIN_USER, ChangeError, ClusterMap, ClusterSecret, Partition};
 use cloak_crypto::MasterKey;
 use cloak_proxy::cluster::health_report::HealthReport;
 use cloak_proxy::{BoxFuture, HostedStore, OwnThread, PartitionHost};
@@ -145,7 +145,7 @@ impl PartitionHost for ProxyPartitions {
         let password = self.args.password.clone();
         Box::pin(async move {
             let asked = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
-                let mut con = connect(&address, password.as_deref(), PEER_TIMEOUT)?;
+                let mut con = connect(&address, Login::Client(password.as_deref()), PEER_TIMEOUT)?;
                 Ok(redis::cmd("CLOAK.HEALTH").query(&mut con)?)
             });
             let health = match asked.await {
@@ -252,24 +252,46 @@ pub fn newest_map(
 
 /// `CLOAK MAP` from the proxy at `address`.
 fn peer_map(address: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> {
-    let mut con = connect(address, password, PEER_TIMEOUT)?;
+    let mut con = connect(address, Login::Client(password), PEER_TIMEOUT)?;
     let text: String = redis::cmd("CLOAK").arg("MAP").query(&mut con)?;
     Ok(ClusterMap::from_toml(&text)?)
 }
 
-/// A connection to a proxy, authenticated if a password is given, each reply awaited up to
-/// `timeout`.
+/// Who a connection to a proxy authenticates as.
+#[derive(Clone, Copy)]
+pub enum Login<'a> {
+    /// A client: with the proxies' password, if they have one. What proxies use with each
+    /// other (they only read the map and health), so the cluster secret never travels between
+    /// them.
+    Client(Option<&'a str>),
+    /// The cluster's admin, the only one allowed to move partitions.
+    Admin(&'a ClusterSecret),
+}
+
+/// A connection to a proxy, authenticated as `login`, each reply awaited up to `timeout`.
 pub fn connect(
     address: &str,
-    password: Option<&str>,
+    login: Login<'_>,
     timeout: Duration,
 ) -> anyhow::Result<redis::Connection> {
     let client = redis::Client::open(format!("redis://{address}/"))?;
     let mut con = client.get_connection_with_timeout(timeout)?;
     con.set_read_timeout(Some(timeout))?;
     con.set_write_timeout(Some(timeout))?;
-    if let Some(password) = password {
-        redis::cmd("AUTH").arg(password).query::<()>(&mut con)?;
+    match login {
+        Login::Client(None) => {}
+        Login::Client(Some(password)) => redis::cmd("AUTH").arg(password).query::<()>(&mut con)?,
+        Login::Admin(secret) => redis::cmd("AUTH")
+            .arg(ADMIN_USER)
+            .arg(secret.password())
+            .query::<()>(&mut con)?,
     }
     Ok(con)
+}
+
+/// The cluster secret in `path` (`--cluster-secret-file`).
+pub fn load_secret(path: &Path) -> anyhow::Result<ClusterSecret> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read the cluster secret {}", path.display()))?;
+    Ok(ClusterSecret::new(&bytes, &path.display().to_string())?)
 }

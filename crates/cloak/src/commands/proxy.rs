@@ -31,6 +31,10 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
         args.max_pending_bytes,
     )?;
     let key = load_key(args.key_file.as_deref())?;
+    let cluster_secret = match &args.cluster_secret_file {
+        Some(path) => Some(Arc::new(partition_host::load_secret(path)?)),
+        None => None,
+    };
     let storage_io = Arc::new(
         OwnThread::start("cloak-storage-io")
             .context("cannot start the storage traffic's thread")?,
@@ -124,6 +128,7 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
     let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
     let options = cloak_proxy::ProxyOptions {
         storage_io: Some(storage_io.handle()),
+        cluster_secret,
         ..front
     };
     let lines: Vec<String> = stores
