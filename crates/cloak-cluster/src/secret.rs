@@ -83,7 +83,10 @@ impl ClusterSecret {
     /// The MAC of `canonical` (a map's [`crate::ClusterMap::to_toml`]), in hexadecimal.
     pub(crate) fn sign(&self, canonical: &str) -> String {
         let tag = hmac::sign(&self.key, &labelled(canonical));
-        tag.as_ref().iter().map(|byte| format!("{byte:02x}")).collect()
+        tag.as_ref()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
     }
 
     /// Whether `mac` (hexadecimal) is the MAC of `canonical` under this secret.

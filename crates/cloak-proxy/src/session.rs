@@ -212,7 +212,10 @@ impl<'a> Session<'a> {
                     request.name()
                 ))
             }
-            Request::Admin(request) => handoff::answer(&self.front.cores, request).await,
+            Request::Admin(request) => {
+                let secret = self.front.cluster_secret.as_deref();
+                handoff::answer(&self.front.cores, secret, request).await
+            }
             Request::ConfigGet(patterns) => server_config::get(self.front, &patterns),
             Request::Command(query) => introspect::answer(&query),
             Request::Time => time(),
@@ -368,9 +371,8 @@ impl<'a> Session<'a> {
     /// password, or none) and, on a cluster proxy with a cluster secret, [`ADMIN_USER`]. A failed
     /// attempt leaves the connection as it was, as in Redis.
     fn authenticate(&mut self, user: Option<Bytes>, password: &[u8]) -> Result<(), Reply> {
-        let wrong = || {
-            Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
-        };
+        let wrong =
+            || Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into());
         if user.as_deref() == Some(ADMIN_USER.as_bytes()) {
             // Without a secret there is no admin user: admin commands are refused to everyone.
             let secret = self.front.cluster_secret.as_ref().ok_or_else(wrong)?;

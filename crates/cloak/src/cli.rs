@@ -587,7 +587,12 @@ pub struct ProxyArgs {
     /// every proxy and wherever `cloak cluster move` runs, never in the cluster file). Only a
     /// connection that gives it (`AUTH cloak-admin <secret>`) may move partitions, and the
     /// proxies sign the maps they keep with it. Without it this proxy refuses every move
-    #[arg(long, value_name = "FILE", requires = "cluster", env = "CLOAK_CLUSTER_SECRET_FILE")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "cluster",
+        env = "CLOAK_CLUSTER_SECRET_FILE"
+    )]
     pub cluster_secret_file: Option<PathBuf>,
 }
 

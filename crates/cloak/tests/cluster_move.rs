@@ -68,8 +68,15 @@ impl Cluster {
     /// Starts proxy `i` with `key`, its own state directory, the original cluster file, and
     /// `extra` flags.
     fn start_with(&self, i: usize, key: &str, extra: &[&str]) -> Running {
+        let args = self.args(i, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Running::start_with_env(&args, &[("CLOAK_KEY", key)], "cloak proxy listening")
+    }
+
+    /// The arguments that start proxy `i` (see [`Cluster::start_with`]).
+    fn args(&self, i: usize, extra: &[&str]) -> Vec<String> {
         let state = self.dir.path().join(format!("state{i}"));
-        let mut args = vec![
+        let mut args: Vec<String> = [
             "proxy",
             "--cluster",
             self.file.to_str().unwrap(),
@@ -82,9 +89,11 @@ impl Cluster {
             // Six partitions batching on a shared 2-core machine: a slow schedule.
             "--batch-interval",
             "50ms",
-        ];
-        args.extend_from_slice(extra);
-        Running::start_with_env(&args, &[("CLOAK_KEY", key)], "cloak proxy listening")
+        ]
+        .map(str::to_string)
+        .to_vec();
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        args
     }
 
     /// `cloak cluster move`, through proxy 0.
@@ -287,6 +296,119 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
         answer.contains(&format!("{slot} 127.0.0.1:{}", ports[1])),
         "after the move settled the old host answers {answer:?}"
     );
+
+    // The map p1 keeps is signed: changed on disk (partition 0 given back to p0, its MAC
+    // left as it was), it stops p1's next start, named, instead of being believed.
+    proxies[1].take().unwrap().kill();
+    let kept = cluster.dir.path().join("state1").join("cluster.toml");
+    let text = std::fs::read_to_string(&kept).unwrap();
+    assert!(text.starts_with("mac = "), "{text}");
+    let tampered = text.replacen("proxy = \"p1\"", "proxy = \"p0\"", 1);
+    assert_ne!(tampered, text);
+    std::fs::write(&kept, tampered).unwrap();
+    let args = cluster.args(1, &["--cluster-secret-file", &cluster.secret]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let refused = common::fails(&args);
+    assert!(
+        refused.contains(kept.to_str().unwrap())
+            && refused.contains("(epoch 1) fails its MAC check under this cluster's secret"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_move_left_unfinished_settles_by_itself_and_no_other_move_starts_meanwhile() {
+    let cluster = Cluster::new();
+    let _proxies: Vec<Running> = (0..3).map(|i| cluster.start(i, KEY)).collect();
+    let ports = &cluster.ports;
+    let zero = &cluster.keys_of(0, 1)[0];
+    let one = &cluster.keys_of(1, 1)[0];
+    for key in [zero, one] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("before")
+            .query(&mut common::connect(ports[0]))
+            .unwrap();
+    }
+    let command = |port: u16, args: &[&str]| -> Result<(), String> {
+        redis::cmd(args[0])
+            .arg(&args[1..])
+            .query::<()>(&mut admin(port))
+            .map_err(|error| error.to_string())
+    };
+    let map: String = redis::cmd("CLOAK")
+        .arg("MAP")
+        .query(&mut common::connect(ports[0]))
+        .unwrap();
+    let epoch0 = ClusterMap::from_toml(&map).unwrap();
+
+    // A move's tool stops right after p0 released partition 0 to p1.
+    let epoch1 = epoch0.moved(0, "p1").unwrap();
+    command(ports[0], &["CLOAK", "RELEASE", "0", &epoch1.to_toml()]).unwrap();
+    // Meanwhile no other hand-off starts on p0, and the tool refuses any move.
+    let second = epoch1.moved(2, "p0").unwrap();
+    let key_id: String = redis::cmd("CLOAK")
+        .arg("KEYID")
+        .arg(2)
+        .query(&mut admin(ports[0]))
+        .unwrap();
+    let acquire = ["CLOAK", "ACQUIRE", "2", &key_id, &second.to_toml()];
+    let refused = command(ports[0], &acquire).unwrap_err();
+    assert!(
+        refused.contains("partition 0 is being handed over on this proxy"),
+        "{refused}"
+    );
+    let (moved, text) = move_partition(ports[1], 2, "p0", &cluster.secret);
+    assert!(
+        !moved && text.contains("partition 0") && text.contains("in flight"),
+        "{text}"
+    );
+    // p1 never takes it: p0 takes it back by itself, under the next epoch.
+    let back = wait_for(|| get(ports[0], zero) == "before");
+    assert!(
+        back,
+        "p0 never took partition 0 back: {}",
+        get(ports[0], zero)
+    );
+    let map: String = redis::cmd("CLOAK")
+        .arg("MAP")
+        .query(&mut common::connect(ports[0]))
+        .unwrap();
+    let epoch2 = ClusterMap::from_toml(&map).unwrap();
+    assert_eq!(epoch2, epoch1.moved(0, "p0").unwrap());
+
+    // Another stops after p2 took partition 1 and before anyone adopted the map: p0 sees that
+    // p2 serves it and adopts the map, redirecting instead of answering -TRYAGAIN for good.
+    for port in &ports[1..] {
+        command(*port, &["CLOAK", "ADOPT", &epoch2.to_toml()]).unwrap();
+    }
+    let epoch3 = epoch2.moved(1, "p2").unwrap();
+    command(ports[0], &["CLOAK", "RELEASE", "1", &epoch3.to_toml()]).unwrap();
+    let key_id: String = redis::cmd("CLOAK")
+        .arg("KEYID")
+        .arg(1)
+        .query(&mut admin(ports[0]))
+        .unwrap();
+    command(
+        ports[2],
+        &["CLOAK", "ACQUIRE", "1", &key_id, &epoch3.to_toml()],
+    )
+    .unwrap();
+    let redirected = wait_for(|| get(ports[0], one).contains(&format!("127.0.0.1:{}", ports[2])));
+    assert!(redirected, "p0 answers {}", get(ports[0], one));
+    assert_eq!(get(ports[2], one), "before");
+}
+
+/// Whether `done` holds within 30 s (checked every 200 ms).
+fn wait_for(mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
 }
 
 #[test]
@@ -311,7 +433,11 @@ fn only_the_clusters_admin_may_move_partitions_not_a_client_with_the_password() 
     };
     let mut con = client(ports[1]);
     let map: String = redis::cmd("CLOAK").arg("MAP").query(&mut con).unwrap();
-    let moved = ClusterMap::from_toml(&map).unwrap().moved(0, "p1").unwrap().to_toml();
+    let moved = ClusterMap::from_toml(&map)
+        .unwrap()
+        .moved(0, "p1")
+        .unwrap()
+        .to_toml();
     let attempts: [&[&str]; 5] = [
         &["CLOAK", "KEYID", "0"],
         &["CLOAK", "CHECK", "0", "x"],
@@ -324,7 +450,7 @@ fn only_the_clusters_admin_may_move_partitions_not_a_client_with_the_password() 
             let got = answer(con, args);
             let name = args[1].to_lowercase();
             assert!(
-                got.contains("NOPERM")
+                got.to_uppercase().contains("NOPERM")
                     && got.contains(&format!(
                         "User default has no permissions to run the 'cloak|{name}' command"
                     )),
@@ -359,7 +485,11 @@ fn only_the_clusters_admin_may_move_partitions_not_a_client_with_the_password() 
     assert!(!moved_it && text.contains("WRONGPASS"), "{text}");
     let key = &cluster.keys_of(0, 1)[0];
     let mut on_p0 = client(ports[0]);
-    let _: () = redis::cmd("SET").arg(key).arg("v").query(&mut on_p0).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("v")
+        .query(&mut on_p0)
+        .unwrap();
     // With the secret it moves (p2, which has no admin, is named as not taking the new map).
     let (moved_it, text) = cluster.move_partition(0, "p1");
     assert!(moved_it, "{text}");

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cloak_cluster::ClusterMap;
+use cloak_proxy::cluster::health_report::HealthReport;
 
 use super::partition_host::{Login, connect, load_secret};
 use crate::cli::ClusterMoveArgs;
@@ -28,6 +29,7 @@ pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
     let secret = load_secret(&args.cluster_secret_file)?;
     let login = Login::Admin(&secret);
     let map = newest_map(&args.node, login)?;
+    no_move_in_flight(&map, login)?;
     let partition = args.partition;
     let next = map.moved(partition, &args.to)?;
     let source = &map.proxies()[map.partitions()[partition].proxy];
@@ -159,6 +161,29 @@ fn newest_map(seed: &str, login: Login<'_>) -> anyhow::Result<ClusterMap> {
         }
     }
     Ok(map)
+}
+
+/// Refuses to start while any proxy that answers hands a partition over: one move at a time,
+/// so that two cannot each make their own map of the next epoch. (Each proxy also refuses a
+/// second hand-off while one is in flight on it, and takes only its own map moved by one step.)
+fn no_move_in_flight(map: &ClusterMap, login: Login<'_>) -> anyhow::Result<()> {
+    for proxy in map.proxies() {
+        let address = proxy.address();
+        // A proxy that is down hands nothing over.
+        let Ok(text) = send::<String>(&address, login, QUICK, &redis::cmd("CLOAK.HEALTH")) else {
+            continue;
+        };
+        let report = HealthReport::parse(&text).map_err(anyhow::Error::msg)?;
+        if let Some((partition, _)) = report.in_hand_off() {
+            bail!(
+                "{} is handing over partition {partition}: another move is in flight; run this \
+                 one once it is done (a partition a stopped move left released goes back to \
+                 its proxy by itself within seconds)",
+                proxy.name
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Sends `map` to every proxy; one that does not take it is named (it learns the map from the

@@ -39,6 +39,8 @@ pub struct ProxyPartitions {
     pub storage_io: Arc<OwnThread>,
     /// Where the map is kept: `STATE_DIR/cluster.toml`, or the `--cluster` file.
     pub map_file: PathBuf,
+    /// `--cluster-secret-file`: signs every map kept.
+    pub secret: Option<Arc<ClusterSecret>>,
 }
 
 impl ProxyPartitions {
@@ -136,11 +138,7 @@ impl PartitionHost for ProxyPartitions {
         })
     }
 
-    fn peer_serves<'a>(
-        &'a self,
-        address: &'a str,
-        partition: usize,
-    ) -> BoxFuture<'a, Result<bool, String>> {
+    fn peer_health<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<HealthReport, String>> {
         let address = address.to_string();
         let password = self.args.password.clone();
         Box::pin(async move {
@@ -153,16 +151,22 @@ impl PartitionHost for ProxyPartitions {
                 Ok(Err(error)) => return Err(format!("{error:#}")),
                 Err(error) => return Err(error.to_string()),
             };
-            Ok(HealthReport::parse(&health)?.holds(partition))
+            HealthReport::parse(&health)
         })
     }
 
     fn persist(&self, map: &ClusterMap) -> Result<(), String> {
+        // Signed, so that a copy changed on disk is refused at the next start (see
+        // `ClusterMap::from_signed_toml`).
+        let text = match &self.secret {
+            Some(secret) => map.to_signed_toml(secret),
+            None => map.to_toml(),
+        };
         let written = match self.map_file.parent() {
             Some(dir) => std::fs::create_dir_all(dir),
             None => Ok(()),
         }
-        .and_then(|()| cloak_storage::dir::write_synced(&self.map_file, map.to_toml().as_bytes()));
+        .and_then(|()| cloak_storage::dir::write_synced(&self.map_file, text.as_bytes()));
         written.map_err(|e| format!("cannot keep the map in {}: {e}", self.map_file.display()))
     }
 }
@@ -205,17 +209,20 @@ pub fn map_file(cluster_file: &Path, state_dir: Option<&Path>) -> PathBuf {
 }
 
 /// The map this proxy starts with: the newest of the cluster file, its kept copy and the other
-/// proxies' (see the module docs).
+/// proxies' (see the module docs). Every map past epoch 0 must carry a MAC under `secret`
+/// (`ClusterMap::from_signed_toml`): a kept copy changed on disk, or a peer's map that no proxy
+/// of this cluster signed, stops the start, named.
 pub fn newest_map(
     file: &Path,
     kept: &Path,
     node: &str,
     password: Option<&str>,
+    secret: Option<&ClusterSecret>,
 ) -> anyhow::Result<ClusterMap> {
     let read = |path: &Path| -> anyhow::Result<ClusterMap> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read cluster file {}", path.display()))?;
-        ClusterMap::from_toml(&text).with_context(|| format!("{}", path.display()))
+        ClusterMap::from_signed_toml(&text, secret).with_context(|| format!("{}", path.display()))
     };
     let mut map = read(file)?;
     if kept != file && kept.exists() {
@@ -231,12 +238,14 @@ pub fn newest_map(
         .collect();
     for address in others {
         let theirs = match peer_map(&address, password) {
-            Ok(theirs) => theirs,
+            Ok(text) => text,
             Err(error) => {
                 tracing::info!(%address, "no map from this proxy ({error:#}); going on without");
                 continue;
             }
         };
+        let theirs = ClusterMap::from_signed_toml(&theirs, secret)
+            .with_context(|| format!("the map of the proxy at {address} is refused"))?;
         match map.clone().newest(theirs) {
             Ok(newest) => map = newest,
             Err(conflict @ ChangeError::SameEpoch(_)) => {
@@ -250,11 +259,10 @@ pub fn newest_map(
     Ok(map)
 }
 
-/// `CLOAK MAP` from the proxy at `address`.
-fn peer_map(address: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> {
+/// The text of `CLOAK MAP` from the proxy at `address`.
+fn peer_map(address: &str, password: Option<&str>) -> anyhow::Result<String> {
     let mut con = connect(address, Login::Client(password), PEER_TIMEOUT)?;
-    let text: String = redis::cmd("CLOAK").arg("MAP").query(&mut con)?;
-    Ok(ClusterMap::from_toml(&text)?)
+    Ok(redis::cmd("CLOAK").arg("MAP").query(&mut con)?)
 }
 
 /// Who a connection to a proxy authenticates as.

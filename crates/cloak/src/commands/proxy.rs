@@ -48,8 +48,15 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
             let (map, me) = {
                 let (file, map_file, node) = (file.clone(), map_file.clone(), node.clone());
                 let password = args.password.clone();
+                let secret = cluster_secret.clone();
                 tokio::task::spawn_blocking(move || {
-                    read_cluster(&file, &map_file, &node, password.as_deref())
+                    read_cluster(
+                        &file,
+                        &map_file,
+                        &node,
+                        password.as_deref(),
+                        secret.as_deref(),
+                    )
                 })
                 .await
                 .context("reading the cluster map")??
@@ -60,6 +67,7 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
                 key: key.clone(),
                 storage_io: storage_io.clone(),
                 map_file,
+                secret: cluster_secret.clone(),
             };
             // An operator's file that no move has changed is left as it was written.
             if args.state_dir.is_some() || map.epoch() > 0 {
@@ -208,8 +216,9 @@ fn read_cluster(
     kept: &Path,
     node: &str,
     password: Option<&str>,
+    secret: Option<&cloak_cluster::ClusterSecret>,
 ) -> anyhow::Result<(ClusterMap, usize)> {
-    let map = partition_host::newest_map(file, kept, node, password)?;
+    let map = partition_host::newest_map(file, kept, node, password, secret)?;
     let Some(me) = map.proxy_named(node) else {
         let names: Vec<&str> = map.proxies().iter().map(|p| p.name.as_str()).collect();
         bail!(
