@@ -113,6 +113,9 @@ pub struct ProxyOptions {
     /// (`AUTH cloak-admin <secret>`), the only user allowed to move partitions. `None`: no
     /// connection may (see [`cmd::AdminRequest::needs_admin`]).
     pub cluster_secret: Option<Arc<ClusterSecret>>,
+    /// On a cluster proxy: reach the other proxies over TLS with this (checking their
+    /// certificates against the cluster's CA); `None`: in the clear (see [`cluster::peer`]).
+    pub peer_tls: Option<cloak_storage::tls::ClientTls>,
     /// How long shutdown waits for acknowledged writes to reach storage.
     pub drain_timeout: Option<Duration>,
     /// Where records only the proxy holds are kept durably; `None` keeps them in memory only.
@@ -151,6 +154,7 @@ impl Default for ProxyOptions {
         Self {
             password: None,
             cluster_secret: None,
+            peer_tls: None,
             drain_timeout: None,
             journal: None,
             ledger: None,
@@ -323,7 +327,10 @@ async fn serve(
     // Dropped on return, which stops the probes.
     let mut probes = tokio::task::JoinSet::new();
     if let Some(hosted) = cores.cluster() {
-        cluster::probe::spawn_all(hosted.health(), options.password.as_deref(), &mut probes);
+        // As a client, with the client password: the probes read only `CLOAK.HEALTH`.
+        let login = options.password.clone().map(|p| ("default".to_string(), p));
+        let link = cluster::peer::PeerLink::new(options.peer_tls.clone(), login, 0);
+        cluster::probe::spawn_all(hosted.health(), &link, &mut probes);
     }
     let front = Arc::new(FrontEnd {
         cores,

@@ -594,6 +594,13 @@ pub struct ProxyArgs {
         env = "CLOAK_CLUSTER_SECRET_FILE"
     )]
     pub cluster_secret_file: Option<PathBuf>,
+
+    /// With --cluster: reach the other proxies (health probes, their maps at a start, who holds
+    /// a partition during a move) over TLS, checking their certificates against this CA (each
+    /// must carry the host of its address in the cluster file). Needed when clients must use
+    /// TLS (--tls-cert without --tls-port); without it the proxies talk in the clear
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    pub cluster_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -665,6 +672,11 @@ pub struct ClusterStatusArgs {
     /// The proxies' password, if they require one
     #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+
+    /// Reach the proxies over TLS, checking their certificates against this CA (as their
+    /// --cluster-ca)
+    #[arg(long, value_name = "FILE")]
+    pub cluster_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -686,6 +698,12 @@ pub struct ClusterMoveArgs {
     /// them
     #[arg(long, value_name = "FILE", env = "CLOAK_CLUSTER_SECRET_FILE")]
     pub cluster_secret_file: PathBuf,
+
+    /// Reach the proxies over TLS, checking their certificates against this CA (as their
+    /// --cluster-ca): needed when they serve clients over TLS only, and keeps the secret off the
+    /// network in the clear
+    #[arg(long, value_name = "FILE")]
+    pub cluster_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

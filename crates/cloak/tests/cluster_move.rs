@@ -399,6 +399,106 @@ fn a_move_left_unfinished_settles_by_itself_and_no_other_move_starts_meanwhile()
     assert_eq!(get(ports[2], one), "before");
 }
 
+#[test]
+fn proxies_reach_each_other_over_tls_and_a_peer_without_the_clusters_ca_is_refused_by_name() {
+    let cluster = Cluster::new();
+    let ours = common::certs(&cluster.dir.path().join("ours"));
+    let theirs = common::certs(&cluster.dir.path().join("theirs"));
+    let file = |dir: &std::path::Path, name: &str| dir.join(name).display().to_string();
+    let (cert, key, ca) = (
+        file(&ours, "server.pem"),
+        file(&ours, "server.key"),
+        file(&ours, "ca.pem"),
+    );
+    let serve_tls = ["--tls-cert", &cert, "--tls-key", &key];
+    let secret = ["--cluster-secret-file", cluster.secret.as_str()];
+    // Clients must use TLS, so the proxies must reach each other over it too.
+    let args = cluster.args(0, &[&serve_tls[..], &secret[..]].concat());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let refused = common::fails(&args);
+    assert!(
+        refused.contains("must be reached over TLS too: give --cluster-ca"),
+        "{refused}"
+    );
+    fn with_ca<'a>(tls: &[&'a str], secret: &[&'a str], ca: &'a str) -> Vec<&'a str> {
+        [tls, secret, &["--cluster-ca", ca]].concat()
+    }
+    let _p0 = cluster.start_with(0, KEY, &with_ca(&serve_tls, &secret, &ca));
+    let _p1 = cluster.start_with(1, KEY, &with_ca(&serve_tls, &secret, &ca));
+    // p2 trusts another CA: it cannot tell the others are of its cluster.
+    let stranger_ca = file(&theirs, "ca.pem");
+    let _p2 = cluster.start_with(2, KEY, &with_ca(&serve_tls, &secret, &stranger_ca));
+    let ports = &cluster.ports;
+    let client = |port: u16| common::rust_client(port, &ours.join("ca.pem"));
+    let zero = &cluster.keys_of(0, 1)[0];
+    let _: () = redis::cmd("SET")
+        .arg(zero)
+        .arg("before")
+        .query(&mut client(ports[0]))
+        .unwrap();
+
+    // Past the node timeout (3 s): p0 and p1 probe each other (and p2) over TLS; p2 has failed
+    // them, and says why.
+    std::thread::sleep(Duration::from_secs(5));
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(&mut client(ports[0]))
+        .unwrap();
+    assert!(!nodes.contains("fail"), "p0 flags a proxy:\n{nodes}");
+    let refused = redis::cmd("GET")
+        .arg(zero)
+        .query::<Option<String>>(&mut client(ports[2]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("partition 0 on proxy p0")
+            && refused.contains("TLS handshake failed")
+            && refused.contains("is it of this cluster's CA?"),
+        "{refused}"
+    );
+
+    // A move over TLS (the secret with it); the tool without the CA cannot reach the proxies.
+    let tool = |extra: &[&str]| {
+        let mut command = Command::new(CLOAK);
+        command
+            .env_remove("CLOAK_CLUSTER_SECRET_FILE")
+            .args([
+                "cluster",
+                "move",
+                "--partition",
+                "0",
+                "--to",
+                "p1",
+                "--node",
+            ])
+            .arg(format!("127.0.0.1:{}", ports[0]))
+            .args(["--cluster-secret-file", &cluster.secret])
+            .args(extra);
+        let out = command.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (moved, text) = tool(&[]);
+    assert!(!moved && text.contains("cannot read the map"), "{text}");
+    let (moved, text) = tool(&["--cluster-ca", &ca]);
+    assert!(moved, "{text}");
+    let redirected = redis::cmd("GET")
+        .arg(zero)
+        .query::<Option<String>>(&mut client(ports[0]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        redirected.contains(&format!("127.0.0.1:{}", ports[1])),
+        "{redirected}"
+    );
+    let value: Option<String> = redis::cmd("GET")
+        .arg(zero)
+        .query(&mut client(ports[1]))
+        .unwrap();
+    assert_eq!(value.as_deref(), Some("before"));
+}
+
 /// Whether `done` holds within 30 s (checked every 200 ms).
 fn wait_for(mut done: impl FnMut() -> bool) -> bool {
     let start = Instant::now();

@@ -17,7 +17,10 @@ use anyhow::{Context, bail};
 use cloak_cluster::{ADMIN_USER, ChangeError, ClusterMap, ClusterSecret, Partition};
 use cloak_crypto::MasterKey;
 use cloak_proxy::cluster::health_report::HealthReport;
+use cloak_proxy::cluster::peer::PeerLink;
 use cloak_proxy::{BoxFuture, HostedStore, OwnThread, PartitionHost};
+use cloak_storage::tls::ClientTls;
+use cloak_storage::tls::client::ClientTlsFiles;
 
 use super::proxy::{open_store, partition_state};
 use crate::backend;
@@ -41,6 +44,8 @@ pub struct ProxyPartitions {
     pub map_file: PathBuf,
     /// `--cluster-secret-file`: signs every map kept.
     pub secret: Option<Arc<ClusterSecret>>,
+    /// How this proxy reaches the others (as a client; over TLS with `--cluster-ca`).
+    pub link: PeerLink,
 }
 
 impl ProxyPartitions {
@@ -139,18 +144,11 @@ impl PartitionHost for ProxyPartitions {
     }
 
     fn peer_health<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<HealthReport, String>> {
-        let address = address.to_string();
-        let password = self.args.password.clone();
         Box::pin(async move {
-            let asked = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
-                let mut con = connect(&address, Login::Client(password.as_deref()), PEER_TIMEOUT)?;
-                Ok(redis::cmd("CLOAK.HEALTH").query(&mut con)?)
-            });
-            let health = match asked.await {
-                Ok(Ok(health)) => health,
-                Ok(Err(error)) => return Err(format!("{error:#}")),
-                Err(error) => return Err(error.to_string()),
-            };
+            let health = self
+                .link
+                .ask(address, &["CLOAK.HEALTH"], PEER_TIMEOUT)
+                .await?;
             HealthReport::parse(&health)
         })
     }
@@ -209,14 +207,14 @@ pub fn map_file(cluster_file: &Path, state_dir: Option<&Path>) -> PathBuf {
 }
 
 /// The map this proxy starts with: the newest of the cluster file, its kept copy and the other
-/// proxies' (see the module docs). Every map past epoch 0 must carry a MAC under `secret`
-/// (`ClusterMap::from_signed_toml`): a kept copy changed on disk, or a peer's map that no proxy
-/// of this cluster signed, stops the start, named.
-pub fn newest_map(
+/// proxies' (see the module docs), asked over `link`. Every map past epoch 0 must carry a MAC
+/// under `secret` (`ClusterMap::from_signed_toml`): a kept copy changed on disk, or a peer's map
+/// that no proxy of this cluster signed, stops the start, named.
+pub async fn newest_map(
     file: &Path,
     kept: &Path,
     node: &str,
-    password: Option<&str>,
+    link: &PeerLink,
     secret: Option<&ClusterSecret>,
 ) -> anyhow::Result<ClusterMap> {
     let read = |path: &Path| -> anyhow::Result<ClusterMap> {
@@ -237,10 +235,10 @@ pub fn newest_map(
         .map(|proxy| proxy.address())
         .collect();
     for address in others {
-        let theirs = match peer_map(&address, password) {
+        let theirs = match link.ask(&address, &["CLOAK", "MAP"], PEER_TIMEOUT).await {
             Ok(text) => text,
             Err(error) => {
-                tracing::info!(%address, "no map from this proxy ({error:#}); going on without");
+                tracing::info!(%address, "no map from this proxy ({error}); going on without");
                 continue;
             }
         };
@@ -259,42 +257,34 @@ pub fn newest_map(
     Ok(map)
 }
 
-/// The text of `CLOAK MAP` from the proxy at `address`.
-fn peer_map(address: &str, password: Option<&str>) -> anyhow::Result<String> {
-    let mut con = connect(address, Login::Client(password), PEER_TIMEOUT)?;
-    Ok(redis::cmd("CLOAK").arg("MAP").query(&mut con)?)
+/// The longest answer read from another proxy or by `cloak cluster` (a map of every slot's
+/// partition, an `INFO` of many partitions).
+pub const ANSWER_LIMIT: usize = 16 << 20;
+
+/// How this proxy, or an operator's tool, reaches the cluster's proxies: over TLS checked
+/// against `ca` if one is given, as `login` (user, password).
+pub fn peer_link(ca: Option<&Path>, login: Option<(String, String)>) -> anyhow::Result<PeerLink> {
+    let tls = match ca {
+        Some(ca) => {
+            let files = ClientTlsFiles {
+                ca: Some(ca.to_path_buf()),
+                identity: None,
+            };
+            Some(ClientTls::load(&files).with_context(|| format!("cluster CA {}", ca.display()))?)
+        }
+        None => None,
+    };
+    Ok(PeerLink::new(tls, login, ANSWER_LIMIT))
 }
 
-/// Who a connection to a proxy authenticates as.
-#[derive(Clone, Copy)]
-pub enum Login<'a> {
-    /// A client: with the proxies' password, if they have one. What proxies use with each
-    /// other (they only read the map and health), so the cluster secret never travels between
-    /// them.
-    Client(Option<&'a str>),
-    /// The cluster's admin, the only one allowed to move partitions.
-    Admin(&'a ClusterSecret),
+/// The login of the cluster's admin (`AUTH cloak-admin <secret>`).
+pub fn admin_login(secret: &ClusterSecret) -> Option<(String, String)> {
+    Some((ADMIN_USER.to_string(), secret.password().to_string()))
 }
 
-/// A connection to a proxy, authenticated as `login`, each reply awaited up to `timeout`.
-pub fn connect(
-    address: &str,
-    login: Login<'_>,
-    timeout: Duration,
-) -> anyhow::Result<redis::Connection> {
-    let client = redis::Client::open(format!("redis://{address}/"))?;
-    let mut con = client.get_connection_with_timeout(timeout)?;
-    con.set_read_timeout(Some(timeout))?;
-    con.set_write_timeout(Some(timeout))?;
-    match login {
-        Login::Client(None) => {}
-        Login::Client(Some(password)) => redis::cmd("AUTH").arg(password).query::<()>(&mut con)?,
-        Login::Admin(secret) => redis::cmd("AUTH")
-            .arg(ADMIN_USER)
-            .arg(secret.password())
-            .query::<()>(&mut con)?,
-    }
-    Ok(con)
+/// The login of a client with the proxies' password, if they have one.
+pub fn client_login(password: Option<&str>) -> Option<(String, String)> {
+    password.map(|password| ("default".to_string(), password.to_string()))
 }
 
 /// The cluster secret in `path` (`--cluster-secret-file`).
