@@ -327,7 +327,8 @@ async fn serve(
     // Dropped on return, which stops the probes.
     let mut probes = tokio::task::JoinSet::new();
     if let Some(hosted) = cores.cluster() {
-        // As a client, with the client password: the probes read only `CLOAK.HEALTH`.
+        // As a client, with the client password: the probes read only `CLOAK.HEALTH` (and
+        // bound its answers themselves, whatever limit is given here).
         let login = options.password.clone().map(|p| ("default".to_string(), p));
         let link = cluster::peer::PeerLink::new(options.peer_tls.clone(), login, 0);
         cluster::probe::spawn_all(hosted.health(), &link, &mut probes);
