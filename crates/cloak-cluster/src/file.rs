@@ -26,11 +26,15 @@
 use serde::{Deserialize, Serialize};
 
 use crate::map::{ClusterMap, MapError, PartitionSpec, SlotRange, storage_of};
+use crate::secret::ClusterSecret;
 
 /// The file as written.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ClusterFile {
+    /// The MAC a proxy signed the map with (see [`ClusterMap::to_signed_toml`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mac: Option<String>,
     #[serde(default, skip_serializing_if = "is_zero")]
     epoch: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,12 +87,62 @@ pub enum FileError {
     /// The map it describes is not a valid one.
     #[error(transparent)]
     Map(#[from] MapError),
+    /// A map that moves made carries no MAC, or one that does not verify under this cluster's
+    /// secret.
+    #[error(
+        "the map (epoch {epoch}) {why}: only a proxy holding this cluster's secret makes maps \
+         past epoch 0, so it was changed since, or made by someone else"
+    )]
+    Unsigned {
+        /// The map's epoch.
+        epoch: u64,
+        /// What is wrong with its MAC.
+        why: &'static str,
+    },
 }
 
 impl ClusterMap {
-    /// Reads a cluster file's text.
+    /// Reads a cluster file's text (a MAC in it is neither needed nor checked: see
+    /// [`ClusterMap::from_signed_toml`]).
     pub fn from_toml(text: &str) -> Result<Self, FileError> {
+        Self::parse(text).map(|(map, _)| map)
+    }
+
+    /// Reads a cluster file's text, and checks its MAC under `secret`. A map at epoch 0 is the
+    /// operator's own file, taken as it is (a MAC in it is still checked); any later map was
+    /// made by a move, which only a proxy holding the secret can make and signs, so it must
+    /// carry a MAC that verifies. Without a secret such a map cannot be checked and is refused.
+    pub fn from_signed_toml(text: &str, secret: Option<&ClusterSecret>) -> Result<Self, FileError> {
+        let (map, mac) = Self::parse(text)?;
+        let refused = |why| FileError::Unsigned {
+            epoch: map.epoch,
+            why,
+        };
+        match (mac, secret) {
+            // A proxy without a secret cannot check what its peers with one sign; at epoch 0
+            // there is nothing to check.
+            (None, _) | (Some(_), None) if map.epoch == 0 => Ok(map),
+            (None, _) => Err(refused("carries no MAC")),
+            (Some(_), None) => Err(refused(
+                "carries a MAC, but this proxy has no cluster secret to check it with \
+                 (--cluster-secret-file)",
+            )),
+            (Some(mac), Some(secret)) if secret.verifies(&map.to_toml(), &mac) => Ok(map),
+            (Some(_), Some(_)) => Err(refused("fails its MAC check under this cluster's secret")),
+        }
+    }
+
+    /// The map as a cluster file with its MAC under `secret` (what a proxy keeps and answers to
+    /// `CLOAK MAP`): [`ClusterMap::from_signed_toml`] reads it back.
+    pub fn to_signed_toml(&self, secret: &ClusterSecret) -> String {
+        let canonical = self.to_toml();
+        format!("mac = \"{}\"\n{canonical}", secret.sign(&canonical))
+    }
+
+    /// The map in `text` and the MAC it carries, if any.
+    fn parse(text: &str) -> Result<(Self, Option<String>), FileError> {
         let file: ClusterFile = toml::from_str(text)?;
+        let mac = file.mac;
         let config_epochs: Vec<Option<u64>> = file.proxies.iter().map(|p| p.epoch).collect();
         let proxies: Vec<(String, String)> = file
             .proxies
@@ -112,12 +166,14 @@ impl ClusterMap {
                 storage,
             });
         }
-        Ok(ClusterMap::new(&proxies, specs)?.with_epochs(file.epoch, &config_epochs))
+        let map = ClusterMap::new(&proxies, specs)?.with_epochs(file.epoch, &config_epochs);
+        Ok((map, mac))
     }
 
     /// The map as a cluster file ([`ClusterMap::from_toml`] reads it back as it is).
     pub fn to_toml(&self) -> String {
         let file = ClusterFile {
+            mac: None,
             epoch: self.epoch(),
             storage: None,
             proxies: self
@@ -205,6 +261,47 @@ storage = "tcp://127.0.0.1:7100"
         let text = moved.to_toml();
         assert!(text.starts_with("epoch = 3\n"), "{text}");
         assert_eq!(ClusterMap::from_toml(&text).unwrap(), moved);
+    }
+
+    #[test]
+    fn a_moved_map_must_carry_a_mac_that_verifies() {
+        let secret = ClusterSecret::new(b"0123456789abcdef0123", "f").unwrap();
+        let other = ClusterSecret::new(b"0123456789abcdef0124", "f").unwrap();
+        let operators = ClusterMap::from_toml(FILE).unwrap();
+        // The operator's file needs none.
+        assert_eq!(
+            ClusterMap::from_signed_toml(FILE, Some(&secret)).unwrap(),
+            operators
+        );
+        let moved = operators.clone().with_epochs(1, &[]);
+        let signed = moved.to_signed_toml(&secret);
+        assert!(signed.starts_with("mac = \""), "{signed}");
+        assert_eq!(
+            ClusterMap::from_signed_toml(&signed, Some(&secret)).unwrap(),
+            moved
+        );
+        assert_eq!(ClusterMap::from_toml(&signed).unwrap(), moved);
+        let refused = |text: &str, secret: Option<&ClusterSecret>| {
+            ClusterMap::from_signed_toml(text, secret)
+                .unwrap_err()
+                .to_string()
+        };
+        // Another host for partition 1, the MAC kept.
+        let tampered = signed.replacen("proxy = \"b\"", "proxy = \"a\"", 1);
+        assert_ne!(tampered, signed);
+        let error = refused(&tampered, Some(&secret));
+        assert!(
+            error.contains("(epoch 1) fails its MAC check under this cluster's secret"),
+            "{error}"
+        );
+        assert!(refused(&signed, Some(&other)).contains("fails its MAC check"));
+        assert!(refused(&moved.to_toml(), Some(&secret)).contains("(epoch 1) carries no MAC"));
+        assert!(refused(&signed, None).contains("no cluster secret"));
+        let signed_at_zero = operators.to_signed_toml(&secret);
+        assert_eq!(
+            ClusterMap::from_signed_toml(&signed_at_zero, None).unwrap(),
+            operators
+        );
     }
 
     #[test]

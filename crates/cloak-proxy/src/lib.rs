@@ -50,7 +50,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cloak_cluster::ClusterMap;
+use cloak_cluster::{ClusterMap, ClusterSecret};
 use cloak_core::Engine;
 use cloak_storage::Storage;
 use tokio::sync::Notify;
@@ -109,6 +109,13 @@ pub const TOO_MANY_CLIENTS: &str = "-ERR max number of clients reached\r\n";
 pub struct ProxyOptions {
     /// Clients must `AUTH` with this before anything else.
     pub password: Option<String>,
+    /// On a cluster proxy: the secret that authenticates the cluster's admin
+    /// (`AUTH cloak-admin <secret>`), the only user allowed to move partitions. `None`: no
+    /// connection may (see [`cmd::AdminRequest::needs_admin`]).
+    pub cluster_secret: Option<Arc<ClusterSecret>>,
+    /// On a cluster proxy: reach the other proxies over TLS with this (checking their
+    /// certificates against the cluster's CA); `None`: in the clear (see [`cluster::peer`]).
+    pub peer_tls: Option<cloak_storage::tls::ClientTls>,
     /// How long shutdown waits for acknowledged writes to reach storage.
     pub drain_timeout: Option<Duration>,
     /// Where records only the proxy holds are kept durably; `None` keeps them in memory only.
@@ -146,6 +153,8 @@ impl Default for ProxyOptions {
     fn default() -> Self {
         Self {
             password: None,
+            cluster_secret: None,
+            peer_tls: None,
             drain_timeout: None,
             journal: None,
             ledger: None,
@@ -188,6 +197,8 @@ pub struct FrontEnd {
     /// Where key commands go: the store's core, or in a cluster each partition's.
     cores: Cores,
     password: Option<String>,
+    /// See [`ProxyOptions::cluster_secret`].
+    cluster_secret: Option<Arc<ClusterSecret>>,
     /// How long a connection may stay unauthenticated.
     auth_timeout: Duration,
     /// Request limits once a client is authenticated (before, [`RequestLimits::UNAUTHENTICATED`]).
@@ -316,11 +327,16 @@ async fn serve(
     // Dropped on return, which stops the probes.
     let mut probes = tokio::task::JoinSet::new();
     if let Some(hosted) = cores.cluster() {
-        cluster::probe::spawn_all(hosted.health(), options.password.as_deref(), &mut probes);
+        // As a client, with the client password: the probes read only `CLOAK.HEALTH` (and
+        // bound its answers themselves, whatever limit is given here).
+        let login = options.password.clone().map(|p| ("default".to_string(), p));
+        let link = cluster::peer::PeerLink::new(options.peer_tls.clone(), login, 0);
+        cluster::probe::spawn_all(hosted.health(), &link, &mut probes);
     }
     let front = Arc::new(FrontEnd {
         cores,
         password: options.password,
+        cluster_secret: options.cluster_secret,
         auth_timeout: options.auth_timeout,
         request_limits,
         reply_limit: options.reply_limit,

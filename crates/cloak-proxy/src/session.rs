@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use cloak_cluster::ADMIN_USER;
 use cloak_core::{Command, Db, Outcome, database};
 use tokio::sync::oneshot;
 
@@ -45,6 +46,9 @@ pub struct Session<'a> {
     front: &'a FrontEnd,
     client: Arc<Client>,
     authenticated: bool,
+    /// Authenticated as [`ADMIN_USER`] with the cluster secret: may run the `CLOAK` commands
+    /// that move partitions (see [`crate::cmd::AdminRequest::needs_admin`]).
+    admin: bool,
     /// Commands queued since MULTI (keys already in the database selected then); `None`
     /// outside a transaction.
     queued: Option<Vec<Command>>,
@@ -64,6 +68,7 @@ impl<'a> Session<'a> {
             front,
             client,
             authenticated: front.password.is_none(),
+            admin: false,
             queued: None,
             refused: false,
             watched: false,
@@ -199,7 +204,18 @@ impl<'a> Session<'a> {
             Request::Cluster(request) => replies::answer(&self.front.cores, request),
             Request::ReadOnly => replies::read_only(&self.front.cores),
             Request::Health => replies::health(&self.front.cores),
-            Request::Admin(request) => handoff::answer(&self.front.cores, request).await,
+            Request::Admin(request) if request.needs_admin() && !self.admin => {
+                // Redis's words for a user without the right to a command; a connection that
+                // is not the admin is the default user.
+                Reply::Error(format!(
+                    "NOPERM User default has no permissions to run the 'cloak|{}' command",
+                    request.name()
+                ))
+            }
+            Request::Admin(request) => {
+                let secret = self.front.cluster_secret.as_deref();
+                handoff::answer(&self.front.cores, secret, request).await
+            }
             Request::ConfigGet(patterns) => server_config::get(self.front, &patterns),
             Request::Command(query) => introspect::answer(&query),
             Request::Time => time(),
@@ -351,8 +367,22 @@ impl<'a> Session<'a> {
         )))
     }
 
-    /// `AUTH [user] password`, and `HELLO … AUTH`: the only user is `default`.
+    /// `AUTH [user] password`, and `HELLO … AUTH`: the users are `default` (the client
+    /// password, or none) and, on a cluster proxy with a cluster secret, [`ADMIN_USER`]. A failed
+    /// attempt leaves the connection as it was, as in Redis.
     fn authenticate(&mut self, user: Option<Bytes>, password: &[u8]) -> Result<(), Reply> {
+        let wrong =
+            || Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into());
+        if user.as_deref() == Some(ADMIN_USER.as_bytes()) {
+            // Without a secret there is no admin user: admin commands are refused to everyone.
+            let secret = self.front.cluster_secret.as_ref().ok_or_else(wrong)?;
+            if !secret.admits(password) {
+                return Err(wrong());
+            }
+            self.authenticated = true;
+            self.admin = true;
+            return Ok(());
+        }
         let user_ok = user.as_deref().is_none_or(|u| u == b"default");
         let password_ok = match &self.front.password {
             // Redis's default user without a password takes any with its name, but refuses the
@@ -368,11 +398,10 @@ impl<'a> Session<'a> {
         };
         if user_ok && password_ok {
             self.authenticated = true;
+            self.admin = false;
             Ok(())
         } else {
-            Err(Reply::Error(
-                "WRONGPASS invalid username-password pair or user is disabled.".into(),
-            ))
+            Err(wrong())
         }
     }
 
@@ -432,6 +461,7 @@ impl<'a> Session<'a> {
         state.no_evict = false;
         state.no_touch = false;
         self.authenticated = self.front.password.is_none();
+        self.admin = false;
         Reply::status("RESET")
     }
 

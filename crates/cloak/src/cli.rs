@@ -590,6 +590,25 @@ pub struct ProxyArgs {
     /// With --cluster: which of the file's proxies this is
     #[arg(long, value_name = "NAME", requires = "cluster")]
     pub node: Option<String>,
+
+    /// With --cluster: the cluster's secret (`cloak keygen -o FILE` makes one; the same file on
+    /// every proxy and wherever `cloak cluster move` runs, never in the cluster file). Only a
+    /// connection that gives it (`AUTH cloak-admin <secret>`) may move partitions, and the
+    /// proxies sign the maps they keep with it. Without it this proxy refuses every move
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "cluster",
+        env = "CLOAK_CLUSTER_SECRET_FILE"
+    )]
+    pub cluster_secret_file: Option<PathBuf>,
+
+    /// With --cluster: reach the other proxies (health probes, their maps at a start, who holds
+    /// a partition during a move) over TLS, checking their certificates against this CA (each
+    /// must carry the host of its address in the cluster file). Needed when clients must use
+    /// TLS (--tls-cert without --tls-port); without it the proxies talk in the clear
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    pub cluster_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -661,6 +680,11 @@ pub struct ClusterStatusArgs {
     /// The proxies' password, if they require one
     #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+
+    /// Reach the proxies over TLS, checking their certificates against this CA (as their
+    /// --cluster-ca)
+    #[arg(long, value_name = "FILE")]
+    pub cluster_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -677,9 +701,17 @@ pub struct ClusterMoveArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7001")]
     pub node: String,
 
-    /// The proxies' password, if they require one
-    #[arg(long, env = "CLOAK_PASSWORD", hide_env_values = true)]
-    pub password: Option<String>,
+    /// The cluster's secret, as given to the proxies with --cluster-secret-file: the move's
+    /// steps are admin commands (`AUTH cloak-admin <secret>`); the client password cannot run
+    /// them
+    #[arg(long, value_name = "FILE", env = "CLOAK_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: PathBuf,
+
+    /// Reach the proxies over TLS, checking their certificates against this CA (as their
+    /// --cluster-ca): needed when they serve clients over TLS only, and keeps the secret off the
+    /// network in the clear
+    #[arg(long, value_name = "FILE")]
+    pub cluster_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

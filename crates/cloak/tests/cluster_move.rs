@@ -22,12 +22,22 @@ use common::{CLOAK, Running};
 const KEY: &str = "8c6a1f0b2d4e6a8c0e2f4a6c8e0a2c4e6f8a0c2e4a6c8e0f2a4c6e8a0c2e4f6a";
 /// Another key: a proxy started with it cannot open the others' partitions.
 const OTHER_KEY: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+/// The cluster secret: what lets `cloak cluster move` run the admin commands.
+const SECRET: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7";
+
+/// Writes the cluster secret into `dir`, as `cloak keygen -o` would.
+fn secret_file(dir: &std::path::Path) -> String {
+    let path = dir.join("cluster.secret");
+    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    path.to_str().unwrap().to_string()
+}
 
 /// The cluster under test: three proxies, six partitions on one Redis (a prefix each).
 struct Cluster {
     _redis: RedisServer,
     dir: tempfile::TempDir,
     file: std::path::PathBuf,
+    secret: String,
     ports: Vec<u16>,
     map: ClusterMap,
 }
@@ -38,19 +48,35 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let storage = format!("{}?prefix=move:p{{partition}}:", redis.url());
         let (map, file, ports) = common::three_proxy_cluster(dir.path(), &storage);
+        let secret = secret_file(dir.path());
         Self {
             _redis: redis,
             dir,
             file,
+            secret,
             ports,
             map,
         }
     }
 
-    /// Starts proxy `i` with `key`, its own state directory and the original cluster file.
+    /// Starts proxy `i` with `key`, its own state directory, the original cluster file and the
+    /// cluster secret.
     fn start(&self, i: usize, key: &str) -> Running {
+        self.start_with(i, key, &["--cluster-secret-file", &self.secret])
+    }
+
+    /// Starts proxy `i` with `key`, its own state directory, the original cluster file, and
+    /// `extra` flags.
+    fn start_with(&self, i: usize, key: &str, extra: &[&str]) -> Running {
+        let args = self.args(i, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Running::start_with_env(&args, &[("CLOAK_KEY", key)], "cloak proxy listening")
+    }
+
+    /// The arguments that start proxy `i` (see [`Cluster::start_with`]).
+    fn args(&self, i: usize, extra: &[&str]) -> Vec<String> {
         let state = self.dir.path().join(format!("state{i}"));
-        let args = [
+        let mut args: Vec<String> = [
             "proxy",
             "--cluster",
             self.file.to_str().unwrap(),
@@ -63,13 +89,16 @@ impl Cluster {
             // Six partitions batching on a shared 2-core machine: a slow schedule.
             "--batch-interval",
             "50ms",
-        ];
-        Running::start_with_env(&args, &[("CLOAK_KEY", key)], "cloak proxy listening")
+        ]
+        .map(str::to_string)
+        .to_vec();
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        args
     }
 
     /// `cloak cluster move`, through proxy 0.
     fn move_partition(&self, partition: usize, to: &str) -> (bool, String) {
-        move_partition(self.ports[0], partition, to)
+        move_partition(self.ports[0], partition, to, &self.secret)
     }
 
     /// Keys of partition `partition`.
@@ -82,9 +111,11 @@ impl Cluster {
     }
 }
 
-/// `cloak cluster move` through the proxy on `port`: whether it succeeded, and what it printed.
-fn move_partition(port: u16, partition: usize, to: &str) -> (bool, String) {
+/// `cloak cluster move` through the proxy on `port` with the secret in `secret`: whether it
+/// succeeded, and what it printed.
+fn move_partition(port: u16, partition: usize, to: &str, secret: &str) -> (bool, String) {
     let out = Command::new(CLOAK)
+        .env_remove("CLOAK_CLUSTER_SECRET_FILE")
         .args([
             "cluster",
             "move",
@@ -94,6 +125,8 @@ fn move_partition(port: u16, partition: usize, to: &str) -> (bool, String) {
             to,
             "--node",
             &format!("127.0.0.1:{port}"),
+            "--cluster-secret-file",
+            secret,
         ])
         .output()
         .unwrap();
@@ -103,6 +136,17 @@ fn move_partition(port: u16, partition: usize, to: &str) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// A connection to `port` authenticated as the cluster's admin.
+fn admin(port: u16) -> redis::Connection {
+    let mut con = common::connect(port);
+    redis::cmd("AUTH")
+        .arg("cloak-admin")
+        .arg(SECRET)
+        .query::<()>(&mut con)
+        .unwrap();
+    con
 }
 
 /// What a plain connection to `port` answers to `GET key` (an error as its text).
@@ -148,13 +192,13 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
     // ahead is refused (p0 has not released it), and so is a map that is not one move ahead.
     let known: String = redis::cmd("CLOAK")
         .arg("MAP")
-        .query(&mut common::connect(ports[1]))
+        .query(&mut admin(ports[1]))
         .unwrap();
     let known = ClusterMap::from_toml(&known).unwrap();
     let key_id: String = redis::cmd("CLOAK")
         .arg("KEYID")
         .arg(0)
-        .query(&mut common::connect(ports[1]))
+        .query(&mut admin(ports[1]))
         .unwrap();
     let acquire = |map: &ClusterMap| {
         redis::cmd("CLOAK")
@@ -162,7 +206,7 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
             .arg(0)
             .arg(&key_id)
             .arg(map.to_toml())
-            .query::<()>(&mut common::connect(ports[1]))
+            .query::<()>(&mut admin(ports[1]))
             .unwrap_err()
             .to_string()
     };
@@ -176,7 +220,7 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
     let refused = redis::cmd("CLOAK")
         .arg("ADOPT")
         .arg(absurd.to_toml())
-        .query::<()>(&mut common::connect(ports[1]))
+        .query::<()>(&mut admin(ports[1]))
         .unwrap_err()
         .to_string();
     assert!(
@@ -252,6 +296,310 @@ fn a_partition_moves_under_load_and_a_proxy_that_missed_it_learns_the_map() {
         answer.contains(&format!("{slot} 127.0.0.1:{}", ports[1])),
         "after the move settled the old host answers {answer:?}"
     );
+
+    // The map p1 keeps is signed: changed on disk (partition 0 given back to p0, its MAC
+    // left as it was), it stops p1's next start, named, instead of being believed.
+    proxies[1].take().unwrap().kill();
+    let kept = cluster.dir.path().join("state1").join("cluster.toml");
+    let text = std::fs::read_to_string(&kept).unwrap();
+    assert!(text.starts_with("mac = "), "{text}");
+    let tampered = text.replacen("proxy = \"p1\"", "proxy = \"p0\"", 1);
+    assert_ne!(tampered, text);
+    std::fs::write(&kept, tampered).unwrap();
+    let args = cluster.args(1, &["--cluster-secret-file", &cluster.secret]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let refused = common::fails(&args);
+    assert!(
+        refused.contains(kept.to_str().unwrap())
+            && refused.contains("(epoch 1) fails its MAC check under this cluster's secret"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_move_left_unfinished_settles_by_itself_and_no_other_move_starts_meanwhile() {
+    let cluster = Cluster::new();
+    let _proxies: Vec<Running> = (0..3).map(|i| cluster.start(i, KEY)).collect();
+    let ports = &cluster.ports;
+    let zero = &cluster.keys_of(0, 1)[0];
+    let one = &cluster.keys_of(1, 1)[0];
+    for key in [zero, one] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("before")
+            .query(&mut common::connect(ports[0]))
+            .unwrap();
+    }
+    let command = |port: u16, args: &[&str]| -> Result<(), String> {
+        redis::cmd(args[0])
+            .arg(&args[1..])
+            .query::<()>(&mut admin(port))
+            .map_err(|error| error.to_string())
+    };
+    let map: String = redis::cmd("CLOAK")
+        .arg("MAP")
+        .query(&mut common::connect(ports[0]))
+        .unwrap();
+    let epoch0 = ClusterMap::from_toml(&map).unwrap();
+
+    // A move's tool stops right after p0 released partition 0 to p1.
+    let epoch1 = epoch0.moved(0, "p1").unwrap();
+    command(ports[0], &["CLOAK", "RELEASE", "0", &epoch1.to_toml()]).unwrap();
+    // Meanwhile no other hand-off starts on p0, and the tool refuses any move.
+    let second = epoch1.moved(2, "p0").unwrap();
+    let key_id: String = redis::cmd("CLOAK")
+        .arg("KEYID")
+        .arg(2)
+        .query(&mut admin(ports[0]))
+        .unwrap();
+    let acquire = ["CLOAK", "ACQUIRE", "2", &key_id, &second.to_toml()];
+    let refused = command(ports[0], &acquire).unwrap_err();
+    assert!(
+        refused.contains("partition 0 is being handed over on this proxy"),
+        "{refused}"
+    );
+    let (moved, text) = move_partition(ports[1], 2, "p0", &cluster.secret);
+    assert!(
+        !moved && text.contains("partition 0") && text.contains("in flight"),
+        "{text}"
+    );
+    // p1 never takes it: p0 takes it back by itself, under the next epoch.
+    let back = wait_for(|| get(ports[0], zero) == "before");
+    assert!(
+        back,
+        "p0 never took partition 0 back: {}",
+        get(ports[0], zero)
+    );
+    let map: String = redis::cmd("CLOAK")
+        .arg("MAP")
+        .query(&mut common::connect(ports[0]))
+        .unwrap();
+    let epoch2 = ClusterMap::from_toml(&map).unwrap();
+    assert_eq!(epoch2, epoch1.moved(0, "p0").unwrap());
+
+    // Another stops after p2 took partition 1 and before anyone adopted the map: p0 sees that
+    // p2 serves it and adopts the map, redirecting instead of answering -TRYAGAIN for good.
+    for port in &ports[1..] {
+        command(*port, &["CLOAK", "ADOPT", &epoch2.to_toml()]).unwrap();
+    }
+    let epoch3 = epoch2.moved(1, "p2").unwrap();
+    command(ports[0], &["CLOAK", "RELEASE", "1", &epoch3.to_toml()]).unwrap();
+    let key_id: String = redis::cmd("CLOAK")
+        .arg("KEYID")
+        .arg(1)
+        .query(&mut admin(ports[0]))
+        .unwrap();
+    command(
+        ports[2],
+        &["CLOAK", "ACQUIRE", "1", &key_id, &epoch3.to_toml()],
+    )
+    .unwrap();
+    let redirected = wait_for(|| get(ports[0], one).contains(&format!("127.0.0.1:{}", ports[2])));
+    assert!(redirected, "p0 answers {}", get(ports[0], one));
+    assert_eq!(get(ports[2], one), "before");
+}
+
+#[test]
+fn proxies_reach_each_other_over_tls_and_a_peer_without_the_clusters_ca_is_refused_by_name() {
+    let cluster = Cluster::new();
+    let ours = common::certs(&cluster.dir.path().join("ours"));
+    let theirs = common::certs(&cluster.dir.path().join("theirs"));
+    let file = |dir: &std::path::Path, name: &str| dir.join(name).display().to_string();
+    let (cert, key, ca) = (
+        file(&ours, "server.pem"),
+        file(&ours, "server.key"),
+        file(&ours, "ca.pem"),
+    );
+    let serve_tls = ["--tls-cert", &cert, "--tls-key", &key];
+    let secret = ["--cluster-secret-file", cluster.secret.as_str()];
+    // Clients must use TLS, so the proxies must reach each other over it too.
+    let args = cluster.args(0, &[&serve_tls[..], &secret[..]].concat());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let refused = common::fails(&args);
+    assert!(
+        refused.contains("must be reached over TLS too: give --cluster-ca"),
+        "{refused}"
+    );
+    fn with_ca<'a>(tls: &[&'a str], secret: &[&'a str], ca: &'a str) -> Vec<&'a str> {
+        [tls, secret, &["--cluster-ca", ca]].concat()
+    }
+    let _p0 = cluster.start_with(0, KEY, &with_ca(&serve_tls, &secret, &ca));
+    let _p1 = cluster.start_with(1, KEY, &with_ca(&serve_tls, &secret, &ca));
+    // p2 trusts another CA: it cannot tell the others are of its cluster.
+    let stranger_ca = file(&theirs, "ca.pem");
+    let _p2 = cluster.start_with(2, KEY, &with_ca(&serve_tls, &secret, &stranger_ca));
+    let ports = &cluster.ports;
+    let client = |port: u16| common::rust_client(port, &ours.join("ca.pem"));
+    let zero = &cluster.keys_of(0, 1)[0];
+    let _: () = redis::cmd("SET")
+        .arg(zero)
+        .arg("before")
+        .query(&mut client(ports[0]))
+        .unwrap();
+
+    // Past the node timeout (3 s): p0 and p1 probe each other (and p2) over TLS; p2 has failed
+    // them, and says why.
+    std::thread::sleep(Duration::from_secs(5));
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(&mut client(ports[0]))
+        .unwrap();
+    assert!(!nodes.contains("fail"), "p0 flags a proxy:\n{nodes}");
+    let refused = redis::cmd("GET")
+        .arg(zero)
+        .query::<Option<String>>(&mut client(ports[2]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("partition 0 on proxy p0")
+            && refused.contains("TLS handshake failed")
+            && refused.contains("is it of this cluster's CA?"),
+        "{refused}"
+    );
+
+    // A move over TLS (the secret with it); the tool without the CA cannot reach the proxies.
+    let tool = |extra: &[&str]| {
+        let mut command = Command::new(CLOAK);
+        command
+            .env_remove("CLOAK_CLUSTER_SECRET_FILE")
+            .args([
+                "cluster",
+                "move",
+                "--partition",
+                "0",
+                "--to",
+                "p1",
+                "--node",
+            ])
+            .arg(format!("127.0.0.1:{}", ports[0]))
+            .args(["--cluster-secret-file", &cluster.secret])
+            .args(extra);
+        let out = command.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (moved, text) = tool(&[]);
+    assert!(!moved && text.contains("cannot read the map"), "{text}");
+    let (moved, text) = tool(&["--cluster-ca", &ca]);
+    assert!(moved, "{text}");
+    let redirected = redis::cmd("GET")
+        .arg(zero)
+        .query::<Option<String>>(&mut client(ports[0]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        redirected.contains(&format!("127.0.0.1:{}", ports[1])),
+        "{redirected}"
+    );
+    let value: Option<String> = redis::cmd("GET")
+        .arg(zero)
+        .query(&mut client(ports[1]))
+        .unwrap();
+    assert_eq!(value.as_deref(), Some("before"));
+}
+
+/// Whether `done` holds within 30 s (checked every 200 ms).
+fn wait_for(mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+#[test]
+fn only_the_clusters_admin_may_move_partitions_not_a_client_with_the_password() {
+    let cluster = Cluster::new();
+    let with_secret = ["--password", "pw", "--cluster-secret-file", &cluster.secret];
+    let _p0 = cluster.start_with(0, KEY, &with_secret);
+    let _p1 = cluster.start_with(1, KEY, &with_secret);
+    // p2 has no cluster secret: it has no admin at all.
+    let _p2 = cluster.start_with(2, KEY, &["--password", "pw"]);
+    let ports = &cluster.ports;
+    let client = |port: u16| {
+        let mut con = common::connect(port);
+        redis::cmd("AUTH").arg("pw").query::<()>(&mut con).unwrap();
+        con
+    };
+    let answer = |con: &mut redis::Connection, args: &[&str]| -> String {
+        match redis::cmd(args[0]).arg(&args[1..]).query::<String>(con) {
+            Ok(value) => value,
+            Err(error) => error.to_string(),
+        }
+    };
+    let mut con = client(ports[1]);
+    let map: String = redis::cmd("CLOAK").arg("MAP").query(&mut con).unwrap();
+    let moved = ClusterMap::from_toml(&map)
+        .unwrap()
+        .moved(0, "p1")
+        .unwrap()
+        .to_toml();
+    let attempts: [&[&str]; 5] = [
+        &["CLOAK", "KEYID", "0"],
+        &["CLOAK", "CHECK", "0", "x"],
+        &["CLOAK", "RELEASE", "0", &moved],
+        &["CLOAK", "ACQUIRE", "0", "x", &moved],
+        &["CLOAK", "ADOPT", &moved],
+    ];
+    let refused = |con: &mut redis::Connection| {
+        for args in attempts {
+            let got = answer(con, args);
+            let name = args[1].to_lowercase();
+            assert!(
+                got.to_uppercase().contains("NOPERM")
+                    && got.contains(&format!(
+                        "User default has no permissions to run the 'cloak|{name}' command"
+                    )),
+                "{args:?} answered {got}"
+            );
+        }
+    };
+    refused(&mut con);
+    // A wrong secret is refused as Redis refuses a wrong password, and changes nothing.
+    let wrong = answer(&mut con, &["AUTH", "cloak-admin", "not-the-secret-at-all"]);
+    assert!(wrong.contains("WRONGPASS"), "{wrong}");
+    refused(&mut con);
+    // The admin may; RESET and AUTH as the client take the right away again.
+    let fine = answer(&mut con, &["AUTH", "cloak-admin", SECRET]);
+    assert_eq!(fine, "OK");
+    let key_id = answer(&mut con, &["CLOAK", "KEYID", "0"]);
+    assert_eq!(key_id.len(), 16, "{key_id}");
+    assert_eq!(answer(&mut con, &["AUTH", "pw"]), "OK");
+    refused(&mut con);
+    answer(&mut con, &["AUTH", "cloak-admin", SECRET]);
+    answer(&mut con, &["RESET"]);
+    answer(&mut con, &["AUTH", "pw"]);
+    refused(&mut con);
+    // A proxy without a cluster secret has no admin.
+    let none = answer(&mut client(ports[2]), &["AUTH", "cloak-admin", SECRET]);
+    assert!(none.contains("WRONGPASS"), "{none}");
+
+    // The tool with a wrong secret is refused at its first step; nothing moved.
+    let wrong_file = cluster.dir.path().join("wrong.secret");
+    std::fs::write(&wrong_file, "not-the-secret-at-all\n").unwrap();
+    let (moved_it, text) = move_partition(ports[0], 0, "p1", wrong_file.to_str().unwrap());
+    assert!(!moved_it && text.contains("WRONGPASS"), "{text}");
+    let key = &cluster.keys_of(0, 1)[0];
+    let mut on_p0 = client(ports[0]);
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("v")
+        .query(&mut on_p0)
+        .unwrap();
+    // With the secret it moves (p2, which has no admin, is named as not taking the new map).
+    let (moved_it, text) = cluster.move_partition(0, "p1");
+    assert!(moved_it, "{text}");
+    assert!(text.contains("p2 at 127.0.0.1"), "{text}");
+    let redirected = answer(&mut on_p0, &["GET", key]);
+    assert!(
+        redirected.contains(&format!("127.0.0.1:{}", ports[1])),
+        "{redirected}"
+    );
+    assert_eq!(answer(&mut client(ports[1]), &["GET", key]), "v");
 }
 
 #[test]
@@ -304,11 +652,13 @@ fn a_move_to_a_proxy_that_cannot_reach_the_storage_is_refused_and_changes_nothin
     }
     let file_path = dir.path().join("cluster.toml");
     std::fs::write(&file_path, file).unwrap();
+    let cluster_secret = secret_file(dir.path());
     let start = |i: usize, extra: &[&str]| {
         let mut args = vec!["proxy", "--cluster", file_path.to_str().unwrap(), "--node"];
         let node = format!("p{i}");
         args.push(&node);
         args.extend_from_slice(&["--capacity", "200"]);
+        args.extend_from_slice(&["--cluster-secret-file", &cluster_secret]);
         args.extend_from_slice(extra);
         Running::start_with_env(&args, &[("CLOAK_KEY", KEY)], "cloak proxy listening")
     };
@@ -324,7 +674,7 @@ fn a_move_to_a_proxy_that_cannot_reach_the_storage_is_refused_and_changes_nothin
         .query(&mut common::connect(ports[0]))
         .unwrap();
 
-    let (moved, text) = move_partition(ports[0], 0, "p1");
+    let (moved, text) = move_partition(ports[0], 0, "p1", &cluster_secret);
     assert!(!moved, "{text}");
     assert!(
         text.contains("p1 cannot take partition 0; nothing changed")

@@ -12,19 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use cloak_storage::tls::certs::{Role, TestCa};
-use common::{CLOAK, Running, fails, free_port};
-
-/// `cloak certs` into a fresh directory.
-fn certs(dir: &Path) -> PathBuf {
-    let status = Command::new(CLOAK)
-        .args(["certs", "-o"])
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    dir.to_path_buf()
-}
+use common::{CLOAK, Running, certs, fails, free_port, rust_client};
 
 fn path(dir: &Path, name: &str) -> String {
     dir.join(name).display().to_string()
@@ -52,23 +40,6 @@ fn tls_as(ca: &str, cert: &str, key: &str) -> Vec<String> {
     let mut args = tls(ca);
     args.extend(["--cert".into(), cert.into(), "--key".into(), key.into()]);
     args
-}
-
-/// A Rust client over TLS (the `redis` crate with rustls), trusting `ca`.
-fn rust_client(port: u16, ca: &Path) -> redis::Connection {
-    let certificates = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(std::fs::read(ca).unwrap()),
-    };
-    let client =
-        redis::Client::build_with_tls(format!("rediss://localhost:{port}/"), certificates).unwrap();
-    let connection = client
-        .get_connection_with_timeout(Duration::from_secs(20))
-        .unwrap();
-    connection
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    connection
 }
 
 /// `cloak up` on `port` with `d`'s server certificate, and `extra` flags.

@@ -31,39 +31,66 @@
 //! the operator's and public, like a restart's; nothing in it depends on which keys are used.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use cloak_cluster::ClusterMap;
+use cloak_cluster::{ClusterMap, ClusterSecret};
 
 use super::runtime::Node;
 use super::{Cores, Hosted};
 use crate::cmd::AdminRequest;
 use crate::resp::Reply;
 
-/// Answers a `CLOAK` admin command.
-pub async fn answer(cores: &Cores, request: AdminRequest) -> Reply {
+/// Answers a `CLOAK` admin command (the session has checked who may run it). `secret` signs the
+/// map `CLOAK MAP` answers, so a proxy that reads it at its start can tell it is of this cluster.
+pub async fn answer(cores: &Cores, secret: Option<&ClusterSecret>, request: AdminRequest) -> Reply {
     let Some(node) = cores.node() else {
         return Reply::err("CLOAK admin commands are for a proxy of a cluster (--cluster)");
     };
-    let done = match request {
-        AdminRequest::Map => return Reply::bulk(node.known().to_toml()),
+    match request {
+        AdminRequest::Map => {
+            let known = node.known();
+            return Reply::bulk(match secret {
+                Some(secret) => known.to_signed_toml(secret),
+                None => known.to_toml(),
+            });
+        }
         AdminRequest::KeyId(partition) => {
             return match node.host().and_then(|host| host.key_id(partition)) {
                 Ok(id) => Reply::bulk(id),
                 Err(why) => Reply::err(why),
             };
         }
+        _ => {}
+    }
+    // In a task of its own: a step runs to its end even if the connection that asked for it
+    // is closed or killed meanwhile, so it never stops halfway (a partition marked busy, or
+    // its core dropped and nothing marked).
+    let node = node.clone();
+    let done = tokio::spawn(async move { step(&node, request).await })
+        .await
+        .unwrap_or_else(|error| Err(format!("the step failed: {error}")));
+    match done {
+        Ok(()) => Reply::ok(),
+        Err(why) => Reply::err(why),
+    }
+}
+
+/// Runs a step of a move.
+async fn step(node: &Arc<Node>, request: AdminRequest) -> Result<(), String> {
+    match request {
+        AdminRequest::Map | AdminRequest::KeyId(_) => Ok(()),
         AdminRequest::Check { partition, key_id } => check(node, partition, &key_id).await,
         AdminRequest::Release { partition, map } => release(node, partition, &map).await,
         AdminRequest::Acquire {
             partition,
             key_id,
             map,
-        } => acquire(node, partition, &key_id, &map).await,
+        } => {
+            let _turn = node.take_turn().await;
+            let map = newer_map(node, &map)?;
+            acquire(node, partition, &key_id, map).await
+        }
         AdminRequest::Adopt(map) => adopt(node, &map).await,
-    };
-    match done {
-        Ok(()) => Reply::ok(),
-        Err(why) => Reply::err(why),
     }
 }
 
@@ -108,19 +135,31 @@ async fn check(node: &Node, partition: usize, key_id: &str) -> Result<(), String
 
 /// Stops serving `partition` once every write it acknowledged is in storage, and keeps `map`,
 /// in which another proxy hosts it. Commands for its slots wait meanwhile, and until this proxy
-/// adopts the map. Releasing a partition this proxy does not serve does nothing.
-async fn release(node: &Node, partition: usize, map: &str) -> Result<(), String> {
+/// adopts the map. Releasing a partition this proxy does not serve only keeps the map.
+///
+/// Compare-and-set: a partition served here is released only under this proxy's map moved by
+/// exactly that partition, one epoch on, and only while no other hand-off is in flight here; so
+/// two moves at once through one proxy cannot leave two different maps of one epoch. If the
+/// move then stalls (its tool stopped), [`finish_release`] settles it.
+async fn release(node: &Arc<Node>, partition: usize, map: &str) -> Result<(), String> {
     let _turn = node.take_turn().await;
     let map = newer_map(node, map)?;
     let hosted = node.current();
     let me = hosted.me;
-    if map.partitions().get(partition).map(|p| p.proxy) == Some(me) {
+    let Some(to) = map.partitions().get(partition).map(|p| p.proxy) else {
+        return Err(format!("there is no partition {partition}"));
+    };
+    if to == me {
         return Err(format!(
             "the map sent still has partition {partition} on this proxy"
         ));
     }
     let serving = hosted.core_of(partition).is_some();
     let last = hosted.cores.len() == 1;
+    if serving {
+        no_other_hand_off(&hosted, partition)?;
+        one_move(&node.known(), &map, partition, to)?;
+    }
     // This snapshot holds a handle to the core: let go of it, or the core never drains.
     drop(hosted);
     if serving {
@@ -159,13 +198,106 @@ async fn release(node: &Node, partition: usize, map: &str) -> Result<(), String>
             "released: every acknowledged write is in storage"
         );
     }
-    node.keep(&map)
+    node.keep(&map)?;
+    if serving {
+        tokio::spawn(finish_release(node.clone(), partition, map));
+    }
+    Ok(())
 }
 
-/// Starts `partition` from its storage and serves it under `map`, which gives it to this proxy.
-async fn acquire(node: &Node, partition: usize, key_id: &str, map: &str) -> Result<(), String> {
-    let _turn = node.take_turn().await;
-    let map = newer_map(node, map)?;
+/// How long a partition released here waits for its move to finish before this proxy looks at
+/// what became of it (and again every as long after): a move's steps follow each other within a
+/// second, and a target starting the partition says so (`busy`), however long it takes.
+pub const UNFINISHED_MOVE: Duration = Duration::from_secs(5);
+
+/// Settles a release whose move did not finish (its tool was stopped, or lost its connections,
+/// before every proxy adopted the new map), which would otherwise leave the partition waiting
+/// here, its commands answered `-TRYAGAIN`, for good. Every [`UNFINISHED_MOVE`] while the
+/// partition is still in hand-off here, this proxy asks the target what it has of it:
+/// - serves it: the move is done but for the map; this proxy adopts it (and redirects);
+/// - starts it (`busy`), or does not answer: waits (a target that cannot be asked may be
+///   serving it, and two proxies must never serve one partition);
+/// - neither: this proxy takes the partition back under the next epoch, as the tool's own
+///   fallback does and through the same checks ([`acquire`]).
+async fn finish_release(node: Arc<Node>, partition: usize, released: Arc<ClusterMap>) {
+    let target = &released.proxies()[released.partitions()[partition].proxy];
+    loop {
+        tokio::time::sleep(UNFINISHED_MOVE).await;
+        let _turn = node.take_turn().await;
+        let hosted = node.current();
+        let unfinished =
+            hosted.moving.contains(&partition) && node.known().epoch() == released.epoch();
+        let me = hosted.me;
+        drop(hosted);
+        if !unfinished {
+            return;
+        }
+        let Ok(host) = node.host() else { return };
+        let health = host.peer_health(&target.address()).await;
+        let settled = match health.as_ref().map(|report| report.state_of(partition)) {
+            Ok(Some(state)) if state.served() => {
+                tracing::warn!(
+                    partition,
+                    target = %target.name,
+                    "the move was left unfinished after its target took the partition; \
+                     adopting its map"
+                );
+                install(&node, released.clone())
+            }
+            Ok(Some(_)) => continue,
+            Ok(None) => {
+                tracing::warn!(
+                    partition,
+                    target = %target.name,
+                    "the move was left unfinished before its target took the partition; \
+                     taking it back"
+                );
+                let back = released.moved(partition, &released.proxies()[me].name);
+                match (back, host.key_id(partition)) {
+                    (Ok(back), Ok(key_id)) => {
+                        acquire(&node, partition, &key_id, Arc::new(back)).await
+                    }
+                    (Err(why), _) => Err(why.to_string()),
+                    (_, Err(why)) => Err(why),
+                }
+            }
+            Err(why) => {
+                tracing::warn!(
+                    partition,
+                    target = %target.name,
+                    "the move was left unfinished, and its target cannot be asked whether it \
+                     took the partition ({why}); waiting"
+                );
+                continue;
+            }
+        };
+        match settled {
+            Ok(()) => return,
+            Err(why) => tracing::warn!(partition, "cannot settle the unfinished move yet: {why}"),
+        }
+    }
+}
+
+/// Refuses a hand-off of `partition` while this proxy hands over another one.
+fn no_other_hand_off(hosted: &Hosted, partition: usize) -> Result<(), String> {
+    match hosted.moving.iter().find(|other| **other != partition) {
+        Some(other) => Err(format!(
+            "partition {other} is being handed over on this proxy; one move at a time (retry \
+             once it is done)"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Starts `partition` from its storage and serves it under `map`, which gives it to this proxy
+/// (the caller holds the turn). Compare-and-set, as [`release`]: `map` must be this proxy's map
+/// with exactly that partition moved here, and no other hand-off in flight here.
+async fn acquire(
+    node: &Node,
+    partition: usize,
+    key_id: &str,
+    map: Arc<ClusterMap>,
+) -> Result<(), String> {
     let hosted = node.current();
     let me = hosted.me;
     let Some(spec) = map.partitions().get(partition).filter(|p| p.proxy == me) else {
@@ -174,9 +306,11 @@ async fn acquire(node: &Node, partition: usize, key_id: &str, map: &str) -> Resu
         ));
     };
     if hosted.core_of(partition).is_none() {
+        no_other_hand_off(&hosted, partition)?;
+        drop(hosted);
         let host = node.host()?;
         let known = node.known();
-        let owner = one_move_to_me(&known, &map, partition, me)?;
+        let owner = one_move(&known, &map, partition, me)?;
         // Marked as busy with the partition before the others are asked, so that two proxies
         // told to take it at once each see the other.
         node.change(|now| Hosted {
@@ -222,7 +356,11 @@ async fn start_here(
         if index == me {
             continue;
         }
-        match host.peer_serves(&proxy.address(), partition).await {
+        match host
+            .peer_health(&proxy.address())
+            .await
+            .map(|r| r.holds(partition))
+        {
             Ok(false) => {}
             Ok(true) => {
                 return Err(format!(
@@ -251,15 +389,15 @@ async fn start_here(
 }
 
 /// The proxy that hosts `partition` by `known`, if `sent` is `known` with only that partition
-/// moved, to proxy `me` (what `cloak cluster move` sends): anything else could hand this proxy a
-/// partition some other proxy has not been asked to let go.
-fn one_move_to_me(
+/// moved, to proxy `to` (what `cloak cluster move` sends): anything else could hand a partition
+/// to a proxy that some other proxy has not been asked to let go, or give two maps one epoch.
+fn one_move(
     known: &ClusterMap,
     sent: &ClusterMap,
     partition: usize,
-    me: usize,
+    to: usize,
 ) -> Result<usize, String> {
-    let name = &known.proxies()[me].name;
+    let name = &known.proxies()[to].name;
     let expected = known.moved(partition, name).map_err(|e| e.to_string())?;
     if expected != *sent {
         return Err(format!(

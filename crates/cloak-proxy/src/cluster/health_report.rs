@@ -1,6 +1,6 @@
 //! The text of a `CLOAK.HEALTH` answer: written by [`super::health::Health::report`], read by
 //! the other proxies' probes ([`super::probe`]) and by a proxy about to take a partition on
-//! (`PartitionHost::peer_serves`). One format, in one place.
+//! (`PartitionHost::peer_health`). One format, in one place.
 //!
 //! ```text
 //! epoch E cluster D      the epoch and cluster digest of the map the proxy routes by
@@ -83,7 +83,21 @@ impl HealthReport {
 
     /// Whether the proxy serves `partition` or still uses its storage.
     pub fn holds(&self, partition: usize) -> bool {
-        (self.partitions.iter()).any(|(index, state)| *index == partition && state.holds())
+        self.state_of(partition).is_some_and(PartitionState::holds)
+    }
+
+    /// What the proxy says of `partition`; `None`: it neither serves nor hands it over.
+    pub fn state_of(&self, partition: usize) -> Option<&PartitionState> {
+        (self.partitions.iter())
+            .find(|(index, _)| *index == partition)
+            .map(|(_, state)| state)
+    }
+
+    /// A partition the proxy is handing over (draining, starting or waiting), if any.
+    pub fn in_hand_off(&self) -> Option<(usize, &PartitionState)> {
+        (self.partitions.iter())
+            .find(|(_, state)| !state.served())
+            .map(|(partition, state)| (*partition, state))
     }
 }
 

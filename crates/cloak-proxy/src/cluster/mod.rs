@@ -22,6 +22,7 @@ pub mod fanout;
 pub mod handoff;
 pub mod health;
 pub mod health_report;
+pub mod peer;
 pub mod probe;
 pub mod replies;
 pub mod runtime;

@@ -1,6 +1,6 @@
 //! The probes a cluster proxy sends the other proxies: every [`PROBE_EVERY`], on one connection
-//! per proxy kept open between probes, `CLOAK.HEALTH` (after `AUTH` when the proxies have a
-//! password), whose answer lists that proxy's partitions and whether their storage answers.
+//! per proxy kept open between probes (over TLS when the proxies serve clients over TLS, see
+//! [`super::peer`]), `CLOAK.HEALTH` (after `AUTH` when the proxies have a password), whose answer lists that proxy's partitions and whether their storage answers.
 //!
 //! A probe that fails to connect, times out ([`PROBE_TIMEOUT`]) or gets an answer other than the
 //! one the map expects (another cluster file's partitions) marks the proxy as not answering, with
@@ -13,31 +13,27 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-
 use super::health::{Health, PROBE_EVERY, PROBE_TIMEOUT};
 use super::health_report::{HealthReport, PartitionState};
+use super::peer::{PeerConnection, PeerLink};
 
 /// The longest `CLOAK.HEALTH` answer read: a line per partition, each with one error's text.
 const MAX_ANSWER: usize = 64 << 10;
 
-/// Probes every other proxy of the map until dropped (each in its own task of `tasks`).
-pub fn spawn_all(
-    health: &Arc<Health>,
-    password: Option<&str>,
-    tasks: &mut tokio::task::JoinSet<()>,
-) {
+/// Probes every other proxy of the map until dropped (each in its own task of `tasks`), over
+/// `link` (TLS when the proxies serve clients over TLS, see [`PeerLink`]).
+pub fn spawn_all(health: &Arc<Health>, link: &PeerLink, tasks: &mut tokio::task::JoinSet<()>) {
+    let link = link.clone().with_limit(MAX_ANSWER);
     // A move changes which proxy hosts a partition, never the proxies.
     for proxy in 0..health.map().proxies().len() {
         if proxy != health.me() {
-            tasks.spawn(watch(health.clone(), proxy, password.map(str::to_string)));
+            tasks.spawn(watch(health.clone(), proxy, link.clone()));
         }
     }
 }
 
 /// Probes `proxy` forever, recording each result.
-async fn watch(health: Arc<Health>, proxy: usize, password: Option<String>) {
+async fn watch(health: Arc<Health>, proxy: usize, link: PeerLink) {
     let address = health.map().proxies()[proxy].address();
     let mut connection = None;
     let mut tick = tokio::time::interval(PROBE_EVERY);
@@ -50,7 +46,7 @@ async fn watch(health: Arc<Health>, proxy: usize, password: Option<String>) {
             cluster: map.cluster_digest(),
             partitions: map.hosted_by(proxy).map(|p| p.index).collect(),
         };
-        let probe = probe(&mut connection, &address, password.as_deref(), &expected);
+        let probe = probe(&mut connection, &link, &address, &expected);
         match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
             Ok(Ok(failing)) => health.answered(proxy, failing),
             Ok(Err(why)) => {
@@ -70,87 +66,25 @@ async fn watch(health: Arc<Health>, proxy: usize, password: Option<String>) {
 
 /// One probe of the proxy at `address` (connecting first if needed): its failing partitions.
 async fn probe(
-    connection: &mut Option<BufReader<TcpStream>>,
+    connection: &mut Option<PeerConnection>,
+    link: &PeerLink,
     address: &str,
-    password: Option<&str>,
     expected: &Expected,
 ) -> Result<Vec<(usize, String)>, String> {
     if connection.is_none() {
-        *connection = Some(connect(address, password).await?);
+        *connection = Some(link.connect(address).await?);
     }
-    let Some(stream) = connection.as_mut() else {
+    let Some(peer) = connection.as_mut() else {
         return Err("not connected".into());
     };
-    send(stream, &["CLOAK.HEALTH"]).await?;
-    let answer = read_bulk(stream).await?;
-    parse(&answer, expected)
-}
-
-async fn connect(address: &str, password: Option<&str>) -> Result<BufReader<TcpStream>, String> {
-    let stream = TcpStream::connect(address).await.map_err(|error| {
-        if error.kind() == std::io::ErrorKind::ConnectionRefused {
-            "connection refused".to_string()
+    let answer = peer.ask(&["CLOAK.HEALTH"]).await.map_err(|why| {
+        if why.starts_with("ERR unknown command") {
+            format!("answered {why:?}, not its health (not a Cloak proxy?)")
         } else {
-            format!("cannot connect: {error}")
+            why
         }
     })?;
-    let _ = stream.set_nodelay(true);
-    let mut stream = BufReader::new(stream);
-    if let Some(password) = password {
-        send(&mut stream, &["AUTH", password]).await?;
-        let line = read_line(&mut stream).await?;
-        if line != "+OK" {
-            return Err(format!("refused the cluster's password: {line}"));
-        }
-    }
-    Ok(stream)
-}
-
-async fn send(stream: &mut BufReader<TcpStream>, args: &[&str]) -> Result<(), String> {
-    let mut request = format!("*{}\r\n", args.len());
-    for arg in args {
-        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream
-        .get_mut()
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|error| format!("connection lost: {error}"))
-}
-
-/// One line of the answer, without its `\r\n`, at most [`MAX_ANSWER`] bytes.
-async fn read_line(stream: &mut BufReader<TcpStream>) -> Result<String, String> {
-    let mut line = Vec::new();
-    let read = (&mut *stream)
-        .take(MAX_ANSWER as u64)
-        .read_until(b'\n', &mut line)
-        .await
-        .map_err(|error| format!("connection lost: {error}"))?;
-    if read == 0 {
-        return Err("closed the connection".into());
-    }
-    if !line.ends_with(b"\r\n") {
-        return Err("answered a line too long or cut short".into());
-    }
-    line.truncate(line.len() - 2);
-    Ok(String::from_utf8_lossy(&line).into_owned())
-}
-
-/// The bulk string answer to `CLOAK.HEALTH`.
-async fn read_bulk(stream: &mut BufReader<TcpStream>) -> Result<String, String> {
-    let header = read_line(stream).await?;
-    let length = header
-        .strip_prefix('$')
-        .and_then(|length| length.parse::<usize>().ok())
-        .filter(|length| *length <= MAX_ANSWER)
-        .ok_or_else(|| format!("answered {header:?}, not its health (not a Cloak proxy?)"))?;
-    let mut body = vec![0; length + 2];
-    stream
-        .read_exact(&mut body)
-        .await
-        .map_err(|error| format!("connection lost: {error}"))?;
-    body.truncate(length);
-    Ok(String::from_utf8_lossy(&body).into_owned())
+    parse(&answer, expected)
 }
 
 /// What a proxy's answer must say, by this proxy's map.

@@ -19,6 +19,7 @@ use cloak_cluster::{ClusterMap, Partition};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinError;
 
+use super::health_report::HealthReport;
 use super::{Hosted, Route};
 use crate::HostedStore;
 use crate::core::{self, CoreHandle};
@@ -54,13 +55,9 @@ pub trait PartitionHost: Send + Sync {
     /// Keeps `map` where this proxy's next start reads it (see `cloak proxy --cluster`).
     fn persist(&self, map: &ClusterMap) -> Result<(), String>;
 
-    /// Whether the proxy at `address` serves `partition` now (its `CLOAK.HEALTH` answer lists
-    /// it as served), or why that cannot be told.
-    fn peer_serves<'a>(
-        &'a self,
-        address: &'a str,
-        partition: usize,
-    ) -> BoxFuture<'a, Result<bool, String>>;
+    /// The `CLOAK.HEALTH` answer of the proxy at `address` (which partitions it serves and
+    /// which it hands over), or why it cannot be had.
+    fn peer_health<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<HealthReport, String>>;
 }
 
 /// A core's task as the proxy watches it: it ends when the core has drained (`Ok`), or with

@@ -1,6 +1,8 @@
 //! `CLOAK` admin commands: the steps of moving a partition between the proxies of a cluster
-//! (see [`crate::cluster::handoff`]). Like every command they need `AUTH` when the proxy has a
-//! password; none reaches storage by itself.
+//! (see [`crate::cluster::handoff`]). All but `CLOAK MAP` (the public map, which any client may
+//! read) need a connection authenticated as the cluster's admin (`AUTH cloak-admin <secret>`,
+//! see `cloak_cluster::ClusterSecret`); the client password grants key commands only, and a
+//! proxy without a cluster secret has no admin. None reaches storage by itself.
 
 use super::{Args, Request};
 use crate::resp::Reply;
@@ -24,6 +26,26 @@ pub enum AdminRequest {
     },
     /// `CLOAK ADOPT map`.
     Adopt(String),
+}
+
+impl AdminRequest {
+    /// The subcommand's name, as Redis's ACL errors give it (`cloak|release`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            AdminRequest::Map => "map",
+            AdminRequest::KeyId(_) => "keyid",
+            AdminRequest::Check { .. } => "check",
+            AdminRequest::Release { .. } => "release",
+            AdminRequest::Acquire { .. } => "acquire",
+            AdminRequest::Adopt(_) => "adopt",
+        }
+    }
+
+    /// Whether only the cluster's admin may run it: everything that changes which proxy serves
+    /// what, or asks a proxy to reach a partition's storage or tell its key's fingerprint.
+    pub fn needs_admin(&self) -> bool {
+        !matches!(self, AdminRequest::Map)
+    }
 }
 
 pub fn map(args: &mut Args) -> Result<Request, Reply> {

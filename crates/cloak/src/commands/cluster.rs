@@ -13,6 +13,7 @@ use cloak_proxy::{ClusterRole, HostedStore, OwnThread};
 use cloak_storage::{MemoryStorage, Storage};
 use tokio::net::TcpListener;
 
+use super::partition_host;
 use crate::cli::{
     ClientSecurityArgs, ClusterArgs, ClusterCommand, ClusterInitArgs, ClusterStatusArgs,
     ClusterUpArgs,
@@ -28,14 +29,8 @@ pub async fn run(args: ClusterArgs, config: &ConfigFile) -> anyhow::Result<()> {
     match args.command {
         ClusterCommand::Up(args) => up(args, config).await,
         ClusterCommand::Init(args) => init(args),
-        ClusterCommand::Status(args) => tokio::task::spawn_blocking(move || status(&args))
-            .await
-            .context("the status task failed")?,
-        ClusterCommand::Move(args) => {
-            tokio::task::spawn_blocking(move || super::cluster_move::run(&args))
-                .await
-                .context("the move task failed")?
-        }
+        ClusterCommand::Status(args) => status(&args).await,
+        ClusterCommand::Move(args) => super::cluster_move::run(&args).await,
     }
 }
 
@@ -195,12 +190,14 @@ struct Node {
 /// Asks `args.node` for the cluster's proxies, then each proxy for its partitions and their
 /// health. Fails if a proxy does not answer or a partition cannot serve (after listing
 /// everything), so scripts can check health.
-fn status(args: &ClusterStatusArgs) -> anyhow::Result<()> {
-    let mut seed = connect(&args.node, args.password.as_deref())
-        .with_context(|| format!("cannot reach the proxy at {}", args.node))?;
-    let text: String = redis::cmd("CLUSTER")
-        .arg("NODES")
-        .query(&mut seed)
+async fn status(args: &ClusterStatusArgs) -> anyhow::Result<()> {
+    // `INFO` and `CLUSTER NODES` are a client's commands: status needs no admin.
+    let login = partition_host::client_login(args.password.as_deref());
+    let link = partition_host::peer_link(args.cluster_ca.as_deref(), login)?;
+    let ask = async |address: &str, args: &[&str]| link.ask(address, args, STATUS_TIMEOUT).await;
+    let text = ask(&args.node, &["CLUSTER", "NODES"])
+        .await
+        .map_err(anyhow::Error::msg)
         .with_context(|| format!("{} did not answer CLUSTER NODES", args.node))?;
     let nodes: Vec<Node> = text
         .lines()
@@ -217,12 +214,7 @@ fn status(args: &ClusterStatusArgs) -> anyhow::Result<()> {
     let (mut down, mut failing) = (0, 0);
     println!("{} proxies (from {}):", nodes.len(), args.node);
     for node in &nodes {
-        let info = connect(&node.address, args.password.as_deref()).and_then(|mut con| {
-            redis::cmd("INFO")
-                .arg("partitions")
-                .query::<String>(&mut con)
-                .map_err(anyhow::Error::from)
-        });
+        let info = ask(&node.address, &["INFO", "partitions"]).await;
         match info {
             Ok(info) => {
                 println!("{}  up  slots {}", node.address, node.slots.join(","));
@@ -251,7 +243,7 @@ fn status(args: &ClusterStatusArgs) -> anyhow::Result<()> {
                 down += 1;
                 let seen = node.flags.split(',').find(|f| f.starts_with("fail"));
                 println!(
-                    "{}  DOWN ({error:#}; {} sees it as {}): its slots {} fail until it is \
+                    "{}  DOWN ({error}; {} sees it as {}): its slots {} fail until it is \
                      back; the other proxies serve theirs",
                     node.address,
                     args.node,
@@ -302,9 +294,4 @@ fn describe_partition(line: &str) -> String {
         get("scheme"),
         get("storage"),
     )
-}
-
-/// A connection to a proxy, authenticated if a password is given.
-fn connect(address: &str, password: Option<&str>) -> anyhow::Result<redis::Connection> {
-    super::partition_host::connect(address, password, STATUS_TIMEOUT)
 }

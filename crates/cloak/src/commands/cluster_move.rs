@@ -15,8 +15,11 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cloak_cluster::ClusterMap;
+use cloak_proxy::cluster::health_report::HealthReport;
 
-use super::partition_host::connect;
+use cloak_proxy::cluster::peer::PeerLink;
+
+use super::partition_host::{admin_login, load_secret, peer_link};
 use crate::cli::ClusterMoveArgs;
 
 /// How long a step that needs no storage may take.
@@ -24,86 +27,64 @@ const QUICK: Duration = Duration::from_secs(5);
 /// How long a drain or a start from storage may take (a large partition's full scan and fill).
 const SLOW: Duration = Duration::from_secs(600);
 
-pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
-    let password = args.password.as_deref();
-    let map = newest_map(&args.node, password)?;
+pub async fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
+    let secret = load_secret(&args.cluster_secret_file)?;
+    let link = peer_link(args.cluster_ca.as_deref(), admin_login(&secret))?;
+    let link = &link;
+    let map = newest_map(&args.node, link).await?;
+    no_move_in_flight(&map, link).await?;
     let partition = args.partition;
     let next = map.moved(partition, &args.to)?;
     let source = &map.proxies()[map.partitions()[partition].proxy];
     let target = &next.proxies()[next.partitions()[partition].proxy];
-    let step = |address: &str, timeout: Duration, command: &mut redis::Cmd| {
-        send::<redis::Value>(address, password, timeout, command)
-    };
-    let key_id: String = send(
-        &source.address(),
-        password,
-        QUICK,
-        redis::cmd("CLOAK").arg("KEYID").arg(partition),
-    )
-    .with_context(|| format!("{} has no key for partition {partition}", source.name))?;
-    step(
-        &target.address(),
-        SLOW,
-        redis::cmd("CLOAK").arg("CHECK").arg(partition).arg(&key_id),
-    )
-    .with_context(|| {
-        format!(
-            "{} cannot take partition {partition}; nothing changed, it keeps serving on {}",
-            target.name, source.name
-        )
-    })?;
+    let number = partition.to_string();
+    let key_id = send(link, &source.address(), QUICK, &["CLOAK", "KEYID", &number])
+        .await
+        .with_context(|| format!("{} has no key for partition {partition}", source.name))?;
+    let check = ["CLOAK", "CHECK", &number, &key_id];
+    send(link, &target.address(), SLOW, &check)
+        .await
+        .with_context(|| {
+            format!(
+                "{} cannot take partition {partition}; nothing changed, it keeps serving on {}",
+                target.name, source.name
+            )
+        })?;
     println!(
         "{} can take partition {partition}; {} is draining it into storage",
         target.name, source.name
     );
     let next_text = next.to_toml();
-    step(
-        &source.address(),
-        SLOW,
-        redis::cmd("CLOAK")
-            .arg("RELEASE")
-            .arg(partition)
-            .arg(&next_text),
-    )
-    .with_context(|| {
-        format!(
-            "{} did not release partition {partition}; run this move again to finish it",
-            source.name
-        )
-    })?;
+    let release = ["CLOAK", "RELEASE", &number, &next_text];
+    send(link, &source.address(), SLOW, &release)
+        .await
+        .with_context(|| {
+            format!(
+                "{} did not release partition {partition}; run this move again to finish it",
+                source.name
+            )
+        })?;
     println!(
         "{} released partition {partition}; {} is starting it from storage",
         source.name, target.name
     );
-    let acquired = step(
-        &target.address(),
-        SLOW,
-        redis::cmd("CLOAK")
-            .arg("ACQUIRE")
-            .arg(partition)
-            .arg(&key_id)
-            .arg(&next_text),
-    );
+    let acquire = ["CLOAK", "ACQUIRE", &number, &key_id, &next_text];
+    let acquired = send(link, &target.address(), SLOW, &acquire).await;
     if let Err(error) = acquired {
         let back = next.moved(partition, &source.name)?;
-        step(
-            &source.address(),
-            SLOW,
-            redis::cmd("CLOAK")
-                .arg("ACQUIRE")
-                .arg(partition)
-                .arg(&key_id)
-                .arg(back.to_toml()),
-        )
-        .with_context(|| {
-            format!(
-                "{} could not start partition {partition} ({error:#}), nor could {} start it \
-                 again: no proxy serves it; run `cloak cluster move --partition {partition} \
-                 --to NAME` once one can",
-                target.name, source.name
-            )
-        })?;
-        tell_everyone(&back, password);
+        let back_text = back.to_toml();
+        let reacquire = ["CLOAK", "ACQUIRE", &number, &key_id, &back_text];
+        send(link, &source.address(), SLOW, &reacquire)
+            .await
+            .with_context(|| {
+                format!(
+                    "{} could not start partition {partition} ({error:#}), nor could {} start \
+                     it again: no proxy serves it; run `cloak cluster move --partition \
+                     {partition} --to NAME` once one can",
+                    target.name, source.name
+                )
+            })?;
+        tell_everyone(&back, link).await;
         bail!(
             "{} could not start partition {partition}: {error:#}\nit serves on {} again (map \
              epoch {})",
@@ -112,7 +93,7 @@ pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
             back.epoch()
         );
     }
-    tell_everyone(&next, password);
+    tell_everyone(&next, link).await;
     println!(
         "partition {partition} moved from {} to {} (map epoch {})",
         source.name,
@@ -122,36 +103,32 @@ pub fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One command to the proxy at `address`, its reply awaited up to `timeout`.
-fn send<T: redis::FromRedisValue>(
+/// One command to the proxy at `address`, its reply awaited up to `timeout`: the reply's text,
+/// or the proxy's error.
+async fn send(
+    link: &PeerLink,
     address: &str,
-    password: Option<&str>,
     timeout: Duration,
-    command: &redis::Cmd,
-) -> anyhow::Result<T> {
-    let mut con = connect(address, password, timeout)
-        .with_context(|| format!("cannot reach the proxy at {address}"))?;
-    // The proxy's own error text: the redis crate's error also names itself as its own
-    // source, so printing its chain would say everything twice.
-    command
-        .query::<T>(&mut con)
-        .map_err(|error| match error.detail() {
-            Some(detail) => anyhow::anyhow!("the proxy at {address}: {detail}"),
-            None => anyhow::anyhow!("the proxy at {address}: {error}"),
-        })
+    args: &[&str],
+) -> anyhow::Result<String> {
+    link.ask(address, args, timeout)
+        .await
+        .map_err(|error| anyhow::anyhow!("the proxy at {address}: {error}"))
 }
 
 /// The newest map any proxy knows, starting from `seed`'s.
-fn newest_map(seed: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> {
-    let map_of = |address: &str| -> anyhow::Result<ClusterMap> {
-        let text: String = send(address, password, QUICK, redis::cmd("CLOAK").arg("MAP"))?;
+async fn newest_map(seed: &str, link: &PeerLink) -> anyhow::Result<ClusterMap> {
+    let map_of = async |address: &str| -> anyhow::Result<ClusterMap> {
+        let text = send(link, address, QUICK, &["CLOAK", "MAP"]).await?;
         Ok(ClusterMap::from_toml(&text)?)
     };
-    let mut map = map_of(seed).with_context(|| format!("cannot read the map from {seed}"))?;
+    let mut map = map_of(seed)
+        .await
+        .with_context(|| format!("cannot read the map from {seed}"))?;
     let others: Vec<String> = map.proxies().iter().map(|p| p.address()).collect();
     for address in others {
         // A proxy that is down cannot hold a newer map than one it would have been told.
-        if let Ok(theirs) = map_of(&address) {
+        if let Ok(theirs) = map_of(&address).await {
             map = map
                 .newest(theirs)
                 .with_context(|| format!("the proxy at {address} has another map"))?;
@@ -160,13 +137,35 @@ fn newest_map(seed: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> 
     Ok(map)
 }
 
+/// Refuses to start while any proxy that answers hands a partition over: one move at a time,
+/// so that two cannot each make their own map of the next epoch. (Each proxy also refuses a
+/// second hand-off while one is in flight on it, and takes only its own map moved by one step.)
+async fn no_move_in_flight(map: &ClusterMap, link: &PeerLink) -> anyhow::Result<()> {
+    for proxy in map.proxies() {
+        let address = proxy.address();
+        // A proxy that is down hands nothing over.
+        let Ok(text) = send(link, &address, QUICK, &["CLOAK.HEALTH"]).await else {
+            continue;
+        };
+        let report = HealthReport::parse(&text).map_err(anyhow::Error::msg)?;
+        if let Some((partition, _)) = report.in_hand_off() {
+            bail!(
+                "{} is handing over partition {partition}: another move is in flight; run this \
+                 one once it is done (a partition a stopped move left released goes back to \
+                 its proxy by itself within seconds)",
+                proxy.name
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Sends `map` to every proxy; one that does not take it is named (it learns the map from the
 /// others when it starts).
-fn tell_everyone(map: &ClusterMap, password: Option<&str>) {
+async fn tell_everyone(map: &ClusterMap, link: &PeerLink) {
     let text = map.to_toml();
     for proxy in map.proxies() {
-        let adopt = redis::cmd("CLOAK").arg("ADOPT").arg(&text).clone();
-        let adopted = send::<()>(&proxy.address(), password, QUICK, &adopt);
+        let adopted = send(link, &proxy.address(), QUICK, &["CLOAK", "ADOPT", &text]).await;
         if let Err(error) = adopted {
             eprintln!(
                 "{} at {} did not take the new map ({error:#}); it learns it from the other \

@@ -14,10 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_cluster::{ChangeError, ClusterMap, Partition};
+use cloak_cluster::{ADMIN_USER, ChangeError, ClusterMap, ClusterSecret, Partition};
 use cloak_crypto::MasterKey;
 use cloak_proxy::cluster::health_report::HealthReport;
+use cloak_proxy::cluster::peer::PeerLink;
 use cloak_proxy::{BoxFuture, HostedStore, OwnThread, PartitionHost};
+use cloak_storage::tls::ClientTls;
+use cloak_storage::tls::client::ClientTlsFiles;
 
 use super::proxy::{open_store, partition_state};
 use crate::backend;
@@ -39,6 +42,10 @@ pub struct ProxyPartitions {
     pub storage_io: Arc<OwnThread>,
     /// Where the map is kept: `STATE_DIR/cluster.toml`, or the `--cluster` file.
     pub map_file: PathBuf,
+    /// `--cluster-secret-file`: signs every map kept.
+    pub secret: Option<Arc<ClusterSecret>>,
+    /// How this proxy reaches the others (as a client; over TLS with `--cluster-ca`).
+    pub link: PeerLink,
 }
 
 impl ProxyPartitions {
@@ -136,33 +143,28 @@ impl PartitionHost for ProxyPartitions {
         })
     }
 
-    fn peer_serves<'a>(
-        &'a self,
-        address: &'a str,
-        partition: usize,
-    ) -> BoxFuture<'a, Result<bool, String>> {
-        let address = address.to_string();
-        let password = self.args.password.clone();
+    fn peer_health<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<HealthReport, String>> {
         Box::pin(async move {
-            let asked = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
-                let mut con = connect(&address, password.as_deref(), PEER_TIMEOUT)?;
-                Ok(redis::cmd("CLOAK.HEALTH").query(&mut con)?)
-            });
-            let health = match asked.await {
-                Ok(Ok(health)) => health,
-                Ok(Err(error)) => return Err(format!("{error:#}")),
-                Err(error) => return Err(error.to_string()),
-            };
-            Ok(HealthReport::parse(&health)?.holds(partition))
+            let health = self
+                .link
+                .ask(address, &["CLOAK.HEALTH"], PEER_TIMEOUT)
+                .await?;
+            HealthReport::parse(&health)
         })
     }
 
     fn persist(&self, map: &ClusterMap) -> Result<(), String> {
+        // Signed, so that a copy changed on disk is refused at the next start (see
+        // `ClusterMap::from_signed_toml`).
+        let text = match &self.secret {
+            Some(secret) => map.to_signed_toml(secret),
+            None => map.to_toml(),
+        };
         let written = match self.map_file.parent() {
             Some(dir) => std::fs::create_dir_all(dir),
             None => Ok(()),
         }
-        .and_then(|()| cloak_storage::dir::write_synced(&self.map_file, map.to_toml().as_bytes()));
+        .and_then(|()| cloak_storage::dir::write_synced(&self.map_file, text.as_bytes()));
         written.map_err(|e| format!("cannot keep the map in {}: {e}", self.map_file.display()))
     }
 }
@@ -205,17 +207,20 @@ pub fn map_file(cluster_file: &Path, state_dir: Option<&Path>) -> PathBuf {
 }
 
 /// The map this proxy starts with: the newest of the cluster file, its kept copy and the other
-/// proxies' (see the module docs).
-pub fn newest_map(
+/// proxies' (see the module docs), asked over `link`. Every map past epoch 0 must carry a MAC
+/// under `secret` (`ClusterMap::from_signed_toml`): a kept copy changed on disk, or a peer's map
+/// that no proxy of this cluster signed, stops the start, named.
+pub async fn newest_map(
     file: &Path,
     kept: &Path,
     node: &str,
-    password: Option<&str>,
+    link: &PeerLink,
+    secret: Option<&ClusterSecret>,
 ) -> anyhow::Result<ClusterMap> {
     let read = |path: &Path| -> anyhow::Result<ClusterMap> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read cluster file {}", path.display()))?;
-        ClusterMap::from_toml(&text).with_context(|| format!("{}", path.display()))
+        ClusterMap::from_signed_toml(&text, secret).with_context(|| format!("{}", path.display()))
     };
     let mut map = read(file)?;
     if kept != file && kept.exists() {
@@ -230,13 +235,15 @@ pub fn newest_map(
         .map(|proxy| proxy.address())
         .collect();
     for address in others {
-        let theirs = match peer_map(&address, password) {
-            Ok(theirs) => theirs,
+        let theirs = match link.ask(&address, &["CLOAK", "MAP"], PEER_TIMEOUT).await {
+            Ok(text) => text,
             Err(error) => {
-                tracing::info!(%address, "no map from this proxy ({error:#}); going on without");
+                tracing::info!(%address, "no map from this proxy ({error}); going on without");
                 continue;
             }
         };
+        let theirs = ClusterMap::from_signed_toml(&theirs, secret)
+            .with_context(|| format!("the map of the proxy at {address} is refused"))?;
         match map.clone().newest(theirs) {
             Ok(newest) => map = newest,
             Err(conflict @ ChangeError::SameEpoch(_)) => {
@@ -250,26 +257,39 @@ pub fn newest_map(
     Ok(map)
 }
 
-/// `CLOAK MAP` from the proxy at `address`.
-fn peer_map(address: &str, password: Option<&str>) -> anyhow::Result<ClusterMap> {
-    let mut con = connect(address, password, PEER_TIMEOUT)?;
-    let text: String = redis::cmd("CLOAK").arg("MAP").query(&mut con)?;
-    Ok(ClusterMap::from_toml(&text)?)
+/// The longest answer read from another proxy or by `cloak cluster` (a map of every slot's
+/// partition, an `INFO` of many partitions).
+pub const ANSWER_LIMIT: usize = 16 << 20;
+
+/// How this proxy, or an operator's tool, reaches the cluster's proxies: over TLS checked
+/// against `ca` if one is given, as `login` (user, password).
+pub fn peer_link(ca: Option<&Path>, login: Option<(String, String)>) -> anyhow::Result<PeerLink> {
+    let tls = match ca {
+        Some(ca) => {
+            let files = ClientTlsFiles {
+                ca: Some(ca.to_path_buf()),
+                identity: None,
+            };
+            Some(ClientTls::load(&files).with_context(|| format!("cluster CA {}", ca.display()))?)
+        }
+        None => None,
+    };
+    Ok(PeerLink::new(tls, login, ANSWER_LIMIT))
 }
 
-/// A connection to a proxy, authenticated if a password is given, each reply awaited up to
-/// `timeout`.
-pub fn connect(
-    address: &str,
-    password: Option<&str>,
-    timeout: Duration,
-) -> anyhow::Result<redis::Connection> {
-    let client = redis::Client::open(format!("redis://{address}/"))?;
-    let mut con = client.get_connection_with_timeout(timeout)?;
-    con.set_read_timeout(Some(timeout))?;
-    con.set_write_timeout(Some(timeout))?;
-    if let Some(password) = password {
-        redis::cmd("AUTH").arg(password).query::<()>(&mut con)?;
-    }
-    Ok(con)
+/// The login of the cluster's admin (`AUTH cloak-admin <secret>`).
+pub fn admin_login(secret: &ClusterSecret) -> Option<(String, String)> {
+    Some((ADMIN_USER.to_string(), secret.password().to_string()))
+}
+
+/// The login of a client with the proxies' password, if they have one.
+pub fn client_login(password: Option<&str>) -> Option<(String, String)> {
+    password.map(|password| ("default".to_string(), password.to_string()))
+}
+
+/// The cluster secret in `path` (`--cluster-secret-file`).
+pub fn load_secret(path: &Path) -> anyhow::Result<ClusterSecret> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read the cluster secret {}", path.display()))?;
+    Ok(ClusterSecret::new(&bytes, &path.display().to_string())?)
 }

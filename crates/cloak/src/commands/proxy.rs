@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use cloak_cluster::ClusterMap;
 use cloak_crypto::MasterKey;
+use cloak_proxy::cluster::peer::PeerLink;
 use cloak_proxy::{
     ClusterRole, DiskJournal, HostedStore, Journal, OwnThread, PartitionHost, StateDir,
 };
@@ -14,7 +15,7 @@ use tokio::net::TcpListener;
 
 use super::partition_host;
 use crate::backend;
-use crate::cli::ProxyArgs;
+use crate::cli::{ClientSecurityArgs, ProxyArgs};
 use crate::config::ConfigFile;
 use crate::store::{Store, load_key};
 
@@ -31,6 +32,11 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
         args.max_pending_bytes,
     )?;
     let key = load_key(args.key_file.as_deref())?;
+    let cluster_secret = match &args.cluster_secret_file {
+        Some(path) => Some(Arc::new(partition_host::load_secret(path)?)),
+        None => None,
+    };
+    let link = peers(&args, &security)?;
     let storage_io = Arc::new(
         OwnThread::start("cloak-storage-io")
             .context("cannot start the storage traffic's thread")?,
@@ -41,21 +47,16 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
                 bail!("--storage is for a single store; the cluster file names each partition's");
             }
             let map_file = partition_host::map_file(file, args.state_dir.as_deref());
-            let (map, me) = {
-                let (file, map_file, node) = (file.clone(), map_file.clone(), node.clone());
-                let password = args.password.clone();
-                tokio::task::spawn_blocking(move || {
-                    read_cluster(&file, &map_file, &node, password.as_deref())
-                })
-                .await
-                .context("reading the cluster map")??
-            };
+            let (map, me) =
+                read_cluster(file, &map_file, node, &link, cluster_secret.as_deref()).await?;
             let host = partition_host::ProxyPartitions {
                 store: store.clone(),
                 args: (*args).clone(),
                 key: key.clone(),
                 storage_io: storage_io.clone(),
                 map_file,
+                secret: cluster_secret.clone(),
+                link: link.clone(),
             };
             // An operator's file that no move has changed is left as it was written.
             if args.state_dir.is_some() || map.epoch() > 0 {
@@ -124,6 +125,8 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
     let metrics = super::metrics_listener(args.metrics.as_deref()).await?;
     let options = cloak_proxy::ProxyOptions {
         storage_io: Some(storage_io.handle()),
+        cluster_secret,
+        peer_tls: link.tls().cloned(),
         ..front
     };
     let lines: Vec<String> = stores
@@ -198,13 +201,14 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
 
 /// The cluster's current map (the newest of the file's, the kept one and the other proxies',
 /// see [`partition_host`]), and which of its proxies `node` is.
-fn read_cluster(
+async fn read_cluster(
     file: &Path,
     kept: &Path,
     node: &str,
-    password: Option<&str>,
+    link: &PeerLink,
+    secret: Option<&cloak_cluster::ClusterSecret>,
 ) -> anyhow::Result<(ClusterMap, usize)> {
-    let map = partition_host::newest_map(file, kept, node, password)?;
+    let map = partition_host::newest_map(file, kept, node, link, secret).await?;
     let Some(me) = map.proxy_named(node) else {
         let names: Vec<&str> = map.proxies().iter().map(|p| p.name.as_str()).collect();
         bail!(
@@ -214,6 +218,23 @@ fn read_cluster(
         );
     };
     Ok((map, me))
+}
+
+/// How this proxy reaches the other proxies of its cluster: as a client with the client password,
+/// over TLS checked against `--cluster-ca` if given. A proxy whose clients must use TLS
+/// (`--tls-cert` without `--tls-port`) needs it: its peers are of the same kind, and would
+/// otherwise be sent the password in the clear (and answer nothing a plain client can read).
+fn peers(args: &ProxyArgs, security: &ClientSecurityArgs) -> anyhow::Result<PeerLink> {
+    let tls_only = security.tls_cert.is_some() && security.tls_port.is_none();
+    if args.cluster.is_some() && tls_only && args.cluster_ca.is_none() {
+        bail!(
+            "this proxy serves clients over TLS only (--tls-cert without --tls-port), so the \
+             other proxies of its cluster must be reached over TLS too: give --cluster-ca FILE, \
+             the CA that signed the proxies' certificates"
+        );
+    }
+    let login = partition_host::client_login(args.password.as_deref());
+    partition_host::peer_link(args.cluster_ca.as_deref(), login)
 }
 
 /// A store started and ready to serve, and one line saying what it is.

@@ -211,3 +211,33 @@ pub fn three_proxy_cluster(
     std::fs::write(&file, map.to_toml()).unwrap();
     (map, file, ports)
 }
+
+/// `cloak certs` into a fresh directory (a test CA, a server certificate for loopback, a client
+/// certificate).
+pub fn certs(dir: &std::path::Path) -> std::path::PathBuf {
+    let status = Command::new(CLOAK)
+        .args(["certs", "-o"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    dir.to_path_buf()
+}
+
+/// A Rust client over TLS (the `redis` crate with rustls), trusting `ca`.
+pub fn rust_client(port: u16, ca: &std::path::Path) -> redis::Connection {
+    let certificates = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(std::fs::read(ca).unwrap()),
+    };
+    let client =
+        redis::Client::build_with_tls(format!("rediss://localhost:{port}/"), certificates).unwrap();
+    let connection = client
+        .get_connection_with_timeout(Duration::from_secs(20))
+        .unwrap();
+    connection
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    connection
+}
