@@ -128,9 +128,12 @@ impl Pool {
                 unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) }
             })
             .collect();
+        // `chunks` of `share` can make fewer than `threads` shares (16,641 items over 130
+        // threads make 129), so the caller waits for the jobs there are, not for `threads - 1`.
+        let others = jobs.len();
         self.submit(jobs);
         let mine = panic::catch_unwind(AssertUnwindSafe(|| first.iter().map(f).collect()));
-        let others = results.wait(threads - 1);
+        let others = results.wait(others);
         let mut out: Vec<R> = mine.unwrap_or_else(|panic| panic::resume_unwind(panic));
         for other in others {
             match other {
