@@ -186,18 +186,7 @@ impl Store {
         let spawned = std::time::Instant::now();
         let proxy = Running::start_bin_with_env(bin, &args, env, "listening");
         let mut client = connect(port);
-        let started = std::time::Instant::now();
-        while !redis::cmd("INFO")
-            .query::<String>(&mut client)
-            .unwrap()
-            .contains("loading:0")
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "the fill never ended"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::wait_until_filled(&mut client, Duration::from_secs(120));
         let filled = spawned.elapsed();
         assert!(proxy.stop().success());
         let mut fill = fill_of(&server.trace.take(), &mut format);

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub const CLOAK: &str = env!("CARGO_BIN_EXE_cloak");
 
@@ -144,6 +144,21 @@ pub fn connect(port: u16) -> redis::Connection {
 
 /// Runs `cloak args…`, which must exit with an error within 20 s; returns what it printed to
 /// stderr.
+/// Waits until the proxy behind `client` has filled storage after its start (`INFO`'s
+/// `loading:0`): until then it answers from what recovery holds in memory, without storage.
+#[allow(dead_code)]
+pub fn wait_until_filled(client: &mut redis::Connection, limit: Duration) {
+    let started = Instant::now();
+    while !redis::cmd("INFO")
+        .query::<String>(client)
+        .unwrap()
+        .contains("loading:0")
+    {
+        assert!(started.elapsed() < limit, "the fill never ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn fails(args: &[&str]) -> String {
     let mut child = Command::new(CLOAK)
         .args(args)
