@@ -253,6 +253,8 @@ fn scheme_fields(s: &Snapshot) -> Fields {
             ),
         ),
         kv("queue_depth", stats.queued.to_string()),
+        // Acknowledged writes (journaled) that storage does not hold yet.
+        kv("unwritten_writes", stats.unwritten.to_string()),
         kv("integrity_failures", stats.integrity_failures.to_string()),
         kv("storage_failures", stats.storage_failures.to_string()),
         kv("missed_batches", stats.missed_batches.to_string()),

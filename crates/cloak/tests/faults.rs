@@ -215,9 +215,9 @@ fn an_unreachable_backend_gives_clear_errors_and_the_proxy_catches_up_when_it_re
             .unwrap();
     }
 
-    // Until the start's fill is over the proxy answers from memory; killed storage shows in
-    // the batches that follow it.
-    common::wait_until_filled(&mut con, Duration::from_secs(60));
+    // Until the start's fill is over and the writes above are in storage, the proxy answers
+    // reads of them from memory, and killing storage would not show.
+    common::wait_until_stored(&mut con, Duration::from_secs(60));
     redis.kill();
     // A GET answered by a batch read that left before the kill still succeeds; on a loaded
     // machine the next batch may start late. The first failing one must say why.

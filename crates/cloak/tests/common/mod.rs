@@ -145,16 +145,17 @@ pub fn connect(port: u16) -> redis::Connection {
 /// Runs `cloak args…`, which must exit with an error within 20 s; returns what it printed to
 /// stderr.
 /// Waits until the proxy behind `client` has filled storage after its start (`INFO`'s
-/// `loading:0`): until then it answers from what recovery holds in memory, without storage.
+/// `loading:0`) and storage holds every acknowledged write (`unwritten_writes:0`): until then
+/// the proxy answers some reads from memory, without storage.
 #[allow(dead_code)]
-pub fn wait_until_filled(client: &mut redis::Connection, limit: Duration) {
+pub fn wait_until_stored(client: &mut redis::Connection, limit: Duration) {
     let started = Instant::now();
-    while !redis::cmd("INFO")
-        .query::<String>(client)
-        .unwrap()
-        .contains("loading:0")
-    {
-        assert!(started.elapsed() < limit, "the fill never ended");
+    loop {
+        let info: String = redis::cmd("INFO").arg("everything").query(client).unwrap();
+        if info.contains("loading:0") && info.contains("unwritten_writes:0") {
+            return;
+        }
+        assert!(started.elapsed() < limit, "storage never caught up: {info}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
