@@ -186,7 +186,7 @@ impl Store {
         let spawned = std::time::Instant::now();
         let proxy = Running::start_bin_with_env(bin, &args, env, "listening");
         let mut client = connect(port);
-        common::wait_until_stored(&mut client, Duration::from_secs(120));
+        common::wait_until_filled(&mut client, Duration::from_secs(120));
         let filled = spawned.elapsed();
         assert!(proxy.stop().success());
         let mut fill = fill_of(&server.trace.take(), &mut format);
