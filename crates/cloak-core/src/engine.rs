@@ -361,6 +361,11 @@ impl Engine {
         self.scheme.stats()
     }
 
+    /// Storage requests handed out by [`Engine::poll_storage`] and not yet answered (or failed).
+    pub fn storage_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
     /// Backpressure from the scheme: stop submitting while `false`.
     pub fn accepts(&self) -> bool {
         self.scheme.accepts()

@@ -126,6 +126,9 @@ pub struct SchemeStats {
     /// Writes acknowledged to clients that storage does not hold yet; a proxy may stop only
     /// when this is zero.
     pub unwritten: u64,
+    /// Storage requests that failed and wait to be sent again: a stopping proxy waits for them
+    /// as for those in flight (see [`Scheme::drain`]).
+    pub repeating: u64,
     /// Elements that failed authentication or decoding.
     pub integrity_failures: u64,
     /// Storage requests that failed or were answered malformed.
@@ -202,7 +205,10 @@ pub trait Scheme: Send {
     /// The driver is shutting down: no more ops will be submitted. A scheme that holds records
     /// only at the proxy by design (a cache whose storage copies were deleted, a stash) writes
     /// them to storage now, so that [`SchemeStats::unwritten`] can reach zero and a proxy
-    /// without a journal stops without losing them. The default does nothing.
+    /// without a journal stops without losing them. Once nothing is queued or unwritten, a
+    /// scheme with traffic of its own (dummy or idle batches) starts no more of it: the driver
+    /// exits only when every request in flight is answered, since a write-back cut off midway
+    /// can leave an element at no address. The default does nothing.
     fn drain(&mut self, _now: Instant) {}
 
     /// Whether every op makes storage traffic of its own (a tree ORAM's path, Pancake's batch,

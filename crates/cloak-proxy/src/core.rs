@@ -241,12 +241,36 @@ impl Core {
         let mut open = true;
         // The alarm for the scheme's next deadline, and that deadline.
         let mut alarm: Option<(Instant, Alarm)> = None;
+        // Whether the stop is waiting for the scheme's own requests in flight (logged once).
+        let mut settling = false;
         loop {
             self.flush(&done_tx, &committed_tx);
+            // A stop waits for every acknowledged write, then for every request in flight or
+            // failed and waiting to be sent again. A write-back moves elements between
+            // addresses: exiting while one is on its way could cut it off midway (a Redis
+            // Cluster applies each node's share on its own), leaving some element at no address
+            // at all, which the next start would find missing from storage. Once draining with
+            // nothing left to write, the schemes start nothing of their own (see
+            // `Scheme::drain`), so this ends; storage answers or fails every request (its
+            // clients time out), and the front end's drain timeout bounds the wait.
             if !open && self.drained() {
-                tracing::info!("all acknowledged writes are in storage");
-                self.save_ledger();
-                return;
+                let outstanding =
+                    self.engine.storage_in_flight() + self.engine.scheme_stats().repeating as usize;
+                if outstanding == 0 {
+                    tracing::info!(
+                        "all acknowledged writes are in storage, and no request is outstanding"
+                    );
+                    self.save_ledger();
+                    return;
+                }
+                if !settling {
+                    tracing::info!(
+                        outstanding,
+                        "all acknowledged writes are in storage; waiting for the scheme's own \
+                         requests in flight"
+                    );
+                    settling = true;
+                }
             }
             // A due timer goes before everything else. Checking the clock here, not only through
             // the runtime's timer, catches it even while the loop never sleeps (a flood of
@@ -516,7 +540,8 @@ impl Core {
     }
 
     /// Nothing left that a shutdown would lose: every command answered and every acknowledged
-    /// write in storage (a scheme's own traffic, like Cloak's dummy batches, may go on).
+    /// write in storage (a scheme's own traffic, like Cloak's dummy batches, may still be in
+    /// flight: [`Core::run`] waits for it before exiting).
     fn drained(&self) -> bool {
         self.waiting.is_empty() && self.engine.scheme_stats().unwritten == 0
     }

@@ -430,7 +430,9 @@ async fn serve(
     if tokio::time::timeout(limit, drained).await.is_err() {
         tracing::error!(
             ?limit,
-            "storage did not take every acknowledged write before the drain timeout"
+            "storage had not answered everything a stop waits for before the drain timeout: \
+             the acknowledged writes, then the scheme's own requests in flight (the log says \
+             which)"
         );
     }
     Ok(())

@@ -93,11 +93,11 @@ impl Server {
         all
     }
 
-    /// Everything storage holds, once it has settled: a proxy's clean stop waits for every
-    /// acknowledged write, but its last dummy write-back may still be landing when it exits, and
-    /// a test that edits elements must edit the state storage settles to (else it writes back
-    /// an element from before that write-back over one moved there, and loses a slot). Against a
-    /// running proxy, gives up settling after a second.
+    /// Everything storage holds, once it has settled. A proxy's clean stop exits only once
+    /// storage has answered every request it sent (`cloak-proxy/tests/clean_stop.rs`; it once
+    /// exited with its last dummy write-back still landing, and a test that edited the scanned
+    /// state then lost a slot), so after a stop the first scan is final; the loop is for scans
+    /// taken while a proxy runs, and gives up settling after a second.
     fn scan_all(&self) -> Vec<(Addr, Bytes)> {
         let mut last = self.scan_once();
         for _ in 0..50 {

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,10 +25,15 @@ use tokio::sync::oneshot;
 pub const MAX_KEY: usize = 24;
 pub const MAX_VALUE: usize = 64;
 
-/// A storage server that, while `on`, flips a byte of every element it returns.
+/// A storage server that, while `on`, flips a byte of every element it returns; and that can
+/// be made slow to apply writes, counting those it began and those it finished.
 pub struct Tampering {
     inner: MemoryStorage,
     pub on: AtomicBool,
+    /// Milliseconds each write waits before it is applied and answered.
+    pub write_delay_ms: AtomicU64,
+    pub writes_begun: AtomicUsize,
+    pub writes_done: AtomicUsize,
 }
 
 impl Tampering {
@@ -37,6 +42,9 @@ impl Tampering {
         Self {
             inner: MemoryStorage::new(),
             on: AtomicBool::new(false),
+            write_delay_ms: AtomicU64::new(0),
+            writes_begun: AtomicUsize::new(0),
+            writes_done: AtomicUsize::new(0),
         }
     }
 
@@ -49,6 +57,17 @@ impl Tampering {
 #[async_trait::async_trait]
 impl Storage for Tampering {
     async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
+        if matches!(op, StorageOp::Write(_)) {
+            self.writes_begun.fetch_add(1, Ordering::SeqCst);
+            // A zero sleep would still wait for the timer's next tick, about a millisecond.
+            let delay = self.write_delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+            let reply = self.inner.call(op).await;
+            self.writes_done.fetch_add(1, Ordering::SeqCst);
+            return reply;
+        }
         let reply = self.inner.call(op).await?;
         if !self.on.load(Ordering::Relaxed) {
             return Ok(reply);

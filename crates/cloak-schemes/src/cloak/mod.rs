@@ -154,6 +154,8 @@ pub struct Cloak {
     fill: Fill,
     /// When batches start and write-backs leave.
     schedule: Schedule,
+    /// The proxy is stopping ([`Algorithm::drain`]): batches go on only while ops are queued.
+    draining: bool,
     /// Starts a batch as soon as the one before is done while requests wait, off the grid:
     /// the timing leak of [`crate::LEAK_DEMO_INTAKE_BATCHES_ENV`], for tests only.
     #[cfg(feature = "leak-demo")]
@@ -222,6 +224,7 @@ impl Cloak {
             batch: first_batch,
             pending: HashMap::new(),
             queued: 0,
+            draining: false,
             corrupt: HashSet::new(),
             flight: None,
             write_backs: WriteBacks::default(),
@@ -257,6 +260,14 @@ impl Cloak {
 
     fn filled(&self) -> bool {
         self.fill.is_done()
+    }
+
+    /// Whether a stopping proxy needs no more batches: none is needed for the ops still queued
+    /// or the fill, so it waits for the batch in flight and its write-back, and exits. When the
+    /// schedule stops tells the server when the proxy was stopped and how many batches its
+    /// queue took at most, no more than a stop without this rule did.
+    fn stopped(&self) -> bool {
+        self.draining && self.queued == 0 && self.filled()
     }
 
     /// Keeps the initial fill's window of write requests full; once all are answered, the
@@ -439,6 +450,9 @@ impl Cloak {
     /// Starts the batch due on the grid, unless the one before is unfinished (then that grid
     /// point is skipped: see [`crate::schedule`]).
     fn maybe_start_batch(&mut self, now: Instant) {
+        if self.stopped() {
+            return;
+        }
         let busy = self.flight.is_some() || !self.write_backs.has_room() || self.io.repeating();
         #[cfg(feature = "leak-demo")]
         if self.leak_demo_intake_batches && !busy && self.queued > 0 {
@@ -739,7 +753,14 @@ impl Algorithm for Cloak {
     }
 
     fn deadline(&self) -> Option<Instant> {
+        if self.stopped() {
+            return None;
+        }
         self.schedule.next_wake()
+    }
+
+    fn drain(&mut self, _now: Instant) {
+        self.draining = true;
     }
 
     fn accepts(&self) -> bool {

@@ -147,6 +147,9 @@ pub struct Pancake {
     filled: bool,
     next_generation: u64,
     next_tick: Option<Instant>,
+    /// The proxy is stopping ([`Algorithm::drain`]): idle batches go on only while something
+    /// is left to do.
+    draining: bool,
     io: Io<Purpose>,
     adaptations: u64,
     swaps: u64,
@@ -218,6 +221,7 @@ impl Pancake {
             filled: false,
             next_generation: start.generation_base,
             next_tick: None,
+            draining: false,
             io: Io::default(),
             adaptations: 0,
             swaps: 0,
@@ -674,6 +678,12 @@ impl Algorithm for Pancake {
     }
 
     fn timeout(&mut self, now: Instant) {
+        // A stopping proxy with no request queued and every write in storage needs no more
+        // batches: it waits for those in flight, and exits.
+        if self.draining && self.queue.is_empty() && self.cache.unwritten() == 0 && self.filled {
+            self.next_tick = None;
+            return;
+        }
         if let Some(due) = self.next_tick
             && due <= now
         {
@@ -699,6 +709,10 @@ impl Algorithm for Pancake {
     /// Every op is an access of its own: absent keys need cover reads.
     fn traffic_per_op(&self) -> bool {
         true
+    }
+
+    fn drain(&mut self, _now: Instant) {
+        self.draining = true;
     }
 
     fn accepts(&self) -> bool {

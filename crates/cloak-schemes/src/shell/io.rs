@@ -63,6 +63,11 @@ impl<P> Io<P> {
         self.retry.is_waiting()
     }
 
+    /// How many failed requests wait to be repeated.
+    pub(super) fn repeating_count(&self) -> usize {
+        self.retry.waiting()
+    }
+
     pub(super) fn poll(&mut self) -> Option<cloak_core::StorageRequest> {
         self.storage.poll()
     }

@@ -288,7 +288,9 @@ impl<A: Algorithm> Scheme for Shell<A> {
     }
 
     fn stats(&self) -> SchemeStats {
-        let mut stats = self.algorithm.io_ref().stats.clone();
+        let io = self.algorithm.io_ref();
+        let mut stats = io.stats.clone();
+        stats.repeating = io.repeating_count() as u64;
         self.algorithm.current_stats(&mut stats);
         stats
     }

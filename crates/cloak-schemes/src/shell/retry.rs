@@ -65,6 +65,11 @@ impl<T> Retry<T> {
         !self.waiting.is_empty()
     }
 
+    /// How many requests wait to be repeated.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
     /// The failure storage is in, if the last request failed.
     pub fn failing(&self) -> Option<StorageError> {
         self.failing.clone()
