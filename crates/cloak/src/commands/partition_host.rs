@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_cluster::{ADMIN_USER, ChangeError, ClusterMap, ClusterSecret, Partition};
+use cloak_cluster::{ADMIN_USER, ChangeError, ClusterMap, ClusterSecret, Partition, Proxy};
 use cloak_crypto::MasterKey;
-use cloak_proxy::cluster::health_report::HealthReport;
+use cloak_proxy::cluster::health_report::{self, HealthError, HealthReport};
 use cloak_proxy::cluster::peer::PeerLink;
 use cloak_proxy::{BoxFuture, HostedStore, OwnThread, PartitionHost};
 use cloak_storage::tls::ClientTls;
@@ -143,14 +143,16 @@ impl PartitionHost for ProxyPartitions {
         })
     }
 
-    fn peer_health<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<HealthReport, String>> {
-        Box::pin(async move {
-            let health = self
-                .link
-                .ask(address, &["CLOAK.HEALTH"], PEER_TIMEOUT)
-                .await?;
-            HealthReport::parse(&health)
-        })
+    fn peer_health<'a>(
+        &'a self,
+        proxy: &'a Proxy,
+    ) -> BoxFuture<'a, Result<HealthReport, HealthError>> {
+        Box::pin(health_report::ask(
+            &self.link,
+            proxy,
+            self.secret.as_deref(),
+            PEER_TIMEOUT,
+        ))
     }
 
     fn persist(&self, map: &ClusterMap) -> Result<(), String> {
