@@ -1016,3 +1016,132 @@ fn an_owner_whose_health_answer_does_not_verify_is_not_taken_over() {
     acquire().expect("p1 takes partition 0 once p0 signed that it let it go");
     assert_eq!(get(ports[1], &key), "before");
 }
+
+/// `cloak cluster move --partition 0 --to p1` through `node`, with the secret in `secret` and
+/// `extra` flags: whether it succeeded, what it printed, and how long it took.
+fn move_tool(node: &str, secret: &str, extra: &[&str]) -> (bool, String, Duration) {
+    let started = Instant::now();
+    let out = Command::new(CLOAK)
+        .env_remove("CLOAK_CLUSTER_SECRET_FILE")
+        .args([
+            "cluster",
+            "move",
+            "--partition",
+            "0",
+            "--to",
+            "p1",
+            "--node",
+            node,
+        ])
+        .args(["--cluster-secret-file", secret])
+        .args(extra)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text, started.elapsed())
+}
+
+/// This machine's address on its way to 10.0.0.0/8, if it has one that is not loopback (no
+/// packet is sent: connecting a UDP socket only picks a route).
+fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("10.255.255.1:1").ok()?;
+    Some(socket.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+}
+
+#[test]
+fn the_move_tool_sends_the_secret_in_the_clear_only_to_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path());
+    // Refused before any connection: 10.255.255.1 is not routed, and a connection attempt
+    // would wait for the tool's 5 s timeout.
+    let (moved, text, took) = move_tool("10.255.255.1:1", &secret, &[]);
+    assert!(!moved, "{text}");
+    assert!(
+        text.contains(
+            "refusing to send the password of cloak-admin in the clear to 10.255.255.1:1 \
+             (10.255.255.1, not a loopback address)"
+        ) && text.contains("give --cluster-ca FILE")
+            && text.contains("--allow-plaintext-secret"),
+        "{text}"
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "took {took:?}: it tried to connect"
+    );
+
+    // Where this machine has a non-loopback address, a listener there shows what reaches it:
+    // nothing without the flag; with it, the secret in the clear (what the flag warns of).
+    let Some(ip) = non_loopback_ip() else {
+        eprintln!("no non-loopback address here: the listener half is skipped");
+        return;
+    };
+    let Ok(listener) = std::net::TcpListener::bind((ip, 0)) else {
+        eprintln!("cannot listen on {ip}: the listener half is skipped");
+        return;
+    };
+    let node = listener.local_addr().unwrap().to_string();
+    let (moved, text, _) = move_tool(&node, &secret, &[]);
+    assert!(!moved && text.contains("not a loopback address"), "{text}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        listener.accept().is_err(),
+        "the tool connected to {node} without --allow-plaintext-secret"
+    );
+    listener.set_nonblocking(false).unwrap();
+    let seen = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut first = vec![0; 512];
+        let read = std::io::Read::read(&mut stream, &mut first).unwrap();
+        String::from_utf8_lossy(&first[..read]).to_string()
+    });
+    let (moved, text, _) = move_tool(&node, &secret, &["--allow-plaintext-secret"]);
+    assert!(!moved && !text.contains("refusing"), "{text}");
+    assert!(text.contains("warning: --allow-plaintext-secret"), "{text}");
+    let seen = seen.join().unwrap();
+    assert!(
+        seen.contains("cloak-admin") && seen.contains(SECRET),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn the_move_tool_refuses_a_map_no_proxy_of_the_cluster_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path());
+    let other =
+        cloak_cluster::ClusterSecret::new(b"another-cluster-secret-0123456789", "x").unwrap();
+    for (sign, why) in [
+        (
+            true,
+            "(epoch 1) fails its MAC check under this cluster's secret",
+        ),
+        (false, "(epoch 1) carries no MAC"),
+    ] {
+        let (listener, port) = FakeProxy::bind();
+        let proxies = [
+            ("p0".to_string(), format!("127.0.0.1:{port}")),
+            ("p1".to_string(), "127.0.0.1:1".to_string()),
+        ];
+        let even = ClusterMap::even(&proxies, 4, "memory").unwrap();
+        // A map one move on, as a proxy would answer after a move: made by no proxy of ours.
+        let moved = even.moved(0, "p1").unwrap();
+        let text = match sign {
+            true => moved.to_signed_toml(&other),
+            false => moved.to_toml(),
+        };
+        let _fake = FakeProxy::serve(listener, even.cluster_digest(), Some(text));
+        let node = format!("127.0.0.1:{port}");
+        let (moved, text, _) = move_tool(&node, &secret, &[]);
+        assert!(!moved, "{text}");
+        assert!(
+            text.contains(&format!("the map of the proxy at {node} is refused"))
+                && text.contains(why),
+            "{text}"
+        );
+    }
+}

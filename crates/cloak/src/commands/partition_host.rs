@@ -237,15 +237,13 @@ pub async fn newest_map(
         .map(|proxy| proxy.address())
         .collect();
     for address in others {
-        let theirs = match link.ask(&address, &["CLOAK", "MAP"], PEER_TIMEOUT).await {
-            Ok(text) => text,
-            Err(error) => {
+        let theirs = match peer_map(link, &address, PEER_TIMEOUT, secret).await? {
+            PeerMap::Map(map) => map,
+            PeerMap::Unreachable(error) => {
                 tracing::info!(%address, "no map from this proxy ({error}); going on without");
                 continue;
             }
         };
-        let theirs = ClusterMap::from_signed_toml(&theirs, secret)
-            .with_context(|| format!("the map of the proxy at {address} is refused"))?;
         match map.clone().newest(theirs) {
             Ok(newest) => map = newest,
             Err(conflict @ ChangeError::SameEpoch(_)) => {
@@ -257,6 +255,33 @@ pub async fn newest_map(
         }
     }
     Ok(map)
+}
+
+/// What a proxy answered to `CLOAK MAP`.
+pub enum PeerMap {
+    /// Its map, checked.
+    Map(ClusterMap),
+    /// It could not be asked, for this reason.
+    Unreachable(String),
+}
+
+/// The map the proxy at `address` answers to `CLOAK MAP` (asked over `link` within `timeout`),
+/// checked as a start checks every map it reads: past epoch 0 it must carry a MAC that verifies
+/// under `secret` (`ClusterMap::from_signed_toml`), or it is refused (`Err`), naming the proxy.
+/// Used by a proxy's start and by `cloak cluster move` alike.
+pub async fn peer_map(
+    link: &PeerLink,
+    address: &str,
+    timeout: Duration,
+    secret: Option<&ClusterSecret>,
+) -> anyhow::Result<PeerMap> {
+    let text = match link.ask(address, &["CLOAK", "MAP"], timeout).await {
+        Ok(text) => text,
+        Err(error) => return Ok(PeerMap::Unreachable(error)),
+    };
+    let map = ClusterMap::from_signed_toml(&text, secret)
+        .with_context(|| format!("the map of the proxy at {address} is refused"))?;
+    Ok(PeerMap::Map(map))
 }
 
 /// The longest answer read from another proxy or by `cloak cluster` (a map of every slot's
