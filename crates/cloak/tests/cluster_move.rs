@@ -25,11 +25,25 @@ const OTHER_KEY: &str = "1111111111111111111111111111111111111111111111111111111
 /// The cluster secret: what lets `cloak cluster move` run the admin commands.
 const SECRET: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7";
 
-/// Writes the cluster secret into `dir`, as `cloak keygen -o` would.
+/// Writes the cluster secret into `dir`, as `cloak keygen -o` would (readable by its owner
+/// only: the proxies and the tool refuse a secret file others may read).
 fn secret_file(dir: &std::path::Path) -> String {
     let path = dir.join("cluster.secret");
-    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    write_private(&path, &format!("{SECRET}\n"));
     path.to_str().unwrap().to_string()
+}
+
+/// Writes `text` to a new file at `path` that only its owner may read (mode 0600).
+fn write_private(path: &std::path::Path, text: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
 }
 
 /// The cluster under test: three proxies, six partitions on one Redis (a prefix each).
@@ -580,7 +594,7 @@ fn only_the_clusters_admin_may_move_partitions_not_a_client_with_the_password() 
 
     // The tool with a wrong secret is refused at its first step; nothing moved.
     let wrong_file = cluster.dir.path().join("wrong.secret");
-    std::fs::write(&wrong_file, "not-the-secret-at-all\n").unwrap();
+    write_private(&wrong_file, "not-the-secret-at-all\n");
     let (moved_it, text) = move_partition(ports[0], 0, "p1", wrong_file.to_str().unwrap());
     assert!(!moved_it && text.contains("WRONGPASS"), "{text}");
     let key = &cluster.keys_of(0, 1)[0];
@@ -1144,4 +1158,39 @@ fn the_move_tool_refuses_a_map_no_proxy_of_the_cluster_signed() {
             "{text}"
         );
     }
+}
+
+#[test]
+fn a_secret_file_others_may_read_is_refused_by_the_proxy_and_the_tool() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let wide = dir.path().join("wide.secret");
+    std::fs::write(&wide, format!("{SECRET}\n")).unwrap();
+    std::fs::set_permissions(&wide, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = wide.to_str().unwrap();
+    let named = |text: &str| {
+        text.contains(&format!("the cluster secret file {path} has mode 0644"))
+            && text.contains(&format!("chmod 600 {path}"))
+    };
+    let (moved, text, _) = move_tool("127.0.0.1:1", path, &[]);
+    assert!(!moved && named(&text), "{text}");
+    let (_, file, _) = common::three_proxy_cluster(dir.path(), "memory");
+    let args = [
+        "proxy",
+        "--cluster",
+        file.to_str().unwrap(),
+        "--node",
+        "p0",
+        "--cluster-secret-file",
+        path,
+    ];
+    let refused = common::fails(&args);
+    assert!(named(&refused), "{refused}");
+    // Made private, it is read (the tool then fails only to reach the proxy).
+    std::fs::set_permissions(&wide, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (moved, text, _) = move_tool("127.0.0.1:1", path, &[]);
+    assert!(
+        !moved && text.contains("cannot read the map") && !named(&text),
+        "{text}"
+    );
 }
