@@ -9,7 +9,12 @@
 //!
 //! Each proxy also signs every map it keeps with the secret ([`ClusterSecret::sign`]), so a map
 //! changed on disk, or one a peer answers at a restart, is checked before it is believed: only a
-//! proxy holding the secret can have made it.
+//! proxy holding the secret can have made it. And it signs the health answers a move relies on
+//! ([`ClusterSecret::sign_health`]), fresh for each question, so that whoever answers in a
+//! proxy's place cannot say it let a partition go.
+//!
+//! Every MAC made here starts with a label of its kind (`MAP_LABEL`, `HEALTH_LABEL`), so a
+//! MAC of one kind is never a valid MAC of another made with the same secret.
 
 use ring::hmac;
 
@@ -22,6 +27,9 @@ const MIN_SECRET_BYTES: usize = 16;
 /// What a map's MAC covers besides the map, so that it is never a valid MAC of anything else
 /// made with the same secret.
 const MAP_LABEL: &[u8] = b"cloak cluster map\n";
+
+/// What a health answer's MAC covers besides its fields (see [`ClusterSecret::sign_health`]).
+const HEALTH_LABEL: &[u8] = b"cloak health report\n";
 
 /// The cluster's shared secret.
 #[derive(Clone)]
@@ -44,6 +52,31 @@ pub enum SecretError {
         "the cluster secret in {0} must be one word of printable ASCII (`cloak keygen` writes one)"
     )]
     NotText(String),
+    /// The file may be read by others than its owner.
+    #[error(
+        "the cluster secret file {path} has mode {mode:04o}: others than its owner may read it \
+         (and with it move partitions); make it private with `chmod 600 {path}`"
+    )]
+    Exposed {
+        /// The file.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+/// Refuses a secret file whose permission bits (`mode`, as `stat` gives them) let its group or
+/// anyone else read or change it, as ssh refuses such a private key: whoever reads the secret
+/// may move partitions, and whoever may write it may make the proxies trust their own. Only
+/// the bits are checked here; the caller reads them from the file.
+pub fn check_private(path: &str, mode: u32) -> Result<(), SecretError> {
+    match mode & 0o077 {
+        0 => Ok(()),
+        _ => Err(SecretError::Exposed {
+            path: path.to_string(),
+            mode: mode & 0o7777,
+        }),
+    }
 }
 
 impl ClusterSecret {
@@ -82,19 +115,46 @@ impl ClusterSecret {
 
     /// The MAC of `canonical` (a map's [`crate::ClusterMap::to_toml`]), in hexadecimal.
     pub(crate) fn sign(&self, canonical: &str) -> String {
-        let tag = hmac::sign(&self.key, &labelled(canonical));
+        self.mac(&[MAP_LABEL, canonical.as_bytes()].concat())
+    }
+
+    /// Whether `mac` (hexadecimal) is the MAC of `canonical` under this secret.
+    pub(crate) fn verifies(&self, canonical: &str, mac: &str) -> bool {
+        self.check(&[MAP_LABEL, canonical.as_bytes()].concat(), mac)
+    }
+
+    /// The MAC, in hexadecimal, of the health answer `report` that proxy `proxy` (its name in
+    /// the map) gives to the question that carried `nonce`.
+    ///
+    /// The nonce makes it fresh: an answer recorded earlier (a proxy saying it let a
+    /// partition go, before it took it back) is no answer to a new question. The name makes it
+    /// that proxy's: every proxy holds the same secret, so without it an answer one proxy gives
+    /// could be passed off as another's (the one that serves the partition). Each field is
+    /// length-prefixed, so no two different triples give the same bytes.
+    pub fn sign_health(&self, nonce: &str, proxy: &str, report: &str) -> String {
+        self.mac(&health_message(nonce, proxy, report))
+    }
+
+    /// Whether `mac` (hexadecimal) is [`ClusterSecret::sign_health`]'s MAC of those fields.
+    pub fn verifies_health(&self, nonce: &str, proxy: &str, report: &str, mac: &str) -> bool {
+        self.check(&health_message(nonce, proxy, report), mac)
+    }
+
+    /// The HMAC-SHA256 of `message` under the secret, in hexadecimal.
+    fn mac(&self, message: &[u8]) -> String {
+        let tag = hmac::sign(&self.key, message);
         tag.as_ref()
             .iter()
             .map(|byte| format!("{byte:02x}"))
             .collect()
     }
 
-    /// Whether `mac` (hexadecimal) is the MAC of `canonical` under this secret.
-    pub(crate) fn verifies(&self, canonical: &str, mac: &str) -> bool {
+    /// Whether `mac` (hexadecimal) is the HMAC-SHA256 of `message`, compared in constant time.
+    fn check(&self, message: &[u8], mac: &str) -> bool {
         let Some(bytes) = from_hex(mac) else {
             return false;
         };
-        hmac::verify(&self.key, &labelled(canonical), &bytes).is_ok()
+        hmac::verify(&self.key, message, &bytes).is_ok()
     }
 }
 
@@ -104,8 +164,14 @@ impl std::fmt::Debug for ClusterSecret {
     }
 }
 
-fn labelled(canonical: &str) -> Vec<u8> {
-    [MAP_LABEL, canonical.as_bytes()].concat()
+/// What a health answer's MAC covers: the label, then each field after its length.
+fn health_message(nonce: &str, proxy: &str, report: &str) -> Vec<u8> {
+    let mut message = HEALTH_LABEL.to_vec();
+    for field in [nonce, proxy, report] {
+        message.extend_from_slice(&(field.len() as u64).to_be_bytes());
+        message.extend_from_slice(field.as_bytes());
+    }
+    message
 }
 
 fn from_hex(text: &str) -> Option<Vec<u8>> {
@@ -150,5 +216,42 @@ mod tests {
         assert!(!secret.verifies("epoch = 2\n", &mac));
         assert!(!other.verifies("epoch = 1\n", &mac));
         assert!(!secret.verifies("epoch = 1\n", "zz"));
+    }
+
+    #[test]
+    fn a_health_mac_binds_the_nonce_the_proxy_and_the_report() {
+        let secret = ClusterSecret::new(b"0123456789abcdef0123", "f").unwrap();
+        let other = ClusterSecret::new(b"0123456789abcdef0124", "f").unwrap();
+        let report = "epoch 1 cluster c0\n2 ok\n";
+        let mac = secret.sign_health("n1", "a", report);
+        assert!(secret.verifies_health("n1", "a", report, &mac));
+        // Replayed to another question, passed off as another proxy's, changed, or forged.
+        assert!(!secret.verifies_health("n2", "a", report, &mac));
+        assert!(!secret.verifies_health("n1", "b", report, &mac));
+        assert!(!secret.verifies_health("n1", "a", "epoch 1 cluster c0\n", &mac));
+        assert!(!other.verifies_health("n1", "a", report, &mac));
+        // Fields cannot trade bytes across their boundaries.
+        assert!(!secret.verifies_health("n1a", "", report, &mac));
+        // Never a map's MAC, nor a map's MAC a health answer's.
+        assert!(!secret.verifies(report, &mac));
+        let map_mac = secret.sign(report);
+        assert!(!secret.verifies_health("", "", report, &map_mac));
+    }
+
+    #[test]
+    fn a_secret_file_others_may_read_is_refused_naming_the_fix() {
+        assert!(check_private("/s", 0o100600).is_ok());
+        assert!(check_private("/s", 0o100400).is_ok());
+        for mode in [0o100640, 0o100604, 0o100644, 0o100660, 0o100602] {
+            let refused = check_private("/etc/cloak/cluster.secret", mode)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                refused.contains("/etc/cloak/cluster.secret")
+                    && refused.contains(&format!("mode {:04o}", mode & 0o7777))
+                    && refused.contains("chmod 600 /etc/cloak/cluster.secret"),
+                "{refused}"
+            );
+        }
     }
 }

@@ -203,7 +203,10 @@ impl<'a> Session<'a> {
             },
             Request::Cluster(request) => replies::answer(&self.front.cores, request),
             Request::ReadOnly => replies::read_only(&self.front.cores),
-            Request::Health => replies::health(&self.front.cores),
+            Request::Health(nonce) => {
+                let secret = self.front.cluster_secret.as_deref();
+                replies::health(&self.front.cores, nonce.as_deref(), secret)
+            }
             Request::Admin(request) if request.needs_admin() && !self.admin => {
                 // Redis's words for a user without the right to a command; a connection that
                 // is not the admin is the default user.

@@ -709,9 +709,16 @@ pub struct ClusterMoveArgs {
 
     /// Reach the proxies over TLS, checking their certificates against this CA (as their
     /// --cluster-ca): needed when they serve clients over TLS only, and keeps the secret off the
-    /// network in the clear
+    /// network in the clear. Without it, the tool sends the secret only to loopback addresses
     #[arg(long, value_name = "FILE")]
     pub cluster_ca: Option<PathBuf>,
+
+    /// DANGEROUS: without --cluster-ca, send the cluster secret in the clear to proxies that
+    /// are not on this machine too. Anyone who can read the traffic on the way learns the
+    /// secret, and with it can move any partition and sign maps the proxies trust. Only on a
+    /// network where every link is trusted
+    #[arg(long, conflicts_with = "cluster_ca")]
+    pub allow_plaintext_secret: bool,
 }
 
 #[derive(Args, Debug)]

@@ -25,11 +25,25 @@ const OTHER_KEY: &str = "1111111111111111111111111111111111111111111111111111111
 /// The cluster secret: what lets `cloak cluster move` run the admin commands.
 const SECRET: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7";
 
-/// Writes the cluster secret into `dir`, as `cloak keygen -o` would.
+/// Writes the cluster secret into `dir`, as `cloak keygen -o` would (readable by its owner
+/// only: the proxies and the tool refuse a secret file others may read).
 fn secret_file(dir: &std::path::Path) -> String {
     let path = dir.join("cluster.secret");
-    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    write_private(&path, &format!("{SECRET}\n"));
     path.to_str().unwrap().to_string()
+}
+
+/// Writes `text` to a new file at `path` that only its owner may read (mode 0600).
+fn write_private(path: &std::path::Path, text: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
 }
 
 /// The cluster under test: three proxies, six partitions on one Redis (a prefix each).
@@ -580,7 +594,7 @@ fn only_the_clusters_admin_may_move_partitions_not_a_client_with_the_password() 
 
     // The tool with a wrong secret is refused at its first step; nothing moved.
     let wrong_file = cluster.dir.path().join("wrong.secret");
-    std::fs::write(&wrong_file, "not-the-secret-at-all\n").unwrap();
+    write_private(&wrong_file, "not-the-secret-at-all\n");
     let (moved_it, text) = move_partition(ports[0], 0, "p1", wrong_file.to_str().unwrap());
     assert!(!moved_it && text.contains("WRONGPASS"), "{text}");
     let key = &cluster.keys_of(0, 1)[0];
@@ -779,4 +793,404 @@ fn starts_with_slot_zero_on(slots: &redis::Value, port: u16) -> bool {
                 if matches!(node.get(1), Some(redis::Value::Int(p)) if *p == i64::from(port))
         )
     })
+}
+
+/// How [`FakeProxy`] answers `CLOAK.HEALTH` in the place of a proxy (a man in the middle, or
+/// whoever took its address).
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    /// A report that serves nothing, unsigned.
+    Unsigned,
+    /// The same, with a made-up MAC.
+    MadeUpMac,
+    /// Passes the question on to the proxy on this port and its answer back, as it is: a real
+    /// proxy's signed answer, to whatever nonce was asked.
+    Relay(u16),
+}
+
+/// Something on a proxy's address that speaks RESP: `AUTH` is accepted, `CLOAK.HEALTH` is
+/// answered as [`Answer`] says (a report naming the cluster digest `digest`), `CLOAK MAP` with
+/// `map` (if any); anything else is an error.
+struct FakeProxy {
+    port: u16,
+    answer: Arc<std::sync::Mutex<Answer>>,
+}
+
+impl FakeProxy {
+    /// Listens on a free port, and answers once [`FakeProxy::serve`] says what.
+    fn bind() -> (std::net::TcpListener, u16) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        (listener, port)
+    }
+
+    fn serve(listener: std::net::TcpListener, digest: String, map: Option<String>) -> Self {
+        let port = listener.local_addr().unwrap().port();
+        let answer = Arc::new(std::sync::Mutex::new(Answer::Unsigned));
+        let shared = answer.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (answer, digest, map) = (shared.clone(), digest.clone(), map.clone());
+                std::thread::spawn(move || serve_fake(stream, &answer, &digest, map.as_deref()));
+            }
+        });
+        Self { port, answer }
+    }
+
+    fn answer(&self, answer: Answer) {
+        *self.answer.lock().unwrap() = answer;
+    }
+}
+
+/// Reads one RESP array of bulk strings (a client's command), or `None` at the end.
+fn read_command(reader: &mut impl std::io::BufRead) -> Option<Vec<String>> {
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let count: usize = line.trim_end().strip_prefix('*')?.parse().ok()?;
+    let mut args = Vec::with_capacity(count);
+    for _ in 0..count {
+        line.clear();
+        reader.read_line(&mut line).ok()?;
+        let length: usize = line.trim_end().strip_prefix('$')?.parse().ok()?;
+        let mut arg = vec![0; length + 2];
+        std::io::Read::read_exact(reader, &mut arg).ok()?;
+        arg.truncate(length);
+        args.push(String::from_utf8(arg).ok()?);
+    }
+    Some(args)
+}
+
+/// A command as a client sends it.
+fn encode(args: &[String]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len());
+    for arg in args {
+        out += &format!("${}\r\n{arg}\r\n", arg.len());
+    }
+    out.into_bytes()
+}
+
+fn bulk(text: &str) -> Vec<u8> {
+    format!("${}\r\n{text}\r\n", text.len()).into_bytes()
+}
+
+/// Asks the proxy on `port` `args` and returns its answer's bytes (a bulk string or a line).
+fn relay(port: u16, args: &[String]) -> Vec<u8> {
+    use std::io::{BufRead, Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(&encode(args)).unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    let mut head = String::new();
+    reader.read_line(&mut head).unwrap();
+    let mut answer = head.clone().into_bytes();
+    if let Some(length) = head.trim_end().strip_prefix('$') {
+        let mut body = vec![0; length.parse::<usize>().unwrap() + 2];
+        reader.read_exact(&mut body).unwrap();
+        answer.extend(body);
+    }
+    answer
+}
+
+fn serve_fake(
+    stream: std::net::TcpStream,
+    answer: &std::sync::Mutex<Answer>,
+    digest: &str,
+    map: Option<&str>,
+) {
+    use std::io::Write;
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    while let Some(args) = read_command(&mut reader) {
+        let name = args[0].to_uppercase();
+        let serves_nothing = format!("epoch 0 cluster {digest}\n");
+        let reply = match (name.as_str(), args.get(1).map(|a| a.to_uppercase())) {
+            ("AUTH", _) => b"+OK\r\n".to_vec(),
+            ("CLOAK", Some(sub)) if sub == "MAP" && map.is_some() => bulk(map.unwrap_or("")),
+            ("CLOAK.HEALTH", _) => match *answer.lock().unwrap() {
+                Answer::Unsigned => bulk(&serves_nothing),
+                Answer::MadeUpMac => bulk(&format!("{serves_nothing}mac {}\n", "ab".repeat(32))),
+                Answer::Relay(port) => relay(port, &args),
+            },
+            _ => b"-ERR not here\r\n".to_vec(),
+        };
+        if writer.write_all(&reply).is_err() {
+            return;
+        }
+    }
+}
+
+/// The bug this guards against: a proxy took a partition on the word of whoever answered at its
+/// owner's address. Here a fake answers at p0's address in the cluster file (p0 itself serves on
+/// another port, `--listen`), saying p0 serves nothing: unsigned, with a made-up MAC, or with
+/// another proxy's real signed answer to p1's nonce. p1 must refuse ACQUIRE every time, naming
+/// p0 and why, and p0 must keep serving. Relaying p0's own answer works: the MAC is p0's, end
+/// to end, so a move goes through even over a link nobody trusts.
+#[test]
+fn an_owner_whose_health_answer_does_not_verify_is_not_taken_over() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("{}?prefix=forge:p{{partition}}:", redis.url());
+    let ports: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    // The map puts p0 where the fake listens; p0 itself listens on ports[0] (`--listen`).
+    let (listener, fake_port) = FakeProxy::bind();
+    let proxies: Vec<(String, String)> = (0..3)
+        .map(|i| {
+            let port = if i == 0 { fake_port } else { ports[i] };
+            (format!("p{i}"), format!("127.0.0.1:{port}"))
+        })
+        .collect();
+    let map = ClusterMap::even(&proxies, 6, &storage).unwrap();
+    // The fake's report names the cluster's digest and epoch: only its MAC can give it away.
+    let fake = FakeProxy::serve(listener, map.cluster_digest(), None);
+    assert_eq!(fake.port, fake_port);
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, map.to_toml()).unwrap();
+    let secret = secret_file(dir.path());
+    let start = |i: usize| {
+        let listen = format!("127.0.0.1:{}", ports[i]);
+        let state = dir.path().join(format!("state{i}"));
+        let args = [
+            "proxy",
+            "--cluster",
+            file.to_str().unwrap(),
+            "--node",
+            &format!("p{i}"),
+            "--listen",
+            &listen,
+            "--capacity",
+            "200",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--batch-interval",
+            "50ms",
+            "--cluster-secret-file",
+            &secret,
+        ];
+        Running::start_with_env(&args, &[("CLOAK_KEY", KEY)], "cloak proxy listening")
+    };
+    let _proxies: Vec<Running> = (0..3).map(start).collect();
+    let key = (0..)
+        .map(|i| format!("key:{i}"))
+        .find(|key| map.partition_of(key_slot(key.as_bytes())).index == 0)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("before")
+        .query(&mut common::connect(ports[0]))
+        .unwrap();
+    let key_id: String = redis::cmd("CLOAK")
+        .arg("KEYID")
+        .arg(0)
+        .query(&mut admin(ports[1]))
+        .unwrap();
+    let next = map.moved(0, "p1").unwrap();
+    let acquire = || {
+        redis::cmd("CLOAK")
+            .arg("ACQUIRE")
+            .arg(0)
+            .arg(&key_id)
+            .arg(next.to_toml())
+            .query::<()>(&mut admin(ports[1]))
+            .map_err(|error| error.to_string())
+    };
+    let cases = [
+        (Answer::Unsigned, "its health answer is unsigned"),
+        (Answer::MadeUpMac, "its health answer fails its MAC check"),
+        // p2's real answer, signed for p1's nonce, but by p2: not p0's.
+        (
+            Answer::Relay(ports[2]),
+            "its health answer fails its MAC check",
+        ),
+    ];
+    for (answer, why) in cases {
+        fake.answer(answer);
+        let refused = acquire().expect_err("p1 took partition 0 on a forged answer");
+        assert!(
+            refused.contains("cannot confirm that p0 has let partition 0 go")
+                && refused.contains(why),
+            "{answer:?}: {refused}"
+        );
+        // p0 still serves it; p1 does not.
+        assert_eq!(get(ports[0], &key), "before");
+        let on_p1 = get(ports[1], &key);
+        let to_p0 = format!("{} 127.0.0.1:{fake_port}", key_slot(key.as_bytes()));
+        assert!(on_p1.contains(&to_p0), "{answer:?}: {on_p1}");
+    }
+
+    // p0's own signed answer, relayed: believed (p0 serves it, so still refused, for that).
+    fake.answer(Answer::Relay(ports[0]));
+    let refused = acquire().unwrap_err();
+    assert!(refused.contains("p0 still serves partition 0"), "{refused}");
+    // Once p0 has let it go, p1 takes it on p0's signed word, through the same relay.
+    let _: () = redis::cmd("CLOAK")
+        .arg("RELEASE")
+        .arg(0)
+        .arg(next.to_toml())
+        .query(&mut admin(ports[0]))
+        .unwrap();
+    acquire().expect("p1 takes partition 0 once p0 signed that it let it go");
+    assert_eq!(get(ports[1], &key), "before");
+}
+
+/// `cloak cluster move --partition 0 --to p1` through `node`, with the secret in `secret` and
+/// `extra` flags: whether it succeeded, what it printed, and how long it took.
+fn move_tool(node: &str, secret: &str, extra: &[&str]) -> (bool, String, Duration) {
+    let started = Instant::now();
+    let out = Command::new(CLOAK)
+        .env_remove("CLOAK_CLUSTER_SECRET_FILE")
+        .args([
+            "cluster",
+            "move",
+            "--partition",
+            "0",
+            "--to",
+            "p1",
+            "--node",
+            node,
+        ])
+        .args(["--cluster-secret-file", secret])
+        .args(extra)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text, started.elapsed())
+}
+
+/// This machine's address on its way to 10.0.0.0/8, if it has one that is not loopback (no
+/// packet is sent: connecting a UDP socket only picks a route).
+fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("10.255.255.1:1").ok()?;
+    Some(socket.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+}
+
+#[test]
+fn the_move_tool_sends_the_secret_in_the_clear_only_to_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path());
+    // Refused before any connection: 10.255.255.1 is not routed, and a connection attempt
+    // would wait for the tool's 5 s timeout.
+    let (moved, text, took) = move_tool("10.255.255.1:1", &secret, &[]);
+    assert!(!moved, "{text}");
+    assert!(
+        text.contains(
+            "refusing to send the password of cloak-admin in the clear to 10.255.255.1:1 \
+             (10.255.255.1, not a loopback address)"
+        ) && text.contains("give --cluster-ca FILE")
+            && text.contains("--allow-plaintext-secret"),
+        "{text}"
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "took {took:?}: it tried to connect"
+    );
+
+    // Where this machine has a non-loopback address, a listener there shows what reaches it:
+    // nothing without the flag; with it, the secret in the clear (what the flag warns of).
+    let Some(ip) = non_loopback_ip() else {
+        eprintln!("no non-loopback address here: the listener half is skipped");
+        return;
+    };
+    let Ok(listener) = std::net::TcpListener::bind((ip, 0)) else {
+        eprintln!("cannot listen on {ip}: the listener half is skipped");
+        return;
+    };
+    let node = listener.local_addr().unwrap().to_string();
+    let (moved, text, _) = move_tool(&node, &secret, &[]);
+    assert!(!moved && text.contains("not a loopback address"), "{text}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        listener.accept().is_err(),
+        "the tool connected to {node} without --allow-plaintext-secret"
+    );
+    listener.set_nonblocking(false).unwrap();
+    let seen = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut first = vec![0; 512];
+        let read = std::io::Read::read(&mut stream, &mut first).unwrap();
+        String::from_utf8_lossy(&first[..read]).to_string()
+    });
+    let (moved, text, _) = move_tool(&node, &secret, &["--allow-plaintext-secret"]);
+    assert!(!moved && !text.contains("refusing"), "{text}");
+    assert!(text.contains("warning: --allow-plaintext-secret"), "{text}");
+    let seen = seen.join().unwrap();
+    assert!(
+        seen.contains("cloak-admin") && seen.contains(SECRET),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn the_move_tool_refuses_a_map_no_proxy_of_the_cluster_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path());
+    let other =
+        cloak_cluster::ClusterSecret::new(b"another-cluster-secret-0123456789", "x").unwrap();
+    for (sign, why) in [
+        (
+            true,
+            "(epoch 1) fails its MAC check under this cluster's secret",
+        ),
+        (false, "(epoch 1) carries no MAC"),
+    ] {
+        let (listener, port) = FakeProxy::bind();
+        let proxies = [
+            ("p0".to_string(), format!("127.0.0.1:{port}")),
+            ("p1".to_string(), "127.0.0.1:1".to_string()),
+        ];
+        let even = ClusterMap::even(&proxies, 4, "memory").unwrap();
+        // A map one move on, as a proxy would answer after a move: made by no proxy of ours.
+        let moved = even.moved(0, "p1").unwrap();
+        let text = match sign {
+            true => moved.to_signed_toml(&other),
+            false => moved.to_toml(),
+        };
+        let _fake = FakeProxy::serve(listener, even.cluster_digest(), Some(text));
+        let node = format!("127.0.0.1:{port}");
+        let (moved, text, _) = move_tool(&node, &secret, &[]);
+        assert!(!moved, "{text}");
+        assert!(
+            text.contains(&format!("the map of the proxy at {node} is refused"))
+                && text.contains(why),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_secret_file_others_may_read_is_refused_by_the_proxy_and_the_tool() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let wide = dir.path().join("wide.secret");
+    std::fs::write(&wide, format!("{SECRET}\n")).unwrap();
+    std::fs::set_permissions(&wide, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = wide.to_str().unwrap();
+    let named = |text: &str| {
+        text.contains(&format!("the cluster secret file {path} has mode 0644"))
+            && text.contains(&format!("chmod 600 {path}"))
+    };
+    let (moved, text, _) = move_tool("127.0.0.1:1", path, &[]);
+    assert!(!moved && named(&text), "{text}");
+    let (_, file, _) = common::three_proxy_cluster(dir.path(), "memory");
+    let args = [
+        "proxy",
+        "--cluster",
+        file.to_str().unwrap(),
+        "--node",
+        "p0",
+        "--cluster-secret-file",
+        path,
+    ];
+    let refused = common::fails(&args);
+    assert!(named(&refused), "{refused}");
+    // Made private, it is read (the tool then fails only to reach the proxy).
+    std::fs::set_permissions(&wide, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (moved, text, _) = move_tool("127.0.0.1:1", path, &[]);
+    assert!(
+        !moved && text.contains("cannot read the map") && !named(&text),
+        "{text}"
+    );
 }

@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use cloak_cluster::{ClusterMap, ClusterSecret};
 
+use super::health_report::HealthError;
 use super::runtime::Node;
 use super::{Cores, Hosted};
 use crate::cmd::AdminRequest;
@@ -233,7 +234,10 @@ async fn finish_release(node: Arc<Node>, partition: usize, released: Arc<Cluster
             return;
         }
         let Ok(host) = node.host() else { return };
-        let health = host.peer_health(&target.address()).await;
+        // Believed only if the target signed it for this question: a forged "serving" would
+        // have this proxy redirect to a target that does not serve, a forged "neither" would
+        // be checked again by `acquire` (which refuses an owner whose answer does not verify).
+        let health = host.peer_health(target).await;
         let settled = match health.as_ref().map(|report| report.state_of(partition)) {
             Ok(Some(state)) if state.served() => {
                 tracing::warn!(
@@ -340,9 +344,16 @@ async fn acquire(
 
 /// Starts `partition` here, once no other proxy serves it or is busy with it (draining it, or
 /// starting it): two proxies serving one partition would overwrite each other's elements and
-/// lose acknowledged writes. `me` is this proxy; `owner`, which has it by the map known here, must answer (a proxy
-/// that cannot be asked cannot be taken over); another proxy that does not answer serves
-/// nothing now, and learns the new map when it starts.
+/// lose acknowledged writes. `me` is this proxy; `owner`, which has it by the map known here,
+/// must answer (a proxy that cannot be asked cannot be taken over); another proxy that does not
+/// answer serves nothing now, and learns the new map when it starts.
+///
+/// With a cluster secret, an answer counts only if its proxy signed it for this question (see
+/// [`super::health_report`]): otherwise whoever answers in the owner's place (a man in the
+/// middle, a spoofed address) could say it let the partition go while it serves it. The owner's
+/// answer must verify, or the partition is not taken. Another proxy's answer that does not
+/// verify is no answer, as if that proxy were down: its word is not needed, and believing it
+/// would let a forger say nothing more than a dropped connection already says.
 async fn start_here(
     node: &Node,
     host: &Arc<dyn super::PartitionHost>,
@@ -356,11 +367,7 @@ async fn start_here(
         if index == me {
             continue;
         }
-        match host
-            .peer_health(&proxy.address())
-            .await
-            .map(|r| r.holds(partition))
-        {
+        match host.peer_health(proxy).await.map(|r| r.holds(partition)) {
             Ok(false) => {}
             Ok(true) => {
                 return Err(format!(
@@ -374,6 +381,13 @@ async fn start_here(
                     "cannot confirm that {} has let partition {partition} go: {why}",
                     proxy.name
                 ));
+            }
+            Err(why @ (HealthError::Unsigned | HealthError::BadMac)) => {
+                tracing::warn!(
+                    partition,
+                    proxy = %proxy.name,
+                    "{why}; counted as not answering"
+                );
             }
             Err(_) => {}
         }

@@ -241,10 +241,10 @@ impl Health {
         (suspected, failed)
     }
 
-    /// The answer to `CLOAK.HEALTH` (what the other proxies' probes read, and a proxy taking a
+    /// What `CLOAK.HEALTH` answers (what the other proxies' probes read, and a proxy taking a
     /// partition on; see [`super::health_report`]): the map routing reads here, the partitions
     /// served here and those being handed over, `busy` while this proxy still uses their storage.
-    pub fn report(&self) -> String {
+    pub fn report(&self) -> HealthReport {
         let view = self.view();
         let served = view.local.iter().map(|(partition, storage)| {
             let state = match storage.failing() {
@@ -265,7 +265,6 @@ impl Health {
             cluster: view.map.cluster_digest(),
             partitions: served.chain(moving).collect(),
         }
-        .to_string()
     }
 
     fn name(&self, proxy: usize) -> String {
@@ -366,7 +365,7 @@ mod tests {
             mine.iter().map(|p| (*p, Arc::default())).collect();
         let health = Arc::new(Health::new(map, 0, storage.clone()));
         assert_eq!(
-            health.report(),
+            health.report().to_string(),
             format!(
                 "epoch 0 cluster {}\n{} ok\n{} ok\n",
                 health.map().cluster_digest(),
@@ -375,7 +374,7 @@ mod tests {
             )
         );
         storage[1].1.failed("connection refused\r\nby redis".into());
-        let report = health.report();
+        let report = health.report().to_string();
         assert!(
             report.starts_with(&format!(
                 "epoch 0 cluster {}\n{} ok\n{} fail storage unreachable since ",

@@ -5,10 +5,13 @@
 //! Plain TCP, or, when the proxies serve clients over TLS, TLS checked against the cluster's CA
 //! (the peer's certificate must carry the host of its address in the map), so that neither the
 //! client password nor the cluster secret ever crosses the network in the clear to a proxy that
-//! asks its own clients for TLS. Then `AUTH` as the given user, if any. Answers are read as
+//! asks its own clients for TLS. Then `AUTH` as the given user, if any; a link made with
+//! [`PlainLogin::LoopbackOnly`] (an operator's tool, whose login is the cluster secret) sends
+//! it in the clear only to a loopback address. Answers are read as
 //! RESP2 and bounded ([`PeerLink::new`]'s `limit`): a peer, or whoever answers at its address,
 //! cannot make the asker hold more.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use cloak_storage::tls::ClientTls;
@@ -27,8 +30,25 @@ pub struct PeerLink {
     tls: Option<ClientTls>,
     /// `AUTH user password` after connecting, if any.
     login: Option<(String, String)>,
+    /// Where the login may go without TLS.
+    plain_login: PlainLogin,
     /// The longest answer read.
     limit: usize,
+}
+
+/// Where a link without TLS may send its login.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlainLogin {
+    /// To any address: the proxies' own probes, whose login is the client password every
+    /// application has anyway (the README asks to keep plain client ports on a trusted
+    /// network).
+    Anywhere,
+    /// Only to loopback addresses (one machine's cluster): anywhere else, whoever is on the
+    /// path would read it. A refusal ends with `remedy`, what the caller can do instead.
+    LoopbackOnly {
+        /// What to do instead, in the caller's terms (its flags).
+        remedy: &'static str,
+    },
 }
 
 /// An open connection to one proxy.
@@ -41,7 +61,20 @@ impl PeerLink {
     /// Reaches peers over TLS with `tls` (else in the clear), authenticates as `login` (user,
     /// password), and reads answers of at most `limit` bytes.
     pub fn new(tls: Option<ClientTls>, login: Option<(String, String)>, limit: usize) -> Self {
-        Self { tls, login, limit }
+        Self {
+            tls,
+            login,
+            plain_login: PlainLogin::Anywhere,
+            limit,
+        }
+    }
+
+    /// The same link, sending its login without TLS only where `plain_login` allows.
+    pub fn with_plain_login(self, plain_login: PlainLogin) -> Self {
+        Self {
+            plain_login,
+            ..self
+        }
     }
 
     /// The TLS it reaches peers with, if any.
@@ -56,7 +89,16 @@ impl PeerLink {
 
     /// Connects (and authenticates) to the proxy at `address` (`host:port`).
     pub async fn connect(&self, address: &str) -> Result<PeerConnection, String> {
-        let tcp = TcpStream::connect(address).await.map_err(|error| {
+        let tcp = match (&self.tls, &self.login, self.plain_login) {
+            (None, Some((user, _)), PlainLogin::LoopbackOnly { remedy }) => {
+                // Resolved once, checked, and connected to exactly what was checked: a name
+                // that resolves elsewhere the second time cannot slip past.
+                let resolved = loopback_only(address, user, remedy).await?;
+                TcpStream::connect(&resolved[..]).await
+            }
+            _ => TcpStream::connect(address).await,
+        };
+        let tcp = tcp.map_err(|error| {
             if error.kind() == std::io::ErrorKind::ConnectionRefused {
                 "connection refused".to_string()
             } else {
@@ -96,6 +138,29 @@ impl PeerLink {
         tokio::time::timeout(timeout, asked)
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {}s", timeout.as_secs_f64())))
+    }
+}
+
+/// The addresses `address` resolves to, if every one is a loopback address; otherwise the
+/// refusal to send `user`'s password there in the clear, before any connection is made.
+async fn loopback_only(address: &str, user: &str, remedy: &str) -> Result<Vec<SocketAddr>, String> {
+    let resolved: Vec<SocketAddr> = tokio::net::lookup_host(address)
+        .await
+        .map_err(|error| format!("cannot resolve {address}: {error}"))?
+        .collect();
+    match resolved
+        .iter()
+        .find(|a| !a.ip().to_canonical().is_loopback())
+    {
+        None if !resolved.is_empty() => Ok(resolved),
+        far => Err(format!(
+            "refusing to send the password of {user} in the clear to {address}{}: without TLS \
+             anyone on the path could read it; {remedy}",
+            far.map_or_else(String::new, |far| format!(
+                " ({}, not a loopback address)",
+                far.ip()
+            ))
+        )),
     }
 }
 

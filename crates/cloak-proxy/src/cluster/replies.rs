@@ -9,9 +9,10 @@
 
 use std::fmt::Write;
 
-use cloak_cluster::{ClusterMap, SLOTS, key_slot};
+use cloak_cluster::{ClusterMap, ClusterSecret, SLOTS, key_slot};
 
 use super::health::NodeState;
+use super::health_report;
 use super::{Cores, Hosted};
 use crate::cmd::ClusterRequest;
 use crate::resp::Reply;
@@ -43,12 +44,15 @@ pub fn read_only(cores: &Cores) -> Reply {
     }
 }
 
-/// The answer to `CLOAK.HEALTH`: a line per partition hosted here (see `probe`).
-pub fn health(cores: &Cores) -> Reply {
-    match cores.cluster() {
-        Some(hosted) => Reply::Verbatim(hosted.health().report()),
-        None => Reply::Error(DISABLED.into()),
-    }
+/// The answer to `CLOAK.HEALTH [nonce]`: a line per partition hosted here (see `probe`), signed
+/// for `nonce` under `secret` when both are given (see `health_report`).
+pub fn health(cores: &Cores, nonce: Option<&str>, secret: Option<&ClusterSecret>) -> Reply {
+    let Some(hosted) = cores.cluster() else {
+        return Reply::Error(DISABLED.into());
+    };
+    let me = &hosted.map.proxies()[hosted.me].name;
+    let report = hosted.health().report();
+    Reply::Verbatim(health_report::answer(&report, nonce, me, secret))
 }
 
 /// `CLUSTER SLOTS`: one entry per run of slots, in slot order: first, last, and the master

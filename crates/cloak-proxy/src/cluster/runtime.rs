@@ -15,11 +15,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use cloak_cluster::{ClusterMap, Partition};
+use cloak_cluster::{ClusterMap, Partition, Proxy};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinError;
 
-use super::health_report::HealthReport;
+use super::health_report::{HealthError, HealthReport};
 use super::{Hosted, Route};
 use crate::HostedStore;
 use crate::core::{self, CoreHandle};
@@ -55,9 +55,14 @@ pub trait PartitionHost: Send + Sync {
     /// Keeps `map` where this proxy's next start reads it (see `cloak proxy --cluster`).
     fn persist(&self, map: &ClusterMap) -> Result<(), String>;
 
-    /// The `CLOAK.HEALTH` answer of the proxy at `address` (which partitions it serves and
-    /// which it hands over), or why it cannot be had.
-    fn peer_health<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<HealthReport, String>>;
+    /// The `CLOAK.HEALTH` answer of `proxy` (which partitions it serves and which it hands
+    /// over), or why it cannot be had or believed: with a cluster secret, only an answer that
+    /// proxy signed for a fresh nonce (see [`super::health_report::ask`]), since a move
+    /// relies on it.
+    fn peer_health<'a>(
+        &'a self,
+        proxy: &'a Proxy,
+    ) -> BoxFuture<'a, Result<HealthReport, HealthError>>;
 }
 
 /// A core's task as the proxy watches it: it ends when the core has drained (`Ok`), or with

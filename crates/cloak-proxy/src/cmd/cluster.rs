@@ -7,6 +7,7 @@
 use bytes::Bytes;
 
 use super::{Args, Request};
+use crate::cluster::health_report::MAX_NONCE;
 use crate::resp::Reply;
 
 /// A `CLUSTER` subcommand.
@@ -58,10 +59,25 @@ pub fn readonly(args: &mut Args) -> Result<Request, Reply> {
     Ok(Request::ReadOnly)
 }
 
-/// `CLOAK.HEALTH`: Cloak's own, for the other proxies of a cluster (see `cluster::probe`).
+/// `CLOAK.HEALTH [nonce]`: Cloak's own, for the other proxies of a cluster (see
+/// `cluster::probe`). With a nonce, a proxy that has the cluster secret signs its answer for
+/// that question (see `cluster::health_report`); the nonce is bounded, being signed as given.
 pub fn health(args: &mut Args) -> Result<Request, Reply> {
-    args.exactly(0)?;
-    Ok(Request::Health)
+    if args.len() > 1 {
+        return Err(args.arity());
+    }
+    let nonce = match args.next() {
+        None => None,
+        Some(nonce) if nonce.len() <= MAX_NONCE => {
+            Some(String::from_utf8_lossy(&nonce).into_owned())
+        }
+        Some(_) => {
+            return Err(Reply::err(format!(
+                "the nonce of CLOAK.HEALTH has at most {MAX_NONCE} bytes"
+            )));
+        }
+    };
+    Ok(Request::Health(nonce))
 }
 
 /// `READWRITE`: the opposite of `READONLY`, equally without effect.

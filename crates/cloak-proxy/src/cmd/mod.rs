@@ -79,9 +79,9 @@ pub enum Request {
     Cluster(ClusterRequest),
     /// `READONLY` or `READWRITE`: accepted in a cluster (there are no replicas to read from).
     ReadOnly,
-    /// `CLOAK.HEALTH`: whether each partition hosted here can serve (what the other proxies of a
-    /// cluster probe).
-    Health,
+    /// `CLOAK.HEALTH [nonce]`: whether each partition hosted here can serve (what the other
+    /// proxies of a cluster probe); with a nonce, signed for that question.
+    Health(Option<String>),
     /// A `CLOAK` admin subcommand (moving partitions between a cluster's proxies).
     Admin(AdminRequest),
 }

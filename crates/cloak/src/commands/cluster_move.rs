@@ -14,12 +14,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_cluster::ClusterMap;
+use cloak_cluster::{ClusterMap, ClusterSecret};
 use cloak_proxy::cluster::health_report::HealthReport;
+use cloak_proxy::cluster::peer::{PeerLink, PlainLogin};
 
-use cloak_proxy::cluster::peer::PeerLink;
-
-use super::partition_host::{admin_login, load_secret, peer_link};
+use super::partition_host::{PeerMap, admin_login, load_secret, peer_link, peer_map};
 use crate::cli::ClusterMoveArgs;
 
 /// How long a step that needs no storage may take.
@@ -27,11 +26,30 @@ const QUICK: Duration = Duration::from_secs(5);
 /// How long a drain or a start from storage may take (a large partition's full scan and fill).
 const SLOW: Duration = Duration::from_secs(600);
 
+/// What a refusal to send the secret in the clear tells the operator to do.
+const PLAIN_REMEDY: &str = "give --cluster-ca FILE to reach the proxies over TLS, or \
+                            --allow-plaintext-secret if every link on the way is trusted";
+
 pub async fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
     let secret = load_secret(&args.cluster_secret_file)?;
     let link = peer_link(args.cluster_ca.as_deref(), admin_login(&secret))?;
+    // The secret is this tool's login: it lets whoever reads it move partitions, so it goes
+    // over the network only inside TLS unless the operator says otherwise. Checked at every
+    // connection, the seed's and each proxy's of the map, before anything is sent.
+    let link = match args.allow_plaintext_secret {
+        true => {
+            eprintln!(
+                "warning: --allow-plaintext-secret: the cluster secret crosses the network in \
+                 the clear to every proxy not on this machine"
+            );
+            link
+        }
+        false => link.with_plain_login(PlainLogin::LoopbackOnly {
+            remedy: PLAIN_REMEDY,
+        }),
+    };
     let link = &link;
-    let map = newest_map(&args.node, link).await?;
+    let map = newest_map(&args.node, link, &secret).await?;
     no_move_in_flight(&map, link).await?;
     let partition = args.partition;
     let next = map.moved(partition, &args.to)?;
@@ -116,19 +134,23 @@ async fn send(
         .map_err(|error| anyhow::anyhow!("the proxy at {address}: {error}"))
 }
 
-/// The newest map any proxy knows, starting from `seed`'s.
-async fn newest_map(seed: &str, link: &PeerLink) -> anyhow::Result<ClusterMap> {
-    let map_of = async |address: &str| -> anyhow::Result<ClusterMap> {
-        let text = send(link, address, QUICK, &["CLOAK", "MAP"]).await?;
-        Ok(ClusterMap::from_toml(&text)?)
+/// The newest map any proxy knows, starting from `seed`'s. Each is checked as a proxy's start
+/// checks the maps it reads (`peer_map`): past epoch 0 only a map whose MAC verifies under
+/// `secret` is believed, so whoever answers in a proxy's place cannot have this tool build its
+/// move on a map no proxy made (say, one that already gives the partition elsewhere).
+async fn newest_map(
+    seed: &str,
+    link: &PeerLink,
+    secret: &ClusterSecret,
+) -> anyhow::Result<ClusterMap> {
+    let mut map = match peer_map(link, seed, QUICK, Some(secret)).await? {
+        PeerMap::Map(map) => map,
+        PeerMap::Unreachable(error) => bail!("cannot read the map from {seed}: {error}"),
     };
-    let mut map = map_of(seed)
-        .await
-        .with_context(|| format!("cannot read the map from {seed}"))?;
     let others: Vec<String> = map.proxies().iter().map(|p| p.address()).collect();
     for address in others {
         // A proxy that is down cannot hold a newer map than one it would have been told.
-        if let Ok(theirs) = map_of(&address).await {
+        if let PeerMap::Map(theirs) = peer_map(link, &address, QUICK, Some(secret)).await? {
             map = map
                 .newest(theirs)
                 .with_context(|| format!("the proxy at {address} has another map"))?;

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cloak_cluster::{ADMIN_USER, ChangeError, ClusterMap, ClusterSecret, Partition};
+use cloak_cluster::{ADMIN_USER, ChangeError, ClusterMap, ClusterSecret, Partition, Proxy};
 use cloak_crypto::MasterKey;
-use cloak_proxy::cluster::health_report::HealthReport;
+use cloak_proxy::cluster::health_report::{self, HealthError, HealthReport};
 use cloak_proxy::cluster::peer::PeerLink;
 use cloak_proxy::{BoxFuture, HostedStore, OwnThread, PartitionHost};
 use cloak_storage::tls::ClientTls;
@@ -143,14 +143,16 @@ impl PartitionHost for ProxyPartitions {
         })
     }
 
-    fn peer_health<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<HealthReport, String>> {
-        Box::pin(async move {
-            let health = self
-                .link
-                .ask(address, &["CLOAK.HEALTH"], PEER_TIMEOUT)
-                .await?;
-            HealthReport::parse(&health)
-        })
+    fn peer_health<'a>(
+        &'a self,
+        proxy: &'a Proxy,
+    ) -> BoxFuture<'a, Result<HealthReport, HealthError>> {
+        Box::pin(health_report::ask(
+            &self.link,
+            proxy,
+            self.secret.as_deref(),
+            PEER_TIMEOUT,
+        ))
     }
 
     fn persist(&self, map: &ClusterMap) -> Result<(), String> {
@@ -235,15 +237,13 @@ pub async fn newest_map(
         .map(|proxy| proxy.address())
         .collect();
     for address in others {
-        let theirs = match link.ask(&address, &["CLOAK", "MAP"], PEER_TIMEOUT).await {
-            Ok(text) => text,
-            Err(error) => {
+        let theirs = match peer_map(link, &address, PEER_TIMEOUT, secret).await? {
+            PeerMap::Map(map) => map,
+            PeerMap::Unreachable(error) => {
                 tracing::info!(%address, "no map from this proxy ({error}); going on without");
                 continue;
             }
         };
-        let theirs = ClusterMap::from_signed_toml(&theirs, secret)
-            .with_context(|| format!("the map of the proxy at {address} is refused"))?;
         match map.clone().newest(theirs) {
             Ok(newest) => map = newest,
             Err(conflict @ ChangeError::SameEpoch(_)) => {
@@ -255,6 +255,33 @@ pub async fn newest_map(
         }
     }
     Ok(map)
+}
+
+/// What a proxy answered to `CLOAK MAP`.
+pub enum PeerMap {
+    /// Its map, checked.
+    Map(ClusterMap),
+    /// It could not be asked, for this reason.
+    Unreachable(String),
+}
+
+/// The map the proxy at `address` answers to `CLOAK MAP` (asked over `link` within `timeout`),
+/// checked as a start checks every map it reads: past epoch 0 it must carry a MAC that verifies
+/// under `secret` (`ClusterMap::from_signed_toml`), or it is refused (`Err`), naming the proxy.
+/// Used by a proxy's start and by `cloak cluster move` alike.
+pub async fn peer_map(
+    link: &PeerLink,
+    address: &str,
+    timeout: Duration,
+    secret: Option<&ClusterSecret>,
+) -> anyhow::Result<PeerMap> {
+    let text = match link.ask(address, &["CLOAK", "MAP"], timeout).await {
+        Ok(text) => text,
+        Err(error) => return Ok(PeerMap::Unreachable(error)),
+    };
+    let map = ClusterMap::from_signed_toml(&text, secret)
+        .with_context(|| format!("the map of the proxy at {address} is refused"))?;
+    Ok(PeerMap::Map(map))
 }
 
 /// The longest answer read from another proxy or by `cloak cluster` (a map of every slot's
@@ -287,9 +314,19 @@ pub fn client_login(password: Option<&str>) -> Option<(String, String)> {
     password.map(|password| ("default".to_string(), password.to_string()))
 }
 
-/// The cluster secret in `path` (`--cluster-secret-file`).
+/// The cluster secret in `path` (`--cluster-secret-file`), for a proxy and for the tools alike.
+/// A file its group or others may read is refused before it is read (`cloak_cluster::
+/// check_private`): anyone who reads it may move partitions.
 pub fn load_secret(path: &Path) -> anyhow::Result<ClusterSecret> {
-    let bytes = std::fs::read(path)
-        .with_context(|| format!("cannot read the cluster secret {}", path.display()))?;
-    Ok(ClusterSecret::new(&bytes, &path.display().to_string())?)
+    let name = path.display().to_string();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let metadata = std::fs::metadata(path)
+            .with_context(|| format!("cannot read the cluster secret {name}"))?;
+        cloak_cluster::check_private(&name, metadata.permissions().mode())?;
+    }
+    let bytes =
+        std::fs::read(path).with_context(|| format!("cannot read the cluster secret {name}"))?;
+    Ok(ClusterSecret::new(&bytes, &name)?)
 }
