@@ -332,7 +332,18 @@ pub(crate) fn key_file() -> Result<(tempfile::TempDir, PathBuf, MasterKey), RunE
     let dir = tempfile::tempdir().map_err(|e| start_error("a temporary directory", &e))?;
     let path = dir.path().join("bench.key");
     let master = MasterKey::generate().map_err(|e| start_error("a key", &e))?;
-    std::fs::write(&path, master.to_hex()).map_err(|e| start_error("a key file", &e))?;
+    // Readable by its owner only: the proxy refuses a key file others may read.
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    std::io::Write::write_all(
+        &mut options
+            .open(&path)
+            .map_err(|e| start_error("a key file", &e))?,
+        master.to_hex().as_bytes(),
+    )
+    .map_err(|e| start_error("a key file", &e))?;
     Ok((dir, path, master))
 }
 

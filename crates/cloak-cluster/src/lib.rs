@@ -31,5 +31,5 @@ pub mod slot;
 pub use change::ChangeError;
 pub use file::FileError;
 pub use map::{ClusterMap, MapError, Partition, PartitionSpec, Proxy, SlotRange, storage_of};
-pub use secret::{ADMIN_USER, ClusterSecret, SecretError, check_private};
+pub use secret::{ADMIN_USER, ClusterSecret, SecretError};
 pub use slot::{CrossSlot, SLOTS, key_slot};

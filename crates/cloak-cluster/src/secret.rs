@@ -52,31 +52,6 @@ pub enum SecretError {
         "the cluster secret in {0} must be one word of printable ASCII (`cloak keygen` writes one)"
     )]
     NotText(String),
-    /// The file may be read by others than its owner.
-    #[error(
-        "the cluster secret file {path} has mode {mode:04o}: others than its owner may read it \
-         (and with it move partitions); make it private with `chmod 600 {path}`"
-    )]
-    Exposed {
-        /// The file.
-        path: String,
-        /// Its permission bits.
-        mode: u32,
-    },
-}
-
-/// Refuses a secret file whose permission bits (`mode`, as `stat` gives them) let its group or
-/// anyone else read or change it, as ssh refuses such a private key: whoever reads the secret
-/// may move partitions, and whoever may write it may make the proxies trust their own. Only
-/// the bits are checked here; the caller reads them from the file.
-pub fn check_private(path: &str, mode: u32) -> Result<(), SecretError> {
-    match mode & 0o077 {
-        0 => Ok(()),
-        _ => Err(SecretError::Exposed {
-            path: path.to_string(),
-            mode: mode & 0o7777,
-        }),
-    }
 }
 
 impl ClusterSecret {
@@ -236,22 +211,5 @@ mod tests {
         assert!(!secret.verifies(report, &mac));
         let map_mac = secret.sign(report);
         assert!(!secret.verifies_health("", "", report, &map_mac));
-    }
-
-    #[test]
-    fn a_secret_file_others_may_read_is_refused_naming_the_fix() {
-        assert!(check_private("/s", 0o100600).is_ok());
-        assert!(check_private("/s", 0o100400).is_ok());
-        for mode in [0o100640, 0o100604, 0o100644, 0o100660, 0o100602] {
-            let refused = check_private("/etc/cloak/cluster.secret", mode)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                refused.contains("/etc/cloak/cluster.secret")
-                    && refused.contains(&format!("mode {:04o}", mode & 0o7777))
-                    && refused.contains("chmod 600 /etc/cloak/cluster.secret"),
-                "{refused}"
-            );
-        }
     }
 }

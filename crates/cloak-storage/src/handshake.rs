@@ -22,8 +22,6 @@
 //! What the server learns here: that a proxy knowing the secret connected. The nonces and MACs
 //! are random-looking and carry nothing about the store.
 
-use std::path::Path;
-
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -46,14 +44,6 @@ pub const MIN_SECRET_BYTES: usize = 32;
 /// Why a storage connection's handshake failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
-    /// The secret file could not be read.
-    #[error("cannot read the storage secret {path}: {error}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        error: std::io::Error,
-    },
     /// The secret is too short to resist guessing.
     #[error(
         "the storage secret in {0} is shorter than {MIN_SECRET_BYTES} bytes; make one with `cloak keygen`"
@@ -114,15 +104,6 @@ impl StorageSecret {
             return Err(HandshakeError::TooShort(source.to_string()));
         }
         Ok(Self(hmac::Key::new(hmac::HMAC_SHA256, trimmed)))
-    }
-
-    /// The secret in `path`: its bytes, without surrounding whitespace.
-    pub fn load(path: &Path) -> Result<Self, HandshakeError> {
-        let bytes = std::fs::read(path).map_err(|error| HandshakeError::Read {
-            path: path.display().to_string(),
-            error,
-        })?;
-        Self::new(&bytes, &path.display().to_string())
     }
 
     fn proof(&self, label: &[u8], server: &[u8], proxy: &[u8]) -> hmac::Tag {

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use cloak_storage::handshake::StorageSecret;
 use cloak_storage::tls::ClientTls;
 use cloak_storage::tls::client::ClientTlsFiles;
 use cloak_storage::{Link, MemoryStorage, RedisStorage, RedisTarget, Storage, TcpStorage};
@@ -90,7 +89,7 @@ pub async fn connect(
         secret: credentials
             .secret_file
             .as_deref()
-            .map(StorageSecret::load)
+            .map(crate::secret_file::storage_secret)
             .transpose()?,
     };
     let storage = TcpStorage::connect_with(addr, connections, link)

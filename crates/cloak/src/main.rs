@@ -5,6 +5,7 @@ mod cli;
 mod commands;
 mod config;
 mod memory;
+mod secret_file;
 mod store;
 
 use clap::Parser;

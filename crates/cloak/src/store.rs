@@ -398,7 +398,7 @@ fn random_incarnation() -> anyhow::Result<u64> {
 /// The key from `--key-file`, else `CLOAK_KEY`; `None` if neither is set.
 pub fn load_key(key_file: Option<&Path>) -> anyhow::Result<Option<MasterKey>> {
     if let Some(path) = key_file {
-        return Ok(Some(MasterKey::load(path)?));
+        return Ok(Some(crate::secret_file::master_key(path)?));
     }
     match std::env::var("CLOAK_KEY") {
         Ok(hex) => Ok(Some(MasterKey::from_hex(&hex).context("CLOAK_KEY")?)),

@@ -29,21 +29,8 @@ const SECRET: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7
 /// only: the proxies and the tool refuse a secret file others may read).
 fn secret_file(dir: &std::path::Path) -> String {
     let path = dir.join("cluster.secret");
-    write_private(&path, &format!("{SECRET}\n"));
+    common::write_private(&path, format!("{SECRET}\n"));
     path.to_str().unwrap().to_string()
-}
-
-/// Writes `text` to a new file at `path` that only its owner may read (mode 0600).
-fn write_private(path: &std::path::Path, text: &str) {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .unwrap();
-    file.write_all(text.as_bytes()).unwrap();
 }
 
 /// The cluster under test: three proxies, six partitions on one Redis (a prefix each).
@@ -594,7 +581,7 @@ fn only_the_clusters_admin_may_move_partitions_not_a_client_with_the_password() 
 
     // The tool with a wrong secret is refused at its first step; nothing moved.
     let wrong_file = cluster.dir.path().join("wrong.secret");
-    write_private(&wrong_file, "not-the-secret-at-all\n");
+    common::write_private(&wrong_file, "not-the-secret-at-all\n");
     let (moved_it, text) = move_partition(ports[0], 0, "p1", wrong_file.to_str().unwrap());
     assert!(!moved_it && text.contains("WRONGPASS"), "{text}");
     let key = &cluster.keys_of(0, 1)[0];
@@ -623,7 +610,7 @@ fn a_move_to_a_proxy_that_cannot_reach_the_storage_is_refused_and_changes_nothin
     // storage secret; the others in their proxies' memory. p1 has no secret.
     let secret = dir.path().join("storage.secret");
     let made = Command::new(CLOAK).arg("keygen").output().unwrap();
-    std::fs::write(&secret, made.stdout).unwrap();
+    common::write_private(&secret, made.stdout);
     let secret = secret.to_str().unwrap();
     let servers: Vec<(Running, u16)> = (0..2)
         .map(|_| {

@@ -127,7 +127,7 @@ impl Store {
         let dir = tempfile::tempdir().unwrap();
         let master = MasterKey::from_bytes([7; 32]);
         let key_file = dir.path().join("key");
-        std::fs::write(&key_file, master.to_hex()).unwrap();
+        common::write_private(&key_file, master.to_hex());
         let layout = RecordLayout {
             max_key: KEY_SIZE,
             max_value: self.value_size,

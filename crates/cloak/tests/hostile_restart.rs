@@ -546,7 +546,7 @@ fn one_element_rolled_back_refuses_the_restart() {
 fn a_wrong_key_and_a_smaller_value_size_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let other_key = dir.path().join("other.key");
-    std::fs::write(&other_key, MasterKey::generate().unwrap().to_hex()).unwrap();
+    common::write_private(&other_key, MasterKey::generate().unwrap().to_hex());
     for server in Server::both() {
         let server = server();
         let proxy = Proxy::new(&server, "cloak");
@@ -622,7 +622,7 @@ fn every_scheme_recovers_an_untouched_store() {
 /// A key file both proxies of the store-id tests share.
 fn shared_key(dir: &tempfile::TempDir) -> PathBuf {
     let path = dir.path().join("shared.key");
-    std::fs::write(&path, MasterKey::generate().unwrap().to_hex()).unwrap();
+    common::write_private(&path, MasterKey::generate().unwrap().to_hex());
     path
 }
 

@@ -182,7 +182,7 @@ fn subdir(dir: &Path, name: &str) -> PathBuf {
 fn key_file(dir: &Path) -> String {
     let key = dir.join("cloak.key");
     let output = Command::new(CLOAK).arg("keygen").output().unwrap();
-    std::fs::write(&key, output.stdout).unwrap();
+    common::write_private(&key, output.stdout);
     key.display().to_string()
 }
 

@@ -87,7 +87,7 @@ impl Capture {
         let dir = tempfile::tempdir().unwrap();
         let master = MasterKey::from_bytes([7; 32]);
         let key_file = dir.path().join("key");
-        std::fs::write(&key_file, master.to_hex()).unwrap();
+        common::write_private(&key_file, master.to_hex());
         let since = unix_now();
         let tap = WireTap::start(redis.port);
         let port = free_port();

@@ -18,7 +18,7 @@ use cloak_cluster::{ClusterMap, ClusterSecret};
 use cloak_proxy::cluster::health_report::HealthReport;
 use cloak_proxy::cluster::peer::{PeerLink, PlainLogin};
 
-use super::partition_host::{PeerMap, admin_login, load_secret, peer_link, peer_map};
+use super::partition_host::{PeerMap, admin_login, peer_link, peer_map};
 use crate::cli::ClusterMoveArgs;
 
 /// How long a step that needs no storage may take.
@@ -31,7 +31,7 @@ const PLAIN_REMEDY: &str = "give --cluster-ca FILE to reach the proxies over TLS
                             --allow-plaintext-secret if every link on the way is trusted";
 
 pub async fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
-    let secret = load_secret(&args.cluster_secret_file)?;
+    let secret = crate::secret_file::cluster_secret(&args.cluster_secret_file)?;
     let link = peer_link(args.cluster_ca.as_deref(), admin_login(&secret))?;
     // The secret is this tool's login: it lets whoever reads it move partitions, so it goes
     // over the network only inside TLS unless the operator says otherwise. Checked at every

@@ -313,20 +313,3 @@ pub fn admin_login(secret: &ClusterSecret) -> Option<(String, String)> {
 pub fn client_login(password: Option<&str>) -> Option<(String, String)> {
     password.map(|password| ("default".to_string(), password.to_string()))
 }
-
-/// The cluster secret in `path` (`--cluster-secret-file`), for a proxy and for the tools alike.
-/// A file its group or others may read is refused before it is read (`cloak_cluster::
-/// check_private`): anyone who reads it may move partitions.
-pub fn load_secret(path: &Path) -> anyhow::Result<ClusterSecret> {
-    let name = path.display().to_string();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let metadata = std::fs::metadata(path)
-            .with_context(|| format!("cannot read the cluster secret {name}"))?;
-        cloak_cluster::check_private(&name, metadata.permissions().mode())?;
-    }
-    let bytes =
-        std::fs::read(path).with_context(|| format!("cannot read the cluster secret {name}"))?;
-    Ok(ClusterSecret::new(&bytes, &name)?)
-}

@@ -33,7 +33,7 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
     )?;
     let key = load_key(args.key_file.as_deref())?;
     let cluster_secret = match &args.cluster_secret_file {
-        Some(path) => Some(Arc::new(partition_host::load_secret(path)?)),
+        Some(path) => Some(Arc::new(crate::secret_file::cluster_secret(path)?)),
         None => None,
     };
     let link = peers(&args, &security)?;

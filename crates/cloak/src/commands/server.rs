@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use cloak_storage::handshake::StorageSecret;
 use cloak_storage::server::Guard;
 use cloak_storage::tls::server::ServerTlsFiles;
 use cloak_storage::{DiskStorage, MemoryStorage, Storage, server};
@@ -33,7 +32,7 @@ pub async fn run(args: ServerArgs, config: &ConfigFile) -> anyhow::Result<()> {
     let secret = args
         .storage_secret_file
         .as_deref()
-        .map(StorageSecret::load)
+        .map(crate::secret_file::storage_secret)
         .transpose()?;
     let guard = Guard {
         tls: tls.clone(),

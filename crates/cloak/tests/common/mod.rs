@@ -271,3 +271,18 @@ pub fn rust_client(port: u16, ca: &std::path::Path) -> redis::Connection {
         .unwrap();
     connection
 }
+
+/// Writes `contents` to a new file at `path` that only its owner may read (mode 0600), as
+/// `cloak keygen -o` does: the proxy and the server refuse a key or secret file others may read.
+#[allow(dead_code)]
+pub fn write_private(path: &std::path::Path, contents: impl AsRef<[u8]>) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    file.write_all(contents.as_ref()).unwrap();
+}
