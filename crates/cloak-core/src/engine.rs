@@ -203,6 +203,8 @@ pub struct Engine {
     releasing: HashSet<Slot>,
     /// What answers each storage request the scheme has sent and storage not yet answered.
     in_flight: HashMap<RequestId, ExpectedReply>,
+    /// Set by [`Engine::drain`]: the proxy is stopping.
+    stopping: bool,
     outcomes: VecDeque<(u64, Outcome)>,
     commands_done: u64,
     /// Draws the slots of cover reads; `None` for schemes that need none.
@@ -253,6 +255,7 @@ impl Engine {
             slot_refs: HashMap::new(),
             releasing: HashSet::new(),
             in_flight: HashMap::new(),
+            stopping: false,
             outcomes: VecDeque::new(),
             commands_done: 0,
             cover: scheme_needs_cover.then(ChaCha20Rng::from_os_rng),
@@ -468,14 +471,25 @@ impl Engine {
         if self.scheme.poll_timeout().is_some_and(|at| at <= now) {
             self.scheme.handle_timeout(now);
         }
-        self.reap(now);
+        if !self.stopping {
+            self.reap(now);
+        }
         self.drain_replies(now);
     }
 
-    /// No more commands will come: the scheme writes out what it holds (see [`Scheme::drain`]).
+    /// No more commands will come: the scheme writes out what it holds (see [`Scheme::drain`]),
+    /// and the reaper stops, so that no op of the engine's own comes after the last command's
+    /// (what expires meanwhile is reaped by the next start).
     pub fn drain(&mut self, now: Instant) {
+        self.stopping = true;
         self.scheme.drain(now);
         self.drain_replies(now);
+    }
+
+    /// No command waits and nothing is unwritten after [`Engine::drain`]: see
+    /// [`Scheme::settle`].
+    pub fn settle(&mut self) {
+        self.scheme.settle();
     }
 
     /// When the engine next needs [`Engine::handle_timeout`], if ever.
@@ -489,7 +503,7 @@ impl Engine {
     /// When the reaper has work it can do: never while the scheme refuses ops, nor for keys
     /// held by updates (it would find nothing to do, and a driver would spin).
     fn reap_at(&self) -> Option<Instant> {
-        if !self.scheme.accepts() {
+        if self.stopping || !self.scheme.accepts() {
             return None;
         }
         if !self.expired.is_empty() {

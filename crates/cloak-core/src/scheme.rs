@@ -205,11 +205,15 @@ pub trait Scheme: Send {
     /// The driver is shutting down: no more ops will be submitted. A scheme that holds records
     /// only at the proxy by design (a cache whose storage copies were deleted, a stash) writes
     /// them to storage now, so that [`SchemeStats::unwritten`] can reach zero and a proxy
-    /// without a journal stops without losing them. Once nothing is queued or unwritten, a
-    /// scheme with traffic of its own (dummy or idle batches) starts no more of it: the driver
-    /// exits only when every request in flight is answered, since a write-back cut off midway
-    /// can leave an element at no address. The default does nothing.
+    /// without a journal stops without losing them. The default does nothing.
     fn drain(&mut self, _now: Instant) {}
+
+    /// After [`Scheme::drain`], once no command waits and nothing is unwritten: no op will come
+    /// again. A scheme with traffic of its own (dummy or idle batches) starts no more of it, so
+    /// that the requests in flight are its last; the driver exits once they are answered, since
+    /// a write-back cut off midway can leave an element at no address. Being final, this shows
+    /// the server nothing a stop did not: the schedule simply ends. The default does nothing.
+    fn settle(&mut self) {}
 
     /// Whether every op makes storage traffic of its own (a tree ORAM's path, Pancake's batch,
     /// `encrypted`'s label) rather than riding traffic on a fixed schedule (Cloak, Waffle).

@@ -241,35 +241,39 @@ impl Core {
         let mut open = true;
         // The alarm for the scheme's next deadline, and that deadline.
         let mut alarm: Option<(Instant, Alarm)> = None;
-        // Whether the stop is waiting for the scheme's own requests in flight (logged once).
-        let mut settling = false;
+        // Set once a stop has nothing left that a shutdown would lose, and the scheme is told
+        // that no op will come again (see `Scheme::settle`).
+        let mut settled = false;
         loop {
             self.flush(&done_tx, &committed_tx);
-            // A stop waits for every acknowledged write, then for every request in flight or
-            // failed and waiting to be sent again. A write-back moves elements between
-            // addresses: exiting while one is on its way could cut it off midway (a Redis
-            // Cluster applies each node's share on its own), leaving some element at no address
-            // at all, which the next start would find missing from storage. Once draining with
-            // nothing left to write, the schemes start nothing of their own (see
-            // `Scheme::drain`), so this ends; storage answers or fails every request (its
-            // clients time out), and the front end's drain timeout bounds the wait.
+            // A stop waits for every acknowledged write, then for every request in flight,
+            // failed and waiting to be sent again, or waiting for a journal commit. A write-back
+            // moves elements between addresses: exiting while one is on its way could cut it off
+            // midway (a Redis Cluster applies each node's share on its own), leaving some element
+            // at no address at all, which the next start would find missing from storage. Once
+            // settled, the schemes start nothing of their own, so this ends; storage answers or
+            // fails every request (its clients time out), and the front end's drain timeout
+            // bounds the wait.
             if !open && self.drained() {
-                let outstanding =
-                    self.engine.storage_in_flight() + self.engine.scheme_stats().repeating as usize;
+                if !settled {
+                    tracing::info!(
+                        "every acknowledged write is in storage: the scheme starts nothing more, \
+                         and the stop waits for what it has in flight"
+                    );
+                    settled = true;
+                    self.engine.settle();
+                    self.flush(&done_tx, &committed_tx);
+                }
+                let outstanding = self.engine.storage_in_flight()
+                    + self.engine.scheme_stats().repeating as usize
+                    + self.journal_queue.len()
+                    + usize::from(self.journal_busy);
                 if outstanding == 0 {
                     tracing::info!(
                         "all acknowledged writes are in storage, and no request is outstanding"
                     );
                     self.save_ledger();
                     return;
-                }
-                if !settling {
-                    tracing::info!(
-                        outstanding,
-                        "all acknowledged writes are in storage; waiting for the scheme's own \
-                         requests in flight"
-                    );
-                    settling = true;
                 }
             }
             // A due timer goes before everything else. Checking the clock here, not only through

@@ -7,69 +7,118 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cloak_schemes::SchemeName;
 use common::{Setup, Tampering};
 
 /// Long beside the 2 ms batch interval of [`Setup`], short beside its drain timeout (5 s) and
 /// its storage client's timeout (2 s).
-const SLOW_WRITE: Duration = Duration::from_millis(300);
+const SLOW_WRITE: Duration = Duration::from_millis(100);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clean_stop_waits_until_storage_has_answered_every_write_it_was_sent() {
-    for scheme in SchemeName::ALL {
-        let storage = Arc::new(Tampering::new());
-        let mut setup = Setup::new(scheme, 64);
-        setup.storage = Some(storage.clone());
-        // Pancake sends an idle batch every interval whatever storage is doing, and this
-        // storage applies one write at a time: at 2 ms they would queue past the storage
-        // client's timeout. Slower ticks leave the read's write-back as the one in flight.
-        setup.options.pancake.idle_batch_interval = Duration::from_secs(1);
-        let proxy = setup.start().await;
-        let mut con = proxy.connection().await;
-        let _: () = redis::cmd("SET")
-            .arg("key")
-            .arg("value")
-            .query_async(&mut con)
-            .await
-            .unwrap();
+/// Stops a proxy of `scheme` while its storage is slow to apply writes and clients' commands
+/// are still coming in, and checks that it exits only once storage has answered every write
+/// it was sent, and well before the drain timeout.
+async fn a_clean_stop_waits_for_every_write_it_sent(scheme: SchemeName) {
+    let storage = Arc::new(Tampering::new());
+    let mut setup = Setup::new(scheme, 64);
+    setup.storage = Some(storage.clone());
+    // Pancake sends an idle batch every interval whatever storage is doing, and this storage
+    // applies one write at a time on each connection: at 2 ms they would queue past the
+    // storage client's timeout. At 200 ms a stop still sees a few ticks.
+    setup.options.pancake.idle_batch_interval = Duration::from_millis(200);
+    let proxy = setup.start().await;
+    let mut con = proxy.connection().await;
+    let _: () = redis::cmd("SET")
+        .arg("key")
+        .arg("value")
+        .query_async(&mut con)
+        .await
+        .unwrap();
 
-        // From now on every write takes a while to land. A read makes every scheme that hides
-        // its accesses write something back (the path, the label, the batch) after the read is
-        // answered; the batch schemes also keep writing back dummy batches on their own.
-        storage
-            .write_delay_ms
-            .store(SLOW_WRITE.as_millis() as u64, Ordering::SeqCst);
-        let before = storage.writes_begun.load(Ordering::SeqCst);
-        let value: Option<String> = redis::cmd("GET")
-            .arg("key")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        assert_eq!(value.as_deref(), Some("value"), "{scheme}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        drop(con);
-        let stopping = std::time::Instant::now();
-        proxy.shutdown().await;
-        // The proxy's drain timeout is 5 s: a stop that took that long gave up waiting.
-        assert!(
-            stopping.elapsed() < Duration::from_secs(4),
-            "{scheme}: the stop ended only at the drain timeout ({:?})",
-            stopping.elapsed()
-        );
-
-        let begun = storage.writes_begun.load(Ordering::SeqCst);
-        let done = storage.writes_done.load(Ordering::SeqCst);
-        if !matches!(scheme, SchemeName::Unsafe | SchemeName::Encrypted) {
-            assert!(
-                begun > before,
-                "{scheme}: no write reached storage after the read, so this test shows nothing"
-            );
+    // From now on every write takes a while to land. A read makes every scheme that hides its
+    // accesses write something back (the path, the label, the batch) after the read is
+    // answered; the batch schemes also keep writing back dummy batches on their own.
+    storage
+        .write_delay_ms
+        .store(SLOW_WRITE.as_millis() as u64, Ordering::SeqCst);
+    let before = storage.writes_begun.load(Ordering::SeqCst);
+    // Commands whose second step comes only after the first is answered (an INCR reads, then
+    // writes), still running when the stop begins: the scheme must keep serving them.
+    let mut incrs = proxy.connection().await;
+    let counting = tokio::spawn(async move {
+        let mut last = 0;
+        for _ in 0..5 {
+            match redis::cmd("INCR")
+                .arg("counter")
+                .query_async::<i64>(&mut incrs)
+                .await
+            {
+                Ok(value) => last = value,
+                Err(_) => break,
+            }
         }
-        assert_eq!(
-            begun, done,
-            "{scheme}: the proxy stopped while storage was still applying a write it had sent"
+        last
+    });
+    let value: Option<String> = redis::cmd("GET")
+        .arg("key")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(value.as_deref(), Some("value"));
+    drop(con);
+    let stopping = Instant::now();
+    proxy.shutdown().await;
+    let took = stopping.elapsed();
+    let counted = counting.await.unwrap();
+
+    let begun = storage.writes_begun.load(Ordering::SeqCst);
+    let done = storage.writes_done.load(Ordering::SeqCst);
+    if !matches!(scheme, SchemeName::Unsafe | SchemeName::Encrypted) {
+        assert!(
+            begun > before,
+            "no write reached storage after the read, so this test shows nothing"
         );
     }
+    assert_eq!(
+        begun, done,
+        "the proxy stopped while storage was still applying a write it had sent \
+         (INCRs answered: {counted})"
+    );
+    // The proxy's drain timeout is 5 s: a stop that took that long gave up waiting.
+    assert!(
+        took < Duration::from_secs(4),
+        "the stop ended only at the drain timeout ({took:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloak() {
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Cloak).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waffle() {
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Waffle).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pancake() {
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Pancake).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_oram() {
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::PathOram).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curious() {
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Curious).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_and_unsafe() {
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Encrypted).await;
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Unsafe).await;
 }

@@ -154,8 +154,8 @@ pub struct Cloak {
     fill: Fill,
     /// When batches start and write-backs leave.
     schedule: Schedule,
-    /// The proxy is stopping ([`Algorithm::drain`]): batches go on only while ops are queued.
-    draining: bool,
+    /// The proxy is stopping and no op will come again ([`Algorithm::settle`]): no batch starts.
+    settled: bool,
     /// Starts a batch as soon as the one before is done while requests wait, off the grid:
     /// the timing leak of [`crate::LEAK_DEMO_INTAKE_BATCHES_ENV`], for tests only.
     #[cfg(feature = "leak-demo")]
@@ -224,7 +224,7 @@ impl Cloak {
             batch: first_batch,
             pending: HashMap::new(),
             queued: 0,
-            draining: false,
+            settled: false,
             corrupt: HashSet::new(),
             flight: None,
             write_backs: WriteBacks::default(),
@@ -262,12 +262,12 @@ impl Cloak {
         self.fill.is_done()
     }
 
-    /// Whether a stopping proxy needs no more batches: none is needed for the ops still queued
-    /// or the fill, so it waits for the batch in flight and its write-back, and exits. When the
-    /// schedule stops tells the server when the proxy was stopped and how many batches its
-    /// queue took at most, no more than a stop without this rule did.
+    /// Whether the schedule has ended: the proxy is stopping and no op will come again, so it
+    /// waits for the batch in flight and its write-back, and exits. Until then batches keep the
+    /// grid, whatever the stop's queue holds (ops a command makes after another's answer, like
+    /// an INCR's write, come while draining), so a batch never leaves off the grid.
     fn stopped(&self) -> bool {
-        self.draining && self.queued == 0 && self.filled()
+        self.settled
     }
 
     /// Keeps the initial fill's window of write requests full; once all are answered, the
@@ -759,8 +759,8 @@ impl Algorithm for Cloak {
         self.schedule.next_wake()
     }
 
-    fn drain(&mut self, _now: Instant) {
-        self.draining = true;
+    fn settle(&mut self) {
+        self.settled = true;
     }
 
     fn accepts(&self) -> bool {

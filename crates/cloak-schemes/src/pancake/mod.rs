@@ -147,9 +147,9 @@ pub struct Pancake {
     filled: bool,
     next_generation: u64,
     next_tick: Option<Instant>,
-    /// The proxy is stopping ([`Algorithm::drain`]): idle batches go on only while something
-    /// is left to do.
-    draining: bool,
+    /// The proxy is stopping and no op will come again ([`Algorithm::settle`]): no idle batch
+    /// is formed.
+    settled: bool,
     io: Io<Purpose>,
     adaptations: u64,
     swaps: u64,
@@ -221,7 +221,7 @@ impl Pancake {
             filled: false,
             next_generation: start.generation_base,
             next_tick: None,
-            draining: false,
+            settled: false,
             io: Io::default(),
             adaptations: 0,
             swaps: 0,
@@ -678,9 +678,8 @@ impl Algorithm for Pancake {
     }
 
     fn timeout(&mut self, now: Instant) {
-        // A stopping proxy with no request queued and every write in storage needs no more
-        // batches: it waits for those in flight, and exits.
-        if self.draining && self.queue.is_empty() && self.cache.unwritten() == 0 && self.filled {
+        // The schedule ends with the stop: the proxy waits for the batches in flight, and exits.
+        if self.settled {
             self.next_tick = None;
             return;
         }
@@ -711,8 +710,8 @@ impl Algorithm for Pancake {
         true
     }
 
-    fn drain(&mut self, _now: Instant) {
-        self.draining = true;
+    fn settle(&mut self) {
+        self.settled = true;
     }
 
     fn accepts(&self) -> bool {

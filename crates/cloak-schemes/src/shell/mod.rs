@@ -113,6 +113,9 @@ pub trait Algorithm: Send {
     /// See [`Scheme::drain`].
     fn drain(&mut self, _now: Instant) {}
 
+    /// See [`Scheme::settle`].
+    fn settle(&mut self) {}
+
     /// See [`Scheme::traffic_per_op`].
     fn traffic_per_op(&self) -> bool {
         false
@@ -276,6 +279,11 @@ impl<A: Algorithm> Scheme for Shell<A> {
 
     fn drain(&mut self, now: Instant) {
         self.algorithm.drain(now);
+        self.set_timers();
+    }
+
+    fn settle(&mut self) {
+        self.algorithm.settle();
         self.set_timers();
     }
 
