@@ -6,27 +6,54 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use cloak_core::{JournalOp, Record, Slot};
+use cloak_proxy::{Journal, JournalError};
 use cloak_schemes::SchemeName;
 use common::{Setup, Tampering};
 
 /// Long beside the 2 ms batch interval of [`Setup`], short beside its drain timeout (5 s) and
 /// its storage client's timeout (2 s).
-const SLOW_WRITE: Duration = Duration::from_millis(100);
+const SLOW_WRITE: Duration = Duration::from_millis(30);
 
-/// Stops a proxy of `scheme` while its storage is slow to apply writes and clients' commands
-/// are still coming in, and checks that it exits only once storage has answered every write
-/// it was sent, and well before the drain timeout.
-async fn a_clean_stop_waits_for_every_write_it_sent(scheme: SchemeName) {
+/// A journal that takes a while to commit, counting the commits it began and finished.
+#[derive(Default)]
+struct SlowJournal {
+    begun: AtomicUsize,
+    done: AtomicUsize,
+}
+
+impl Journal for SlowJournal {
+    fn commit(&self, _ops: &[JournalOp]) -> Result<(), JournalError> {
+        self.begun.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(SLOW_WRITE);
+        self.done.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn records(&self) -> Result<Vec<(Slot, Record)>, JournalError> {
+        Ok(Vec::new())
+    }
+}
+
+/// Stops a proxy of `scheme` while its storage (and its journal, if `journal`) is slow to
+/// apply writes and clients' commands are still coming in, and checks that it exits only once
+/// storage has answered every write it was sent and every journal commit is over, and well
+/// before the drain timeout.
+async fn a_clean_stop_waits_for_every_write_it_sent(scheme: SchemeName, journal: bool) {
     let storage = Arc::new(Tampering::new());
+    let journaled = Arc::new(SlowJournal::default());
     let mut setup = Setup::new(scheme, 64);
     setup.storage = Some(storage.clone());
-    // Pancake sends an idle batch every interval whatever storage is doing, and this storage
-    // applies one write at a time on each connection: at 2 ms they would queue past the
-    // storage client's timeout. At 200 ms a stop still sees a few ticks.
-    setup.options.pancake.idle_batch_interval = Duration::from_millis(200);
+    if journal {
+        setup.journal = Some(journaled.clone());
+    }
+    // Pancake sends an idle batch every interval whatever storage is doing: faster than
+    // storage applies them, they would queue past the storage client's timeout. At 20 ms one
+    // write or another is always in flight, so a stop whose schedule does not end never ends.
+    setup.options.pancake.idle_batch_interval = Duration::from_millis(20);
     let proxy = setup.start().await;
     let mut con = proxy.connection().await;
     let _: () = redis::cmd("SET")
@@ -74,6 +101,18 @@ async fn a_clean_stop_waits_for_every_write_it_sent(scheme: SchemeName) {
 
     let begun = storage.writes_begun.load(Ordering::SeqCst);
     let done = storage.writes_done.load(Ordering::SeqCst);
+    let commits_begun = journaled.begun.load(Ordering::SeqCst);
+    let commits_done = journaled.done.load(Ordering::SeqCst);
+    assert_eq!(
+        commits_begun, commits_done,
+        "the proxy stopped in the middle of a journal commit"
+    );
+    if journal {
+        assert!(
+            commits_begun > 0,
+            "nothing was journaled: this test shows nothing"
+        );
+    }
     if !matches!(scheme, SchemeName::Unsafe | SchemeName::Encrypted) {
         assert!(
             begun > before,
@@ -94,31 +133,38 @@ async fn a_clean_stop_waits_for_every_write_it_sent(scheme: SchemeName) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cloak() {
-    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Cloak).await;
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Cloak, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waffle() {
-    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Waffle).await;
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Waffle, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pancake() {
-    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Pancake).await;
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Pancake, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_oram() {
-    a_clean_stop_waits_for_every_write_it_sent(SchemeName::PathOram).await;
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::PathOram, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curious() {
-    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Curious).await;
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Curious, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn encrypted_and_unsafe() {
-    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Encrypted).await;
-    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Unsafe).await;
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Encrypted, false).await;
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::Unsafe, false).await;
+}
+
+/// Path ORAM sends a path's write-back only once a journal commit says the blocks it moves are
+/// durable: a stop must wait for that commit and the write-back after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_oram_with_a_journal() {
+    a_clean_stop_waits_for_every_write_it_sent(SchemeName::PathOram, true).await;
 }

@@ -13,7 +13,7 @@ use cloak_core::{
     SetCondition, Slot,
 };
 use cloak_crypto::{KeyHasher, MasterKey};
-use cloak_proxy::{ProxyOptions, StatsHandle};
+use cloak_proxy::{Journal, ProxyOptions, StatsHandle};
 use cloak_schemes::{SchemeName, SchemeOptions, Start, StoreSpec};
 use cloak_storage::{
     MemoryStorage, Observing, Storage, StorageError, StorageOp, StorageReply, TcpStorage,
@@ -123,6 +123,8 @@ pub struct Setup {
     pub after_start: Option<fn()>,
     /// The storage to use; a fresh one if `None`.
     pub storage: Option<Arc<Tampering>>,
+    /// The journal (see [`ProxyOptions::journal`]); none by default.
+    pub journal: Option<Arc<dyn Journal>>,
 }
 
 impl Setup {
@@ -147,6 +149,7 @@ impl Setup {
             recovered: Vec::new(),
             after_start: None,
             storage: None,
+            journal: None,
         }
     }
 
@@ -214,6 +217,7 @@ impl Setup {
             pending_limit: self.pending_limit,
             script_time_limit: self.script_time_limit,
             after_start: self.after_start,
+            journal: self.journal,
             ..ProxyOptions::default()
         };
         let proxy = tokio::spawn(cloak_proxy::run(
