@@ -104,12 +104,17 @@ impl Cluster {
 
     /// Keys of partition `partition`.
     fn keys_of(&self, partition: usize, count: usize) -> Vec<String> {
-        (0..)
-            .map(|i| format!("key:{i}"))
-            .filter(|key| self.map.partition_of(key_slot(key.as_bytes())).index == partition)
-            .take(count)
-            .collect()
+        keys_of(&self.map, partition, count)
     }
+}
+
+/// The first `count` keys `key:N` that `map` puts in partition `partition`.
+fn keys_of(map: &ClusterMap, partition: usize, count: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("key:{i}"))
+        .filter(|key| map.partition_of(key_slot(key.as_bytes())).index == partition)
+        .take(count)
+        .collect()
 }
 
 /// `cloak cluster move` through the proxy on `port` with the secret in `secret`: whether it
@@ -459,26 +464,10 @@ fn proxies_reach_each_other_over_tls_and_a_peer_without_the_clusters_ca_is_refus
     );
 
     // A move over TLS (the secret with it); the tool without the CA cannot reach the proxies.
+    let node = format!("127.0.0.1:{}", ports[0]);
     let tool = |extra: &[&str]| {
-        let mut command = Command::new(CLOAK);
-        command
-            .env_remove("CLOAK_CLUSTER_SECRET_FILE")
-            .args([
-                "cluster",
-                "move",
-                "--partition",
-                "0",
-                "--to",
-                "p1",
-                "--node",
-            ])
-            .arg(format!("127.0.0.1:{}", ports[0]))
-            .args(["--cluster-secret-file", &cluster.secret])
-            .args(extra);
-        let out = command.output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        (out.status.success(), text)
+        let (moved, text, _) = move_tool(&node, &cluster.secret, extra);
+        (moved, text)
     };
     let (moved, text) = tool(&[]);
     assert!(!moved && text.contains("cannot read the map"), "{text}");
@@ -665,10 +654,7 @@ fn a_move_to_a_proxy_that_cannot_reach_the_storage_is_refused_and_changes_nothin
     };
     let _p0 = start(0, &["--storage-secret-file", secret]);
     let _p1 = start(1, &[]);
-    let key = (0..)
-        .map(|i| format!("key:{i}"))
-        .find(|key| map.partition_of(key_slot(key.as_bytes())).index == 0)
-        .unwrap();
+    let key = keys_of(&map, 0, 1).remove(0);
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg("before")
@@ -955,10 +941,7 @@ fn an_owner_whose_health_answer_does_not_verify_is_not_taken_over() {
         Running::start_with_env(&args, &[("CLOAK_KEY", KEY)], "cloak proxy listening")
     };
     let _proxies: Vec<Running> = (0..3).map(start).collect();
-    let key = (0..)
-        .map(|i| format!("key:{i}"))
-        .find(|key| map.partition_of(key_slot(key.as_bytes())).index == 0)
-        .unwrap();
+    let key = keys_of(&map, 0, 1).remove(0);
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg("before")
