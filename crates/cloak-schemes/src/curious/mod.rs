@@ -680,7 +680,7 @@ impl Algorithm for Curious {
     fn answered(&mut self, now: Instant, purpose: Purpose, answer: ShellAnswer) {
         match purpose {
             Purpose::Fill(recovered) => {
-                self.fill.written(recovered, &mut self.io.out);
+                self.fill.written(now, recovered, &mut self.io.out);
                 self.pump_fill(Some(now));
             }
             Purpose::Read(access) => self.finish_read(access, answer.values()),

@@ -12,6 +12,7 @@
 //! record while its old copy still sits in an unwritten bucket).
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use cloak_core::recovery::leak_demo;
 use cloak_core::{Addr, Record, StorageOp};
@@ -125,8 +126,9 @@ impl Fill {
     }
 
     /// A request of the fill is in storage.
-    pub fn landed(&mut self) {
+    pub fn landed(&mut self, now: Instant) {
         self.outstanding -= 1;
+        self.pace.answered(now);
         self.landed.chunk(self.chunk);
         if self.is_done() {
             self.pace.report();

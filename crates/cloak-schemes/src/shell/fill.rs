@@ -18,7 +18,10 @@
 //! quantities only: the store's slots and elements, the element size and the request's size,
 //! scaled by the operator's `--fill-pace` (never from a measured cost, which would follow the
 //! records). What the server sees is then a function of those and of its own answers: a
-//! request whose window is full waits for storage's answer, which the server caused.
+//! request whose window is full waits for storage's answer, which the server caused, and then
+//! leaves no earlier than an interval after that answer ([`Pace::answered`]). Without that rule a
+//! server that held its answers past the clock made every later request leave as soon as it was
+//! prepared, and so showed how long each took to prepare (review finding M1).
 //!
 //! What remains: a request prepared after its instant (a host far slower than the defaults
 //! assume, or an overloaded one) leaves late, and its lateness may follow its records. Such
@@ -197,6 +200,17 @@ impl Pace {
         io.send_at(leaves, purpose, op);
     }
 
+    /// Storage answered a request at `now`, which frees its place in the window: the request
+    /// prepared in that place starts now, so it leaves no earlier than an interval from now.
+    /// While answers come on time this changes nothing (that request's instant is later
+    /// already); an answer held back by the server moves the clock by the server's own delay,
+    /// never by how long the next request took to prepare.
+    pub fn answered(&mut self, now: Instant) {
+        if let Some(next) = &mut self.next {
+            *next = (*next).max(now + self.interval);
+        }
+    }
+
     /// Logs, once the fill is done, how many of its requests were prepared too late to leave on
     /// the clock (their timing may follow the records they carried).
     pub fn report(&self) {
@@ -309,8 +323,9 @@ impl Fill {
 
     /// A fill request is in storage; the recovered records it carried, as (slot, version), no
     /// longer need the journal.
-    pub fn written(&mut self, recovered: Vec<(u32, u64)>, out: &mut Outbox) {
+    pub fn written(&mut self, now: Instant, recovered: Vec<(u32, u64)>, out: &mut Outbox) {
         self.outstanding -= 1;
+        self.pace.answered(now);
         self.landed.chunk(self.chunk);
         for (slot, version) in recovered {
             out.release(Slot::from(slot), version);
@@ -401,6 +416,43 @@ mod tests {
     }
 
     #[test]
+    fn a_request_after_a_held_answer_leaves_an_interval_after_it_whatever_its_preparation() {
+        let scanned = Instant::now();
+        let shape = Fill::shape(10, 10, 100, 4);
+        let interval = Duration::from_nanos(9_200);
+        let mut pace = FillClock {
+            scanned,
+            scale: 1.0,
+        }
+        .pace(shape);
+        let first = FillClock {
+            scanned,
+            scale: 1.0,
+        }
+        .first_request(shape);
+        let mut io = Io::default();
+        pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        // An answer on time: the next request keeps its place on the clock.
+        pace.answered(first);
+        pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        // An answer the server held an hour: the next request leaves an interval after it,
+        // not whenever it happens to be prepared.
+        let held = first + Duration::from_secs(3600);
+        pace.answered(held);
+        pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        assert_eq!(
+            leaving(&mut io),
+            [
+                Some(first),
+                Some(first + interval),
+                Some(held + interval),
+                Some(held + interval * 2)
+            ]
+        );
+    }
+
+    #[test]
     fn chunks_cover_everything_within_the_window() {
         let mut fill = Fill::with_window(10, 4, 2, Pace::unpaced());
         assert_eq!(fill.next_chunk(), Some(0..4));
@@ -408,12 +460,13 @@ mod tests {
         assert_eq!(fill.next_chunk(), None, "window full");
         assert_eq!(fill.filling(), Some((0, 10)));
         let mut out = Outbox::default();
-        fill.written(vec![(3, 7)], &mut out);
+        let now = Instant::now();
+        fill.written(now, vec![(3, 7)], &mut out);
         assert_eq!(fill.filling(), Some((4, 10)), "a chunk landed");
         assert_eq!(fill.next_chunk(), Some(8..10));
-        fill.written(Vec::new(), &mut out);
+        fill.written(now, Vec::new(), &mut out);
         assert!(!fill.is_done());
-        fill.written(Vec::new(), &mut out);
+        fill.written(now, Vec::new(), &mut out);
         assert!(fill.is_done() && fill.next_chunk().is_none());
         assert_eq!(fill.filling(), None, "done");
         assert!(

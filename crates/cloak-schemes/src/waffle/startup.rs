@@ -246,7 +246,7 @@ impl Waffle {
     }
 
     pub(super) fn filled_chunk(&mut self, now: Instant, recovered: Vec<(u32, u64)>) {
-        self.startup.fill.written(recovered, &mut self.io.out);
+        self.startup.fill.written(now, recovered, &mut self.io.out);
         self.pump_fill(now);
     }
 
