@@ -28,6 +28,7 @@
 //! [`crate::integrity`]).
 
 pub mod leak_demo;
+pub mod pace;
 mod records;
 pub mod spool;
 
@@ -75,7 +76,7 @@ pub enum RecoveryError {
 }
 
 /// Elements read per scan request.
-const SCAN_CHUNK: u32 = 4096;
+pub const SCAN_CHUNK: u32 = 4096;
 
 /// Most slots [`Recovery::expecting`] makes room for in advance (slots past it are kept in a
 /// hash map): the room is reserved, not touched, until records arrive, but a capacity given by
@@ -358,15 +359,22 @@ impl Recovery {
             format.records(*address, element)
         });
         let mut unopened = Vec::new();
+        let mut live = 0;
         for ((address, element), opened) in elements.iter().zip(opened) {
             let spooled = self.spool.elements();
             match opened {
-                Ok((generation, records)) => self.keep(*address, element, generation, records)?,
+                Ok((generation, records)) => {
+                    live += records.iter().filter(|(_, r)| !r.value.is_empty()).count();
+                    self.keep(*address, element, generation, records)?
+                }
                 Err(error) => unopened.push((*address, error)),
             }
             if padding == Padding::EachElement && self.spool.elements() == spooled {
                 self.pad()?;
             }
+        }
+        if padding == Padding::EachElement {
+            leak_demo::slow_scanned_records(live);
         }
         Ok(unopened)
     }

@@ -27,7 +27,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cloak_core::recovery::{Progress, spool};
+use cloak_core::recovery::leak_demo;
+use cloak_core::recovery::pace::ScanPace;
+use cloak_core::recovery::{Progress, SCAN_CHUNK, spool};
 use cloak_core::{
     Addr, Damage, ElementFormat, Findings, Recovered, Recovery, SlotVersions, StorageOp,
 };
@@ -335,7 +337,9 @@ pub struct RecoveryReport {
 /// storage must hold (from the ledger; empty without one). With a state directory, the
 /// recovered elements are spooled there (see the module docs). An earlier spool that cannot be
 /// read whole refuses the start unless `accept_data_loss`. `slots` is how many slots the store
-/// has, the room recovery makes for their records up front.
+/// has, the room recovery makes for their records up front. The scan's requests leave on a
+/// public clock scaled by `pace` (`--fill-pace`; see [`ScanPace`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn recover(
     storage: &dyn Storage,
     format: ElementFormat,
@@ -344,8 +348,10 @@ pub async fn recover(
     expected: &SlotVersions,
     state: Option<&StateDir>,
     accept_data_loss: bool,
+    pace: f64,
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
+    let mut pace = ScanPace::new(start, SCAN_CHUNK, format.element_len(), pace);
     let mut recovery = Recovery::new(format).expecting(slots);
     if let Some(state) = state {
         recovery = recovery.spooling_to(state.next_spool()?);
@@ -363,24 +369,48 @@ pub async fn recover(
     // it (opening the last chunks, sorting, the new instance's start) is hidden behind that
     // clock. Its answer's arrival would do as well, but while a chunk is opened the answer
     // waits unread, so the instant the proxy would note for it moves with that chunk's work.
+    //
+    // Each request leaves on the scan's public clock ([`ScanPace`]), so how long the chunk
+    // before took to open (longer the more live records it held) does not show; the wait comes
+    // before the request and its chunk's opening, not between them, since opening a chunk holds
+    // this task until it is done.
     let mut scanned = Instant::now();
     let mut reply = match recovery.next_request() {
-        Some(first) => Some(storage.call(first).await?),
+        Some(first) => {
+            pace.left(scanned);
+            Some(storage.call(first).await?)
+        }
         None => None,
     };
     while let Some(answer) = reply.take() {
         let chunk = recovery.accept(answer)?;
         match recovery.next_request() {
             Some(next) => {
+                if !leak_demo::unpaced_scan() {
+                    tokio::time::sleep_until(pace.next().into()).await;
+                }
                 scanned = Instant::now();
-                let (next_answer, opened) =
-                    tokio::join!(storage.call(next), async { recovery.open(chunk) });
+                pace.left(scanned);
+                let (next_answer, opened) = tokio::join!(storage.call(next), async {
+                    let opened = recovery.open(chunk);
+                    (opened, Instant::now())
+                });
+                let (opened, done) = opened;
                 opened?;
+                pace.ready(done);
                 reply = Some(next_answer?);
             }
             None => recovery.open(chunk)?,
         }
         progress.scanned(recovery.scanned());
+    }
+    if pace.late() > 0 {
+        tracing::warn!(
+            late = pace.late(),
+            "scan requests left after their instant on the scan's public clock (the proxy was \
+             still opening the chunk before): their timing may tell the storage server how many \
+             keys the store holds; raise --fill-pace"
+        );
     }
     // Read after the scan, so the requests storage sees are the same with or without it.
     if let Some(state) = state {

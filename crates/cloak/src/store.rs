@@ -210,6 +210,7 @@ impl Store {
             ledger.as_ref().map_or(&nothing_expected, |l| &l.expected),
             state,
             accept_data_loss,
+            self.fill_pace,
         )
         .await
         .context("recovering the store from storage")?;

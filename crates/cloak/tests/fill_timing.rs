@@ -38,7 +38,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use cloak_audit::distinguish::percentiles;
 use cloak_core::recovery::leak_demo::{
-    LIVE_READ_BACK_ENV, SLOW_LIVE_RECORD_ENV, SLOW_READ_BACK_ENV,
+    LIVE_READ_BACK_ENV, SLOW_LIVE_RECORD_ENV, SLOW_READ_BACK_ENV, SLOW_SCANNED_RECORD_ENV,
+    UNPACED_SCAN_ENV,
 };
 use cloak_core::{AccessKind, Entry, Record, RecordLayout, STORE_MARKER, StorageOp, Trace};
 use cloak_crypto::{MasterKey, StoreId};
@@ -98,6 +99,9 @@ struct Store {
     capacity: u64,
     keys: u64,
     value_size: usize,
+    /// Whether every slot without a key holds an element of an empty record, as a Cloak store
+    /// does once filled (else only the keys' elements are preloaded).
+    empty_elements: bool,
 }
 
 /// What the server saw of a restart's fill.
@@ -112,6 +116,8 @@ struct Fill {
     /// From starting the proxy to its `INFO` saying the fill is done (to 20 ms): when it
     /// answers its first read.
     filled: Duration,
+    /// Between one of recovery's scan requests and the next.
+    scan_gaps: Vec<Duration>,
 }
 
 impl Store {
@@ -136,15 +142,24 @@ impl Store {
         let mut format =
             cloak_schemes::element_format(self.scheme, layout, &store.key(&master)).unwrap();
         let value = Entry::string(Bytes::from(vec![b'v'; self.value_size])).seal();
-        let slots: Vec<u64> = (0..self.keys).collect();
+        let preloaded = if self.empty_elements {
+            self.capacity
+        } else {
+            self.keys
+        };
+        let slots: Vec<u64> = (0..preloaded).collect();
         for chunk in slots.chunks(1024) {
             let elements = chunk
                 .iter()
                 .map(|&slot| {
-                    let record = Record {
-                        version: 1,
-                        key: Bytes::from(format!("key:{slot:012}")),
-                        value: value.clone(),
+                    let record = if slot < self.keys {
+                        Record {
+                            version: 1,
+                            key: Bytes::from(format!("key:{slot:012}")),
+                            value: value.clone(),
+                        }
+                    } else {
+                        Record::empty()
                     };
                     (
                         u128::from(slot),
@@ -240,6 +255,10 @@ fn fill_of(trace: &Trace, format: &mut cloak_core::ElementFormat) -> Fill {
         pause,
         gaps: writes.windows(2).map(|w| w[1].at - w[0].at).collect(),
         live,
+        scan_gaps: trace[first_scan..after_recovery]
+            .windows(2)
+            .map(|w| w[1].at - w[0].at)
+            .collect(),
     }
 }
 
@@ -261,6 +280,7 @@ fn pace_follows_live_records(scheme: SchemeName, env: &[(&str, &str)]) -> bool {
         capacity: 8192,
         keys,
         value_size: 64,
+        empty_elements: false,
     };
     let mut env = env.to_vec();
     env.push((SLOW_READ_BACK_ENV, "100"));
@@ -297,6 +317,56 @@ fn cloak_fill_pace_does_not_follow_live_records() {
 #[test]
 fn waffle_fill_pace_does_not_follow_live_records() {
     assert_fill_pace_independent_of_live_records(SchemeName::Waffle);
+}
+
+/// Slots of the store the scan test restarts: sixteen of recovery's scan requests of 4096.
+const SCAN_CAPACITY: u64 = 65536;
+
+/// Microseconds each live record adds to opening its scanned chunk in the scan test: 20 ms a
+/// full chunk, far above a loaded host's noise.
+const SLOW_SCANNED_US: u64 = 5;
+
+/// The mean gap between recovery's scan requests of an empty store and of a full one, with
+/// the amplifier and `env`, in microseconds.
+fn scan_gaps_empty_and_full(env: &[(&str, &str)]) -> (i128, i128) {
+    let store = |keys| Store {
+        scheme: SchemeName::Cloak,
+        capacity: SCAN_CAPACITY,
+        keys,
+        value_size: 64,
+        empty_elements: true,
+    };
+    let slow = SLOW_SCANNED_US.to_string();
+    let mut env = env.to_vec();
+    env.push((SLOW_SCANNED_RECORD_ENV, &slow));
+    // Slow enough that a full chunk's amplified opening (20 ms, and a test build's own work)
+    // fits in the scan's interval (about 6.5 ms a chunk at 1) with room to spare.
+    let mean = |fill: &Fill| {
+        fill.scan_gaps.iter().sum::<Duration>().as_micros() as i128
+            / fill.scan_gaps.len().max(1) as i128
+    };
+    let empty = mean(&store(0).restart(common::CLOAK, &env, "20"));
+    let full = mean(&store(SCAN_CAPACITY).restart(common::CLOAK, &env, "20"));
+    println!("recovery's scan {env:?}: mean gap between requests {empty} µs empty, {full} µs full");
+    (empty, full)
+}
+
+/// Recovery's scan keeps its public pace whatever its chunks hold (review finding M2): the
+/// mean gap between its requests is the same for an empty store and a full one, although each
+/// full chunk takes 20 ms longer to open; and the same check catches the scan that sends each
+/// request once the chunk before is opened.
+#[test]
+fn recoverys_scan_pace_does_not_follow_live_records() {
+    let follows =
+        |(empty, full): (i128, i128)| (full - empty).abs() > i128::from(4096 * SLOW_SCANNED_US) / 2;
+    assert!(
+        !follows(scan_gaps_empty_and_full(&[])),
+        "the gaps between recovery's scan requests follow the live records"
+    );
+    assert!(
+        follows(scan_gaps_empty_and_full(&[(UNPACED_SCAN_ENV, "1")])),
+        "the scan without its clock passed for one that hides the live records"
+    );
 }
 
 /// Slots of the stores the clock tests restart.
@@ -365,6 +435,7 @@ fn empty_and_full(test: ClockTest, env: &[(&str, &str)]) -> Apart {
         capacity: CLOCK_CAPACITY,
         keys,
         value_size,
+        empty_elements: false,
     };
     let slow = slow_live_us.to_string();
     let mut env = env.to_vec();
@@ -492,6 +563,7 @@ fn the_clocks_cost_in_time_to_the_first_read_measured() {
                 capacity,
                 keys,
                 value_size,
+                empty_elements: false,
             };
             let fill = store.restart(&bin, &[], pace);
             println!(
@@ -565,6 +637,7 @@ fn the_fill_pace_by_live_records_measured() {
                     capacity,
                     keys,
                     value_size,
+                    empty_elements: false,
                 };
                 let fill = store.restart(&bin, &env, "1");
                 let [p10, p50, p90, _] = percentiles(micros(&fill.gaps));

@@ -13,6 +13,11 @@
 //!   decoy evens out (sorting, the key directory, copying values into elements), made large
 //!   enough to show far above a loaded host's noise, so the test can tell whether the fill's
 //!   public clock hides it (`cloak_schemes::shell::fill`).
+//! - [`SLOW_SCANNED_RECORD_ENV`] (microseconds) makes opening each chunk of recovery's scan
+//!   take that much longer for each live record it holds: the work of keeping a record and
+//!   spooling its element, made large, so the test can tell whether the scan's public clock
+//!   ([`super::pace`]) hides it; [`UNPACED_SCAN_ENV`] sends each scan request as soon as the
+//!   chunk before is opened, the leak that clock closes.
 
 /// Microseconds added to every read back from the spool (see the module docs).
 pub const SLOW_READ_BACK_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_READ_BACK_US";
@@ -24,6 +29,40 @@ pub const LIVE_READ_BACK_ENV: &str = "CLOAK_LEAK_DEMO_LIVE_READ_BACK";
 /// Set (in microseconds), the work per live record takes that much longer (see the module
 /// docs).
 pub const SLOW_LIVE_RECORD_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_LIVE_RECORD_US";
+
+/// Set (in microseconds), opening a scanned chunk takes that much longer per live record (see
+/// the module docs).
+pub const SLOW_SCANNED_RECORD_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_SCANNED_RECORD_US";
+
+/// Set (to anything), recovery's scan requests leave as soon as they can, off its clock (see
+/// the module docs).
+pub const UNPACED_SCAN_ENV: &str = "CLOAK_LEAK_DEMO_UNPACED_SCAN";
+
+/// Waits as long as [`SLOW_SCANNED_RECORD_ENV`] says for each of `records` live records, in a
+/// leak-demo build.
+pub(super) fn slow_scanned_records(records: usize) {
+    #[cfg(feature = "leak-demo")]
+    {
+        static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
+            std::sync::LazyLock::new(|| micros_from(SLOW_SCANNED_RECORD_ENV));
+        sleep_times(*DELAY, records);
+    }
+    #[cfg(not(feature = "leak-demo"))]
+    let _ = records;
+}
+
+/// Whether recovery's scan runs off its clock: in a leak-demo build with [`UNPACED_SCAN_ENV`]
+/// set.
+pub fn unpaced_scan() -> bool {
+    #[cfg(feature = "leak-demo")]
+    {
+        use std::sync::LazyLock;
+        static SET: LazyLock<bool> = LazyLock::new(|| std::env::var_os(UNPACED_SCAN_ENV).is_some());
+        *SET
+    }
+    #[cfg(not(feature = "leak-demo"))]
+    false
+}
 
 /// Waits as long as [`SLOW_READ_BACK_ENV`] says, in a leak-demo build.
 pub(super) fn slow_read_back() {
