@@ -340,13 +340,13 @@ fn scan_gaps_empty_and_full(env: &[(&str, &str)]) -> (i128, i128) {
     let mut env = env.to_vec();
     env.push((SLOW_SCANNED_RECORD_ENV, &slow));
     // Slow enough that a full chunk's amplified opening (20 ms, and a test build's own work)
-    // fits in the scan's interval (about 6.5 ms a chunk at 1) with room to spare.
+    // fits in the scan's interval (about 9.7 ms a chunk at 1) with room to spare.
     let mean = |fill: &Fill| {
         fill.scan_gaps.iter().sum::<Duration>().as_micros() as i128
             / fill.scan_gaps.len().max(1) as i128
     };
-    let empty = mean(&store(0).restart(common::CLOAK, &env, "20"));
-    let full = mean(&store(SCAN_CAPACITY).restart(common::CLOAK, &env, "20"));
+    let empty = mean(&store(0).restart(common::CLOAK, &env, "10"));
+    let full = mean(&store(SCAN_CAPACITY).restart(common::CLOAK, &env, "10"));
     println!("recovery's scan {env:?}: mean gap between requests {empty} µs empty, {full} µs full");
     (empty, full)
 }
