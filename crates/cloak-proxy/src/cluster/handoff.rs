@@ -88,27 +88,27 @@ async fn step(node: &Arc<Node>, request: AdminRequest) -> Result<(), String> {
             partition,
             key_id,
             map,
-        } => {
-            let _turn = node.take_turn().await;
-            let map = newer_map(node, &map)?;
-            acquire(node, partition, &key_id, map, Owner::LetGo).await
-        }
+        } => acquire_sent(node, partition, &key_id, &map, Owner::LetGo).await,
         AdminRequest::Takeover {
             partition,
             key_id,
             map,
-        } => {
-            let _turn = node.take_turn().await;
-            let map = newer_map(node, &map)?;
-            tracing::warn!(
-                partition,
-                "taking over: its proxy is said to be dead; writes it acknowledged but had not \
-                 stored are lost"
-            );
-            acquire(node, partition, &key_id, map, Owner::Down).await
-        }
+        } => acquire_sent(node, partition, &key_id, &map, Owner::Down).await,
         AdminRequest::Adopt(map) => adopt(node, &map).await,
     }
+}
+
+/// `ACQUIRE` or `TAKEOVER`: [`acquire`] under the map sent, holding the turn.
+async fn acquire_sent(
+    node: &Node,
+    partition: usize,
+    key_id: &str,
+    map: &str,
+    owner: Owner,
+) -> Result<(), String> {
+    let _turn = node.take_turn().await;
+    let map = newer_map(node, map)?;
+    acquire(node, partition, key_id, map, owner).await
 }
 
 /// The highest map epoch accepted from a command.
@@ -427,7 +427,9 @@ async fn start_here(
                     tracing::warn!(
                         partition,
                         proxy = %proxy.name,
-                        "the owner does not answer ({why}); taking the partition over"
+                        "the owner does not answer ({why}); taking the partition over (the \
+                         operator says it is dead): writes it acknowledged but had not stored \
+                         are lost"
                     );
                     continue;
                 }
