@@ -196,9 +196,11 @@ const JOURNAL_LEFT: &str = "journal.redb.before-takeover";
 
 /// Warns of, and sets aside, the journals of partitions this proxy no longer serves (`map`
 /// gives them elsewhere) that still hold records. A partition released by a move drained its
-/// journal first; one that holds records was taken over while this proxy was down
-/// (`cloak cluster move --source-down`): those are writes acknowledged here and never stored,
-/// lost to the partition's new owner. They are not replayed into storage, which another proxy
+/// journal into storage first (records whose storage confirmation was not yet journaled may
+/// remain, already stored); one taken over while this proxy was down (`cloak cluster move
+/// --source-down`) may hold writes acknowledged here and never stored, lost to the partition's
+/// new owner. Which is which cannot be told without reading storage, which is no longer this
+/// proxy's to read, so the warning gives the count and says both. They are not replayed into storage, which another proxy
 /// now writes; the file is renamed (kept for the record, never deleted) so that a later move
 /// of the partition back here cannot replay them over its newer contents.
 pub fn set_aside_stale_journals(
@@ -227,9 +229,10 @@ pub fn set_aside_stale_journals(
             records,
             owner = %map.proxies()[partition.proxy].name,
             journal = %aside.display(),
-            "partition {} was taken over while this proxy was down: {records} writes it \
-             acknowledged were never stored and are not in it; its journal is kept, not \
-             replayed",
+            "partition {} is served elsewhere, but its journal here still holds {records} \
+             records (writes this proxy acknowledged; it was taken over while this proxy was \
+             down, or storage's confirmation of them was not yet journaled): any of them not \
+             stored before are not in the partition; the journal is kept, not replayed",
             partition.index
         );
     }
