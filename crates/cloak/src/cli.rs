@@ -720,6 +720,20 @@ pub struct ClusterMoveArgs {
     /// network where every link is trusted
     #[arg(long, conflicts_with = "cluster_ca")]
     pub allow_plaintext_secret: bool,
+
+    /// The partition's proxy is dead and will not serve again: the operator says so. The target
+    /// takes the partition from storage alone, without asking the dead proxy to drain it (the
+    /// tool and the target each check first that the proxy does not answer, and refuse if it
+    /// does: then move it without this flag). Needs --accept-data-loss. Restart the dead proxy,
+    /// if ever, only with its state dir: it then adopts the newer map and does not serve the
+    /// partition
+    #[arg(long)]
+    pub source_down: bool,
+
+    /// With --source-down: writes the dead proxy acknowledged but had not yet stored (still in
+    /// its journal) are not in the partition the target starts; they are lost
+    #[arg(long, requires = "source_down")]
+    pub accept_data_loss: bool,
 }
 
 #[derive(Args, Debug)]

@@ -1164,3 +1164,81 @@ fn a_secret_file_others_may_read_is_refused_by_the_proxy_and_the_tool() {
         "{text}"
     );
 }
+
+/// `cloak cluster move --source-down`: refused while the source answers (by the tool, and by
+/// the target itself when asked straight), refused without `--accept-data-loss`; once p0 is
+/// killed, p1 takes partition 0 over from storage alone: the stored key is read back there, p2
+/// redirects to p1, writes work; and p0, restarted with its state dir, adopts the newer map
+/// and redirects to p1 instead of serving partition 0.
+#[test]
+fn a_partition_whose_proxy_is_dead_is_taken_over_only_once_it_does_not_answer() {
+    let cluster = Cluster::new();
+    let p0 = cluster.start(0, KEY);
+    let _p1 = cluster.start(1, KEY);
+    let _p2 = cluster.start(2, KEY);
+    let ports = &cluster.ports;
+    let key = cluster.keys_of(0, 1).remove(0);
+    let mut client = common::connect(ports[0]);
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("stored")
+        .query(&mut client)
+        .unwrap();
+    common::wait_until_stored(&mut client, Duration::from_secs(30));
+    let p1 = format!("127.0.0.1:{}", ports[1]);
+    let takeover = ["--source-down", "--accept-data-loss"];
+
+    let (moved, text, _) = move_tool(&p1, &cluster.secret, &takeover);
+    assert!(!moved, "{text}");
+    assert!(
+        text.contains("p0 at") && text.contains("it is not down"),
+        "{text}"
+    );
+    let (moved, text, _) = move_tool(&p1, &cluster.secret, &["--source-down"]);
+    assert!(!moved, "{text}");
+    assert!(text.contains("--accept-data-loss"), "{text}");
+    // The target checks for itself: asked straight, it refuses while p0 answers.
+    let key_id: String = redis::cmd("CLOAK")
+        .arg("KEYID")
+        .arg(0)
+        .query(&mut admin(ports[1]))
+        .unwrap();
+    let next = cluster.map.moved(0, "p1").unwrap().to_toml();
+    let refused = redis::cmd("CLOAK")
+        .arg("TAKEOVER")
+        .arg(0)
+        .arg(&key_id)
+        .arg(&next)
+        .query::<()>(&mut admin(ports[1]))
+        .expect_err("p1 must not take partition 0 while p0 answers");
+    assert!(refused.to_string().contains("it is not dead"), "{refused}");
+    assert_eq!(get(ports[0], &key), "stored");
+    assert!(get(ports[1], &key).contains(&format!("127.0.0.1:{}", ports[0])));
+
+    p0.kill();
+    let p2 = format!("127.0.0.1:{}", ports[2]);
+    let (moved, text, _) = move_tool(&p2, &cluster.secret, &takeover);
+    assert!(moved, "{text}");
+    assert!(
+        text.contains("partition 0 taken over by p1 from p0, which did not answer")
+            && text.contains("writes p0 acknowledged but had not yet stored are not in it"),
+        "{text}"
+    );
+    assert_eq!(get(ports[1], &key), "stored");
+    let redirected = get(ports[2], &key);
+    assert!(redirected.contains(&p1), "p2 sends it to {redirected:?}");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("after")
+        .query(&mut common::connect(ports[1]))
+        .unwrap();
+    assert_eq!(get(ports[1], &key), "after");
+
+    let _p0 = cluster.start(0, KEY);
+    let redirected = get(ports[0], &key);
+    assert!(
+        redirected.contains(&p1),
+        "restarted p0 answers {redirected:?}"
+    );
+    assert_eq!(get(ports[1], &key), "after");
+}

@@ -8,6 +8,8 @@
 //! CLOAK RELEASE partition map          stop serving it: drain its journal into storage, stop
 //!                                      its core, keep `map` (in which another proxy has it)
 //! CLOAK ACQUIRE partition keyid map    start it from storage alone and serve it under `map`
+//! CLOAK TAKEOVER partition keyid map   the same, from an owner that does not answer (its
+//!                                      proxy is dead, says the operator): see [`Owner::Down`]
 //! CLOAK ADOPT map                      route by `map` from now on
 //! ```
 //!
@@ -86,13 +88,27 @@ async fn step(node: &Arc<Node>, request: AdminRequest) -> Result<(), String> {
             partition,
             key_id,
             map,
-        } => {
-            let _turn = node.take_turn().await;
-            let map = newer_map(node, &map)?;
-            acquire(node, partition, &key_id, map).await
-        }
+        } => acquire_sent(node, partition, &key_id, &map, Owner::LetGo).await,
+        AdminRequest::Takeover {
+            partition,
+            key_id,
+            map,
+        } => acquire_sent(node, partition, &key_id, &map, Owner::Down).await,
         AdminRequest::Adopt(map) => adopt(node, &map).await,
     }
+}
+
+/// `ACQUIRE` or `TAKEOVER`: [`acquire`] under the map sent, holding the turn.
+async fn acquire_sent(
+    node: &Node,
+    partition: usize,
+    key_id: &str,
+    map: &str,
+    owner: Owner,
+) -> Result<(), String> {
+    let _turn = node.take_turn().await;
+    let map = newer_map(node, map)?;
+    acquire(node, partition, key_id, map, owner).await
 }
 
 /// The highest map epoch accepted from a command.
@@ -259,7 +275,7 @@ async fn finish_release(node: Arc<Node>, partition: usize, released: Arc<Cluster
                 let back = released.moved(partition, &released.proxies()[me].name);
                 match (back, host.key_id(partition)) {
                     (Ok(back), Ok(key_id)) => {
-                        acquire(&node, partition, &key_id, Arc::new(back)).await
+                        acquire(&node, partition, &key_id, Arc::new(back), Owner::LetGo).await
                     }
                     (Err(why), _) => Err(why.to_string()),
                     (_, Err(why)) => Err(why),
@@ -293,6 +309,31 @@ fn no_other_hand_off(hosted: &Hosted, partition: usize) -> Result<(), String> {
     }
 }
 
+/// How long a takeover waits for a connection to the old owner before it counts it as dead.
+const OWNER_PROBE: Duration = Duration::from_secs(2);
+
+/// What the proxy that has a partition by the known map must say before another takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// A move: it answers (signed, with a cluster secret) that it neither serves the partition
+    /// nor is busy with it, i.e. it has released it.
+    LetGo,
+    /// A takeover (`CLOAK TAKEOVER`, `cloak cluster move --source-down --accept-data-loss`):
+    /// it cannot be reached at all, asked by this proxy now.
+    ///
+    /// Why this makes no split brain beyond the operator's word: two proxies serve one
+    /// partition only if the owner serves it while this proxy starts it. An owner that serves
+    /// answers its health check; any answer, signed or not, verified or not, refuses the
+    /// takeover here (an answering owner is not dead, and a forger who answers in its place
+    /// can only block, never allow). The tool checks the same before sending this. What is
+    /// left is the operator's assertion that the owner is dead and will not serve again with
+    /// its old map: a proxy cut off only from this one (a partition of the network) is the
+    /// case the assertion covers. And when the old owner starts again, it reads the peers'
+    /// maps first and adopts the newer one, which does not give it the partition, so it does
+    /// not start it (see `cluster::runtime`); its journal for it is kept, not replayed.
+    Down,
+}
+
 /// Starts `partition` from its storage and serves it under `map`, which gives it to this proxy
 /// (the caller holds the turn). Compare-and-set, as [`release`]: `map` must be this proxy's map
 /// with exactly that partition moved here, and no other hand-off in flight here.
@@ -301,6 +342,7 @@ async fn acquire(
     partition: usize,
     key_id: &str,
     map: Arc<ClusterMap>,
+    owner_must: Owner,
 ) -> Result<(), String> {
     let hosted = node.current();
     let me = hosted.me;
@@ -322,7 +364,7 @@ async fn acquire(
             busy: with(&now.busy, partition),
             ..now.clone()
         });
-        let started = start_here(node, host, &known, (me, owner), spec, key_id).await;
+        let started = start_here(node, host, &known, (me, owner, owner_must), spec, key_id).await;
         node.change(|now| {
             let mut cores = now.cores.clone();
             if let Ok(core) = &started {
@@ -358,7 +400,7 @@ async fn start_here(
     node: &Node,
     host: &Arc<dyn super::PartitionHost>,
     known: &ClusterMap,
-    (me, owner): (usize, usize),
+    (me, owner, owner_must): (usize, usize, Owner),
     spec: &cloak_cluster::Partition,
     key_id: &str,
 ) -> Result<crate::core::CoreHandle, String> {
@@ -367,7 +409,46 @@ async fn start_here(
         if index == me {
             continue;
         }
-        match host.peer_health(proxy).await.map(|r| r.holds(partition)) {
+        let health = host.peer_health(proxy).await;
+        if index == owner && owner_must == Owner::Down {
+            // Both: its health asked as for a move, and a bare connection (an error reply or a
+            // failed login still counts as "unreachable" to the first).
+            let listens = super::peer::listens(&proxy.address(), OWNER_PROBE).await;
+            match (health, listens) {
+                (_, Ok(())) => {
+                    return Err(format!(
+                        "{} at {} accepts connections: it is not dead; move partition \
+                         {partition} without --source-down",
+                        proxy.name,
+                        proxy.address()
+                    ));
+                }
+                (Err(HealthError::Unreachable(why)), Err(_)) => {
+                    tracing::warn!(
+                        partition,
+                        proxy = %proxy.name,
+                        "the owner does not answer ({why}); taking the partition over (the \
+                         operator says it is dead): writes it acknowledged but had not stored \
+                         are lost"
+                    );
+                    continue;
+                }
+                (Ok(_), Err(_)) => {
+                    return Err(format!(
+                        "{} answers: it is not dead; move partition {partition} without \
+                         --source-down",
+                        proxy.name
+                    ));
+                }
+                (Err(why), Err(_)) => {
+                    return Err(format!(
+                        "{} answers ({why}): a proxy that answers is not taken over",
+                        proxy.name
+                    ));
+                }
+            }
+        }
+        match health.map(|r| r.holds(partition)) {
             Ok(false) => {}
             Ok(true) => {
                 return Err(format!(

@@ -141,6 +141,22 @@ impl PeerLink {
     }
 }
 
+/// Whether anything accepts a TCP connection at `address` within `timeout`: `Ok(())` if it
+/// does; the reason it did not (cannot resolve, refused, no answer in time) otherwise. A
+/// takeover needs the old owner dead, and anything listening at its address, even a proxy that
+/// fails TLS or authentication or answers nonsense, is not taken for dead.
+pub async fn listens(address: &str, timeout: Duration) -> Result<(), String> {
+    let connect = tokio::net::TcpStream::connect(address);
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(format!("{address}: {error}")),
+        Err(_) => Err(format!(
+            "{address}: no connection within {}s",
+            timeout.as_secs_f64()
+        )),
+    }
+}
+
 /// The addresses `address` resolves to, if every one is a loopback address; otherwise the
 /// refusal to send `user`'s password there in the clear, before any connection is made.
 async fn loopback_only(address: &str, user: &str, remedy: &str) -> Result<Vec<SocketAddr>, String> {

@@ -24,6 +24,13 @@ pub enum AdminRequest {
         key_id: String,
         map: String,
     },
+    /// `CLOAK TAKEOVER partition keyid map`: as `ACQUIRE`, but from an owner that does not
+    /// answer (the operator says it is dead; see `cluster::handoff::takeover`).
+    Takeover {
+        partition: usize,
+        key_id: String,
+        map: String,
+    },
     /// `CLOAK ADOPT map`.
     Adopt(String),
 }
@@ -37,6 +44,7 @@ impl AdminRequest {
             AdminRequest::Check { .. } => "check",
             AdminRequest::Release { .. } => "release",
             AdminRequest::Acquire { .. } => "acquire",
+            AdminRequest::Takeover { .. } => "takeover",
             AdminRequest::Adopt(_) => "adopt",
         }
     }
@@ -73,15 +81,27 @@ pub fn release(args: &mut Args) -> Result<Request, Reply> {
 }
 
 pub fn acquire(args: &mut Args) -> Result<Request, Reply> {
-    args.exactly(3)?;
-    let partition = partition(args)?;
-    let key_id = text(args)?;
-    let map = text(args)?;
+    let (partition, key_id, map) = partition_key_map(args)?;
     Ok(Request::Admin(AdminRequest::Acquire {
         partition,
         key_id,
         map,
     }))
+}
+
+pub fn takeover(args: &mut Args) -> Result<Request, Reply> {
+    let (partition, key_id, map) = partition_key_map(args)?;
+    Ok(Request::Admin(AdminRequest::Takeover {
+        partition,
+        key_id,
+        map,
+    }))
+}
+
+/// `partition keyid map`, the arguments of `ACQUIRE` and `TAKEOVER`.
+fn partition_key_map(args: &mut Args) -> Result<(usize, String, String), Reply> {
+    args.exactly(3)?;
+    Ok((partition(args)?, text(args)?, text(args)?))
 }
 
 pub fn adopt(args: &mut Args) -> Result<Request, Reply> {

@@ -108,6 +108,7 @@ const CLOAK: &[Spec] = &[
     Spec { name: "cloak|check", arity: 4, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Check this proxy could start a partition from its storage", run: Run::Parse(admin::check) },
     Spec { name: "cloak|release", arity: 4, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Drain a partition into storage and stop serving it", run: Run::Parse(admin::release) },
     Spec { name: "cloak|acquire", arity: 5, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Start a partition from its storage and serve it", run: Run::Parse(admin::acquire) },
+    Spec { name: "cloak|takeover", arity: 5, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Take over a partition whose proxy does not answer, from its storage alone", run: Run::Parse(admin::takeover) },
     Spec { name: "cloak|adopt", arity: 3, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Route by a newer cluster map", run: Run::Parse(admin::adopt) },
 ];
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use cloak_cluster::{ClusterMap, ClusterSecret};
 use cloak_proxy::cluster::health_report::HealthReport;
-use cloak_proxy::cluster::peer::{PeerLink, PlainLogin};
+use cloak_proxy::cluster::peer::{PeerLink, PlainLogin, listens};
 
 use super::partition_host::{PeerMap, admin_login, peer_link, peer_map};
 use crate::cli::ClusterMoveArgs;
@@ -55,6 +55,9 @@ pub async fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
     let next = map.moved(partition, &args.to)?;
     let source = &map.proxies()[map.partitions()[partition].proxy];
     let target = &next.proxies()[next.partitions()[partition].proxy];
+    if args.source_down {
+        return take_over(args, link, &next, source, target).await;
+    }
     let number = partition.to_string();
     let key_id = send(link, &source.address(), QUICK, &["CLOAK", "KEYID", &number])
         .await
@@ -117,6 +120,59 @@ pub async fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
         source.name,
         target.name,
         next.epoch()
+    );
+    Ok(())
+}
+
+/// `--source-down`: `target` takes the partition from storage alone, `source` being dead (the
+/// operator says so; this checks it does not answer, and the target checks again itself).
+async fn take_over(
+    args: &ClusterMoveArgs,
+    link: &PeerLink,
+    next: &ClusterMap,
+    source: &cloak_cluster::Proxy,
+    target: &cloak_cluster::Proxy,
+) -> anyhow::Result<()> {
+    let partition = args.partition;
+    if !args.accept_data_loss {
+        bail!(
+            "--source-down takes partition {partition} over without {} draining it: writes it \
+             acknowledged but had not yet stored are lost; give --accept-data-loss to go on",
+            source.name
+        );
+    }
+    if let Ok(()) = listens(&source.address(), QUICK).await {
+        bail!(
+            "{} at {} accepts connections: it is not down; nothing changed (move partition \
+             {partition} without --source-down, it drains it first)",
+            source.name,
+            source.address()
+        );
+    }
+    let number = partition.to_string();
+    // The dead source cannot tell its key's fingerprint; the target's own is what it checks
+    // storage against anyway (CHECK and the start's scan refuse a key that does not fit).
+    let key_id = send(link, &target.address(), QUICK, &["CLOAK", "KEYID", &number])
+        .await
+        .with_context(|| format!("{} has no key for partition {partition}", target.name))?;
+    let next_text = next.to_toml();
+    let takeover = ["CLOAK", "TAKEOVER", &number, &key_id, &next_text];
+    send(link, &target.address(), SLOW, &takeover)
+        .await
+        .with_context(|| {
+            format!(
+                "{} did not take partition {partition} over; nothing changed",
+                target.name
+            )
+        })?;
+    tell_everyone(next, link).await;
+    println!(
+        "partition {partition} taken over by {} from {}, which did not answer (map epoch {}): \
+         writes {} acknowledged but had not yet stored are not in it",
+        target.name,
+        source.name,
+        next.epoch(),
+        source.name
     );
     Ok(())
 }

@@ -18,7 +18,7 @@ use cloak_cluster::{ADMIN_USER, ChangeError, ClusterMap, ClusterSecret, Partitio
 use cloak_crypto::MasterKey;
 use cloak_proxy::cluster::health_report::{self, HealthError, HealthReport};
 use cloak_proxy::cluster::peer::PeerLink;
-use cloak_proxy::{BoxFuture, HostedStore, OwnThread, PartitionHost};
+use cloak_proxy::{BoxFuture, HostedStore, Journal, OwnThread, PartitionHost};
 use cloak_storage::tls::ClientTls;
 use cloak_storage::tls::client::ClientTlsFiles;
 
@@ -188,6 +188,54 @@ fn set_aside_old_ledger(dir: &Path) -> Result<(), String> {
         ledger = %aside.display(),
         "set aside the ledger of this partition's earlier stay on this proxy"
     );
+    Ok(())
+}
+
+/// Where a journal left by a takeover is kept, next to the partition's state.
+const JOURNAL_LEFT: &str = "journal.redb.before-takeover";
+
+/// Warns of, and sets aside, the journals of partitions this proxy no longer serves (`map`
+/// gives them elsewhere) that still hold records. A partition released by a move drained its
+/// journal into storage first (records whose storage confirmation was not yet journaled may
+/// remain, already stored); one taken over while this proxy was down (`cloak cluster move
+/// --source-down`) may hold writes acknowledged here and never stored, lost to the partition's
+/// new owner. Which is which cannot be told without reading storage, which is no longer this
+/// proxy's to read, so the warning gives the count and says both. They are not replayed into storage, which another proxy
+/// now writes; the file is renamed (kept for the record, never deleted) so that a later move
+/// of the partition back here cannot replay them over its newer contents.
+pub fn set_aside_stale_journals(
+    state_dir: &Path,
+    map: &ClusterMap,
+    me: usize,
+) -> anyhow::Result<()> {
+    for partition in map.partitions().iter().filter(|p| p.proxy != me) {
+        let dir = partition_state(state_dir, partition.index);
+        let path = dir.join("journal.redb");
+        if !path.exists() {
+            continue;
+        }
+        let records = cloak_proxy::DiskJournal::open(&path)
+            .and_then(|journal| journal.records())
+            .with_context(|| format!("the journal of partition {}", partition.index))?
+            .len();
+        if records == 0 {
+            continue;
+        }
+        let aside = dir.join(JOURNAL_LEFT);
+        std::fs::rename(&path, &aside)
+            .with_context(|| format!("cannot set aside {}", path.display()))?;
+        tracing::warn!(
+            partition = partition.index,
+            records,
+            owner = %map.proxies()[partition.proxy].name,
+            journal = %aside.display(),
+            "partition {} is served elsewhere, but its journal here still holds {records} \
+             records (writes this proxy acknowledged; it was taken over while this proxy was \
+             down, or storage's confirmation of them was not yet journaled): any of them not \
+             stored before are not in the partition; the journal is kept, not replayed",
+            partition.index
+        );
+    }
     Ok(())
 }
 

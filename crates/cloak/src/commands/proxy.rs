@@ -62,6 +62,9 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
             if args.state_dir.is_some() || map.epoch() > 0 {
                 host.persist(&map).map_err(anyhow::Error::msg)?;
             }
+            if let Some(dir) = args.state_dir.as_deref() {
+                partition_host::set_aside_stale_journals(dir, &map, me)?;
+            }
             let mut stores = Vec::new();
             for partition in map.hosted_by(me) {
                 let index = partition.index;
