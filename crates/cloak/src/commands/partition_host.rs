@@ -221,7 +221,14 @@ pub fn set_aside_stale_journals(
         if records == 0 {
             continue;
         }
-        let aside = dir.join(JOURNAL_LEFT);
+        // A name no earlier takeover took: one set aside before is kept too.
+        let aside = (0..u32::MAX)
+            .map(|n| match n {
+                0 => dir.join(JOURNAL_LEFT),
+                n => dir.join(format!("{JOURNAL_LEFT}.{n}")),
+            })
+            .find(|candidate| !candidate.exists())
+            .with_context(|| format!("no free name to set {} aside", path.display()))?;
         std::fs::rename(&path, &aside)
             .with_context(|| format!("cannot set aside {}", path.display()))?;
         tracing::warn!(
