@@ -368,3 +368,66 @@ pub fn admin_login(secret: &ClusterSecret) -> Option<(String, String)> {
 pub fn client_login(password: Option<&str>) -> Option<(String, String)> {
     password.map(|password| ("default".to_string(), password.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use cloak_core::{JournalOp, Record};
+    use cloak_proxy::DiskJournal;
+
+    use super::*;
+
+    /// A journal for `partition` in `state` holding one record, as a proxy killed before its
+    /// write was stored leaves it.
+    fn journal_with_a_record(state: &Path, partition: usize) {
+        let dir = partition_state(state, partition);
+        std::fs::create_dir_all(&dir).unwrap();
+        let journal = DiskJournal::open(&dir.join("journal.redb")).unwrap();
+        let record = Record {
+            version: 1,
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from_static(b"v"),
+        };
+        journal
+            .commit(&[JournalOp::Keep(vec![(0, record)])])
+            .unwrap();
+    }
+
+    /// A journal of a partition the map gives elsewhere is set aside (renamed, never deleted,
+    /// never over an earlier one); one of a partition still hosted here is left alone.
+    #[test]
+    fn journals_of_partitions_taken_over_are_set_aside_and_kept() {
+        let state = tempfile::tempdir().unwrap();
+        let proxies = [
+            ("p0".to_string(), "127.0.0.1:1".to_string()),
+            ("p1".to_string(), "127.0.0.1:2".to_string()),
+        ];
+        let map = ClusterMap::even(&proxies, 2, "memory").unwrap();
+        // Partition 0 is p0's, partition 1 p1's: as p0, only partition 1's journal is stale.
+        let (mine, theirs) = (0, 1);
+        assert_eq!(map.partitions()[mine].proxy, 0);
+        for round in ["", ".1"] {
+            journal_with_a_record(state.path(), mine);
+            journal_with_a_record(state.path(), theirs);
+            set_aside_stale_journals(state.path(), &map, 0).unwrap();
+            let theirs_dir = partition_state(state.path(), theirs);
+            assert!(!theirs_dir.join("journal.redb").exists());
+            assert!(
+                theirs_dir.join(format!("{JOURNAL_LEFT}{round}")).exists(),
+                "set aside as {JOURNAL_LEFT}{round}"
+            );
+            assert!(
+                partition_state(state.path(), mine)
+                    .join("journal.redb")
+                    .exists()
+            );
+            std::fs::remove_file(partition_state(state.path(), mine).join("journal.redb")).unwrap();
+        }
+        assert!(
+            partition_state(state.path(), theirs)
+                .join(JOURNAL_LEFT)
+                .exists(),
+            "the first one set aside is still there"
+        );
+    }
+}
