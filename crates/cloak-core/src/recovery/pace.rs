@@ -18,14 +18,30 @@
 
 use std::time::{Duration, Instant};
 
-/// The interval per scanned element, as the fill's (`cloak_schemes::shell::fill`). With 1.5 µs
-/// an element and 1 ns a byte, a release build on this project's 2-core machine, lightly
-/// loaded, opened 114 of a million 1 KiB elements' 245 chunks after their instant; this is
-/// about twice that interval.
+/// A request's interval per element, on the scan's clock and the fill's
+/// (`cloak_schemes::shell::fill`): opening or sealing it, reading it back. For the scan, 1.5 µs
+/// an element and 1 ns a byte were too little: a release build on this project's 2-core
+/// machine, lightly loaded, opened 114 of a million 1 KiB elements' 245 chunks after their
+/// instant; this is about twice that interval. For the fill, it has slack over the test
+/// build's work (a full store's 1024-element requests took 3.55 ms at 1 KiB values).
 const PER_ELEMENT: Duration = Duration::from_nanos(2_000);
 
-/// The interval per byte of a scanned element (opening is mostly decryption).
+/// A request's interval per byte of its elements (mostly encryption and decryption).
 const PER_BYTE: Duration = Duration::from_nanos(3);
+
+/// The time a request of `elements` elements of `element_len` bytes is given, on the scan's
+/// and the fill's clocks, at `--fill-pace` `scale`: from public sizes only, never from a
+/// measurement of the work, which follows the records.
+pub fn request_interval(elements: u64, element_len: usize, scale: f64) -> Duration {
+    let bytes = elements.saturating_mul(element_len as u64);
+    (times(PER_ELEMENT, elements) + times(PER_BYTE, bytes)).mul_f64(scale)
+}
+
+/// `unit` times `count`, saturating (a store of 2^32 slots at a microsecond is over an hour,
+/// far from overflowing; saturation only guards against absurd shapes).
+pub fn times(unit: Duration, count: u64) -> Duration {
+    unit.saturating_mul(u32::try_from(count).unwrap_or(u32::MAX))
+}
 
 /// When each of a scan's requests leaves (see the module docs).
 #[derive(Debug)]
@@ -41,10 +57,9 @@ impl ScanPace {
     /// The pace of a scan that starts at `start`, in chunks of `chunk` elements of
     /// `element_len` bytes, scaled by `scale` (`--fill-pace`: 2 is twice as slow).
     pub fn new(start: Instant, chunk: u32, element_len: usize, scale: f64) -> Self {
-        let per_element = PER_ELEMENT + PER_BYTE * u32::try_from(element_len).unwrap_or(u32::MAX);
         Self {
             next: start,
-            interval: (per_element * chunk).mul_f64(scale),
+            interval: request_interval(u64::from(chunk), element_len, scale),
             late: 0,
         }
     }

@@ -25,7 +25,7 @@ pub enum AdminRequest {
         map: String,
     },
     /// `CLOAK TAKEOVER partition keyid map`: as `ACQUIRE`, but from an owner that does not
-    /// answer (the operator says it is dead; see `cluster::handoff::takeover`).
+    /// answer (the operator says it is dead; see `cluster::handoff`'s `Owner::Down`).
     Takeover {
         partition: usize,
         key_id: String,

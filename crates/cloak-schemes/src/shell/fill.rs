@@ -32,6 +32,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use cloak_core::recovery::Progress;
+use cloak_core::recovery::pace::{request_interval, times};
 use cloak_core::{Outbox, Slot, StorageOp};
 
 use super::{Io, RequestPurpose};
@@ -55,12 +56,12 @@ pub struct FillShape {
     pub request: u64,
 }
 
-/// The default pace, per unit of a [`FillShape`], at `--fill-pace 1`: chosen with slack over
-/// the work measured in the test build (a full store's 1024-element requests took 3.55 ms to
-/// prepare and write at 1 KiB values, about 2 ms at 64 bytes; the wait covers 750 ms of work
-/// after a million-key scan with 2.2 s), so that a request is rarely prepared after its
-/// instant. Each is a constant: what the pace must never be is a measurement of the work at
-/// run time, which follows the records.
+/// The default wait after the scan, per unit of a [`FillShape`], at `--fill-pace 1`: chosen
+/// with slack over the work measured in the test build (it covers 750 ms of work after a
+/// million-key scan with 2.2 s), so that a request is rarely prepared after its instant. Each
+/// is a constant: what the pace must never be is a measurement of the work at run time, which
+/// follows the records. A request's interval is the scan's
+/// ([`cloak_core::recovery::pace::request_interval`]).
 mod default_pace {
     use std::time::Duration;
 
@@ -71,10 +72,6 @@ mod default_pace {
     /// The wait after the scan, per byte of storage (the schemes that read every record back
     /// before their fill, the journal some of them write first).
     pub const WAIT_PER_BYTE: Duration = Duration::from_nanos(1);
-    /// A fill request's interval, per element (reading back, sealing).
-    pub const PER_ELEMENT: Duration = Duration::from_nanos(2_000);
-    /// A fill request's interval, per byte.
-    pub const PER_BYTE: Duration = Duration::from_nanos(3);
 }
 
 /// The public clock a restart's fill runs on (see the module docs): counted from the instant
@@ -124,9 +121,7 @@ impl FillClock {
 
     /// Time between two fill requests of `shape`.
     fn interval(&self, shape: FillShape) -> Duration {
-        let bytes = shape.request.saturating_mul(shape.element_len as u64);
-        (times(default_pace::PER_ELEMENT, shape.request) + times(default_pace::PER_BYTE, bytes))
-            .mul_f64(self.scale)
+        request_interval(shape.request, shape.element_len, self.scale)
     }
 
     fn pace_from(&self, first: Instant, shape: FillShape) -> Pace {
@@ -137,12 +132,6 @@ impl FillClock {
             late: 0,
         }
     }
-}
-
-/// `unit` times `count`, saturating (a store of 2^32 slots at a microsecond is over an hour, far
-/// from overflowing; saturation only guards against absurd shapes).
-fn times(unit: Duration, count: u64) -> Duration {
-    unit.saturating_mul(u32::try_from(count).unwrap_or(u32::MAX))
 }
 
 /// Whether a restart's fill goes without its clock (see [`FillClock::for_restart`]).

@@ -59,9 +59,7 @@ pub async fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
         return take_over(args, link, &next, source, target).await;
     }
     let number = partition.to_string();
-    let key_id = send(link, &source.address(), QUICK, &["CLOAK", "KEYID", &number])
-        .await
-        .with_context(|| format!("{} has no key for partition {partition}", source.name))?;
+    let key_id = key_id(link, source, partition).await?;
     let check = ["CLOAK", "CHECK", &number, &key_id];
     send(link, &target.address(), SLOW, &check)
         .await
@@ -152,9 +150,7 @@ async fn take_over(
     let number = partition.to_string();
     // The dead source cannot tell its key's fingerprint; the target's own is what it checks
     // storage against anyway (CHECK and the start's scan refuse a key that does not fit).
-    let key_id = send(link, &target.address(), QUICK, &["CLOAK", "KEYID", &number])
-        .await
-        .with_context(|| format!("{} has no key for partition {partition}", target.name))?;
+    let key_id = key_id(link, target, partition).await?;
     let next_text = next.to_toml();
     let takeover = ["CLOAK", "TAKEOVER", &number, &key_id, &next_text];
     send(link, &target.address(), SLOW, &takeover)
@@ -175,6 +171,18 @@ async fn take_over(
         source.name
     );
     Ok(())
+}
+
+/// The fingerprint of `proxy`'s key for `partition` (`CLOAK KEYID`).
+async fn key_id(
+    link: &PeerLink,
+    proxy: &cloak_cluster::Proxy,
+    partition: usize,
+) -> anyhow::Result<String> {
+    let number = partition.to_string();
+    send(link, &proxy.address(), QUICK, &["CLOAK", "KEYID", &number])
+        .await
+        .with_context(|| format!("{} has no key for partition {partition}", proxy.name))
 }
 
 /// One command to the proxy at `address`, its reply awaited up to `timeout`: the reply's text,
