@@ -42,6 +42,7 @@ pub mod storage_health;
 pub mod store_id;
 mod unread;
 mod wake;
+mod warm_send;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -21,16 +21,21 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::warm_send::WarmSend;
+
 /// Sets alarms; the thread behind it stops once every handle is dropped.
 #[derive(Clone)]
 pub(crate) struct Alarms {
     set: mpsc::Sender<(Instant, oneshot::Sender<()>)>,
+    /// Run at the start of each warmed alarm's spin; `None` if it could not be set up.
+    warm_send: Option<Arc<WarmSend>>,
 }
 
 /// Completes at its instant (at once if the instant has passed, or if the alarm thread is gone).
@@ -38,6 +43,8 @@ pub(crate) struct Alarm {
     ring: oneshot::Receiver<()>,
     /// For a warmed alarm: the instant itself, spun up to after the ring.
     spin_until: Option<Instant>,
+    /// For a warmed alarm: the kernel's TCP send path, warmed once at the ring.
+    warm_send: Option<Arc<WarmSend>>,
 }
 
 /// How long before a warmed alarm's instant its thread is woken, to spin up to the instant.
@@ -49,6 +56,9 @@ impl Future for Alarm {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if Pin::new(&mut self.ring).poll(cx).is_pending() {
             return Poll::Pending;
+        }
+        if let Some(warm_send) = self.warm_send.take() {
+            warm_send.touch();
         }
         if let Some(at) = self.spin_until {
             while Instant::now() < at {
@@ -69,7 +79,17 @@ impl Alarms {
                 crate::priority::raise_this_thread();
                 ring_alarms(&alarms);
             })?;
-        Ok(Self { set })
+        let warm_send = WarmSend::start()
+            .inspect_err(|error| {
+                tracing::warn!(
+                    %error,
+                    "no loopback connection to warm the send path: timed storage requests may \
+                     take the kernel longer to send idle than loaded"
+                )
+            })
+            .ok()
+            .map(Arc::new);
+        Ok(Self { set, warm_send })
     }
 
     /// An alarm for `at`. Dropping it before then costs nothing but its place in the thread's
@@ -81,6 +101,7 @@ impl Alarms {
         Alarm {
             ring: alarm,
             spin_until: None,
+            warm_send: None,
         }
     }
 
@@ -89,10 +110,12 @@ impl Alarms {
     /// state, and a virtual CPU must be scheduled by its host first), so work started at the
     /// instant took longer on an idle host than on a busy one: the read-to-write-back gap on
     /// the wire was 70 µs longer idle (medians 10.13 against 10.06 ms). Spinning through the
-    /// wake-up puts the thread in the same state at the instant whatever the load.
+    /// wake-up puts the thread in the same state at the instant whatever the load; the kernel's
+    /// TCP send path is warmed at the start of the spin ([`crate::warm_send`]).
     pub(crate) fn warmed(&self, at: Instant) -> Alarm {
         let mut alarm = self.at(at.checked_sub(WARM_UP).unwrap_or(at));
         alarm.spin_until = Some(at);
+        alarm.warm_send = self.warm_send.clone();
         alarm
     }
 }
