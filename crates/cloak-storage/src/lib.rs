@@ -18,6 +18,7 @@ mod disk;
 pub mod handshake;
 mod memory;
 mod observing;
+pub mod private_file;
 mod reader_task;
 mod redis_store;
 pub mod server;

@@ -7,6 +7,7 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
@@ -284,20 +285,32 @@ fn an_expired_certificate_is_a_clear_error() {
         .issue_between(&["proxy"], Role::Client, now - 3 * day, now - day)
         .unwrap();
     std::fs::write(dir.path().join("expired.pem"), expired.cert_pem).unwrap();
-    std::fs::write(dir.path().join("expired.key"), expired.key_pem).unwrap();
+    let expired_key = dir.path().join("expired.key");
+    std::fs::write(&expired_key, expired.key_pem).unwrap();
+    std::fs::set_permissions(&expired_key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let key = key_file(dir.path());
-    let stale = refused(proxy_args(
-        format!("tls://localhost:{port}"),
-        &key,
-        &[
-            "--storage-ca".into(),
-            path(&d, "ca.pem"),
-            "--storage-cert".into(),
-            path(dir.path(), "expired.pem"),
-            "--storage-key".into(),
-            path(dir.path(), "expired.key"),
-        ],
-    ));
+    let with_expired = || {
+        proxy_args(
+            format!("tls://localhost:{port}"),
+            &key,
+            &[
+                "--storage-ca".into(),
+                path(&d, "ca.pem"),
+                "--storage-cert".into(),
+                path(dir.path(), "expired.pem"),
+                "--storage-key".into(),
+                path(dir.path(), "expired.key"),
+            ],
+        )
+    };
+    // A private key others may read is refused before it is read, naming the fix.
+    let exposed = refused(with_expired());
+    assert!(
+        exposed.contains("expired.key has mode 0644") && exposed.contains("chmod 600"),
+        "{exposed}"
+    );
+    std::fs::set_permissions(&expired_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let stale = refused(with_expired());
     assert!(stale.contains("CertificateExpired"), "{stale}");
 }
 

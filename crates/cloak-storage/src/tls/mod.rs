@@ -40,6 +40,17 @@ pub enum TlsError {
         /// Why.
         error: std::io::Error,
     },
+    /// A private key file that others than its owner may read or change.
+    #[error(
+        "{path} has mode {mode:04o}: others than its owner may read or change this private key \
+         (and with it pose as this side of the link); make it private with `chmod 600 {path}`"
+    )]
+    KeyNotPrivate {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// A file holds no PEM item of the kind wanted, or a malformed one.
     #[error("{path}: {what}")]
     Pem {

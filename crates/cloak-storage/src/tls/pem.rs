@@ -34,8 +34,19 @@ pub fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsErro
     Ok(certs)
 }
 
-/// The private key in `path` (PKCS#8, PKCS#1 or SEC1).
+/// The private key in `path` (PKCS#8, PKCS#1 or SEC1), refused before it is read if others
+/// than its owner may read or change it: whoever reads it can pose as this side of the link.
 pub fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let file = |error| TlsError::File {
+        path: path.to_owned(),
+        error,
+    };
+    if let Some(mode) = crate::private_file::exposed_mode(path).map_err(file)? {
+        return Err(TlsError::KeyNotPrivate {
+            path: path.to_owned(),
+            mode,
+        });
+    }
     let text = read(path)?;
     PrivateKeyDer::from_pem_slice(&text)
         .map_err(|error| pem_error(path, format!("no usable PRIVATE KEY: {error}")))
