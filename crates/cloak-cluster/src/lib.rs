@@ -30,6 +30,8 @@ pub mod slot;
 
 pub use change::ChangeError;
 pub use file::FileError;
-pub use map::{ClusterMap, MapError, Partition, PartitionSpec, Proxy, SlotRange, storage_of};
+pub use map::{
+    ClusterMap, MAX_NAME, MapError, Partition, PartitionSpec, Proxy, SlotRange, storage_of,
+};
 pub use secret::{ADMIN_USER, ClusterSecret, SecretError};
 pub use slot::{CrossSlot, SLOTS, key_slot};
