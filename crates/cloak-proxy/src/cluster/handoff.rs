@@ -13,6 +13,9 @@
 //! CLOAK ADOPT map                      route by `map` from now on
 //! ```
 //!
+//! `cloak cluster add-proxy` sends only `ADOPT`: its map adds a proxy hosting nothing, so no
+//! partition changes hands and no proxy's storage traffic changes.
+//!
 //! A move is: CHECK on the target (refused there, nothing has changed: the source keeps
 //! serving), RELEASE on the source, ACQUIRE on the target, ADOPT everywhere. From RELEASE until
 //! the source adopts the new map, commands for the partition's slots wait at the source (and at
