@@ -8,12 +8,12 @@
 use std::process::Command;
 use std::time::Duration;
 
-use cloak_cluster::{ClusterMap, key_slot};
+use cloak_cluster::ClusterMap;
 use cloak_testkit::redis_server::RedisServer;
 
 mod common;
 
-use common::{CLOAK, Running};
+use common::{CLOAK, Running, keys_of};
 
 const KEY: &str = "8c6a1f0b2d4e6a8c0e2f4a6c8e0a2c4e6f8a0c2e4a6c8e0f2a4c6e8a0c2e4f6a";
 const SECRET: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7";
@@ -63,15 +63,6 @@ fn tool(port: u16, secret: &str, args: &[&str]) -> (bool, String, String) {
         .unwrap();
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
     (out.status.success(), text(&out.stdout), text(&out.stderr))
-}
-
-/// The first `count` keys `key:N` that `map` puts in partition `partition`.
-fn keys_of(map: &ClusterMap, partition: usize, count: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("key:{i}"))
-        .filter(|key| map.partition_of(key_slot(key.as_bytes())).index == partition)
-        .take(count)
-        .collect()
 }
 
 #[test]

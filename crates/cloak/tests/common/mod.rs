@@ -297,3 +297,15 @@ pub fn write_private(path: &std::path::Path, contents: impl AsRef<[u8]>) {
         .unwrap();
     file.write_all(contents.as_ref()).unwrap();
 }
+
+/// The first `count` keys `key:N` that `map` puts in partition `partition`.
+pub fn keys_of(map: &cloak_cluster::ClusterMap, partition: usize, count: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("key:{i}"))
+        .filter(|key| {
+            let slot = cloak_cluster::key_slot(key.as_bytes());
+            map.partition_of(slot).index == partition
+        })
+        .take(count)
+        .collect()
+}
