@@ -1,15 +1,23 @@
-//! How the map changes while the cluster runs: an operator moves a partition to another proxy.
+//! How the map changes while the cluster runs: an operator moves a partition to another proxy,
+//! or adds a proxy.
 //!
 //! A move changes which proxy hosts one partition and nothing else: the partitions, their slots
 //! and their storage stay as the cluster was made, so no key ever changes partition (which would
-//! show storage which keys are used). Every move raises the map's epoch by one, so of two maps
-//! of one cluster the newer is the one with the higher epoch, whoever holds it ([`newest`]); the
-//! proxy that takes the partition gets the new epoch as its config epoch, as a Redis Cluster
-//! node that takes slots does.
+//! show storage which keys are used). Adding a proxy ([`with_proxy`]) appends one to the list,
+//! hosting nothing until a move gives it a partition; proxies are never reordered, so an older
+//! map's proxies are always the first ones of a newer map's. Every change raises the map's
+//! epoch by one, so of two maps of one cluster the newer is the one with the higher epoch,
+//! whoever holds it ([`newest`]); the proxy that takes the partition gets the new epoch as its
+//! config epoch, as a Redis Cluster node that takes slots does.
+//!
+//! Neither change touches storage: the map is public configuration, routing happens in the
+//! proxies' memory, and a proxy added hosting nothing sends storage nothing until a move
+//! starts a partition there (which storage sees as it sees any move).
 //!
 //! [`newest`]: ClusterMap::newest
+//! [`with_proxy`]: ClusterMap::with_proxy
 
-use crate::map::ClusterMap;
+use crate::map::{ClusterMap, MapError, checked_proxies};
 
 /// Why a map cannot replace another.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,6 +56,9 @@ pub enum ChangeError {
         /// Its proxy.
         proxy: String,
     },
+    /// The proxy to add cannot join: a bad or taken name, or a bad or taken address.
+    #[error("cannot add the proxy: {0}")]
+    Proxy(MapError),
     /// Two different maps claim the same epoch.
     #[error("two different cluster maps both have epoch {0}; one of them was not made by a move")]
     SameEpoch(u64),
@@ -109,33 +120,63 @@ impl ClusterMap {
         Ok(next)
     }
 
+    /// The map with one more proxy, `name` at `address` (`host:port`), hosting nothing, one epoch
+    /// later. Its config epoch is the new current epoch, which no other proxy has (each has at
+    /// most the current epoch before this change).
+    pub fn with_proxy(&self, name: &str, address: &str) -> Result<ClusterMap, ChangeError> {
+        let mut named: Vec<(String, String)> = self
+            .proxies
+            .iter()
+            .map(|p| (p.name.clone(), p.address()))
+            .collect();
+        named.push((name.to_string(), address.to_string()));
+        // The same checks as a cluster file's proxies: valid name, unique name and address.
+        let mut proxies = checked_proxies(&named).map_err(ChangeError::Proxy)?;
+        for (new, old) in proxies.iter_mut().zip(&self.proxies) {
+            new.config_epoch = old.config_epoch;
+        }
+        let mut next = self.clone();
+        next.proxies = proxies;
+        next.epoch += 1;
+        let current = next.current_epoch();
+        if let Some(added) = next.proxies.last_mut() {
+            added.config_epoch = current;
+        }
+        Ok(next)
+    }
+
     /// The cluster's current epoch as Redis Cluster reports one: at least every proxy's config
     /// epoch (the number of proxies before any move, one more after each).
     pub fn current_epoch(&self) -> u64 {
         self.proxies.len() as u64 + self.epoch
     }
 
-    /// Of this map and `other`, both of this cluster, the newer (the higher epoch).
+    /// Of this map and `other`, both of this cluster, the newer (the higher epoch). The newer
+    /// must list every proxy the older does (proxies are added, never taken away or reordered).
     pub fn newest(self, other: ClusterMap) -> Result<ClusterMap, ChangeError> {
         self.same_cluster(&other)?;
-        match self.epoch.cmp(&other.epoch) {
-            std::cmp::Ordering::Less => Ok(other),
-            std::cmp::Ordering::Greater => Ok(self),
-            std::cmp::Ordering::Equal if self == other => Ok(self),
-            std::cmp::Ordering::Equal => Err(ChangeError::SameEpoch(self.epoch)),
+        let (older, newer) = match self.epoch.cmp(&other.epoch) {
+            std::cmp::Ordering::Less => (self, other),
+            std::cmp::Ordering::Greater => (other, self),
+            std::cmp::Ordering::Equal if self == other => return Ok(self),
+            std::cmp::Ordering::Equal => return Err(ChangeError::SameEpoch(self.epoch)),
+        };
+        if older.proxies.len() > newer.proxies.len() {
+            return Err(ChangeError::OtherCluster(format!(
+                "its map of epoch {} lists proxies the one of epoch {} does not",
+                older.epoch, newer.epoch
+            )));
         }
+        Ok(newer)
     }
 
     /// Whether `other` is a map of the same cluster: the same proxies at the same addresses,
-    /// and the same partitions with the same slots and storage (only their hosts may differ).
+    /// but for proxies one of them added at the end, and the same partitions with the same
+    /// slots and storage (only their hosts may differ).
     pub fn same_cluster(&self, other: &ClusterMap) -> Result<(), ChangeError> {
-        let addresses = |map: &ClusterMap| -> Vec<(String, String)> {
-            map.proxies
-                .iter()
-                .map(|p| (p.name.clone(), p.address()))
-                .collect()
-        };
-        if addresses(self) != addresses(other) {
+        let same_proxy =
+            |(a, b): (&crate::Proxy, &crate::Proxy)| a.name == b.name && a.address() == b.address();
+        if !self.proxies.iter().zip(&other.proxies).all(same_proxy) {
             return Err(ChangeError::OtherCluster(
                 "its proxies or their addresses differ".into(),
             ));
@@ -158,15 +199,15 @@ impl ClusterMap {
         Ok(())
     }
 
-    /// A short digest of what [`Self::same_cluster`] compares (the proxies and their addresses,
-    /// each partition's slots and storage; not which proxy hosts a partition, nor the epoch):
-    /// equal for every map of one cluster across moves, and what proxies compare to tell a
-    /// peer started from another cluster's file.
+    /// A short digest of the partitions [`Self::same_cluster`] compares (each one's slots and
+    /// storage; not the proxies, nor which proxy hosts a partition, nor the epoch): equal for
+    /// every map of one cluster across moves and added proxies, and what proxies compare to
+    /// tell a peer started from another cluster's file. The proxies are left out because a
+    /// proxy added while the cluster runs reaches the proxies' maps one after another, and the
+    /// proxies would meanwhile count each other as of another cluster; the storage places are
+    /// what two clusters must never share anyway.
     pub fn cluster_digest(&self) -> String {
         let mut identity = String::new();
-        for proxy in &self.proxies {
-            identity.push_str(&format!("proxy {} {}\n", proxy.name, proxy.address()));
-        }
         for partition in &self.partitions {
             let slots: Vec<String> = partition.slots.iter().map(|r| r.to_string()).collect();
             identity.push_str(&format!(
@@ -254,6 +295,59 @@ mod tests {
             old.newest(other),
             Err(ChangeError::OtherCluster(_))
         ));
+    }
+
+    #[test]
+    fn an_added_proxy_hosts_nothing_and_its_map_is_the_newest() {
+        let before = map().moved(0, "p2").unwrap();
+        let after = before.with_proxy("d", "127.0.0.1:7010").unwrap();
+        assert_eq!(after.epoch(), 2);
+        assert_eq!(after.proxies().len(), 4);
+        assert_eq!(after.hosted_by(3).count(), 0);
+        assert_eq!(after.partitions(), before.partitions());
+        // Unique config epochs: the moved-to proxy's stays, the new one gets the current one.
+        let epochs: Vec<u64> = after.proxies().iter().map(|p| p.config_epoch).collect();
+        assert_eq!(epochs, vec![1, 2, 4, 6]);
+        assert_eq!(after.current_epoch(), 6);
+        assert_eq!(before.cluster_digest(), after.cluster_digest());
+        assert_eq!(before.clone().newest(after.clone()).unwrap(), after);
+        assert_eq!(after.clone().newest(before.clone()).unwrap(), after);
+        // Read back from its file, as a proxy keeps it.
+        assert_eq!(ClusterMap::from_toml(&after.to_toml()).unwrap(), after);
+        let to_new = after.moved(2, "d").unwrap();
+        assert_eq!(to_new.partitions()[2].proxy, 3);
+        // A map with fewer proxies than an older one is not a later map of this cluster.
+        let forged = before.clone().with_epochs(3, &[]);
+        assert!(matches!(
+            after.newest(forged),
+            Err(ChangeError::OtherCluster(_))
+        ));
+    }
+
+    #[test]
+    fn a_proxy_that_cannot_join_is_refused_by_name() {
+        let map = map();
+        let refused = |name: &str, address: &str| map.with_proxy(name, address).unwrap_err();
+        assert_eq!(
+            refused("p1", "127.0.0.1:7010"),
+            ChangeError::Proxy(MapError::DuplicateProxy("p1".into()))
+        );
+        assert!(matches!(
+            refused("d", "127.0.0.1:7001"),
+            ChangeError::Proxy(MapError::DuplicateAddress { .. })
+        ));
+        for bad in ["", "a b", "d\nepoch", "é", &"x".repeat(65)] {
+            assert_eq!(
+                refused(bad, "127.0.0.1:7010"),
+                ChangeError::Proxy(MapError::BadName(bad.to_string())),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            refused("d", "127.0.0.1"),
+            ChangeError::Proxy(MapError::BadAddress { .. })
+        ));
+        assert!(map.with_proxy("proxy-4.b_c", "h:1").is_ok());
     }
 
     #[test]

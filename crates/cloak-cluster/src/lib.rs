@@ -1,7 +1,7 @@
 //! The public map of a Cloak cluster, with no I/O: Redis's hash slots ([`slot`]), which
 //! partition owns each slot and which proxy hosts each partition ([`ClusterMap`]), the
-//! cluster file that describes them ([`ClusterMap::from_toml`]), and how a move changes the map
-//! ([`ClusterMap::moved`], [`ClusterMap::newest`]), and the secret that lets an operator move
+//! cluster file that describes them ([`ClusterMap::from_toml`]), and how a move or an added proxy
+//! changes the map ([`ClusterMap::moved`], [`ClusterMap::with_proxy`], [`ClusterMap::newest`]), and the secret that lets an operator move
 //! partitions and signs the maps the proxies keep ([`ClusterSecret`]).
 //!
 //! # Why a cluster shows the storage server nothing new
@@ -30,6 +30,8 @@ pub mod slot;
 
 pub use change::ChangeError;
 pub use file::FileError;
-pub use map::{ClusterMap, MapError, Partition, PartitionSpec, Proxy, SlotRange, storage_of};
+pub use map::{
+    ClusterMap, MAX_NAME, MapError, Partition, PartitionSpec, Proxy, SlotRange, storage_of,
+};
 pub use secret::{ADMIN_USER, ClusterSecret, SecretError};
 pub use slot::{CrossSlot, SLOTS, key_slot};

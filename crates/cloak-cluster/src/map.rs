@@ -91,6 +91,9 @@ pub enum MapError {
     /// Two proxies share a name.
     #[error("two proxies are called {0:?}")]
     DuplicateProxy(String),
+    /// A name that could not be shown as one word in `CLUSTER NODES`, health reports and logs.
+    #[error("{0:?} is not a proxy name: 1 to {MAX_NAME} letters, digits, '-', '_' or '.'")]
+    BadName(String),
     /// Two proxies announce the same address.
     #[error("proxies {first:?} and {second:?} both have the address {address}")]
     DuplicateAddress {
@@ -355,12 +358,29 @@ pub fn storage_of(template: &str, partition: usize) -> String {
     template.replace("{partition}", &partition.to_string())
 }
 
-/// Proxies with their addresses split and their ids made, names and addresses unique.
-fn checked_proxies(proxies: &[(String, String)]) -> Result<Vec<Proxy>, MapError> {
+/// The longest proxy name.
+pub const MAX_NAME: usize = 64;
+
+/// Whether `name` can name a proxy: one word of letters, digits, `-`, `_` and `.`, since names
+/// are written space-separated (`CLUSTER NODES`, health reports, the cluster file's errors) and
+/// typed on command lines.
+fn valid_name(name: &str) -> bool {
+    (1..=MAX_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Proxies with their addresses split and their ids made, names valid, names and addresses
+/// unique.
+pub(crate) fn checked_proxies(proxies: &[(String, String)]) -> Result<Vec<Proxy>, MapError> {
     let mut names = HashSet::new();
     let mut addresses: HashMap<&str, &str> = HashMap::new();
     let mut checked = Vec::with_capacity(proxies.len());
     for (index, (name, address)) in proxies.iter().enumerate() {
+        if !valid_name(name) {
+            return Err(MapError::BadName(name.clone()));
+        }
         if !names.insert(name.as_str()) {
             return Err(MapError::DuplicateProxy(name.clone()));
         }

@@ -143,6 +143,12 @@ impl CoreHandle {
 pub struct StatsHandle(mpsc::UnboundedSender<Control>);
 
 impl StatsHandle {
+    /// A handle to no core, whose snapshots say the core stopped: the statistics of a cluster
+    /// proxy that hosts no partition.
+    pub fn detached() -> Self {
+        Self(mpsc::unbounded_channel().0)
+    }
+
     pub async fn snapshot(&self) -> Result<Snapshot, CoreStopped> {
         let (tx, rx) = oneshot::channel();
         self.0

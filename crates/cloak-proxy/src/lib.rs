@@ -191,6 +191,9 @@ pub struct ClusterRole {
     /// How this proxy opens a partition moved to it and keeps a changed map; `None` refuses
     /// moves (see [`cluster::handoff`]).
     pub host: Option<Arc<dyn PartitionHost>>,
+    /// The store settings' limits (every partition's), for a proxy that starts hosting no
+    /// partition (one just added to the cluster) and so has no engine to read them from.
+    pub limits: cloak_core::Limits,
 }
 
 /// What every connection shares.
@@ -292,10 +295,13 @@ async fn serve(
         .find(|listener| listener.is_tls())
         .map(Listener::local_addr)
         .transpose()?;
-    let Some((_, first_store)) = stores.first() else {
-        return Err(std::io::Error::other("the proxy has no store to serve"));
+    // A cluster proxy added to a running cluster starts with no partition: its role gives the
+    // limits every partition has.
+    let engine_limits = match (stores.first(), &role) {
+        (Some((_, first_store)), _) => first_store.engine.limits(),
+        (None, Some(role)) => role.limits,
+        (None, None) => return Err(std::io::Error::other("the proxy has no store to serve")),
     };
-    let engine_limits = first_store.engine.limits();
     let request_limits = RequestLimits::for_store(&engine_limits);
     let storage_io = options
         .storage_io
@@ -324,7 +330,10 @@ async fn serve(
             Cores::Cluster(Arc::new(Node::new(hosted, stopped, spawner, role.host)))
         }
     };
-    let stats = cores.first().stats();
+    // A proxy hosting no partition yet has no store statistics to give.
+    let stats = cores
+        .first()
+        .map_or_else(core::StatsHandle::detached, |core| core.stats());
     // Dropped on return, which stops the probes.
     let mut probes = tokio::task::JoinSet::new();
     if let Some(hosted) = cores.cluster() {

@@ -31,6 +31,11 @@ use crate::{info, introspect, server_config};
 /// (clients read it to decide what they may send; `CLIENT SETINFO` and `NO-TOUCH` are 7.2's).
 pub const REDIS_VERSION: &str = "7.2.0";
 
+/// What a cluster proxy that hosts no partition (one just added to the cluster) answers where a
+/// command would run on its first partition: it has no store to run it on or describe.
+const NO_PARTITION: &str = "this proxy hosts no partition yet (move one to it with `cloak \
+                            cluster move`); CLUSTER commands answer, key commands are redirected";
+
 /// A reply, ready now or once the engine answers.
 pub enum Pending {
     Now(Reply),
@@ -157,7 +162,10 @@ impl<'a> Session<'a> {
                 // A script runs on the partition of its keys (they must share a slot).
                 let core = match self.front.cores.route_keys(&eval.keys).await {
                     Ok(Route::One(core) | Route::Partition(core, _)) => core,
-                    Ok(Route::Every(_)) => self.front.cores.first(),
+                    Ok(Route::Every(_)) => match self.front.cores.first() {
+                        Some(core) => core,
+                        None => return Pending::Now(Reply::err(NO_PARTITION)),
+                    },
                     Err(reply) => return Pending::Now(reply),
                 };
                 let caller = crate::scripting::Caller {
@@ -196,9 +204,10 @@ impl<'a> Session<'a> {
             Request::Reset => self.reset().await,
             Request::Client(request) => return self.client_command(request),
             Request::Info(sections) => match self.snapshots().await {
-                Ok((first, partitions)) => {
+                Ok(Some((first, partitions))) => {
                     Reply::Verbatim(info::render(self.front, &first, &sections, &partitions))
                 }
+                Ok(None) => Reply::err(NO_PARTITION),
                 Err(stopped) => Reply::err(stopped),
             },
             Request::Cluster(request) => replies::answer(&self.front.cores, request),
@@ -263,10 +272,10 @@ impl<'a> Session<'a> {
                 fanout::submit(&hosted, client, command, charge).await
             }
             // A transaction of commands without keys runs where one store's would.
-            Ok(Route::Every(_)) => {
-                let core = self.front.cores.first();
-                core.submit(client, command, charge).await
-            }
+            Ok(Route::Every(_)) => match self.front.cores.first() {
+                Some(core) => core.submit(client, command, charge).await,
+                None => return Pending::Now(Reply::err(NO_PARTITION)),
+            },
         };
         match submitted {
             Ok(outcome) => Pending::Later(outcome),
@@ -274,18 +283,22 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// The first store's snapshot, and in a cluster every hosted partition's.
+    /// The first store's snapshot, and in a cluster every hosted partition's; `None` for a
+    /// cluster proxy that hosts no partition.
     async fn snapshots(
         &self,
-    ) -> Result<(Snapshot, Vec<(usize, Snapshot)>), crate::core::CoreStopped> {
-        let first = self.front.cores.first().snapshot().await?;
+    ) -> Result<Option<(Snapshot, Vec<(usize, Snapshot)>)>, crate::core::CoreStopped> {
+        let Some(first) = self.front.cores.first() else {
+            return Ok(None);
+        };
+        let first = first.snapshot().await?;
         let mut partitions = Vec::new();
         if let Some(hosted) = self.front.cores.cluster() {
             for (index, core) in hosted.cores() {
                 partitions.push((*index, CoreHandle::snapshot(core).await?));
             }
         }
-        Ok((first, partitions))
+        Ok(Some((first, partitions)))
     }
 
     /// Inside MULTI: queue key commands, run EXEC and DISCARD, refuse the rest. As in Redis, a

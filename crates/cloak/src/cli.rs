@@ -632,6 +632,10 @@ pub enum ClusterCommand {
     /// Move a partition to another proxy: its proxy drains it into storage and stops it, the
     /// other starts it from storage, every proxy learns the new map, and clients are redirected
     Move(ClusterMoveArgs),
+    /// Add a proxy to a running cluster, hosting nothing until a move gives it a partition:
+    /// every proxy learns the new map; then start it with `cloak proxy --cluster FILE --node
+    /// NAME` (the old cluster file does: it reads the new map from the other proxies)
+    AddProxy(ClusterAddProxyArgs),
 }
 
 #[derive(Args, Debug)]
@@ -698,13 +702,52 @@ pub struct ClusterMoveArgs {
     #[arg(long, value_name = "NAME")]
     pub to: String,
 
+    #[command(flatten)]
+    pub admin: ClusterAdminArgs,
+
+    /// The partition's proxy is dead and will not serve again: the operator says so. The target
+    /// takes the partition from storage alone, without asking the dead proxy to drain it (the
+    /// tool and the target each check first that the proxy does not answer, and refuse if it
+    /// does: then move it without this flag). Needs --accept-data-loss. Restart the dead proxy,
+    /// if ever, only with its state dir: it then adopts the newer map and does not serve the
+    /// partition
+    #[arg(long)]
+    pub source_down: bool,
+
+    /// With --source-down: writes the dead proxy acknowledged but had not yet stored (still in
+    /// its journal) are not in the partition the target starts; they are lost
+    #[arg(long, requires = "source_down")]
+    pub accept_data_loss: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterAddProxyArgs {
+    /// The new proxy's name: letters, digits, '-', '_' or '.', not another proxy's
+    #[arg(long, value_name = "NAME")]
+    pub name: String,
+
+    /// Where clients will reach it, HOST:PORT (what `-MOVED` and CLUSTER SLOTS announce), not
+    /// another proxy's
+    #[arg(long, value_name = "HOST:PORT")]
+    pub address: String,
+
+    #[command(flatten)]
+    pub admin: ClusterAdminArgs,
+
+    /// Write the new cluster file (signed, as the proxies keep it) here rather than to stdout
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// How `cloak cluster move` and `add-proxy` reach the proxies as the cluster's admin.
+#[derive(Args, Debug)]
+pub struct ClusterAdminArgs {
     /// Any proxy of the cluster, HOST:PORT; the others are found from its map
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7001")]
     pub node: String,
 
-    /// The cluster's secret, as given to the proxies with --cluster-secret-file: the move's
-    /// steps are admin commands (`AUTH cloak-admin <secret>`); the client password cannot run
-    /// them
+    /// The cluster's secret, as given to the proxies with --cluster-secret-file: the steps are
+    /// admin commands (`AUTH cloak-admin <secret>`); the client password cannot run them
     #[arg(long, value_name = "FILE", env = "CLOAK_CLUSTER_SECRET_FILE")]
     pub cluster_secret_file: PathBuf,
 
@@ -720,20 +763,6 @@ pub struct ClusterMoveArgs {
     /// network where every link is trusted
     #[arg(long, conflicts_with = "cluster_ca")]
     pub allow_plaintext_secret: bool,
-
-    /// The partition's proxy is dead and will not serve again: the operator says so. The target
-    /// takes the partition from storage alone, without asking the dead proxy to drain it (the
-    /// tool and the target each check first that the proxy does not answer, and refuse if it
-    /// does: then move it without this flag). Needs --accept-data-loss. Restart the dead proxy,
-    /// if ever, only with its state dir: it then adopts the newer map and does not serve the
-    /// partition
-    #[arg(long)]
-    pub source_down: bool,
-
-    /// With --source-down: writes the dead proxy acknowledged but had not yet stored (still in
-    /// its journal) are not in the partition the target starts; they are lost
-    #[arg(long, requires = "source_down")]
-    pub accept_data_loss: bool,
 }
 
 #[derive(Args, Debug)]

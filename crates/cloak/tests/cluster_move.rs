@@ -17,7 +17,7 @@ use cloak_testkit::redis_server::RedisServer;
 
 mod common;
 
-use common::{CLOAK, Running};
+use common::{CLOAK, Running, keys_of};
 
 const KEY: &str = "8c6a1f0b2d4e6a8c0e2f4a6c8e0a2c4e6f8a0c2e4a6c8e0f2a4c6e8a0c2e4f6a";
 /// Another key: a proxy started with it cannot open the others' partitions.
@@ -106,15 +106,6 @@ impl Cluster {
     fn keys_of(&self, partition: usize, count: usize) -> Vec<String> {
         keys_of(&self.map, partition, count)
     }
-}
-
-/// The first `count` keys `key:N` that `map` puts in partition `partition`.
-fn keys_of(map: &ClusterMap, partition: usize, count: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("key:{i}"))
-        .filter(|key| map.partition_of(key_slot(key.as_bytes())).index == partition)
-        .take(count)
-        .collect()
 }
 
 /// `cloak cluster move` through the proxy on `port` with the secret in `secret`: whether it

@@ -13,6 +13,9 @@
 //! CLOAK ADOPT map                      route by `map` from now on
 //! ```
 //!
+//! `cloak cluster add-proxy` sends only `ADOPT`: its map adds a proxy hosting nothing, so no
+//! partition changes hands and no proxy's storage traffic changes.
+//!
 //! A move is: CHECK on the target (refused there, nothing has changed: the source keeps
 //! serving), RELEASE on the source, ACQUIRE on the target, ADOPT everywhere. From RELEASE until
 //! the source adopts the new map, commands for the partition's slots wait at the source (and at
@@ -114,11 +117,20 @@ async fn acquire_sent(
 /// The highest map epoch accepted from a command.
 const MAX_EPOCH: u64 = u32::MAX as u64;
 
-/// A map sent with a command: a map of this cluster, not older than the newest one known here.
+/// A map sent with a command: a map of this cluster (perhaps with proxies added), not older than
+/// the newest one known here.
 fn newer_map(node: &Node, text: &str) -> Result<Arc<ClusterMap>, String> {
     let map = ClusterMap::from_toml(text).map_err(|e| format!("the map sent is not valid: {e}"))?;
     let known = node.known();
     known.same_cluster(&map).map_err(|e| e.to_string())?;
+    if map.proxies().len() < known.proxies().len() {
+        return Err(format!(
+            "the map sent lists {} proxies, fewer than this proxy's {}; read the current one \
+             with CLOAK MAP",
+            map.proxies().len(),
+            known.proxies().len()
+        ));
+    }
     // A move adds one; no cluster makes four billion. A larger epoch is not a real map, and
     // would overflow the epochs `CLUSTER INFO` and the next move compute from it.
     if map.epoch() > MAX_EPOCH {

@@ -69,7 +69,8 @@ pub struct Health {
     /// The map and this proxy's partitions now: they change when a partition moves.
     view: RwLock<Arc<View>>,
     /// One entry per proxy of the map (this one's stays empty). A move changes which proxy
-    /// hosts a partition, never the proxies, so these outlive every change of the map.
+    /// hosts a partition, never the proxies, and a proxy added goes at the end of the list, so
+    /// these outlive every change of the map (an added proxy's entry is added with it).
     peers: Mutex<Vec<Peer>>,
 }
 
@@ -105,6 +106,13 @@ impl Health {
         moving: Vec<usize>,
         busy: Vec<usize>,
     ) {
+        {
+            let mut peers = self.peers();
+            let count = map.proxies().len();
+            if peers.len() < count {
+                peers.resize(count, Peer::default());
+            }
+        }
         let view = Arc::new(View {
             map,
             local,

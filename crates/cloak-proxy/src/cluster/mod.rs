@@ -86,7 +86,9 @@ impl Hosted {
         cores.sort_by_key(|(partition, _)| *partition);
         let expected: Vec<usize> = map.hosted_by(me).map(|p| p.index).collect();
         let given: Vec<usize> = cores.iter().map(|(partition, _)| *partition).collect();
-        if expected != given || expected.is_empty() {
+        // A proxy may host nothing: one just added to the cluster, until a move gives it a
+        // partition.
+        if expected != given {
             return Err(format!(
                 "proxy {} hosts partitions {expected:?} in the cluster map, but {given:?} were \
                  started",
@@ -201,13 +203,13 @@ impl Cores {
     }
 
     /// The core that answers for the whole proxy where one must (INFO's store figures, a
-    /// transaction or script that names no key): the only one, or the first partition's.
-    pub fn first(&self) -> CoreHandle {
+    /// transaction or script that names no key): the only one, or the first partition's; `None`
+    /// for a cluster proxy that hosts no partition (one added to the cluster, before a move
+    /// gives it one).
+    pub fn first(&self) -> Option<CoreHandle> {
         match self {
-            Cores::Single(core) => core.clone(),
-            // `Hosted::new` refuses a proxy that hosts nothing, and a move never takes a
-            // proxy's last partition (`ClusterMap::moved`).
-            Cores::Cluster(node) => node.current().cores[0].1.clone(),
+            Cores::Single(core) => Some(core.clone()),
+            Cores::Cluster(node) => node.current().cores.first().map(|(_, core)| core.clone()),
         }
     }
 

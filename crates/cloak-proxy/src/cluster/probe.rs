@@ -5,7 +5,8 @@
 //! A probe that fails to connect, times out ([`PROBE_TIMEOUT`]) or gets an answer other than the
 //! one the map expects (another cluster file's partitions) marks the proxy as not answering, with
 //! why; see [`Health`]. The answer names the epoch of the map its proxy routes by and the map's
-//! cluster digest (its proxies, slots and storage, which moves do not change): a different
+//! cluster digest (its partitions' slots and storage, which moves and added proxies do not
+//! change): a different
 //! digest is always refused, but only an answer of this proxy's epoch can be held to where this
 //! proxy's map puts each partition, since while a partition moves the proxies learn the new map
 //! one after another. Each probe costs a few bytes on a fixed timer, whatever the workload, and
@@ -20,16 +21,32 @@ use super::peer::{PeerConnection, PeerLink};
 /// The longest `CLOAK.HEALTH` answer read: a line per partition, each with one error's text.
 const MAX_ANSWER: usize = 64 << 10;
 
-/// Probes every other proxy of the map until dropped (each in its own task of `tasks`), over
-/// `link` (TLS when the proxies serve clients over TLS, see [`PeerLink`]).
+/// Probes every other proxy of the map until dropped (each in a task of its own, under one task
+/// of `tasks`), over `link` (TLS when the proxies serve clients over TLS, see [`PeerLink`]);
+/// a proxy added to the cluster is probed from the first [`PROBE_EVERY`] after this proxy
+/// routes by a map that lists it.
 pub fn spawn_all(health: &Arc<Health>, link: &PeerLink, tasks: &mut tokio::task::JoinSet<()>) {
     let link = link.clone().with_limit(MAX_ANSWER);
-    // A move changes which proxy hosts a partition, never the proxies.
-    for proxy in 0..health.map().proxies().len() {
-        if proxy != health.me() {
-            tasks.spawn(watch(health.clone(), proxy, link.clone()));
+    let health = health.clone();
+    tasks.spawn(async move {
+        // Dropped with this task, which stops every probe.
+        let mut probes = tokio::task::JoinSet::new();
+        let mut watched = 0;
+        let mut tick = tokio::time::interval(PROBE_EVERY);
+        loop {
+            // A move changes which proxy hosts a partition, never the proxies; a proxy added
+            // goes at the end of the list (`ClusterMap::with_proxy`), so the ones not yet
+            // watched are the last ones.
+            let count = health.map().proxies().len();
+            for proxy in watched..count {
+                if proxy != health.me() {
+                    probes.spawn(watch(health.clone(), proxy, link.clone()));
+                }
+            }
+            watched = watched.max(count);
+            tick.tick().await;
         }
-    }
+    });
 }
 
 /// Probes `proxy` forever, recording each result.

@@ -31,6 +31,7 @@ pub async fn run(args: ClusterArgs, config: &ConfigFile) -> anyhow::Result<()> {
         ClusterCommand::Init(args) => init(args),
         ClusterCommand::Status(args) => status(&args).await,
         ClusterCommand::Move(args) => super::cluster_move::run(&args).await,
+        ClusterCommand::AddProxy(args) => super::cluster_move::add_proxy(&args).await,
     }
 }
 
@@ -121,6 +122,7 @@ async fn up(args: Box<ClusterUpArgs>, config: &ConfigFile) -> anyhow::Result<()>
             map: map.clone(),
             me,
             host: None,
+            limits: store.limits,
         };
         proxies_running.push(cloak_proxy::run_cluster(
             listeners,

@@ -19,7 +19,7 @@ use cloak_proxy::cluster::health_report::HealthReport;
 use cloak_proxy::cluster::peer::{PeerLink, PlainLogin, listens};
 
 use super::partition_host::{PeerMap, admin_login, peer_link, peer_map};
-use crate::cli::ClusterMoveArgs;
+use crate::cli::{ClusterAddProxyArgs, ClusterAdminArgs, ClusterMoveArgs};
 
 /// How long a step that needs no storage may take.
 const QUICK: Duration = Duration::from_secs(5);
@@ -31,6 +31,72 @@ const PLAIN_REMEDY: &str = "give --cluster-ca FILE to reach the proxies over TLS
                             --allow-plaintext-secret if every link on the way is trusted";
 
 pub async fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
+    let (secret, link) = admin_link(&args.admin)?;
+    let link = &link;
+    let map = newest_map(&args.admin.node, link, &secret).await?;
+    no_move_in_flight(&map, link).await?;
+    let partition = args.partition;
+    let next = map.moved(partition, &args.to)?;
+    let source = &map.proxies()[map.partitions()[partition].proxy];
+    let target = &next.proxies()[next.partitions()[partition].proxy];
+    if args.source_down {
+        return take_over(args, link, &next, source, target).await;
+    }
+    move_partition(link, &next, partition, source, target).await
+}
+
+/// `cloak cluster add-proxy`: the newest map with one more proxy, hosting nothing, one epoch
+/// on, sent to every proxy as a move's new map is (`CLOAK ADOPT`, which each proxy keeps and
+/// signs); then the new cluster file, for the operator (the new proxy also reads the map from
+/// the others when it starts, so the old file does too).
+///
+/// The new proxy is not asked to be reachable: it cannot start before a map lists it (its
+/// start refuses a name no map has). What this changes for storage: nothing; the map is public
+/// configuration, and the new proxy talks to storage only once a move starts a partition there.
+pub async fn add_proxy(args: &ClusterAddProxyArgs) -> anyhow::Result<()> {
+    let (secret, link) = admin_link(&args.admin)?;
+    let map = newest_map(&args.admin.node, &link, &secret).await?;
+    // One change at a time: a move in flight would give its own map of the next epoch.
+    no_move_in_flight(&map, &link).await?;
+    let next = map.with_proxy(&args.name, &args.address)?;
+    if listens(&args.address, QUICK).await.is_ok() {
+        eprintln!(
+            "warning: something already accepts connections at {}; the new proxy must listen \
+             there (or be reached there) for clients and the other proxies",
+            args.address
+        );
+    }
+    let others = next.proxies().iter().filter(|p| p.name != args.name);
+    let took = tell(&next, others, &link).await;
+    if took == 0 {
+        bail!(
+            "no proxy took the map with {}; nothing changed (is a move in flight? see `cloak \
+             cluster status`)",
+            args.name
+        );
+    }
+    eprintln!(
+        "proxy {} ({}) added, hosting no partition (map epoch {}); start it with `cloak proxy \
+         --cluster FILE --node {}` and move partitions to it with `cloak cluster move --to {}`",
+        args.name,
+        args.address,
+        next.epoch(),
+        args.name,
+        args.name
+    );
+    // Signed: past epoch 0 a proxy starts only from a map whose MAC verifies.
+    let file = next.to_signed_toml(&secret);
+    match &args.output {
+        Some(path) => cloak_storage::dir::write_synced(path, file.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{file}"),
+    }
+    Ok(())
+}
+
+/// The cluster's secret and a link that logs in with it as the admin, sending it in the clear
+/// only where `args` allow.
+fn admin_link(args: &ClusterAdminArgs) -> anyhow::Result<(ClusterSecret, PeerLink)> {
     let secret = crate::secret_file::cluster_secret(&args.cluster_secret_file)?;
     let link = peer_link(args.cluster_ca.as_deref(), admin_login(&secret))?;
     // The secret is this tool's login: it lets whoever reads it move partitions, so it goes
@@ -48,16 +114,17 @@ pub async fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
             remedy: PLAIN_REMEDY,
         }),
     };
-    let link = &link;
-    let map = newest_map(&args.node, link, &secret).await?;
-    no_move_in_flight(&map, link).await?;
-    let partition = args.partition;
-    let next = map.moved(partition, &args.to)?;
-    let source = &map.proxies()[map.partitions()[partition].proxy];
-    let target = &next.proxies()[next.partitions()[partition].proxy];
-    if args.source_down {
-        return take_over(args, link, &next, source, target).await;
-    }
+    Ok((secret, link))
+}
+
+/// A move of `partition` from `source` to `target`, whose map after is `next`.
+async fn move_partition(
+    link: &PeerLink,
+    next: &ClusterMap,
+    partition: usize,
+    source: &cloak_cluster::Proxy,
+    target: &cloak_cluster::Proxy,
+) -> anyhow::Result<()> {
     let number = partition.to_string();
     let key_id = key_id(link, source, partition).await?;
     let check = ["CLOAK", "CHECK", &number, &key_id];
@@ -112,7 +179,7 @@ pub async fn run(args: &ClusterMoveArgs) -> anyhow::Result<()> {
             back.epoch()
         );
     }
-    tell_everyone(&next, link).await;
+    tell_everyone(next, link).await;
     println!(
         "partition {partition} moved from {} to {} (map epoch {})",
         source.name,
@@ -249,16 +316,28 @@ async fn no_move_in_flight(map: &ClusterMap, link: &PeerLink) -> anyhow::Result<
 /// Sends `map` to every proxy; one that does not take it is named (it learns the map from the
 /// others when it starts).
 async fn tell_everyone(map: &ClusterMap, link: &PeerLink) {
+    tell(map, map.proxies().iter(), link).await;
+}
+
+/// Sends `map` to `proxies`, naming each that does not take it; how many took it.
+async fn tell<'a>(
+    map: &ClusterMap,
+    proxies: impl Iterator<Item = &'a cloak_cluster::Proxy>,
+    link: &PeerLink,
+) -> usize {
     let text = map.to_toml();
-    for proxy in map.proxies() {
+    let mut took = 0;
+    for proxy in proxies {
         let adopted = send(link, &proxy.address(), QUICK, &["CLOAK", "ADOPT", &text]).await;
-        if let Err(error) = adopted {
-            eprintln!(
+        match adopted {
+            Ok(_) => took += 1,
+            Err(error) => eprintln!(
                 "{} at {} did not take the new map ({error:#}); it learns it from the other \
                  proxies when it starts",
                 proxy.name,
                 proxy.address()
-            );
+            ),
         }
     }
+    took
 }

@@ -94,6 +94,7 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
                 map: Arc::new(map),
                 me,
                 host: Some(Arc::new(host)),
+                limits: store.limits,
             };
             (stores, Some(role), listen)
         }
@@ -203,7 +204,9 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
 }
 
 /// The cluster's current map (the newest of the file's, the kept one and the other proxies',
-/// see [`partition_host`]), and which of its proxies `node` is.
+/// see [`partition_host`]), and which of its proxies `node` is. A proxy added to a running
+/// cluster (`cloak cluster add-proxy`) may be started from the file made before: the other
+/// proxies' newer map names it. A name no map names is refused.
 async fn read_cluster(
     file: &Path,
     kept: &Path,
@@ -215,8 +218,11 @@ async fn read_cluster(
     let Some(me) = map.proxy_named(node) else {
         let names: Vec<&str> = map.proxies().iter().map(|p| p.name.as_str()).collect();
         bail!(
-            "--node {node:?} is not one of the proxies of {}: {}",
+            "--node {node:?} is not one of the proxies of {} nor of the newest map the other \
+             proxies answered (epoch {}): {}; add it with `cloak cluster add-proxy --name \
+             {node}`",
             file.display(),
+            map.epoch(),
             names.join(", ")
         );
     };

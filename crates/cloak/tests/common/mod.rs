@@ -230,13 +230,24 @@ pub fn three_proxy_cluster(
     dir: &std::path::Path,
     storage: &str,
 ) -> (cloak_cluster::ClusterMap, std::path::PathBuf, Vec<u16>) {
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    proxy_cluster(dir, storage, 3, 6)
+}
+
+/// A cluster file in `dir` for `count` proxies `p0`, `p1`, … on free ports and `partitions`
+/// partitions in even runs over them, kept in `storage`: the map, the file and the ports.
+pub fn proxy_cluster(
+    dir: &std::path::Path,
+    storage: &str,
+    count: usize,
+    partitions: usize,
+) -> (cloak_cluster::ClusterMap, std::path::PathBuf, Vec<u16>) {
+    let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
     let proxies: Vec<(String, String)> = ports
         .iter()
         .enumerate()
         .map(|(i, port)| (format!("p{i}"), format!("127.0.0.1:{port}")))
         .collect();
-    let map = cloak_cluster::ClusterMap::even(&proxies, 6, storage).unwrap();
+    let map = cloak_cluster::ClusterMap::even(&proxies, partitions, storage).unwrap();
     let file = dir.join("cluster.toml");
     std::fs::write(&file, map.to_toml()).unwrap();
     (map, file, ports)
@@ -285,4 +296,16 @@ pub fn write_private(path: &std::path::Path, contents: impl AsRef<[u8]>) {
         .open(path)
         .unwrap();
     file.write_all(contents.as_ref()).unwrap();
+}
+
+/// The first `count` keys `key:N` that `map` puts in partition `partition`.
+pub fn keys_of(map: &cloak_cluster::ClusterMap, partition: usize, count: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("key:{i}"))
+        .filter(|key| {
+            let slot = cloak_cluster::key_slot(key.as_bytes());
+            map.partition_of(slot).index == partition
+        })
+        .take(count)
+        .collect()
 }
