@@ -1,8 +1,9 @@
 //! The public map of a Cloak cluster, with no I/O: Redis's hash slots ([`slot`]), which
 //! partition owns each slot and which proxy hosts each partition ([`ClusterMap`]), the
-//! cluster file that describes them ([`ClusterMap::from_toml`]), and how a move or an added proxy
-//! changes the map ([`ClusterMap::moved`], [`ClusterMap::with_proxy`], [`ClusterMap::newest`]), and the secret that lets an operator move
-//! partitions and signs the maps the proxies keep ([`ClusterSecret`]).
+//! cluster file that describes them ([`ClusterMap::from_toml`]), how a move or an added proxy
+//! changes the map ([`ClusterMap::moved`], [`ClusterMap::with_proxy`], [`ClusterMap::newest`]),
+//! and the secret that lets an operator move partitions and signs the maps the proxies keep
+//! ([`ClusterSecret`]).
 //!
 //! # Why a cluster shows the storage server nothing new
 //!
