@@ -314,11 +314,8 @@ async fn write_loop(
     }
 }
 
-/// What a connection's reader keeps between answers.
-const READ_BUFFER: usize = 64 * 1024;
-
 async fn read_loop(mut reader: impl AsyncRead + Unpin, waiting: Waiting, addr: String) {
-    let mut buf = BytesMut::with_capacity(READ_BUFFER);
+    let mut buf = BytesMut::with_capacity(64 * 1024);
     let reason = loop {
         let len = match wire::read_frame_len(&mut reader, &mut buf).await {
             Ok(len) => len,
@@ -341,21 +338,14 @@ async fn read_loop(mut reader: impl AsyncRead + Unpin, waiting: Waiting, addr: S
         }
         // The whole answer is reserved at once (its request bounds it, as checked above): a
         // batch's read, megabytes, lands in one buffer of its size instead of one grown by
-        // doubling, copied at each step and up to twice as large.
+        // doubling, copied at each step and up to twice as large. Once the answer's values
+        // are gone (a batch's are, as soon as it is opened), the next answer of that size
+        // reuses the buffer rather than allocating another.
         buf.reserve((4 + len).saturating_sub(buf.len()));
         let frame = match wire::read_frame_payload(&mut reader, &mut buf, len).await {
             Ok(frame) => frame,
             Err(error) => break format!("storage server {addr}: {error}"),
         };
-        // The answer's values are views of its buffer, which `buf` shares. Left so, the
-        // connection would reuse that batch-sized buffer for later answers once the values are
-        // gone, and keep it resident for good (each connection that carries batch reads); so a
-        // large answer's buffer is the answer's alone, freed with its values, and the next
-        // answers start in a small one (holding what was read past this answer).
-        if len > READ_BUFFER {
-            let rest = std::mem::replace(&mut buf, BytesMut::with_capacity(READ_BUFFER));
-            buf.extend_from_slice(&rest);
-        }
         let (id, answer) = match wire::decode_response(frame) {
             Ok(response) => response,
             Err(error) => break format!("storage server {addr} sent a bad answer: {error}"),
