@@ -17,12 +17,12 @@
 //! Every plaintext is padded to the same length so element sizes reveal nothing, and every
 //! element carries its slot, key and version so the proxy's maps can be rebuilt from storage.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use cloak_crypto::{Binding, CryptoError, PreparedSeal, SEAL_OVERHEAD, Sealer};
 
 use crate::envelope::ENVELOPE_LEN;
 use crate::storage::Addr;
-use crate::workers::on_every_core;
+use crate::workers::on_every_core_mut;
 
 /// A logical slot: the proxy's name for where a key lives, independent of where storage keeps it.
 pub type Slot = u64;
@@ -200,33 +200,76 @@ impl ElementCodec {
         self.sealer.prepare()
     }
 
-    /// Seals a batch of elements, `(seal, binding, slot, record)` each, and returns them in the
-    /// same order, encrypting on every core (the elements of a batch are independent).
+    /// Seals a batch of elements, `(seal, binding, plaintext)` each, and returns them in the
+    /// same order, encrypting on every core (the elements of a batch are independent). Each
+    /// plaintext is taken (left [`Plaintext::taken`]).
     ///
     /// Why this shows the server nothing a one-by-one [`ElementCodec::seal`] would not: each
     /// element's nonce and epoch were drawn by [`ElementCodec::prepare`] on the caller's thread,
     /// in the caller's order; the threads only encrypt, and each result lands at its own index.
     /// So the bytes of every element and their order in the request are those of the sequential
     /// loop, whichever thread finishes first, and when the request leaves is the scheme's
-    /// schedule's business.
-    pub fn seal_all(&self, elements: &[(PreparedSeal, Binding, Slot, Record)]) -> Vec<Bytes> {
+    /// schedule's business. Sealing an opened element in its own buffer gives the same bytes as
+    /// encoding its record into a new one (see [`Plaintext::Opened`]); only the proxy's memory
+    /// differs.
+    pub fn seal_all(&self, elements: &mut [(PreparedSeal, Binding, Plaintext)]) -> Vec<Bytes> {
         let layout = self.layout;
-        on_every_core(elements, |(seal, binding, slot, record)| {
-            Bytes::from(seal.seal_with(*binding, layout.encoded_len(), |out| {
-                layout.encode(*slot, record, out)
-            }))
+        on_every_core_mut(
+            elements,
+            |(seal, binding, plaintext)| match std::mem::replace(plaintext, Plaintext::taken()) {
+                Plaintext::Record(slot, record) => {
+                    Bytes::from(seal.seal_with(*binding, layout.encoded_len(), |out| {
+                        layout.encode(slot, &record, out)
+                    }))
+                }
+                Plaintext::Opened(element) => {
+                    let mut buffer = own_buffer(element);
+                    seal.seal_in_place(*binding, &mut buffer);
+                    buffer.freeze()
+                }
+            },
+        )
+    }
+
+    /// Opens a batch of elements, `(binding, element, expected slot)` each, on every core, each
+    /// in its own buffer (see [`ElementCodec::open_in_place`]); the results come in the order
+    /// given, and every element is taken (left `None`).
+    pub fn open_all(
+        &self,
+        elements: &mut [(Binding, Option<Bytes>, Option<Slot>)],
+    ) -> Vec<Result<Opened, ElementError>> {
+        on_every_core_mut(elements, |(binding, element, expected)| {
+            self.open_in_place(*binding, element.take(), *expected)
         })
     }
 
-    /// Opens a batch of elements, `(binding, element, expected slot)` each, on every core;
-    /// the results come in the order given (see [`ElementCodec::open`]).
-    pub fn open_all(
+    /// Opens an element in its buffer and checks it holds `expected` (when the caller knows
+    /// which slot): the record is a view of that buffer, which [`Plaintext::Opened`] seals
+    /// again. The buffer is storage's own when nothing else holds it (the Redis backend gives
+    /// every value its own), else a copy of the element: storage's answer is freed once its
+    /// elements are opened, and a batch holds one copy of its elements from then on, not the
+    /// answer, the records and the sealed write-back.
+    pub fn open_in_place(
         &self,
-        elements: &[(Binding, Option<&Bytes>, Option<Slot>)],
-    ) -> Vec<Result<(Slot, Record), ElementError>> {
-        on_every_core(elements, |&(binding, element, expected)| {
-            self.open(binding, element, expected)
-        })
+        binding: Binding,
+        element: Option<Bytes>,
+        expected: Option<Slot>,
+    ) -> Result<Opened, ElementError> {
+        let mut buffer = own_buffer(element.ok_or(ElementError::Missing)?);
+        let plaintext = self.sealer.open_in_place(binding, &mut buffer)?;
+        let element = buffer.freeze();
+        let (slot, record) = self.layout.decode(&element.slice(plaintext))?;
+        match expected {
+            Some(expected) if expected != slot => Err(ElementError::WrongSlot {
+                expected,
+                found: slot,
+            }),
+            _ => Ok(Opened {
+                slot,
+                record,
+                element,
+            }),
+        }
     }
 
     /// Opens an element and checks it holds `expected` (when the caller knows which slot).
@@ -247,6 +290,46 @@ impl ElementCodec {
             _ => Ok((slot, record)),
         }
     }
+}
+
+/// An element opened in its own buffer ([`ElementCodec::open_in_place`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opened {
+    /// The slot it holds.
+    pub slot: Slot,
+    /// Its record, a view of `element`.
+    pub record: Record,
+    /// The element's buffer, holding the plaintext between room for the header and the tag.
+    pub element: Bytes,
+}
+
+/// What [`ElementCodec::seal_all`] seals into one element.
+#[derive(Debug)]
+pub enum Plaintext {
+    /// A slot's record, encoded into a new buffer.
+    Record(Slot, Record),
+    /// An element opened by [`ElementCodec::open_in_place`] (its [`Opened::element`]), sealed
+    /// again with the same slot and record in its own buffer when nothing else holds it (no
+    /// view of its record kept elsewhere, as a client's answer or the cache), else in a copy.
+    /// Its plaintext is what [`RecordLayout::encode`] wrote when it was sealed (authenticated,
+    /// so nobody else wrote it), so the bytes are those of [`Plaintext::Record`] with its record.
+    Opened(Bytes),
+}
+
+impl Plaintext {
+    /// What a taken plaintext leaves behind.
+    fn taken() -> Self {
+        Self::Opened(Bytes::new())
+    }
+}
+
+/// `element`'s bytes in a buffer that may be written: its own when nothing else holds it, else
+/// a copy (a value sliced from a storage answer shared by a batch, or an element an unanswered
+/// write-back still holds: those must not change).
+fn own_buffer(element: Bytes) -> BytesMut {
+    element
+        .try_into_mut()
+        .unwrap_or_else(|shared| BytesMut::from(&shared[..]))
 }
 
 impl ElementCodec {
@@ -326,29 +409,83 @@ mod tests {
                 (binding, i + 100, record)
             })
             .collect();
-        let prepared: Vec<_> = batch
+        let mut prepared: Vec<_> = batch
             .iter()
-            .map(|(binding, slot, record)| (c.prepare(), *binding, *slot, record.clone()))
+            .map(|(binding, slot, record)| {
+                let plaintext = Plaintext::Record(*slot, record.clone());
+                (c.prepare(), *binding, plaintext)
+            })
             .collect();
-        let sealed = c.seal_all(&prepared);
+        let sealed = c.seal_all(&mut prepared);
         assert_eq!(sealed.len(), n);
         let nonces: std::collections::HashSet<_> = sealed
             .iter()
             .map(|e| ClearHeader::read(e).unwrap().nonce)
             .collect();
         assert_eq!(nonces.len(), n, "every element has a nonce of its own");
-        let to_open: Vec<_> = batch
+        let mut to_open: Vec<_> = batch
             .iter()
             .zip(&sealed)
-            .map(|((binding, slot, _), element)| (*binding, Some(element), Some(*slot)))
+            .map(|((binding, slot, _), element)| (*binding, Some(element.clone()), Some(*slot)))
             .collect();
-        let opened = c.open_all(&to_open);
-        for ((_, slot, record), opened) in batch.iter().zip(opened) {
-            assert_eq!(opened, Ok((*slot, record.clone())));
+        let opened = c.open_all(&mut to_open);
+        assert!(to_open.iter().all(|(_, element, _)| element.is_none()));
+        for ((_, slot, record), opened) in batch.iter().zip(&opened) {
+            let opened = opened.as_ref().unwrap();
+            assert_eq!((opened.slot, &opened.record), (*slot, record));
         }
         // Each element opens only at its own address.
-        let swapped = [(batch[1].0, Some(&sealed[0]), None)];
-        assert!(c.open_all(&swapped)[0].is_err());
+        let mut swapped = [(batch[1].0, Some(sealed[0].clone()), None)];
+        assert!(c.open_all(&mut swapped)[0].is_err());
+
+        // Sealed again in their own buffers, they open to the same records; the element a
+        // reader still holds a view of is sealed in a copy, and that view is left as it was.
+        let kept = opened[0].as_ref().unwrap().record.clone();
+        let mut again: Vec<_> = batch
+            .iter()
+            .zip(opened)
+            .map(|((binding, _, _), opened)| {
+                let element = opened.unwrap().element;
+                (c.prepare(), *binding, Plaintext::Opened(element))
+            })
+            .collect();
+        let resealed = c.seal_all(&mut again);
+        assert_eq!(kept, batch[0].2);
+        for ((binding, slot, record), element) in batch.iter().zip(resealed) {
+            let opened = c
+                .open_in_place(*binding, Some(element), Some(*slot))
+                .unwrap();
+            assert_eq!(&opened.record, record);
+        }
+    }
+
+    /// An element opened and sealed again in its own buffer is byte for byte the element that
+    /// encoding its record into a new buffer gives, with the same seal.
+    #[test]
+    fn sealing_in_place_gives_the_bytes_of_sealing_the_record() {
+        let mut c = codec();
+        let at = Binding {
+            address: 5,
+            generation: 1,
+        };
+        let record = Record {
+            version: 3,
+            key: Bytes::from_static(b"key"),
+            value: Bytes::from_static(b"short value"),
+        };
+        let element = c.seal(at, 9, &record);
+        let opened = c.open_in_place(at, Some(element), Some(9)).unwrap();
+        let next = Binding {
+            address: 6,
+            generation: 2,
+        };
+        let seal = c.prepare();
+        let expected = Bytes::from(seal.seal_with(next, c.layout.encoded_len(), |out| {
+            c.layout.encode(9, &record, out)
+        }));
+        let Opened { element, .. } = opened;
+        let sealed = c.seal_all(&mut [(seal, next, Plaintext::Opened(element))]);
+        assert_eq!(sealed, vec![expected]);
     }
 
     #[test]

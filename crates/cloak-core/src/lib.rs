@@ -38,7 +38,9 @@ pub use command::{
 };
 pub use database::Db;
 pub use directory::KeyDirectory;
-pub use element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, Slot};
+pub use element::{
+    ElementCodec, ElementError, NO_SLOT, Opened, Plaintext, Record, RecordLayout, Slot,
+};
 pub use engine::{ClientId, Engine, EngineStats, Limits};
 pub use envelope::{ENVELOPE_LEN, Entry, EnvelopeError, Kind};
 pub use hash::HashOp;

@@ -31,17 +31,33 @@ pub(crate) const PER_THREAD: usize = 128;
 /// first share and the process's [`Pool`] the others. A panic in any share is resumed on the
 /// caller once every share is over, the caller's own first, then the others' in order.
 pub(crate) fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    static POOL: OnceLock<Pool> = OnceLock::new();
     // A call too small to share starts no pool: a process that never has a batch to split (the
     // unsafe baseline, most tests) never has idle workers either.
     if items.len() < 2 * PER_THREAD {
         return items.iter().map(f).collect();
     }
+    pool().map(items, f)
+}
+
+/// [`on_every_core`] for an `f` that changes its item: what opens a batch's elements in their
+/// own buffers takes each one out of its slot.
+pub(crate) fn on_every_core_mut<T: Send, R: Send>(
+    items: &mut [T],
+    f: impl Fn(&mut T) -> R + Sync,
+) -> Vec<R> {
+    if items.len() < 2 * PER_THREAD {
+        return items.iter_mut().map(f).collect();
+    }
+    pool().map_mut(items, f)
+}
+
+/// The process's pool, started by the first call that shares its items.
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| {
         let cores = thread::available_parallelism().map_or(1, NonZeroUsize::get);
         Pool::new(cores - 1)
     })
-    .map(items, f)
 }
 
 /// A job as the workers see it: its borrows were erased by [`Pool::map`], which outlives it.
@@ -98,15 +114,43 @@ impl Pool {
     /// `f` of every item, in order: the caller maps the first share, each worker another (see
     /// [`on_every_core`]).
     pub(crate) fn map<T: Sync, R: Send>(&self, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-        let threads = (self.workers.len() + 1)
-            .min(items.len() / PER_THREAD)
-            .max(1);
-        if threads == 1 || IS_WORKER.get() {
-            return items.iter().map(f).collect();
+        let share = self.share(items.len());
+        self.map_shares(items.chunks(share), |share| share.iter().map(&f).collect())
+    }
+
+    /// [`Pool::map`] for an `f` that changes its item (see [`on_every_core_mut`]).
+    pub(crate) fn map_mut<T: Send, R: Send>(
+        &self,
+        items: &mut [T],
+        f: impl Fn(&mut T) -> R + Sync,
+    ) -> Vec<R> {
+        let share = self.share(items.len());
+        self.map_shares(items.chunks_mut(share), |share| {
+            share.iter_mut().map(&f).collect()
+        })
+    }
+
+    /// How many items one share of `len` holds: at least [`PER_THREAD`], the whole call on a
+    /// worker's own thread (see `IS_WORKER`).
+    fn share(&self, len: usize) -> usize {
+        let threads = (self.workers.len() + 1).min(len / PER_THREAD).max(1);
+        if IS_WORKER.get() {
+            return len.max(1);
         }
-        let share = items.len().div_ceil(threads);
-        let mut shares = items.chunks(share);
-        let first = shares.next().unwrap_or_default();
+        len.div_ceil(threads).max(1)
+    }
+
+    /// `f` of every share, the caller's the first, the workers' the others, their results
+    /// concatenated in order.
+    fn map_shares<S: Send, R: Send>(
+        &self,
+        shares: impl Iterator<Item = S>,
+        f: impl Fn(S) -> Vec<R> + Sync,
+    ) -> Vec<R> {
+        let mut shares = shares;
+        let Some(first) = shares.next() else {
+            return Vec::new();
+        };
         let f = &f;
         let results = Results::default();
         let jobs: Vec<Job> = shares
@@ -114,25 +158,26 @@ impl Pool {
             .map(|(index, share)| {
                 let done = results.sender();
                 let job = move || {
-                    let out = panic::catch_unwind(AssertUnwindSafe(|| {
-                        share.iter().map(f).collect::<Vec<R>>()
-                    }));
+                    let out = panic::catch_unwind(AssertUnwindSafe(|| f(share)));
                     // The caller is still waiting: it waits for this job's sender to go.
                     let _ = done.send((index, out));
                 };
                 let job: Box<dyn FnOnce() + Send + '_> = Box::new(job);
-                // SAFETY: the job borrows `items` and `f`, which live until this call returns
-                // or unwinds; `results` is dropped before either (it is declared after them)
-                // and its drop waits until every job's sender has gone, that is until every
-                // job has run (or was dropped unrun). So no job outlives what it borrows.
+                // SAFETY: the job borrows the items (through its share) and `f`, which live
+                // until this call returns or unwinds; `results` is dropped before either (it is
+                // declared after them) and its drop waits until every job's sender has gone,
+                // that is until every job has run (or was dropped unrun). So no job outlives
+                // what it borrows.
                 unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) }
             })
             .collect();
         // `chunks` of `share` can make fewer than `threads` shares (16,641 items over 130
         // threads make 129), so the caller waits for the jobs there are, not for `threads - 1`.
         let others = jobs.len();
-        self.submit(jobs);
-        let mine = panic::catch_unwind(AssertUnwindSafe(|| first.iter().map(f).collect()));
+        if others > 0 {
+            self.submit(jobs);
+        }
+        let mine = panic::catch_unwind(AssertUnwindSafe(|| f(first)));
         let others = results.wait(others);
         let mut out: Vec<R> = mine.unwrap_or_else(|panic| panic::resume_unwind(panic));
         for other in others {
@@ -260,6 +305,18 @@ mod tests {
         let items: Vec<u64> = (0..10 * PER_THREAD as u64 + 5).collect();
         let doubled = pool.map(&items, |&i| i * 2);
         assert_eq!(doubled, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+    }
+
+    /// Each item is changed once, by whichever thread maps its share, and the results still
+    /// come in order.
+    #[test]
+    fn items_changed_in_place_come_back_in_order() {
+        let pool = Pool::new(3);
+        let mut items: Vec<u64> = (0..10 * PER_THREAD as u64 + 5).collect();
+        let before = items.clone();
+        let old = pool.map_mut(&mut items, |i| std::mem::replace(i, *i * 3));
+        assert_eq!(old, before);
+        assert_eq!(items, before.iter().map(|i| i * 3).collect::<Vec<_>>());
     }
 
     /// Every share runs on the caller or on one of the pool's own threads, the same ones call

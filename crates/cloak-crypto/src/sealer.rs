@@ -244,27 +244,57 @@ impl Sealer {
         header: ClearHeader,
         sealed: &[u8],
     ) -> Result<Vec<u8>, CryptoError> {
+        let mut plaintext = sealed.to_vec();
+        let range = self.open_in_place_at(binding, header, &mut plaintext)?;
+        plaintext.truncate(range.end);
+        plaintext.drain(..range.start);
+        Ok(plaintext)
+    }
+
+    /// Like [`Sealer::open`], but decrypts in the element's own buffer: on success `sealed`
+    /// holds the plaintext at the returned range (between the clear header and the tag), and
+    /// no buffer is allocated. A batch opened this way holds one copy of its elements, not two.
+    /// On failure the buffer's content is unspecified (it may be partly decrypted): callers
+    /// must not use it.
+    pub fn open_in_place(
+        &self,
+        binding: Binding,
+        sealed: &mut [u8],
+    ) -> Result<std::ops::Range<usize>, CryptoError> {
+        let header = Self::header(sealed)?;
+        if !self.own.contains(&header.epoch) {
+            return Err(CryptoError::NotThisRun);
+        }
+        self.open_in_place_at(binding, header, sealed)
+    }
+
+    /// Decrypts `sealed`, whose header `header` was read from it, bound to `binding`, in
+    /// place; returns where the plaintext lies.
+    fn open_in_place_at(
+        &self,
+        binding: Binding,
+        header: ClearHeader,
+        sealed: &mut [u8],
+    ) -> Result<std::ops::Range<usize>, CryptoError> {
         // The clear generation must be the one authenticated; a mismatch fails below anyway,
         // this only gives the clearer error first.
         if header.generation != binding.generation {
             return Err(CryptoError::Tampered);
         }
         let ClearHeader { epoch, nonce, .. } = header;
-        let rest = &sealed[HEADER_LEN..];
-        let (ciphertext, tag) = rest.split_at(rest.len() - TAG_LEN);
-        let tag: [u8; TAG_LEN] = tag.try_into().expect("16 bytes");
+        let end = sealed.len() - TAG_LEN;
+        let tag: [u8; TAG_LEN] = sealed[end..].try_into().expect("16 bytes");
 
         let key = self.key_for(epoch);
-        let mut plaintext = ciphertext.to_vec();
         key.open_in_place_separate_tag(
             Nonce::assume_unique_for_key(nonce),
             Aad::from(binding.aad()),
             Tag::from(tag),
-            &mut plaintext,
+            &mut sealed[HEADER_LEN..end],
             0..,
         )
         .map_err(|_| CryptoError::Tampered)?;
-        Ok(plaintext)
+        Ok(HEADER_LEN..end)
     }
 
     /// A fresh random epoch, not the next number: the new epoch must not link to the old one.
@@ -311,26 +341,43 @@ impl PreparedSeal {
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Vec<u8> {
         let mut out = Vec::with_capacity(len + SEAL_OVERHEAD);
-        out.extend_from_slice(&self.epoch.to_le_bytes());
-        out.extend_from_slice(&self.nonce);
-        out.extend_from_slice(&binding.generation.to_le_bytes());
+        out.resize(HEADER_LEN, 0);
         write(&mut out);
         assert_eq!(
             out.len(),
             HEADER_LEN + len,
             "seal_with wrote the wrong length"
         );
+        out.resize(HEADER_LEN + len + TAG_LEN, 0);
+        self.seal_in_place(binding, &mut out);
+        out
+    }
+
+    /// Seals the plaintext that `element` holds between room for the clear header (its first
+    /// [`SEAL_OVERHEAD`]` - 16` bytes) and room for the tag (its last 16), in place: the
+    /// layout [`Sealer::open_in_place`] leaves, so an element opened in its own buffer is
+    /// sealed again without another copy. The bytes are those [`PreparedSeal::seal_with`]
+    /// gives for the same plaintext.
+    ///
+    /// # Panics
+    /// If `element` is shorter than [`SEAL_OVERHEAD`] (a caller's bug: elements have one size).
+    pub fn seal_in_place(&self, binding: Binding, element: &mut [u8]) {
+        assert!(element.len() >= SEAL_OVERHEAD, "no room for the seal");
+        let end = element.len() - TAG_LEN;
+        element[..EPOCH_LEN].copy_from_slice(&self.epoch.to_le_bytes());
+        element[EPOCH_LEN..EPOCH_LEN + NONCE_LEN].copy_from_slice(&self.nonce);
+        element[EPOCH_LEN + NONCE_LEN..HEADER_LEN]
+            .copy_from_slice(&binding.generation.to_le_bytes());
         let tag = self
             .key
             .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(self.nonce),
                 Aad::from(binding.aad()),
-                &mut out[HEADER_LEN..],
+                &mut element[HEADER_LEN..end],
             )
             // ring only refuses messages longer than GCM's 64 GiB limit.
             .expect("element fits AES-GCM's message limit");
-        out.extend_from_slice(tag.as_ref());
-        out
+        element[end..].copy_from_slice(tag.as_ref());
     }
 }
 
@@ -432,6 +479,39 @@ mod tests {
         let sealed = s.seal(AT, b"hello");
         assert_eq!(sealed.len(), 5 + SEAL_OVERHEAD);
         assert_eq!(s.open(AT, &sealed).unwrap(), b"hello");
+    }
+
+    /// Opening and sealing in the element's own buffer gives what the copying calls give, and
+    /// a failed in-place open is an error like a failed copying one.
+    #[test]
+    fn in_place_open_and_seal_match_the_copying_ones() {
+        let mut s = sealer();
+        let sealed = s.seal(AT, b"in place");
+        let mut element = sealed.clone();
+        let range = s.open_in_place(AT, &mut element).unwrap();
+        assert_eq!(&element[range.clone()], b"in place");
+        assert_eq!(s.open(AT, &sealed).unwrap(), b"in place");
+
+        let seal = s.prepare();
+        let copied = seal.seal_with(AT, range.len(), |out| out.extend_from_slice(b"in place"));
+        seal.seal_in_place(AT, &mut element);
+        assert_eq!(element, copied, "same bytes, header and tag included");
+
+        let mut tampered = sealed.clone();
+        tampered[HEADER_LEN] ^= 1;
+        assert_eq!(
+            s.open_in_place(AT, &mut tampered),
+            Err(CryptoError::Tampered)
+        );
+        let elsewhere = Binding { address: 43, ..AT };
+        assert_eq!(
+            s.open_in_place(elsewhere, &mut sealed.clone()),
+            Err(CryptoError::Tampered)
+        );
+        assert_eq!(
+            s.open_in_place(AT, &mut sealed[..10].to_vec()),
+            Err(CryptoError::Truncated(10))
+        );
     }
 
     #[test]

@@ -336,6 +336,12 @@ async fn read_loop(mut reader: impl AsyncRead + Unpin, waiting: Waiting, addr: S
                 crate::LONGER_ELEMENTS_HINT
             );
         }
+        // The whole answer is reserved at once (its request bounds it, as checked above): a
+        // batch's read, megabytes, lands in one buffer of its size instead of one grown by
+        // doubling, copied at each step and up to twice as large. Once the answer's values
+        // are gone (a batch's are, as soon as it is opened), the next answer of that size
+        // reuses the buffer rather than allocating another.
+        buf.reserve((4 + len).saturating_sub(buf.len()));
         let frame = match wire::read_frame_payload(&mut reader, &mut buf, len).await {
             Ok(frame) => frame,
             Err(error) => break format!("storage server {addr}: {error}"),

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, Op, OpId, Record, RecoveredRecords, Reply, SchemeError, SchemeStats, Slot,
-    StorageError, StorageOp,
+    Addr, ElementCodec, Op, OpId, Plaintext, Record, RecoveredRecords, Reply, SchemeError,
+    SchemeStats, Slot, StorageError, StorageOp,
 };
 use cloak_crypto::Binding;
 use hashbrown::{HashMap, HashSet};
@@ -295,18 +295,19 @@ impl Cloak {
             // Nonces are drawn here in address order, as a one-by-one seal would draw them;
             // `ElementCodec::seal_all` says why sealing on every core shows the server nothing
             // new.
-            let to_seal: Vec<_> = addrs
+            let mut to_seal: Vec<_> = addrs
                 .clone()
                 .zip(slots)
                 .zip(records)
                 .map(|((addr, slot), record)| {
                     let binding = self.binding(addr, self.batch_of(addr));
-                    (self.codec.prepare(), binding, Slot::from(slot), record)
+                    let plaintext = Plaintext::Record(Slot::from(slot), record);
+                    (self.codec.prepare(), binding, plaintext)
                 })
                 .collect();
             let writes = addrs
                 .map(Addr::from)
-                .zip(self.codec.seal_all(&to_seal))
+                .zip(self.codec.seal_all(&mut to_seal))
                 .collect();
             self.fill.send(
                 &mut self.io,
@@ -569,21 +570,30 @@ impl Cloak {
         // says nothing; the leak demo's counter nonces make it name the shuffle, as the original
         // bug did, which is what the demo exists to show. The epoch is the one field whose
         // change follows the drawing order, so the batch's seals are first reserved in one epoch.
-        let to_open: Vec<_> = values
-            .iter()
+        //
+        // Memory: each element is opened in its own buffer and, unless a write replaces it or a
+        // client's answer or the cache still holds its record, sealed again in that buffer
+        // (`ElementCodec::open_in_place`). Storage's answer is taken apart by the opening and
+        // freed with it, so from then on the batch is held once, not as the answer, the records
+        // and the write-back side by side. The write-back's bytes are those a new buffer would
+        // get; only the sealing's CPU time depends (a copy of about a kilobyte per element
+        // answered to a client) on which slots were real, like the settling before it, and
+        // the write-back leaves at its fixed hold after the read whatever that time was.
+        let mut to_open: Vec<_> = values
+            .into_iter()
             .enumerate()
             .map(|(i, value)| {
                 let binding = self.binding(flight.addrs[i], flight.old_generations[i]);
                 let slot = Slot::from(flight.old_slots[i]);
-                (binding, value.as_ref(), Some(slot))
+                (binding, value, Some(slot))
             })
             .collect();
-        let opened = self.codec.open_all(&to_open);
+        let opened = self.codec.open_all(&mut to_open);
+        drop(to_open);
         self.codec.reserve(flight.addrs.len());
         let mut to_seal = Vec::with_capacity(flight.addrs.len());
         for (i, opened) in opened.into_iter().enumerate() {
             let (addr, slot) = (flight.addrs[i], flight.old_slots[i]);
-            let opened = opened.map(|(_, record)| record);
             let pending = self.pending.get_mut(&slot);
             let waiting = pending.and_then(|p| p.flight.take());
             let newer_write_queued = matches!(
@@ -596,19 +606,20 @@ impl Cloak {
             let content = match (waiting, opened) {
                 (Some(Waiting::Write(record)), _) => {
                     written.push((slot, record.version));
-                    record
+                    Plaintext::Record(Slot::from(slot), record)
                 }
                 // A slot lost earlier holds an empty placeholder: it must not pass for data.
-                (waiting, Ok(record)) if !self.corrupt.contains(&slot) => {
+                (waiting, Ok(opened)) if !self.corrupt.contains(&slot) => {
                     if let Some(Waiting::Read(waiters)) = waiting {
                         for waiter in waiters {
-                            self.answer(waiter, slot, Reply::Value(record.clone()));
+                            self.answer(waiter, slot, Reply::Value(opened.record.clone()));
                         }
                         if !newer_write_queued && let Some(cache) = self.cache.as_mut() {
-                            cache.put(slot, record.clone());
+                            cache.put(slot, opened.record.clone());
                         }
                     }
-                    record
+                    // The slot keeps its record: the element is sealed again as it is.
+                    Plaintext::Opened(opened.element)
                 }
                 (waiting, opened) => {
                     if let Err(error) = &opened {
@@ -630,7 +641,7 @@ impl Cloak {
                             self.answer(waiter, slot, reply);
                         }
                     }
-                    match known {
+                    let record = match known {
                         Some(record) => {
                             self.corrupt.remove(&slot);
                             record
@@ -639,7 +650,8 @@ impl Cloak {
                             self.corrupt.insert(slot);
                             Record::empty()
                         }
-                    }
+                    };
+                    Plaintext::Record(Slot::from(slot), record)
                 }
             };
             if let Some(p) = self.pending.get(&slot)
@@ -650,16 +662,13 @@ impl Cloak {
             }
             let to = moves_to[i] as usize;
             let binding = self.binding(flight.addrs[to], flight.batch);
-            to_seal.push((
-                to,
-                (self.codec.prepare(), binding, Slot::from(slot), content),
-            ));
+            to_seal.push((to, (self.codec.prepare(), binding, content)));
         }
         // Into write order: `moves_to` is a permutation, so every destination comes once.
         to_seal.sort_unstable_by_key(|(to, _)| *to);
-        let to_seal: Vec<_> = to_seal.into_iter().map(|(_, seal)| seal).collect();
+        let mut to_seal: Vec<_> = to_seal.into_iter().map(|(_, seal)| seal).collect();
         let write_back = WriteBack {
-            elements: self.codec.seal_all(&to_seal),
+            elements: self.codec.seal_all(&mut to_seal),
             addrs: flight.addrs,
             written,
             started: flight.started,
