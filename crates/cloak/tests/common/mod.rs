@@ -157,11 +157,14 @@ pub fn wait_until_stored(client: &mut redis::Connection, limit: Duration) {
     wait_for_info(client, limit, &["loading:0", "unwritten_writes:0"]);
 }
 
+/// Waits until every field `name:value` of `fields` holds in `INFO`: on a cluster proxy, for
+/// each hosted partition's `partition_N_name` (a substring match would take one partition's
+/// `partition_3_unwritten_writes:0` for all of them).
 fn wait_for_info(client: &mut redis::Connection, limit: Duration, fields: &[&str]) {
     let started = Instant::now();
     loop {
         let info: String = redis::cmd("INFO").arg("everything").query(client).unwrap();
-        if fields.iter().all(|field| info.contains(field)) {
+        if fields.iter().all(|field| info_holds(&info, field)) {
             return;
         }
         assert!(
@@ -170,6 +173,26 @@ fn wait_for_info(client: &mut redis::Connection, limit: Duration, fields: &[&str
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether `INFO` text shows `field` (`name:value`): some line is `name` or `partition_N_name`,
+/// and every such line has `value`.
+fn info_holds(info: &str, field: &str) -> bool {
+    let Some((name, value)) = field.split_once(':') else {
+        panic!("{field:?} is not name:value");
+    };
+    let partition_field = format!("_{name}");
+    let mut values = info.lines().filter_map(|line| {
+        let (key, found) = line.trim_end().split_once(':')?;
+        let matches = key == name
+            || (key.starts_with("partition_") && key.ends_with(partition_field.as_str()));
+        matches.then_some(found)
+    });
+    let mut seen = false;
+    values.all(|found| {
+        seen = true;
+        found == value
+    }) && seen
 }
 
 /// Runs `cloak args…`, which must exit with an error within 20 s; returns what it printed to
