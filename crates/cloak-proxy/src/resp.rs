@@ -617,6 +617,42 @@ mod tests {
         );
     }
 
+    /// What a proxy encodes, in either protocol, decodes back to what a client of that protocol
+    /// would get from the proxy itself, arriving in any pieces; garbage and replies over the
+    /// limit are refused.
+    #[test]
+    fn replies_decode_back_whole_or_in_pieces() {
+        let reply = Reply::Array(vec![
+            Reply::map([("a", Reply::Integer(-3)), ("b", Reply::Bulk(None))]),
+            Reply::Set(vec![Reply::status("x")]),
+            Reply::Verbatim("# Server\r\n".into()),
+            Reply::Error("MOVED 1 h:1".into()),
+            Reply::bulk("with\r\nCRLF"),
+            Reply::Array(vec![]),
+        ]);
+        let mut encoded = BytesMut::new();
+        reply.encode(&mut encoded, Protocol::Resp3);
+        assert_eq!(
+            decode_reply(&encoded, 1 << 20),
+            Ok(Some((reply.clone(), encoded.len())))
+        );
+        for cut in 0..encoded.len() {
+            assert_eq!(decode_reply(&encoded[..cut], 1 << 20), Ok(None), "{cut}");
+        }
+        let mut nil_array = BytesMut::new();
+        Reply::NilArray.encode(&mut nil_array, Protocol::Resp2);
+        assert_eq!(decode_reply(&nil_array, 64), Ok(Some((Reply::NilArray, 5))));
+        // Over the limit, announced or sent; a lying count; garbage.
+        assert!(decode_reply(b"$100\r\n", 64).is_err());
+        assert!(decode_reply(&[b'+'; 100], 64).is_err());
+        assert!(decode_reply(b"*1000000\r\n", 64).is_err());
+        assert!(decode_reply(b"?what\r\n", 64).is_err());
+        assert!(decode_reply(b"\r\n", 64).is_err());
+        assert!(decode_reply(&encoded, encoded.len() - 1).is_err());
+        let deep = "*1\r\n".repeat(MAX_REPLY_DEPTH + 1) + ":1\r\n";
+        assert!(decode_reply(deep.as_bytes(), 1 << 10).is_err());
+    }
+
     /// Each RESP3 shape as `redis-server` 7 writes it (captured from one), and its RESP2
     /// fallback.
     #[test]
