@@ -5,8 +5,6 @@
 //! and get CROSSSLOT, and a clear refusal for a transaction, a WATCH or a script on the other
 //! proxy's keys; the second, not forwarding, answers `-MOVED` as before.
 
-use std::process::Command;
-
 use cloak_cluster::{ClusterMap, key_slot};
 use cloak_testkit::redis_server::RedisServer;
 
@@ -18,22 +16,12 @@ const KEY: &str = "8c6a1f0b2d4e6a8c0e2f4a6c8e0a2c4e6f8a0c2e4a6c8e0f2a4c6e8a0c2e4
 const PASSWORD: &str = "forward-test-password";
 
 fn start(file: &std::path::Path, name: &str, forward: bool) -> Running {
-    let mut args = vec![
-        "proxy",
-        "--cluster",
-        file.to_str().unwrap(),
-        "--node",
-        name,
-        "--capacity",
-        "200",
-        "--batch-interval",
-        "20ms",
-        "--password",
-        PASSWORD,
-    ];
+    let mut extra = vec!["--batch-interval", "20ms", "--password", PASSWORD];
     if forward {
-        args.push("--cluster-forward");
+        extra.push("--cluster-forward");
     }
+    let args = common::cluster_proxy_args(file, name, &extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Running::start_with_env(&args, &[("CLOAK_KEY", KEY)], "cloak proxy listening")
 }
 
@@ -47,12 +35,9 @@ fn client(port: u16) -> redis::Connection {
 
 /// `redis-cli` without `-c` (it does not follow `-MOVED`) on the proxy at `port`.
 fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "-a", PASSWORD, "--no-auth-warning"])
-        .args(args)
-        .output()
-        .expect("redis-cli runs");
-    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    let port = port.to_string();
+    let login = ["-p", &port, "-a", PASSWORD, "--no-auth-warning"];
+    common::redis_cli(&[&login[..], args].concat())
 }
 
 /// The error text of a command that must fail.
