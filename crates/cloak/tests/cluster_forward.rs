@@ -26,7 +26,13 @@ fn start(file: &std::path::Path, name: &str, forward: bool) -> Running {
 }
 
 fn client(port: u16) -> redis::Connection {
-    let client = redis::Client::open(format!("redis://:{PASSWORD}@127.0.0.1:{port}/")).unwrap();
+    client_speaking(port, "")
+}
+
+/// A client of the proxy at `port` with `query` in its URL (`?protocol=resp3`).
+fn client_speaking(port: u16, query: &str) -> redis::Connection {
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{port}/{query}");
+    let client = redis::Client::open(url).unwrap();
     let connection = client.get_connection().unwrap();
     let timeout = Some(std::time::Duration::from_secs(20));
     connection.set_read_timeout(timeout).unwrap();
@@ -52,6 +58,11 @@ fn refused<T: redis::FromRedisValue + std::fmt::Debug>(
         error.code().unwrap_or("?"),
         error.detail().unwrap_or("")
     )
+}
+
+/// A hash key in a slot p1 hosts.
+fn remote_hash(map: &ClusterMap) -> String {
+    format!("{}hash", tag_on(map, 1))
 }
 
 /// A hash tag whose slot is in a partition proxy `proxy` hosts.
@@ -130,6 +141,24 @@ fn plain_clients_use_every_partition_through_a_forwarding_proxy() {
     // The transaction was not run.
     let got: String = redis::cmd("GET").arg(&remote).query(&mut con).unwrap();
     assert_eq!(got, format!("value of {remote}"));
+
+    // A RESP3 client gets the reply the owner would give it: a map, not RESP2's flat array.
+    let _: () = redis::cmd("HSET")
+        .arg(&remote_hash(&map))
+        .arg("f")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    let hgetall = |port| -> redis::Value {
+        let mut con = client_speaking(port, "?protocol=resp3");
+        redis::cmd("HGETALL")
+            .arg(&remote_hash(&map))
+            .query(&mut con)
+            .unwrap()
+    };
+    let (forwarded, direct) = (hgetall(ports[0]), hgetall(ports[1]));
+    assert_eq!(forwarded, direct);
+    assert!(matches!(forwarded, redis::Value::Map(_)), "{forwarded:?}");
 
     // redis-cli without -c, through the forwarding proxy; the other one redirects it.
     assert_eq!(
