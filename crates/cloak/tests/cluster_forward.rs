@@ -144,7 +144,7 @@ fn plain_clients_use_every_partition_through_a_forwarding_proxy() {
 
     // A RESP3 client gets the reply the owner would give it: a map, not RESP2's flat array.
     let _: () = redis::cmd("HSET")
-        .arg(&remote_hash(&map))
+        .arg(remote_hash(&map))
         .arg("f")
         .arg("v")
         .query(&mut con)
@@ -152,7 +152,7 @@ fn plain_clients_use_every_partition_through_a_forwarding_proxy() {
     let hgetall = |port| -> redis::Value {
         let mut con = client_speaking(port, "?protocol=resp3");
         redis::cmd("HGETALL")
-            .arg(&remote_hash(&map))
+            .arg(remote_hash(&map))
             .query(&mut con)
             .unwrap()
     };
