@@ -291,12 +291,16 @@ async fn next_reply(
             let reply = outcome.await.map_or_else(|_| stopped(), |o| on.reply(o));
             *pending = Pending::Now(reply);
         }
+        Pending::Forwarded(forwarded, _charge) => {
+            // The charge is let go with the reply, as the engine lets a command's go.
+            *pending = Pending::Now(forwarded.await.unwrap_or_else(|_| stopped()));
+        }
         Pending::Now(_) | Pending::Close(_) => {}
     }
     match head.take() {
         Some((Pending::Now(reply), _)) => Some((Some(reply), protocol, false)),
         Some((Pending::Close(reply), _)) => Some((reply, protocol, true)),
-        Some((Pending::Later(_) | Pending::OnPartition(..), _)) | None => {
+        Some((Pending::Later(_) | Pending::OnPartition(..) | Pending::Forwarded(..), _)) | None => {
             unreachable!("the head was taken or resolved above")
         }
     }

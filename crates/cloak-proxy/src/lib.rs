@@ -172,6 +172,15 @@ impl Default for ProxyOptions {
     }
 }
 
+/// The longest reply a key command can get from a proxy with these request limits: an MGET of as
+/// many keys as a request may name, each value with its framing. What forwarding reads from
+/// another proxy is bounded by it.
+fn largest_reply(limits: &RequestLimits) -> usize {
+    limits
+        .max_args
+        .saturating_mul(limits.max_bulk.saturating_add(16))
+}
+
 /// One store a proxy serves: its engine, its storage, and where its acknowledged writes and
 /// slot versions are kept.
 pub struct HostedStore {
@@ -194,6 +203,9 @@ pub struct ClusterRole {
     /// The store settings' limits (every partition's), for a proxy that starts hosting no
     /// partition (one just added to the cluster) and so has no engine to read them from.
     pub limits: cloak_core::Limits,
+    /// Forward commands for other proxies' slots there instead of answering `-MOVED`, for
+    /// clients that are not cluster-aware (see [`cluster::forward`]).
+    pub forward: bool,
 }
 
 /// What every connection shares.
@@ -323,11 +335,22 @@ async fn serve(
         handles.push((partition, core));
         stopped.insert(partition, on_stop);
     }
+    // How this proxy reaches the others, as a client with the client password: the probes read
+    // only `CLOAK.HEALTH` (and bound its answers themselves, whatever limit is given here);
+    // forwarding bounds replies by the largest a key command can have.
+    let login = options.password.clone().map(|p| ("default".to_string(), p));
+    let link = cluster::peer::PeerLink::new(options.peer_tls.clone(), login, 0);
     let cores = match role {
         None => Cores::Single(handles.remove(0).1),
         Some(role) => {
             let hosted = Hosted::new(role.map, role.me, handles).map_err(std::io::Error::other)?;
-            Cores::Cluster(Arc::new(Node::new(hosted, stopped, spawner, role.host)))
+            let forwarder = role.forward.then(|| {
+                let limit = largest_reply(&request_limits);
+                Arc::new(cluster::forward::Forwarder::new(link.clone(), limit))
+            });
+            Cores::Cluster(Arc::new(Node::new(
+                hosted, stopped, spawner, role.host, forwarder,
+            )))
         }
     };
     // A proxy hosting no partition yet has no store statistics to give.
@@ -337,10 +360,6 @@ async fn serve(
     // Dropped on return, which stops the probes.
     let mut probes = tokio::task::JoinSet::new();
     if let Some(hosted) = cores.cluster() {
-        // As a client, with the client password: the probes read only `CLOAK.HEALTH` (and
-        // bound its answers themselves, whatever limit is given here).
-        let login = options.password.clone().map(|p| ("default".to_string(), p));
-        let link = cluster::peer::PeerLink::new(options.peer_tls.clone(), login, 0);
         cluster::probe::spawn_all(hosted.health(), &link, &mut probes);
     }
     let front = Arc::new(FrontEnd {

@@ -353,6 +353,111 @@ fn items_of(out: &mut BytesMut, marker: u8, items: &[Reply], protocol: Protocol)
     }
 }
 
+/// The deepest nesting of aggregates [`decode_reply`] takes: a Cloak proxy's replies nest two
+/// deep at most (an array of maps), and a bound keeps a hostile answer from recursing far.
+const MAX_REPLY_DEPTH: usize = 8;
+
+/// Decodes one whole reply from the front of `buf`, as another Cloak proxy writes it (the shapes
+/// [`Reply::encode`] writes, in either protocol): the reply and how many bytes it took, `None` if
+/// more bytes are needed, or an error for anything else or anything longer than `limit` bytes.
+/// A reply is decoded whole from the start each time it is called, so a caller reading one in
+/// pieces pays once per piece; the limit bounds both that and the memory.
+pub fn decode_reply(buf: &[u8], limit: usize) -> Result<Option<(Reply, usize)>, ProtocolError> {
+    let mut at = 0;
+    let decoded = reply_at(buf, &mut at, limit, 0)?;
+    Ok(decoded.map(|reply| (reply, at)))
+}
+
+/// The reply starting at `*at`, advancing `*at` past it; `None` if `buf` ends first.
+fn reply_at(
+    buf: &[u8],
+    at: &mut usize,
+    limit: usize,
+    depth: usize,
+) -> Result<Option<Reply>, ProtocolError> {
+    // Empty once past the limit: the reply is then too long.
+    let window = buf.get(*at..buf.len().min(limit)).unwrap_or_default();
+    let Some(end) = window.iter().position(|&b| b == b'\n') else {
+        if buf.len() >= limit {
+            return error(format!("reply longer than {limit} bytes"));
+        }
+        return Ok(None);
+    };
+    if end < 2 || window[end - 1] != b'\r' {
+        return error("reply line is not terminated by CRLF");
+    }
+    let (marker, text) = (window[0], &window[1..end - 1]);
+    *at += end + 1;
+    let text_of = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let length =
+        || number(text).ok_or_else(|| ProtocolError(format!("bad length {:?}", text_of(text))));
+    let reply = match marker {
+        b'+' => Reply::Status(Cow::Owned(text_of(text))),
+        b'-' => Reply::Error(text_of(text)),
+        b':' => Reply::Integer(length()?),
+        b'_' => Reply::Bulk(None),
+        b'$' | b'=' if length()? < 0 => Reply::Bulk(None),
+        b'*' if length()? < 0 => Reply::NilArray,
+        b'$' | b'=' => {
+            let len = length()? as usize;
+            let start = *at;
+            let Some(stop) = start.checked_add(len).filter(|stop| stop + 2 <= limit) else {
+                return error(format!("reply longer than {limit} bytes"));
+            };
+            if buf.len() < stop + 2 {
+                return Ok(None);
+            }
+            if &buf[stop..stop + 2] != b"\r\n" {
+                return error("bulk string is not terminated by CRLF");
+            }
+            *at = stop + 2;
+            let body = &buf[start..stop];
+            if marker == b'$' {
+                Reply::Bulk(Some(Bytes::copy_from_slice(body)))
+            } else {
+                // A verbatim string's format (`txt:`) is not part of its text.
+                Reply::Verbatim(text_of(body.get(4..).unwrap_or_default()))
+            }
+        }
+        b'*' | b'~' | b'%' => {
+            if depth >= MAX_REPLY_DEPTH {
+                return error("reply nested too deep");
+            }
+            let count = length()? as usize;
+            let elements = if marker == b'%' {
+                count.saturating_mul(2)
+            } else {
+                count
+            };
+            // Every element takes at least three bytes: a count beyond that is a lie.
+            if elements > limit / 3 {
+                return error(format!("reply longer than {limit} bytes"));
+            }
+            let mut items = Vec::with_capacity(elements.min(1024));
+            for _ in 0..elements {
+                match reply_at(buf, at, limit, depth + 1)? {
+                    Some(item) => items.push(item),
+                    None => return Ok(None),
+                }
+            }
+            match marker {
+                b'*' => Reply::Array(items),
+                b'~' => Reply::Set(items),
+                _ => {
+                    let mut items = items.into_iter();
+                    let mut fields = Vec::with_capacity(count.min(1024));
+                    while let (Some(key), Some(value)) = (items.next(), items.next()) {
+                        fields.push((key, value));
+                    }
+                    Reply::Map(fields)
+                }
+            }
+        }
+        other => return error(format!("unexpected reply type '{}'", other as char)),
+    };
+    Ok(Some(reply))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,6 +615,42 @@ mod tests {
             &out[..],
             b"*6\r\n+OK\r\n-ERR bad  thing\r\n:-3\r\n$-1\r\n$1\r\nv\r\n*0\r\n"
         );
+    }
+
+    /// What a proxy encodes, in either protocol, decodes back to what a client of that protocol
+    /// would get from the proxy itself, arriving in any pieces; garbage and replies over the
+    /// limit are refused.
+    #[test]
+    fn replies_decode_back_whole_or_in_pieces() {
+        let reply = Reply::Array(vec![
+            Reply::map([("a", Reply::Integer(-3)), ("b", Reply::Bulk(None))]),
+            Reply::Set(vec![Reply::status("x")]),
+            Reply::Verbatim("# Server\r\n".into()),
+            Reply::Error("MOVED 1 h:1".into()),
+            Reply::bulk("with\r\nCRLF"),
+            Reply::Array(vec![]),
+        ]);
+        let mut encoded = BytesMut::new();
+        reply.encode(&mut encoded, Protocol::Resp3);
+        assert_eq!(
+            decode_reply(&encoded, 1 << 20),
+            Ok(Some((reply.clone(), encoded.len())))
+        );
+        for cut in 0..encoded.len() {
+            assert_eq!(decode_reply(&encoded[..cut], 1 << 20), Ok(None), "{cut}");
+        }
+        let mut nil_array = BytesMut::new();
+        Reply::NilArray.encode(&mut nil_array, Protocol::Resp2);
+        assert_eq!(decode_reply(&nil_array, 64), Ok(Some((Reply::NilArray, 5))));
+        // Over the limit, announced or sent; a lying count; garbage.
+        assert!(decode_reply(b"$100\r\n", 64).is_err());
+        assert!(decode_reply(&[b'+'; 100], 64).is_err());
+        assert!(decode_reply(b"*1000000\r\n", 64).is_err());
+        assert!(decode_reply(b"?what\r\n", 64).is_err());
+        assert!(decode_reply(b"\r\n", 64).is_err());
+        assert!(decode_reply(&encoded, encoded.len() - 1).is_err());
+        let deep = "*1\r\n".repeat(MAX_REPLY_DEPTH + 1) + ":1\r\n";
+        assert!(decode_reply(deep.as_bytes(), 1 << 10).is_err());
     }
 
     /// Each RESP3 shape as `redis-server` 7 writes it (captured from one), and its RESP2

@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use crate::FrontEnd;
 use crate::budget::Charge;
 use crate::clients::Client;
+use crate::cluster::forward::Remote;
 use crate::cluster::health::OnPartition;
 use crate::cluster::{Route, fanout, handoff, replies};
 use crate::cmd::{self, ClientRequest, DATABASES, Hello, LibAttribute, Request};
@@ -43,6 +44,9 @@ pub enum Pending {
     /// The outcome of a command on a partition of a cluster, whose storage failing is
     /// answered with `-CLUSTERDOWN` naming it.
     OnPartition(oneshot::Receiver<Outcome>, OnPartition),
+    /// The reply of another proxy to a command forwarded there, and the command's bytes against
+    /// the budgets, held until then (see [`crate::cluster::forward`]).
+    Forwarded(tokio::task::JoinHandle<Reply>, Charge),
     /// The last reply on this connection (`SHUTDOWN` closes without one, as Redis does).
     Close(Option<Reply>),
 }
@@ -65,6 +69,9 @@ pub struct Session<'a> {
     /// its own watches, so a transaction running on another partition must be refused, not run
     /// as if nothing were watched.
     watched_partitions: Vec<usize>,
+    /// Sent `CLOAK NOFORWARD` (another proxy, forwarding to this one): its commands are never
+    /// forwarded again, so that proxies whose maps disagree do not pass one back and forth.
+    no_forward: bool,
 }
 
 impl<'a> Session<'a> {
@@ -78,6 +85,7 @@ impl<'a> Session<'a> {
             refused: false,
             watched: false,
             watched_partitions: Vec::new(),
+            no_forward: false,
         }
     }
 
@@ -124,6 +132,8 @@ impl<'a> Session<'a> {
     /// its outcome is delivered, and returned at once by every other request.
     pub async fn respond(&mut self, args: Vec<Bytes>, charge: Charge) -> Pending {
         self.front.commands.fetch_add(1, Ordering::Relaxed);
+        // Kept only where it may be sent on as it came: the clone shares the arguments' bytes.
+        let forwardable = self.forwards().then(|| args.clone());
         let request = match cmd::parse(args) {
             Ok((name, request)) => {
                 self.client.saw(name);
@@ -147,7 +157,7 @@ impl<'a> Session<'a> {
                 if matches!(command, Command::Unwatch) {
                     self.watched_partitions.clear();
                 }
-                return self.submit(command, charge).await;
+                return self.submit(command, charge, forwardable).await;
             }
             Request::Watch(command) => {
                 self.watched = true;
@@ -156,7 +166,7 @@ impl<'a> Session<'a> {
                 {
                     self.watched_partitions.push(partition);
                 }
-                return self.submit(command, charge).await;
+                return self.submit(command, charge, None).await;
             }
             Request::Eval(eval) => {
                 // A script runs on the partition of its keys (they must share a slot).
@@ -166,6 +176,7 @@ impl<'a> Session<'a> {
                         Some(core) => core,
                         None => return Pending::Now(Reply::err(NO_PARTITION)),
                     },
+                    Ok(Route::Remote(remote)) => return Pending::Now(self.refuse_remote(&remote)),
                     Err(reply) => return Pending::Now(reply),
                 };
                 let caller = crate::scripting::Caller {
@@ -216,6 +227,10 @@ impl<'a> Session<'a> {
                 let secret = self.front.cluster_secret.as_deref();
                 replies::health(&self.front.cores, nonce.as_deref(), secret)
             }
+            Request::NoForward => {
+                self.no_forward = true;
+                Reply::ok()
+            }
             Request::Admin(request) if request.needs_admin() && !self.admin => {
                 // Redis's words for a user without the right to a command; a connection that
                 // is not the admin is the default user.
@@ -246,21 +261,62 @@ impl<'a> Session<'a> {
         Db::new(self.client.state().db).unwrap_or_default()
     }
 
-    /// Sends a key command to the engine, its keys in the selected database.
-    async fn submit(&mut self, command: Command, charge: Charge) -> Pending {
+    /// Sends a key command to the engine, its keys in the selected database; or, given the
+    /// `request` it came in, to the proxy that hosts its slot if this session forwards.
+    async fn submit(
+        &mut self,
+        command: Command,
+        charge: Charge,
+        request: Option<Vec<Bytes>>,
+    ) -> Pending {
         let max_key = self.front.max_key;
-        match database::in_db(command, self.db(), max_key) {
-            Ok(command) => self.submit_raw(command, charge).await,
-            Err(error) => Pending::Now(Reply::Error(error.redis_line())),
+        let command = match database::in_db(command, self.db(), max_key) {
+            Ok(command) => command,
+            Err(error) => return Pending::Now(Reply::Error(error.redis_line())),
+        };
+        let route = self.front.cores.route(&command).await;
+        match (route, request, self.front.cores.forwarder()) {
+            (Ok(Route::Remote(remote)), Some(request), Some(forwarder)) => {
+                Pending::Forwarded(forwarder.forward(remote, request), charge)
+            }
+            (route, _, _) => self.run_routed(route, command, charge).await,
+        }
+    }
+
+    /// Whether this session forwards commands for other proxies' slots there.
+    fn forwards(&self) -> bool {
+        self.front.cores.forwarder().is_some() && !self.no_forward
+    }
+
+    /// What a command for another proxy's slot gets when it is not forwarded: `-MOVED`, as a
+    /// Redis Cluster node answers, or on a session that forwards single commands, why this one
+    /// is not (a client that relies on forwarding does not follow `-MOVED`).
+    fn refuse_remote(&self, remote: &Remote) -> Reply {
+        if self.forwards() {
+            remote.not_forwarded()
+        } else {
+            remote.moved()
         }
     }
 
     /// Sends a command to the core (in a cluster: the one of its keys' partition, or every
     /// hosted partition for a command without keys).
     async fn submit_raw(&mut self, command: Command, charge: Charge) -> Pending {
+        let route = self.front.cores.route(&command).await;
+        self.run_routed(route, command, charge).await
+    }
+
+    /// Sends a command where `route` says; a command for another proxy's slot is refused.
+    async fn run_routed(
+        &mut self,
+        route: Result<Route, Reply>,
+        command: Command,
+        charge: Charge,
+    ) -> Pending {
         let client = self.client.id;
-        let submitted = match self.front.cores.route(&command).await {
+        let submitted = match route {
             Err(reply) => return Pending::Now(reply),
+            Ok(Route::Remote(remote)) => return Pending::Now(self.refuse_remote(&remote)),
             Ok(Route::One(core)) => core.submit(client, command, charge).await,
             Ok(Route::Partition(core, on)) => {
                 return match core.submit(client, command, charge).await {
@@ -318,6 +374,7 @@ impl<'a> Session<'a> {
             Request::Data(command) => {
                 let queued = match self.front.cores.route(&command).await {
                     Err(refused) => Err(refused),
+                    Ok(Route::Remote(remote)) => Err(self.refuse_remote(&remote)),
                     Ok(_) => database::in_db(command, self.db(), self.front.max_key)
                         .map_err(|error| Reply::Error(error.redis_line())),
                 };

@@ -610,6 +610,16 @@ pub struct ProxyArgs {
     /// TLS (--tls-cert without --tls-port); without it the proxies talk in the clear
     #[arg(long, value_name = "FILE", requires = "cluster")]
     pub cluster_ca: Option<PathBuf>,
+
+    /// With --cluster: for clients that are not cluster-aware, send a command whose keys are in
+    /// another proxy's slot to that proxy and relay its reply, instead of answering -MOVED.
+    /// Off by default: cluster-aware clients learn the cluster's map from -MOVED and go to the
+    /// right proxy themselves, one hop shorter. Transactions, WATCH and scripts on another
+    /// proxy's keys are refused, not forwarded. Forwarded commands travel between proxies in
+    /// the clear unless --cluster-ca is given
+    #[arg(long, requires = "cluster")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster_forward: bool,
 }
 
 #[derive(Args, Debug)]

@@ -17,7 +17,7 @@ use cloak_testkit::redis_server::{RedisCluster, RedisServer};
 
 mod common;
 
-use common::{CLOAK, Running, free_port, free_ports};
+use common::{CLOAK, Running, free_port, free_ports, redis_cli};
 
 const KEY: &str = "8c6a1f0b2d4e6a8c0e2f4a6c8e0a2c4e6f8a0c2e4a6c8e0f2a4c6e8a0c2e4f6a";
 
@@ -328,14 +328,6 @@ fn cluster_replies_match_a_real_redis_cluster() {
         ));
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
-}
-
-fn redis_cli(args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(args)
-        .output()
-        .expect("redis-cli runs");
-    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
 }
 
 #[test]

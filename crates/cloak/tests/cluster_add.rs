@@ -26,23 +26,15 @@ fn proxy_args(
     secret: &str,
 ) -> Vec<String> {
     let state = dir.join(format!("state-{name}"));
-    [
-        "proxy",
-        "--cluster",
-        file.to_str().unwrap(),
-        "--node",
-        name,
-        "--capacity",
-        "200",
+    let extra = [
         "--state-dir",
         state.to_str().unwrap(),
         "--batch-interval",
         "50ms",
         "--cluster-secret-file",
         secret,
-    ]
-    .map(str::to_string)
-    .to_vec()
+    ];
+    common::cluster_proxy_args(file, name, &extra)
 }
 
 fn start(args: &[String]) -> Running {

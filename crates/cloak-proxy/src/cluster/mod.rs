@@ -5,7 +5,8 @@
 //! more partitions, each an ordinary store with its own core (engine, schedule, journal,
 //! storage). A command's keys must all hash to one slot (else `-CROSSSLOT`, as Redis); the
 //! slot's partition runs it if this proxy hosts it, and otherwise the client is sent to the
-//! proxy that does (`-MOVED slot host:port`). Commands without keys (DBSIZE, KEYS, SCAN, FLUSHDB,
+//! proxy that does (`-MOVED slot host:port`), or with `--cluster-forward` the command is sent
+//! there and its reply relayed ([`forward`]). Commands without keys (DBSIZE, KEYS, SCAN, FLUSHDB,
 //! …) run on every partition hosted here and their answers are merged ([`fanout`]), as a Redis
 //! Cluster node answers for its own slots.
 //!
@@ -19,6 +20,7 @@
 //! the partitions served now, and routes each command by one snapshot of them.
 
 pub mod fanout;
+pub mod forward;
 pub mod handoff;
 pub mod health;
 pub mod health_report;
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use cloak_cluster::{ClusterMap, CrossSlot, slot};
 use cloak_core::Command;
 
+use self::forward::Remote;
 use self::health::{Health, OnPartition};
 use crate::core::CoreHandle;
 use crate::resp::Reply;
@@ -73,6 +76,9 @@ pub enum Route {
     Partition(CoreHandle, OnPartition),
     /// On every partition hosted here (a command without keys in a cluster).
     Every(Arc<Hosted>),
+    /// On another proxy, which hosts the slot: the session redirects the client there
+    /// (`-MOVED`), forwards the command, or refuses it ([`forward`]).
+    Remote(Remote),
 }
 
 impl Hosted {
@@ -133,8 +139,8 @@ impl Hosted {
         );
     }
 
-    /// Where a command for `slot` runs, the error a Redis Cluster node would give, or `None`
-    /// while the slot's partition is handed over.
+    /// Where a command for `slot` runs (another proxy, for a slot not hosted here), the error a
+    /// Redis Cluster node would give, or `None` while the slot's partition is handed over.
     fn route_slot(&self, slot: u16) -> Result<Option<Route>, Reply> {
         let partition = self.map.partition_of(slot);
         if let Some(core) = self.core_of(partition.index) {
@@ -152,7 +158,10 @@ impl Hosted {
             return Err(refused);
         }
         let owner = &self.map.proxies()[partition.proxy];
-        Err(Reply::Error(format!("MOVED {slot} {}", owner.address())))
+        Ok(Some(Route::Remote(Remote {
+            slot,
+            address: owner.address(),
+        })))
     }
 }
 
@@ -219,6 +228,11 @@ impl Cores {
             Cores::Single(_) => None,
             Cores::Cluster(node) => Some(node.current()),
         }
+    }
+
+    /// Where commands for other proxies' slots are forwarded, if this proxy forwards them.
+    pub fn forwarder(&self) -> Option<&Arc<forward::Forwarder>> {
+        self.node()?.forwarder()
     }
 
     /// The cluster node's changing state, if this proxy is part of a cluster.

@@ -14,10 +14,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use cloak_storage::tls::ClientTls;
 use cloak_storage::tls::client::host_of;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+
+use crate::resp::{self, Reply};
 
 /// A byte stream to a peer, plain or TLS.
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -203,6 +206,36 @@ impl PeerConnection {
             Some(("-", error)) => Err(error.to_string()),
             Some(("$", length)) => self.read_bulk(length).await,
             _ => Err(format!("answered {line:?} (not a Cloak proxy?)")),
+        }
+    }
+
+    /// Sends `request` (one or more whole RESP requests) and reads one reply of any shape a
+    /// proxy writes ([`resp::decode_reply`]), at most `limit` bytes: what forwarding relays.
+    /// An error reply is a reply here, not an `Err`; `Err` is a lost or garbled connection, after
+    /// which the connection must not be used again (part of a reply may be left unread).
+    pub async fn exchange(&mut self, request: &[u8]) -> Result<Reply, String> {
+        let stream = self.stream.get_mut();
+        let lost = |error: std::io::Error| format!("connection lost: {error}");
+        stream.write_all(request).await.map_err(lost)?;
+        stream.flush().await.map_err(lost)?;
+        let mut read = BytesMut::new();
+        loop {
+            match resp::decode_reply(&read, self.limit) {
+                Ok(Some((reply, used))) if used == read.len() => return Ok(reply),
+                // Bytes past the reply would be the answer to nothing this side sent.
+                Ok(Some(_)) => return Err("answered more than one reply".into()),
+                Ok(None) => {}
+                Err(error) => return Err(format!("answered garbage: {error}")),
+            }
+            let chunk = self.stream.fill_buf().await.map_err(lost)?;
+            if chunk.is_empty() {
+                return Err("closed the connection".into());
+            }
+            let taken = chunk
+                .len()
+                .min(self.limit.saturating_sub(read.len()).max(1));
+            read.extend_from_slice(&chunk[..taken]);
+            self.stream.consume(taken);
         }
     }
 

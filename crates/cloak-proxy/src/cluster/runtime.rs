@@ -19,6 +19,7 @@ use cloak_cluster::{ClusterMap, Partition, Proxy};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinError;
 
+use super::forward::Forwarder;
 use super::health_report::{HealthError, HealthReport};
 use super::{Hosted, Route};
 use crate::HostedStore;
@@ -123,6 +124,8 @@ pub struct Node {
     host: Option<Arc<dyn PartitionHost>>,
     /// One hand-off at a time.
     turn: tokio::sync::Mutex<()>,
+    /// `Some`: commands for other proxies' slots are forwarded there (`--cluster-forward`).
+    forwarder: Option<Arc<Forwarder>>,
 }
 
 impl Node {
@@ -131,6 +134,7 @@ impl Node {
         stopped: HashMap<usize, oneshot::Receiver<()>>,
         spawner: CoreSpawner,
         host: Option<Arc<dyn PartitionHost>>,
+        forwarder: Option<Arc<Forwarder>>,
     ) -> Self {
         Self {
             known: RwLock::new(hosted.map.clone()),
@@ -140,7 +144,13 @@ impl Node {
             spawner,
             host,
             turn: tokio::sync::Mutex::new(()),
+            forwarder,
         }
+    }
+
+    /// Where commands for other proxies' slots are forwarded, if they are.
+    pub fn forwarder(&self) -> Option<&Arc<Forwarder>> {
+        self.forwarder.as_ref()
     }
 
     /// What this proxy serves now, and the map it routes by.

@@ -61,6 +61,11 @@ pub fn map(args: &mut Args) -> Result<Request, Reply> {
     Ok(Request::Admin(AdminRequest::Map))
 }
 
+pub fn noforward(args: &mut Args) -> Result<Request, Reply> {
+    args.exactly(0)?;
+    Ok(Request::NoForward)
+}
+
 pub fn keyid(args: &mut Args) -> Result<Request, Reply> {
     args.exactly(1)?;
     Ok(Request::Admin(AdminRequest::KeyId(partition(args)?)))

@@ -84,6 +84,10 @@ pub enum Request {
     Health(Option<String>),
     /// A `CLOAK` admin subcommand (moving partitions between a cluster's proxies).
     Admin(AdminRequest),
+    /// `CLOAK NOFORWARD`: this connection's commands are never forwarded to another proxy. A
+    /// proxy that forwards marks its connections to the others so (see
+    /// [`crate::cluster::forward`]).
+    NoForward,
 }
 
 impl Request {

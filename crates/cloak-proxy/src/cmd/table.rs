@@ -109,6 +109,7 @@ const CLOAK: &[Spec] = &[
     Spec { name: "cloak|release", arity: 4, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Drain a partition into storage and stop serving it", run: Run::Parse(admin::release) },
     Spec { name: "cloak|acquire", arity: 5, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Start a partition from its storage and serve it", run: Run::Parse(admin::acquire) },
     Spec { name: "cloak|takeover", arity: 5, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Take over a partition whose proxy does not answer, from its storage alone", run: Run::Parse(admin::takeover) },
+    Spec { name: "cloak|noforward", arity: 2, flags: &["noscript", "loading", "stale"], acl: &["@slow", "@connection"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Never forward this connection's commands to another proxy (what forwarding proxies send each other)", run: Run::Parse(admin::noforward) },
     Spec { name: "cloak|adopt", arity: 3, flags: &["admin", "noscript", "stale"], acl: &["@admin", "@slow", "@dangerous"], keys: (0, 0, 0), group: "cluster", since: "7.2.0", summary: "Route by a newer cluster map", run: Run::Parse(admin::adopt) },
 ];
 

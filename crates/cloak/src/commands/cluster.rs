@@ -123,6 +123,8 @@ async fn up(args: Box<ClusterUpArgs>, config: &ConfigFile) -> anyhow::Result<()>
             me,
             host: None,
             limits: store.limits,
+            // One process: clients may connect to any proxy with -c.
+            forward: false,
         };
         proxies_running.push(cloak_proxy::run_cluster(
             listeners,

@@ -95,6 +95,7 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
                 me,
                 host: Some(Arc::new(host)),
                 limits: store.limits,
+                forward: args.cluster_forward,
             };
             (stores, Some(role), listen)
         }

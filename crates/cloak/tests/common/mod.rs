@@ -321,6 +321,34 @@ pub fn write_private(path: &std::path::Path, contents: impl AsRef<[u8]>) {
     file.write_all(contents.as_ref()).unwrap();
 }
 
+/// `cloak proxy` as proxy `name` of the cluster file `file`, with a small store (200 elements
+/// per partition), then `extra`.
+pub fn cluster_proxy_args(file: &std::path::Path, name: &str, extra: &[&str]) -> Vec<String> {
+    let file = file.to_str().unwrap();
+    let base = [
+        "proxy",
+        "--cluster",
+        file,
+        "--node",
+        name,
+        "--capacity",
+        "200",
+    ];
+    base.iter()
+        .chain(extra)
+        .map(|arg| arg.to_string())
+        .collect()
+}
+
+/// What `redis-cli args…` printed.
+pub fn redis_cli(args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+}
+
 /// The first `count` keys `key:N` that `map` puts in partition `partition`.
 pub fn keys_of(map: &cloak_cluster::ClusterMap, partition: usize, count: usize) -> Vec<String> {
     (0..)
