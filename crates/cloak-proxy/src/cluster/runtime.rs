@@ -123,6 +123,9 @@ pub struct Node {
     host: Option<Arc<dyn PartitionHost>>,
     /// One hand-off at a time.
     turn: tokio::sync::Mutex<()>,
+    /// How long a release waits for its partition's core to stop (see
+    /// [`super::handoff::RELEASE_TIMEOUT`]).
+    pub(crate) release_timeout: Duration,
 }
 
 impl Node {
@@ -131,6 +134,7 @@ impl Node {
         stopped: HashMap<usize, oneshot::Receiver<()>>,
         spawner: CoreSpawner,
         host: Option<Arc<dyn PartitionHost>>,
+        release_timeout: Duration,
     ) -> Self {
         Self {
             known: RwLock::new(hosted.map.clone()),
@@ -140,6 +144,7 @@ impl Node {
             spawner,
             host,
             turn: tokio::sync::Mutex::new(()),
+            release_timeout,
         }
     }
 
