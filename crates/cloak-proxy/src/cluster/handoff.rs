@@ -338,7 +338,10 @@ async fn restart(node: Arc<Node>, partition: usize, stopped: oneshot::Receiver<(
                 return;
             }
             Err(why) => {
-                tracing::warn!(partition, "cannot start the partition here again yet: {why}");
+                tracing::warn!(
+                    partition,
+                    "cannot start the partition here again yet: {why}"
+                );
                 tokio::time::sleep(UNFINISHED_MOVE).await;
             }
         }
