@@ -23,7 +23,10 @@
 //! [`super::runtime::HANDOFF_WAIT`]; no command is ever answered by a partition that is not
 //! running, and each is answered by the source (everything it took before RELEASE, drained
 //! before the core stops) or by the target (everything after). If ACQUIRE fails, the partition
-//! goes back to the source the same way, under the next epoch.
+//! goes back to the source the same way, under the next epoch. If RELEASE's drain does not end
+//! within [`RELEASE_TIMEOUT`] (storage does not answer), RELEASE fails with what storage has
+//! not answered, the map stays, and the source starts the partition again once the drain has
+//! ended after all (see [`unreleased`]).
 //!
 //! What the target trusts: the public map and the key it already has. It starts the partition
 //! exactly as a restart does (`PartitionHost::open`): a full scan of the partition's storage
@@ -171,7 +174,9 @@ async fn check(node: &Node, partition: usize, key_id: &str) -> Result<(), String
 /// Compare-and-set: a partition served here is released only under this proxy's map moved by
 /// exactly that partition, one epoch on, and only while no other hand-off is in flight here; so
 /// two moves at once through one proxy cannot leave two different maps of one epoch. If the
-/// move then stalls (its tool stopped), [`finish_release`] settles it.
+/// move then stalls (its tool stopped), [`finish_release`] settles it. If the drain does not
+/// end within the proxy's release timeout, the release fails and keeps the old map
+/// ([`unreleased`]).
 async fn release(node: &Arc<Node>, partition: usize, map: &str) -> Result<(), String> {
     let _turn = node.take_turn().await;
     let map = newer_map(node, map)?;
