@@ -316,26 +316,11 @@ async fn restart(node: Arc<Node>, partition: usize, stopped: oneshot::Receiver<(
             let _turn = node.take_turn().await;
             let spec = node.known().partitions().get(partition).cloned();
             match (node.host(), spec) {
-                (Ok(host), Some(spec)) => match host.open(&spec).await {
-                    Ok(store) => node.start_core(partition, store),
-                    Err(why) => Err(why),
-                },
+                (Ok(host), Some(spec)) => open_here(&node, host, &spec).await,
                 (Err(why), _) => Err(why),
                 (_, None) => Err(format!("there is no partition {partition}")),
             }
-            .map(|core| {
-                node.change(|now| {
-                    let mut cores = now.cores.clone();
-                    cores.push((partition, core));
-                    cores.sort_by_key(|(index, _)| *index);
-                    Hosted {
-                        cores,
-                        moving: without(&now.moving, partition),
-                        busy: without(&now.busy, partition),
-                        ..now.clone()
-                    }
-                })
-            })
+            .map(|core| hand_off_over(&node, partition, Some(core)))
         };
         match started {
             Ok(()) => {
@@ -510,19 +495,7 @@ async fn acquire(
             ..now.clone()
         });
         let started = start_here(node, host, &known, (me, owner, owner_must), spec, key_id).await;
-        node.change(|now| {
-            let mut cores = now.cores.clone();
-            if let Ok(core) = &started {
-                cores.push((partition, core.clone()));
-                cores.sort_by_key(|(index, _)| *index);
-            }
-            Hosted {
-                cores,
-                moving: without(&now.moving, partition),
-                busy: without(&now.busy, partition),
-                ..now.clone()
-            }
-        });
+        hand_off_over(node, partition, started.as_ref().ok().cloned());
         started?;
         tracing::info!(partition, "acquired: serving it");
     }
@@ -620,12 +593,40 @@ async fn start_here(
     }
     host.check(spec, key_id).await?;
     tracing::info!(partition, "acquiring: starting it from its storage");
+    open_here(node, host, spec).await
+}
+
+/// Starts `spec`'s partition here from its storage (and this proxy's journal of it), through
+/// the same recovery and checks as a restart.
+async fn open_here(
+    node: &Node,
+    host: &Arc<dyn super::PartitionHost>,
+    spec: &cloak_cluster::Partition,
+) -> Result<CoreHandle, String> {
+    let partition = spec.index;
     let store = host
         .open(spec)
         .await
         .map_err(|why| format!("partition {partition} could not start here: {why}"))?;
     node.start_core(partition, store)
         .map_err(|why| format!("partition {partition} could not start here: {why}"))
+}
+
+/// Ends this proxy's hand-off of `partition`: serves it with `core` if one started here.
+fn hand_off_over(node: &Node, partition: usize, core: Option<CoreHandle>) {
+    node.change(|now| {
+        let mut cores = now.cores.clone();
+        if let Some(core) = core {
+            cores.push((partition, core));
+            cores.sort_by_key(|(index, _)| *index);
+        }
+        Hosted {
+            cores,
+            moving: without(&now.moving, partition),
+            busy: without(&now.busy, partition),
+            ..now.clone()
+        }
+    });
 }
 
 /// The proxy that hosts `partition` by `known`, if `sent` is `known` with only that partition
