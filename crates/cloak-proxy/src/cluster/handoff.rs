@@ -26,7 +26,7 @@
 //! goes back to the source the same way, under the next epoch. If RELEASE's drain does not end
 //! within [`RELEASE_TIMEOUT`] (storage does not answer), RELEASE fails with what storage has
 //! not answered, the map stays, and the source starts the partition again once the drain has
-//! ended after all (see [`unreleased`]).
+//! ended after all (see `unreleased`).
 //!
 //! What the target trusts: the public map and the key it already has. It starts the partition
 //! exactly as a restart does (`PartitionHost::open`): a full scan of the partition's storage
