@@ -52,7 +52,7 @@ enum Control {
 }
 
 /// What a stopping core still waits for storage (or its journal) to answer before it may exit
-/// (see [`Core::run`]): what a stop that does not end can tell about why.
+/// (see `Core::run`): what a stop that does not end can tell about why.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Outstanding {
     /// Commands taken and not yet answered.
