@@ -52,6 +52,19 @@ impl Record {
     pub fn is_empty(&self) -> bool {
         self.key.is_empty()
     }
+
+    /// The record with its key and value in allocations of their own. A record opened in
+    /// place is a view of its element's buffer, which may be a whole storage answer (a value
+    /// sliced from one frame keeps the frame alive); one kept beyond its batch (a client's
+    /// answer, the cache) is detached, so it holds its own bytes and no more, and the element
+    /// is left alone to be sealed again in place.
+    pub fn detached(&self) -> Self {
+        Self {
+            version: self.version,
+            key: Bytes::copy_from_slice(&self.key),
+            value: Bytes::copy_from_slice(&self.value),
+        }
+    }
 }
 
 /// Sizes of the fixed-length record encoding.

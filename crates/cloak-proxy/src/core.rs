@@ -48,6 +48,47 @@ struct Submission {
 
 enum Control {
     Snapshot(oneshot::Sender<Snapshot>),
+    Outstanding(oneshot::Sender<Outstanding>),
+}
+
+/// What a stopping core still waits for storage (or its journal) to answer before it may exit
+/// (see `Core::run`): what a stop that does not end can tell about why.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outstanding {
+    /// Commands taken and not yet answered.
+    pub commands: usize,
+    /// Writes acknowledged to clients that storage does not hold yet.
+    pub unwritten: u64,
+    /// Storage requests sent and not yet answered.
+    pub in_flight: usize,
+    /// Storage requests that failed and wait to be sent again.
+    pub repeating: u64,
+    /// Journal requests queued or being committed.
+    pub journal: usize,
+}
+
+impl Outstanding {
+    /// Nothing a shutdown would lose: every command answered, every acknowledged write in
+    /// storage (the scheme's own requests may still be out).
+    fn drained(&self) -> bool {
+        self.commands == 0 && self.unwritten == 0
+    }
+
+    /// Requests still out that the core must see answered before it exits.
+    fn requests(&self) -> usize {
+        self.in_flight + self.repeating as usize + self.journal
+    }
+}
+
+impl std::fmt::Display for Outstanding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} acknowledged writes not yet in storage, {} storage requests in flight, {} failed \
+             and waiting to be sent again, {} journal requests, {} commands unanswered",
+            self.unwritten, self.in_flight, self.repeating, self.journal, self.commands
+        )
+    }
 }
 
 /// The proxy's state for `INFO` and benchmarks.
@@ -156,6 +197,15 @@ impl StatsHandle {
             .map_err(|_| CoreStopped)?;
         rx.await.map_err(|_| CoreStopped)
     }
+
+    /// What the core still waits for storage to answer (see [`Outstanding`]).
+    pub async fn outstanding(&self) -> Result<Outstanding, CoreStopped> {
+        let (tx, rx) = oneshot::channel();
+        self.0
+            .send(Control::Outstanding(tx))
+            .map_err(|_| CoreStopped)?;
+        rx.await.map_err(|_| CoreStopped)
+    }
 }
 
 /// Starts the core. It runs until every [`CoreHandle`] is dropped and then drains: it takes no
@@ -260,7 +310,7 @@ impl Core {
             // settled, the schemes start nothing of their own, so this ends; storage answers or
             // fails every request (its clients time out), and the front end's drain timeout
             // bounds the wait.
-            if !open && self.drained() {
+            if !open && self.outstanding().drained() {
                 if !settled {
                     tracing::info!(
                         "every acknowledged write is in storage: the scheme starts nothing more, \
@@ -270,11 +320,7 @@ impl Core {
                     self.engine.settle();
                     self.flush(&done_tx, &committed_tx);
                 }
-                let outstanding = self.engine.storage_in_flight()
-                    + self.engine.scheme_stats().repeating as usize
-                    + self.journal_queue.len()
-                    + usize::from(self.journal_busy);
-                if outstanding == 0 {
+                if self.outstanding().requests() == 0 {
                     tracing::info!(
                         "all acknowledged writes are in storage, and no request is outstanding"
                     );
@@ -316,9 +362,14 @@ impl Core {
                         self.engine.handle_journaled(now, id, result.clone());
                     }
                 }
-                Some(Control::Snapshot(reply)) = control.recv() => {
-                    let _ = reply.send(self.snapshot());
-                }
+                Some(control) = control.recv() => match control {
+                    Control::Snapshot(reply) => {
+                        let _ = reply.send(self.snapshot());
+                    }
+                    Control::Outstanding(reply) => {
+                        let _ = reply.send(self.outstanding());
+                    }
+                },
                 submission = commands.recv(), if open && self.engine.accepts() => match submission {
                     Some(first) => {
                         self.submit(first);
@@ -549,11 +600,18 @@ impl Core {
         }
     }
 
-    /// Nothing left that a shutdown would lose: every command answered and every acknowledged
-    /// write in storage (a scheme's own traffic, like Cloak's dummy batches, may still be in
+    /// What a stop still waits for: [`Outstanding::drained`] says nothing is left that a
+    /// shutdown would lose (a scheme's own traffic, like Cloak's dummy batches, may still be in
     /// flight: [`Core::run`] waits for it before exiting).
-    fn drained(&self) -> bool {
-        self.waiting.is_empty() && self.engine.scheme_stats().unwritten == 0
+    fn outstanding(&self) -> Outstanding {
+        let stats = self.engine.scheme_stats();
+        Outstanding {
+            commands: self.waiting.len(),
+            unwritten: stats.unwritten,
+            in_flight: self.engine.storage_in_flight(),
+            repeating: stats.repeating,
+            journal: self.journal_queue.len() + usize::from(self.journal_busy),
+        }
     }
 
     fn snapshot(&self) -> Snapshot {

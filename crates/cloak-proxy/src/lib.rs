@@ -119,6 +119,10 @@ pub struct ProxyOptions {
     pub peer_tls: Option<cloak_storage::tls::ClientTls>,
     /// How long shutdown waits for acknowledged writes to reach storage.
     pub drain_timeout: Option<Duration>,
+    /// On a cluster proxy: how long `CLOAK RELEASE` waits for the partition it releases to
+    /// drain into storage before the move fails and the partition is served here again (see
+    /// [`cluster::handoff::RELEASE_TIMEOUT`]).
+    pub release_timeout: Duration,
     /// Where records only the proxy holds are kept durably; `None` keeps them in memory only.
     /// (A cluster proxy's partitions each bring their own: see [`HostedStore`].)
     pub journal: Option<Arc<dyn Journal>>,
@@ -157,6 +161,7 @@ impl Default for ProxyOptions {
             cluster_secret: None,
             peer_tls: None,
             drain_timeout: None,
+            release_timeout: cluster::handoff::RELEASE_TIMEOUT,
             journal: None,
             ledger: None,
             recovery_spool: None,
@@ -349,7 +354,12 @@ async fn serve(
                 Arc::new(cluster::forward::Forwarder::new(link.clone(), limit))
             });
             Cores::Cluster(Arc::new(Node::new(
-                hosted, stopped, spawner, role.host, forwarder,
+                hosted,
+                stopped,
+                spawner,
+                role.host,
+                forwarder,
+                options.release_timeout,
             )))
         }
     };

@@ -50,6 +50,10 @@ pub(crate) struct Alarm {
 /// How long before a warmed alarm's instant its thread is woken, to spin up to the instant.
 const WARM_UP: Duration = Duration::from_micros(300);
 
+/// About the longest a warm-up write takes on a cold path: an alarm that rings closer to its
+/// instant than this (its thread was busy) skips the warm-up rather than leave late.
+const TOUCH_TAKES: Duration = Duration::from_micros(100);
+
 impl Future for Alarm {
     type Output = ();
 
@@ -57,7 +61,11 @@ impl Future for Alarm {
         if Pin::new(&mut self.ring).poll(cx).is_pending() {
             return Poll::Pending;
         }
-        if let Some(warm_send) = self.warm_send.take() {
+        if let Some(warm_send) = self.warm_send.take()
+            && self
+                .spin_until
+                .is_some_and(|at| Instant::now() + TOUCH_TAKES < at)
+        {
             warm_send.touch();
         }
         if let Some(at) = self.spin_until {

@@ -24,6 +24,10 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 /// The few bytes each warm-up sends: enough to run the whole send and receive path.
 const TOUCH: [u8; 64] = [0; 64];
 
+/// A loopback connection that does not open at once never will (a firewall dropping SYNs):
+/// the proxy then starts without the warm-up rather than wait the kernel's minutes.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One end of a private loopback TCP connection; the other end is read by a thread that
 /// discards what it reads and stops when this end is dropped.
 pub(crate) struct WarmSend {
@@ -47,8 +51,14 @@ impl WarmSend {
     /// The connection, and its far end for the caller to read.
     fn connect() -> std::io::Result<(Self, TcpStream)> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-        let stream = TcpStream::connect(listener.local_addr()?)?;
-        let (far_end, _) = listener.accept()?;
+        let stream = TcpStream::connect_timeout(&listener.local_addr()?, CONNECT_TIMEOUT)?;
+        // Another local user may connect to the listener first: take only our own connection.
+        let far_end = loop {
+            let (far_end, from) = listener.accept()?;
+            if from == stream.local_addr()? {
+                break far_end;
+            }
+        };
         // Like a storage connection's: each write leaves at once.
         stream.set_nodelay(true)?;
         // A warm-up never waits: if the reader fell behind, this one is skipped.

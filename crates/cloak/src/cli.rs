@@ -325,6 +325,16 @@ fn auth_timeout_help() -> String {
     )
 }
 
+fn release_timeout_help() -> String {
+    defaulted(
+        "With --cluster: how long `cloak cluster move` may wait for this proxy to drain the \
+         partition it moves into storage (every acknowledged write, then every request out); \
+         past it the move fails, saying what storage has not answered, and the partition is \
+         served here again once storage answers",
+        humantime::format_duration(cloak_proxy::cluster::handoff::RELEASE_TIMEOUT),
+    )
+}
+
 fn max_connections_help() -> String {
     format!(
         "Serve at most this many connections that completed the handshake at once (a proxy opens \
@@ -620,6 +630,10 @@ pub struct ProxyArgs {
     #[arg(long, requires = "cluster")]
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cluster_forward: bool,
+    /// With --cluster: how long a move may wait for this proxy to drain a partition into
+    /// storage before the move fails and the partition is served here again
+    #[arg(long, value_name = "DURATION", requires = "cluster", help = release_timeout_help())]
+    pub release_timeout: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -153,6 +153,12 @@ fn a_proxy_added_to_a_running_cluster_starts_from_the_old_file_and_takes_a_parti
         .unwrap_err()
         .to_string();
     assert!(info.contains("hosts no partition"), "{info}");
+    // Commands without keys answer as an empty store, as a Redis Cluster node without slots.
+    let mut empty = common::connect(port);
+    let size: i64 = redis::cmd("DBSIZE").query(&mut empty).unwrap();
+    let any: Option<String> = redis::cmd("RANDOMKEY").query(&mut empty).unwrap();
+    let listed: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut empty).unwrap();
+    assert_eq!((size, any, listed.len()), (0, None, 0));
 
     let (ok, out, err) = tool(
         ports[1],

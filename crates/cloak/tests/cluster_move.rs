@@ -35,7 +35,7 @@ fn secret_file(dir: &std::path::Path) -> String {
 
 /// The cluster under test: three proxies, six partitions on one Redis (a prefix each).
 struct Cluster {
-    _redis: RedisServer,
+    redis: RedisServer,
     dir: tempfile::TempDir,
     file: std::path::PathBuf,
     secret: String,
@@ -51,7 +51,7 @@ impl Cluster {
         let (map, file, ports) = common::three_proxy_cluster(dir.path(), &storage);
         let secret = secret_file(dir.path());
         Self {
-            _redis: redis,
+            redis,
             dir,
             file,
             secret,
@@ -394,6 +394,86 @@ fn a_move_left_unfinished_settles_by_itself_and_no_other_move_starts_meanwhile()
     let redirected = wait_for(|| get(ports[0], one).contains(&format!("127.0.0.1:{}", ports[2])));
     assert!(redirected, "p0 answers {}", get(ports[0], one));
     assert_eq!(get(ports[2], one), "before");
+}
+
+/// How long the source of the move in the next test waits for its drain.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[test]
+fn a_move_whose_storage_does_not_answer_fails_in_time_and_the_partition_serves_again() {
+    let cluster = Cluster::new();
+    let release = format!("{}s", RELEASE_TIMEOUT.as_secs());
+    let extra = [
+        "--cluster-secret-file",
+        &cluster.secret,
+        "--release-timeout",
+        &release,
+    ];
+    let _p0 = cluster.start_with(0, KEY, &extra);
+    let _others: Vec<Running> = (1..3).map(|i| cluster.start(i, KEY)).collect();
+    let ports = &cluster.ports;
+    let key = &cluster.keys_of(0, 1)[0];
+    let set = |value: &str| {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query::<()>(&mut common::connect(ports[0]))
+            .unwrap();
+    };
+    set("before");
+    let epoch = |port: u16| {
+        let map: String = redis::cmd("CLOAK")
+            .arg("MAP")
+            .query(&mut common::connect(port))
+            .unwrap();
+        ClusterMap::from_toml(&map).unwrap().epoch()
+    };
+    let epoch0 = epoch(ports[0]);
+
+    // Storage stops taking writes (reads, and so the target's check that it reaches storage,
+    // still pass) for longer than the release may wait; the write is acknowledged (from the
+    // journal) but cannot reach storage.
+    let pause = RELEASE_TIMEOUT * 4;
+    cluster
+        .redis
+        .cli(&["CLIENT", "PAUSE", &pause.as_millis().to_string(), "WRITE"]);
+    let paused = Instant::now();
+    set("after");
+    let (moved, text) = cluster.move_partition(0, "p1");
+    let took = paused.elapsed();
+    assert!(!moved, "{text}");
+    assert!(
+        took < pause,
+        "the move failed only after {took:?}, once storage answered again: {text}"
+    );
+    assert!(
+        text.contains("the move failed: p0 did not release partition 0")
+            && text.contains(&format!(
+                "did not drain into storage within {RELEASE_TIMEOUT:?}"
+            ))
+            && text.contains("acknowledged writes not yet in storage")
+            && !text.contains(" 0 acknowledged writes not yet in storage"),
+        "{text}"
+    );
+    assert_eq!(epoch(ports[0]), epoch0, "the map changed");
+
+    // Storage answers again: p0 serves the partition again, the acknowledged write in it, and
+    // the other proxies still send its keys to p0.
+    cluster.redis.cli(&["CLIENT", "UNPAUSE"]);
+    let served = wait_for(|| get(ports[0], key) == "after");
+    assert!(
+        served,
+        "p0 does not serve partition 0 again: {}",
+        get(ports[0], key)
+    );
+    set("again");
+    assert_eq!(get(ports[0], key), "again");
+    let redirected = get(ports[1], key);
+    assert!(
+        redirected.contains(&format!("127.0.0.1:{}", ports[0])),
+        "p1 sends partition 0's keys to {redirected:?}, not to p0"
+    );
+    assert_eq!(epoch(ports[0]), epoch0, "the map changed");
 }
 
 #[test]

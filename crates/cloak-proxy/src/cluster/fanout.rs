@@ -51,6 +51,13 @@ pub async fn submit(
         );
     }
     let (reply, merged) = oneshot::channel();
+    if answers.is_empty() {
+        // A proxy hosting no partition yet answers as an empty store, like a Redis Cluster node
+        // without slots: a merge of nothing would be a bare +OK, which RANDOMKEY's client
+        // would take for a key.
+        let _ = reply.send(empty_store(&command));
+        return Ok(merged);
+    }
     tokio::spawn(async move {
         let _charge = charge;
         let mut outcomes = Vec::with_capacity(answers.len());
@@ -63,6 +70,16 @@ pub async fn submit(
         let _ = reply.send(merge(outcomes));
     });
     Ok(merged)
+}
+
+/// What an empty store answers to `command` (one of those [`answers`] takes).
+fn empty_store(command: &Command) -> Outcome {
+    match command {
+        Command::DbSize(_) => Outcome::Integer(0),
+        Command::Keys { .. } => Outcome::Values(Vec::new()),
+        Command::RandomKey(_) => Outcome::Value(None),
+        _ => Outcome::Ok,
+    }
 }
 
 /// One store's answer from the answers of several partitions to the same command.

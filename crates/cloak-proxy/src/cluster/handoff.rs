@@ -23,7 +23,10 @@
 //! [`super::runtime::HANDOFF_WAIT`]; no command is ever answered by a partition that is not
 //! running, and each is answered by the source (everything it took before RELEASE, drained
 //! before the core stops) or by the target (everything after). If ACQUIRE fails, the partition
-//! goes back to the source the same way, under the next epoch.
+//! goes back to the source the same way, under the next epoch. If RELEASE's drain does not end
+//! within [`RELEASE_TIMEOUT`] (storage does not answer), RELEASE fails with what storage has
+//! not answered, the map stays, and the source starts the partition again once the drain has
+//! ended after all (see `unreleased`).
 //!
 //! What the target trusts: the public map and the key it already has. It starts the partition
 //! exactly as a restart does (`PartitionHost::open`): a full scan of the partition's storage
@@ -39,11 +42,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloak_cluster::{ClusterMap, ClusterSecret};
+use tokio::sync::oneshot;
 
 use super::health_report::HealthError;
 use super::runtime::Node;
 use super::{Cores, Hosted};
 use crate::cmd::AdminRequest;
+use crate::core::{CoreHandle, StatsHandle};
 use crate::resp::Reply;
 
 /// Answers a `CLOAK` admin command (the session has checked who may run it). `secret` signs the
@@ -169,7 +174,9 @@ async fn check(node: &Node, partition: usize, key_id: &str) -> Result<(), String
 /// Compare-and-set: a partition served here is released only under this proxy's map moved by
 /// exactly that partition, one epoch on, and only while no other hand-off is in flight here; so
 /// two moves at once through one proxy cannot leave two different maps of one epoch. If the
-/// move then stalls (its tool stopped), [`finish_release`] settles it.
+/// move then stalls (its tool stopped), [`finish_release`] settles it. If the drain does not
+/// end within the proxy's release timeout, the release fails and keeps the old map
+/// ([`unreleased`]).
 async fn release(node: &Arc<Node>, partition: usize, map: &str) -> Result<(), String> {
     let _turn = node.take_turn().await;
     let map = newer_map(node, map)?;
@@ -183,7 +190,11 @@ async fn release(node: &Arc<Node>, partition: usize, map: &str) -> Result<(), St
             "the map sent still has partition {partition} on this proxy"
         ));
     }
-    let serving = hosted.core_of(partition).is_some();
+    not_restarting(&hosted, partition)?;
+    // Reads what the core still waits for if the drain does not end in time; it does not keep
+    // the core from draining, as the handle would.
+    let stats = hosted.core_of(partition).map(CoreHandle::stats);
+    let serving = stats.is_some();
     let last = hosted.cores.len() == 1;
     if serving {
         no_other_hand_off(&hosted, partition)?;
@@ -215,8 +226,11 @@ async fn release(node: &Arc<Node>, partition: usize, map: &str) -> Result<(), St
             partition,
             "releasing: draining acknowledged writes to storage"
         );
-        if let Some(stopped) = stopped {
-            let _ = stopped.await;
+        if let (Some(mut stopped), Some(stats)) = (stopped, stats) {
+            let limit = node.release_timeout;
+            if tokio::time::timeout(limit, &mut stopped).await.is_err() {
+                return Err(unreleased(node, partition, stats, stopped, limit).await);
+            }
         }
         node.change(|now| Hosted {
             busy: without(&now.busy, partition),
@@ -230,6 +244,109 @@ async fn release(node: &Arc<Node>, partition: usize, map: &str) -> Result<(), St
     node.keep(&map)?;
     if serving {
         tokio::spawn(finish_release(node.clone(), partition, map));
+    }
+    Ok(())
+}
+
+/// How long `CLOAK RELEASE` waits for the partition's core to drain and stop, unless the
+/// proxy is told otherwise ([`crate::ProxyOptions::release_timeout`], `--release-timeout`).
+/// The same as the front end's drain timeout, since it waits for the same thing (every
+/// acknowledged write, then every request out, answered by storage), and as a storage
+/// request's own timeout: a storage that has answered nothing for that long has failed
+/// requests rather than being slow. A healthy drain takes a few batches; the partition's
+/// commands wait (answered `-TRYAGAIN` after [`super::runtime::HANDOFF_WAIT`]) all along, so a
+/// longer bound would only keep them from being served longer. Well under the move tool's own
+/// wait for the answer, so that the tool hears why the move failed.
+pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A release whose core did not stop within `limit`: the move fails, and the partition will
+/// be served here again, under the map it had (which this proxy kept: the new one is kept only
+/// after a release succeeds). Says what storage has not answered.
+///
+/// Why the partition is started again rather than its core kept: the core was told that no
+/// command will come again (the scheme writes out what it holds, and once drained it settles:
+/// Cloak's and Pancake's schedules stop for good). A drain cannot be undone, so the core is
+/// left to finish its clean stop (every acknowledged write in storage, every request it sent
+/// answered, the ledger saved), however long storage takes, and only then is the partition
+/// started again from its storage and journal, exactly as a restart after a clean stop and as
+/// the source of a failed move starts it again. So no acknowledged write is lost (the stopped
+/// core put each in storage, and the journal still holds each) and no element is left
+/// half-written (the new core starts only once no request of the old one can still land: two
+/// cores never write one partition's storage at once). Meanwhile the partition stays in
+/// hand-off here: its commands wait and get `-TRYAGAIN`, it is not served (storage would not
+/// answer it anyway), and another proxy asking whether it may take it is told it may not.
+async fn unreleased(
+    node: &Arc<Node>,
+    partition: usize,
+    stats: StatsHandle,
+    stopped: oneshot::Receiver<()>,
+    limit: Duration,
+) -> String {
+    let left = match stats.outstanding().await {
+        Ok(left) => left.to_string(),
+        // It stopped just now: the restart below starts it at once.
+        Err(_) => "nothing any more".to_string(),
+    };
+    tracing::error!(
+        partition,
+        ?limit,
+        %left,
+        "the release did not drain in time; the move fails, and the partition is started here \
+         again once its core has stopped"
+    );
+    tokio::spawn(restart(node.clone(), partition, stopped));
+    format!(
+        "partition {partition} did not drain into storage within {limit:?}: storage has not \
+         answered {left}. The move failed and the map did not change; this proxy serves the \
+         partition again (started from its storage and journal) once storage has answered \
+         everything"
+    )
+}
+
+/// Starts `partition` here again once its released core has stopped (see [`unreleased`]),
+/// retrying every [`UNFINISHED_MOVE`] while its storage cannot be opened.
+async fn restart(node: Arc<Node>, partition: usize, stopped: oneshot::Receiver<()>) {
+    let _ = stopped.await;
+    tracing::info!(
+        partition,
+        "the released partition has stopped after all: starting it here again"
+    );
+    loop {
+        let started = {
+            let _turn = node.take_turn().await;
+            let spec = node.known().partitions().get(partition).cloned();
+            match (node.host(), spec) {
+                (Ok(host), Some(spec)) => open_here(&node, host, &spec).await,
+                (Err(why), _) => Err(why),
+                (_, None) => Err(format!("there is no partition {partition}")),
+            }
+            .map(|core| hand_off_over(&node, partition, Some(core)))
+        };
+        match started {
+            Ok(()) => {
+                tracing::info!(partition, "serving it here again after the failed release");
+                return;
+            }
+            Err(why) => {
+                tracing::warn!(
+                    partition,
+                    "cannot start the partition here again yet: {why}"
+                );
+                tokio::time::sleep(UNFINISHED_MOVE).await;
+            }
+        }
+    }
+}
+
+/// Refuses a hand-off of `partition` while it is stopping here after a release that did not
+/// drain in time ([`unreleased`]): it is busy without a core only then (the other steps that
+/// mark it busy hold the turn throughout), and is started here again by itself.
+fn not_restarting(hosted: &Hosted, partition: usize) -> Result<(), String> {
+    if hosted.busy.contains(&partition) && hosted.core_of(partition).is_none() {
+        return Err(format!(
+            "partition {partition} is still stopping here after a release that storage did not \
+             let finish; it is served here again once storage answers (retry then)"
+        ));
     }
     Ok(())
 }
@@ -357,6 +474,7 @@ async fn acquire(
     owner_must: Owner,
 ) -> Result<(), String> {
     let hosted = node.current();
+    not_restarting(&hosted, partition)?;
     let me = hosted.me;
     let Some(spec) = map.partitions().get(partition).filter(|p| p.proxy == me) else {
         return Err(format!(
@@ -377,19 +495,7 @@ async fn acquire(
             ..now.clone()
         });
         let started = start_here(node, host, &known, (me, owner, owner_must), spec, key_id).await;
-        node.change(|now| {
-            let mut cores = now.cores.clone();
-            if let Ok(core) = &started {
-                cores.push((partition, core.clone()));
-                cores.sort_by_key(|(index, _)| *index);
-            }
-            Hosted {
-                cores,
-                moving: without(&now.moving, partition),
-                busy: without(&now.busy, partition),
-                ..now.clone()
-            }
-        });
+        hand_off_over(node, partition, started.as_ref().ok().cloned());
         started?;
         tracing::info!(partition, "acquired: serving it");
     }
@@ -487,12 +593,40 @@ async fn start_here(
     }
     host.check(spec, key_id).await?;
     tracing::info!(partition, "acquiring: starting it from its storage");
+    open_here(node, host, spec).await
+}
+
+/// Starts `spec`'s partition here from its storage (and this proxy's journal of it), through
+/// the same recovery and checks as a restart.
+async fn open_here(
+    node: &Node,
+    host: &Arc<dyn super::PartitionHost>,
+    spec: &cloak_cluster::Partition,
+) -> Result<CoreHandle, String> {
+    let partition = spec.index;
     let store = host
         .open(spec)
         .await
         .map_err(|why| format!("partition {partition} could not start here: {why}"))?;
     node.start_core(partition, store)
         .map_err(|why| format!("partition {partition} could not start here: {why}"))
+}
+
+/// Ends this proxy's hand-off of `partition`: serves it with `core` if one started here.
+fn hand_off_over(node: &Node, partition: usize, core: Option<CoreHandle>) {
+    node.change(|now| {
+        let mut cores = now.cores.clone();
+        if let Some(core) = core {
+            cores.push((partition, core));
+            cores.sort_by_key(|(index, _)| *index);
+        }
+        Hosted {
+            cores,
+            moving: without(&now.moving, partition),
+            busy: without(&now.busy, partition),
+            ..now.clone()
+        }
+    });
 }
 
 /// The proxy that hosts `partition` by `known`, if `sent` is `known` with only that partition

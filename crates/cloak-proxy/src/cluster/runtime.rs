@@ -126,6 +126,9 @@ pub struct Node {
     turn: tokio::sync::Mutex<()>,
     /// `Some`: commands for other proxies' slots are forwarded there (`--cluster-forward`).
     forwarder: Option<Arc<Forwarder>>,
+    /// How long a release waits for its partition's core to stop (see
+    /// [`super::handoff::RELEASE_TIMEOUT`]).
+    pub(crate) release_timeout: Duration,
 }
 
 impl Node {
@@ -135,6 +138,7 @@ impl Node {
         spawner: CoreSpawner,
         host: Option<Arc<dyn PartitionHost>>,
         forwarder: Option<Arc<Forwarder>>,
+        release_timeout: Duration,
     ) -> Self {
         Self {
             known: RwLock::new(hosted.map.clone()),
@@ -145,6 +149,7 @@ impl Node {
             host,
             turn: tokio::sync::Mutex::new(()),
             forwarder,
+            release_timeout,
         }
     }
 

@@ -571,9 +571,9 @@ impl Cloak {
         // bug did, which is what the demo exists to show. The epoch is the one field whose
         // change follows the drawing order, so the batch's seals are first reserved in one epoch.
         //
-        // Memory: each element is opened in its own buffer and, unless a write replaces it or a
-        // client's answer or the cache still holds its record, sealed again in that buffer
-        // (`ElementCodec::open_in_place`). Storage's answer is taken apart by the opening and
+        // Memory: each element is opened in its own buffer and, unless a write replaces it,
+        // sealed again in that buffer (`ElementCodec::open_in_place`); a record answered to a
+        // client or cached is a detached copy (`Record::detached`), so it holds no buffer. Storage's answer is taken apart by the opening and
         // freed with it, so from then on the batch is held once, not as the answer, the records
         // and the write-back side by side. The write-back's bytes are those a new buffer would
         // get; only the sealing's CPU time depends (a copy of about a kilobyte per element
@@ -611,11 +611,14 @@ impl Cloak {
                 // A slot lost earlier holds an empty placeholder: it must not pass for data.
                 (waiting, Ok(opened)) if !self.corrupt.contains(&slot) => {
                     if let Some(Waiting::Read(waiters)) = waiting {
+                        // Detached: a view would keep the element's buffer, which may be a
+                        // whole storage answer, alive as long as the cache keeps the record.
+                        let record = opened.record.detached();
                         for waiter in waiters {
-                            self.answer(waiter, slot, Reply::Value(opened.record.clone()));
+                            self.answer(waiter, slot, Reply::Value(record.clone()));
                         }
                         if !newer_write_queued && let Some(cache) = self.cache.as_mut() {
-                            cache.put(slot, opened.record.clone());
+                            cache.put(slot, record);
                         }
                     }
                     // The slot keeps its record: the element is sealed again as it is.

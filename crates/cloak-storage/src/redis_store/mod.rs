@@ -528,7 +528,13 @@ fn certificates(tls: &ClientTlsFiles) -> Result<redis::TlsCertificates, StorageE
     let client_tls = match &tls.identity {
         Some((cert, key)) => Some(redis::ClientTlsConfig {
             client_cert: read(cert)?,
-            client_key: read(key)?,
+            client_key: {
+                // The `redis` crate parses the key itself; its permissions are checked here,
+                // as for every other private key.
+                crate::tls::pem::refuse_exposed_key(key)
+                    .map_err(|e| StorageError(e.to_string()))?;
+                read(key)?
+            },
         }),
         None => None,
     };

@@ -37,19 +37,25 @@ pub fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsErro
 /// The private key in `path` (PKCS#8, PKCS#1 or SEC1), refused before it is read if others
 /// than its owner may read or change it: whoever reads it can pose as this side of the link.
 pub fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    refuse_exposed_key(path)?;
+    let text = read(path)?;
+    PrivateKeyDer::from_pem_slice(&text)
+        .map_err(|error| pem_error(path, format!("no usable PRIVATE KEY: {error}")))
+}
+
+/// Refuses the private key file `path` if others than its owner may read or change it.
+pub(crate) fn refuse_exposed_key(path: &Path) -> Result<(), TlsError> {
     let file = |error| TlsError::File {
         path: path.to_owned(),
         error,
     };
-    if let Some(mode) = crate::private_file::exposed_mode(path).map_err(file)? {
-        return Err(TlsError::KeyNotPrivate {
+    match crate::private_file::exposed_mode(path).map_err(file)? {
+        Some(mode) => Err(TlsError::KeyNotPrivate {
             path: path.to_owned(),
             mode,
-        });
+        }),
+        None => Ok(()),
     }
-    let text = read(path)?;
-    PrivateKeyDer::from_pem_slice(&text)
-        .map_err(|error| pem_error(path, format!("no usable PRIVATE KEY: {error}")))
 }
 
 /// The CA certificates in `path` as trust anchors.

@@ -5,7 +5,10 @@
 //! 1. The newest map any proxy knows, and the new one: the partition on PROXY, one epoch later.
 //! 2. The target checks it has the partition's key and reaches its storage; if not, the move is
 //!    refused and nothing has changed.
-//! 3. The source drains the partition into storage and stops it; its slots wait meanwhile.
+//! 3. The source drains the partition into storage and stops it; its slots wait meanwhile. If
+//!    storage does not let the drain finish in time (the source's `--release-timeout`), the
+//!    move fails, saying what storage has not answered, and the source serves the partition
+//!    again once it does.
 //! 4. The target starts it from storage alone. If it cannot, the source starts it again (under
 //!    the next epoch), and the move is reported failed.
 //! 5. Every proxy adopts the new map; the source now redirects its slots to the target. A proxy
@@ -145,8 +148,12 @@ async fn move_partition(
     send(link, &source.address(), SLOW, &release)
         .await
         .with_context(|| {
+            // A refusal, or a drain storage did not let finish in time (the proxy then serves
+            // the partition again by itself): either way the map did not change. A release
+            // whose answer alone was lost is taken back by the source, as any unfinished move.
             format!(
-                "{} did not release partition {partition}; run this move again to finish it",
+                "the move failed: {} did not release partition {partition}, and the map did not \
+                 change",
                 source.name
             )
         })?;

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cloak_cluster::ClusterMap;
@@ -31,6 +32,7 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
         args.total_reply_limit,
         args.max_pending_bytes,
     )?;
+    let release_timeout = release_timeout(args.release_timeout.as_deref())?;
     let key = load_key(args.key_file.as_deref())?;
     let cluster_secret = match &args.cluster_secret_file {
         Some(path) => Some(Arc::new(crate::secret_file::cluster_secret(path)?)),
@@ -132,6 +134,7 @@ pub async fn run(args: Box<ProxyArgs>, config: &ConfigFile) -> anyhow::Result<()
         storage_io: Some(storage_io.handle()),
         cluster_secret,
         peer_tls: link.tls().cloned(),
+        release_timeout: release_timeout.unwrap_or(front.release_timeout),
         ..front
     };
     let lines: Vec<String> = stores
@@ -326,4 +329,16 @@ pub(super) async fn open_store(
 /// the proxies one to derive each partition's from), journal, ledger and start counter.
 pub(super) fn partition_state(dir: &Path, partition: usize) -> PathBuf {
     dir.join(format!("partition-{partition}"))
+}
+
+/// `--release-timeout`, if given.
+fn release_timeout(text: Option<&str>) -> anyhow::Result<Option<Duration>> {
+    let Some(text) = text else { return Ok(None) };
+    let limit = humantime::parse_duration(text)
+        .with_context(|| format!("--release-timeout: {text:?} is not a duration like 30s"))?;
+    if limit.is_zero() {
+        // No drain ends at once: every move would fail.
+        bail!("--release-timeout must be longer than zero: no move could release a partition");
+    }
+    Ok(Some(limit))
 }
