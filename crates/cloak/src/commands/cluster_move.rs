@@ -70,7 +70,16 @@ pub async fn add_proxy(args: &ClusterAddProxyArgs) -> anyhow::Result<()> {
         );
     }
     let others = next.proxies().iter().filter(|p| p.name != args.name);
+    let asked = others.clone().count();
     let took = tell(&next, others, &link).await;
+    if (1..asked).contains(&took) {
+        // A running proxy that missed the map keeps the old one (a later move's check of the
+        // epoch then fails on it) until it restarts, when it takes the newest from the others.
+        eprintln!(
+            "warning: {} of {asked} proxies took the new map; restart the others named above              before the next move",
+            took
+        );
+    }
     if took == 0 {
         bail!(
             "no proxy took the map with {}; nothing changed (is a move in flight? see `cloak \
