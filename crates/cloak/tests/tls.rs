@@ -553,6 +553,30 @@ fn sighup_reloads_the_certificate_for_new_connections() {
 }
 
 #[test]
+fn a_renewed_key_refused_for_its_mode_is_reloaded_once_made_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = certs(&dir.path().join("live"));
+    let next = certs(&dir.path().join("next"));
+    let port = free_port();
+    let _up = up_tls(&live, port, &[]);
+    let new_ca = path(&next, "ca.pem");
+    let key = live.join("server.key");
+    // A renewal tool that leaves the key readable by others (modes first, so no moment shows
+    // the new key private): refused, the old certificate stays.
+    for exposed in [&key, &next.join("server.key")] {
+        std::fs::set_permissions(exposed, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    for name in ["server.pem", "server.key"] {
+        std::fs::copy(next.join(name), live.join(name)).unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    assert_ne!(redis_cli(port, &tls(&new_ca), &["PING"]).trim(), "PONG");
+    // `chmod 600` changes the mode, not the modification time: still noticed.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    serves_certificate_of(port, &new_ca, Duration::from_secs(15));
+}
+
+#[test]
 fn a_certificate_renewed_in_place_is_reloaded_without_a_signal() {
     let dir = tempfile::tempdir().unwrap();
     let live = certs(&dir.path().join("live"));

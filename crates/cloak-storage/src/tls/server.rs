@@ -29,7 +29,18 @@ pub struct ServerTlsFiles {
 
 /// When each file was last modified, as of the last read (nothing where it could not be read).
 /// Writing or replacing a file changes it.
-type Stamp = Vec<Option<SystemTime>>;
+type Stamp = Vec<Option<(SystemTime, u32)>>;
+
+/// When `path` last changed, and its permission bits: a key refused for its mode is tried
+/// again once it is made private, which `chmod` does without changing the modification time.
+fn file_stamp(path: &PathBuf) -> Option<(SystemTime, u32)> {
+    let metadata = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
+    #[cfg(not(unix))]
+    let mode = 0;
+    Some((metadata.modified().ok()?, mode))
+}
 
 impl ServerTlsFiles {
     fn paths(&self) -> impl Iterator<Item = &PathBuf> {
@@ -39,9 +50,7 @@ impl ServerTlsFiles {
     }
 
     fn stamp(&self) -> Stamp {
-        self.paths()
-            .map(|path| std::fs::metadata(path).ok()?.modified().ok())
-            .collect()
+        self.paths().map(file_stamp).collect()
     }
 
     fn load(&self) -> Result<ServerConfig, TlsError> {
