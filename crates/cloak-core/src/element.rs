@@ -292,16 +292,9 @@ impl ElementCodec {
         element: Option<&Bytes>,
         expected: Option<Slot>,
     ) -> Result<(Slot, Record), ElementError> {
-        let element = element.ok_or(ElementError::Missing)?;
-        let plaintext = Bytes::from(self.sealer.open(binding, element)?);
-        let (slot, record) = self.layout.decode(&plaintext)?;
-        match expected {
-            Some(expected) if expected != slot => Err(ElementError::WrongSlot {
-                expected,
-                found: slot,
-            }),
-            _ => Ok((slot, record)),
-        }
+        // The caller keeps its element: opened in a copy (`open_in_place`'s own buffer).
+        let opened = self.open_in_place(binding, element.cloned(), expected)?;
+        Ok((opened.slot, opened.record))
     }
 }
 

@@ -213,11 +213,7 @@ impl Sealer {
     /// whose address and generation match (runs whose generation bases collide would otherwise
     /// accept each other's elements).
     pub fn open(&self, binding: Binding, sealed: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        let header = Self::header(sealed)?;
-        if !self.own.contains(&header.epoch) {
-            return Err(CryptoError::NotThisRun);
-        }
-        self.open_at(binding, header, sealed)
+        open_copy(sealed, |copy| self.open_in_place(binding, copy))
     }
 
     /// Decrypts and authenticates an element found at `address` without knowing which
@@ -230,7 +226,8 @@ impl Sealer {
             address,
             generation: header.generation,
         };
-        Ok((header.generation, self.open_at(binding, header, sealed)?))
+        let plaintext = open_copy(sealed, |copy| self.open_in_place_at(binding, header, copy))?;
+        Ok((header.generation, plaintext))
     }
 
     fn header(sealed: &[u8]) -> Result<ClearHeader, CryptoError> {
@@ -238,19 +235,6 @@ impl Sealer {
     }
 
     /// Opens `sealed`, whose header `header` was read from it, bound to `binding`.
-    fn open_at(
-        &self,
-        binding: Binding,
-        header: ClearHeader,
-        sealed: &[u8],
-    ) -> Result<Vec<u8>, CryptoError> {
-        let mut plaintext = sealed.to_vec();
-        let range = self.open_in_place_at(binding, header, &mut plaintext)?;
-        plaintext.truncate(range.end);
-        plaintext.drain(..range.start);
-        Ok(plaintext)
-    }
-
     /// Like [`Sealer::open`], but decrypts in the element's own buffer: on success `sealed`
     /// holds the plaintext at the returned range (between the clear header and the tag), and
     /// no buffer is allocated. A batch opened this way holds one copy of its elements, not two.
@@ -425,6 +409,19 @@ impl ClearHeader {
 fn epoch_key(master: &MasterKey, epoch: u64) -> LessSafeKey {
     let bytes: [u8; 32] = master.derive(&[b"element epoch", &epoch.to_le_bytes()]);
     LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &bytes).expect("32-byte AES-256 key"))
+}
+
+/// The plaintext of `sealed`, opened by `open` in a copy of its own (the element is left as it
+/// was): the bytes between the clear header and the tag, where `open` says they lie.
+fn open_copy(
+    sealed: &[u8],
+    open: impl FnOnce(&mut [u8]) -> Result<std::ops::Range<usize>, CryptoError>,
+) -> Result<Vec<u8>, CryptoError> {
+    let mut plaintext = sealed.to_vec();
+    let range = open(&mut plaintext)?;
+    plaintext.truncate(range.end);
+    plaintext.drain(..range.start);
+    Ok(plaintext)
 }
 
 #[cfg(test)]

@@ -191,19 +191,22 @@ impl StatsHandle {
     }
 
     pub async fn snapshot(&self) -> Result<Snapshot, CoreStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.0
-            .send(Control::Snapshot(tx))
-            .map_err(|_| CoreStopped)?;
-        rx.await.map_err(|_| CoreStopped)
+        self.ask(Control::Snapshot).await
     }
 
     /// What the core still waits for storage to answer (see [`Outstanding`]).
     pub async fn outstanding(&self) -> Result<Outstanding, CoreStopped> {
+        self.ask(Control::Outstanding).await
+    }
+
+    /// Sends the core the question `control` makes around a reply channel, and waits for the
+    /// answer.
+    async fn ask<T>(
+        &self,
+        control: impl FnOnce(oneshot::Sender<T>) -> Control,
+    ) -> Result<T, CoreStopped> {
         let (tx, rx) = oneshot::channel();
-        self.0
-            .send(Control::Outstanding(tx))
-            .map_err(|_| CoreStopped)?;
+        self.0.send(control(tx)).map_err(|_| CoreStopped)?;
         rx.await.map_err(|_| CoreStopped)
     }
 }

@@ -506,13 +506,40 @@ fn serves_certificate_of(port: u16, ca: &str, limit: Duration) {
     }
 }
 
-#[test]
-fn sighup_reloads_the_certificate_for_new_connections() {
+/// A proxy serving the certificate in `live`, and another CA's certificate in `next` to renew
+/// it with: what the reload tests start from.
+struct Renewal {
+    _dir: tempfile::TempDir,
+    live: PathBuf,
+    next: PathBuf,
+    port: u16,
+    up: Running,
+}
+
+fn renewal() -> Renewal {
     let dir = tempfile::tempdir().unwrap();
     let live = certs(&dir.path().join("live"));
     let next = certs(&dir.path().join("next"));
     let port = free_port();
     let up = up_tls(&live, port, &[]);
+    Renewal {
+        _dir: dir,
+        live,
+        next,
+        port,
+        up,
+    }
+}
+
+#[test]
+fn sighup_reloads_the_certificate_for_new_connections() {
+    let Renewal {
+        _dir,
+        live,
+        next,
+        port,
+        up,
+    } = renewal();
     let old_ca = path(&live, "ca.pem");
     let new_ca = path(&next, "ca.pem");
     let mut established = rust_client(port, &live.join("ca.pem"));
@@ -554,11 +581,13 @@ fn sighup_reloads_the_certificate_for_new_connections() {
 
 #[test]
 fn a_renewed_key_refused_for_its_mode_is_reloaded_once_made_private() {
-    let dir = tempfile::tempdir().unwrap();
-    let live = certs(&dir.path().join("live"));
-    let next = certs(&dir.path().join("next"));
-    let port = free_port();
-    let _up = up_tls(&live, port, &[]);
+    let Renewal {
+        _dir,
+        live,
+        next,
+        port,
+        up: _up,
+    } = renewal();
     let new_ca = path(&next, "ca.pem");
     let key = live.join("server.key");
     // A renewal tool that leaves the key readable by others (modes first, so no moment shows
@@ -578,11 +607,13 @@ fn a_renewed_key_refused_for_its_mode_is_reloaded_once_made_private() {
 
 #[test]
 fn a_certificate_renewed_in_place_is_reloaded_without_a_signal() {
-    let dir = tempfile::tempdir().unwrap();
-    let live = certs(&dir.path().join("live"));
-    let next = certs(&dir.path().join("next"));
-    let port = free_port();
-    let _up = up_tls(&live, port, &[]);
+    let Renewal {
+        _dir,
+        live,
+        next,
+        port,
+        up: _up,
+    } = renewal();
     let new_ca = path(&next, "ca.pem");
     assert_ne!(redis_cli(port, &tls(&new_ca), &["PING"]).trim(), "PONG");
 
