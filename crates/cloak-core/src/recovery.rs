@@ -457,9 +457,11 @@ const ALWAYS_BY_INDEX: usize = 1 << 16;
 /// listening. Any other slot (an element of a scheme that numbers its slots otherwise) is kept
 /// in a hash map, so nothing is lost whatever slots storage holds.
 struct Newest {
-    /// `by_index[slot]` for slots below `indexed`; grows as slots arrive, within its reserved
-    /// room.
-    by_index: Vec<Option<Found>>,
+    /// `by_index[slot]` for slots below `indexed`, a slot not seen yet held as [`NO_SLOT`]
+    /// with an empty record; grows as slots arrive, within its reserved room. Each entry holds
+    /// its slot so that [`Newest::into_written`] is this vector compacted where it lies: the
+    /// list of written records, which recovery hands on, is the table, not a second copy of it.
+    by_index: Vec<(Slot, Found)>,
     indexed: usize,
     others: HashMap<Slot, Found>,
 }
@@ -484,7 +486,10 @@ impl Newest {
 
     fn get(&self, slot: Slot) -> Option<&Found> {
         match self.index(slot) {
-            Some(i) => self.by_index.get(i)?.as_ref(),
+            Some(i) => match self.by_index.get(i)? {
+                (NO_SLOT, _) => None,
+                (_, found) => Some(found),
+            },
             None => self.others.get(&slot),
         }
     }
@@ -498,9 +503,10 @@ impl Newest {
         match self.index(slot) {
             Some(i) => {
                 if i >= self.by_index.len() {
-                    self.by_index.resize_with(i + 1, || None);
+                    self.by_index
+                        .resize_with(i + 1, || (NO_SLOT, Found::default()));
                 }
-                self.by_index[i] = Some(found);
+                self.by_index[i] = (slot, found);
             }
             None => {
                 self.others.insert(slot, found);
@@ -515,18 +521,22 @@ impl Newest {
 
     /// The records some client wrote (version above 0), by slot: empty records no client ever
     /// wrote (an initial fill's padding) say nothing.
+    ///
+    /// The table itself, compacted in place: building a new list beside it held both at once
+    /// (and the list's old and new buffers while it grew), the high-water mark of a restart
+    /// (heaptrack of a restart at a million 1 KiB keys: 96 MB of table and 109 MB of list).
     fn into_written(self) -> Vec<(Slot, Found)> {
-        let written = |(_, found): &(Slot, Found)| found.version > 0;
-        let mut others: Vec<(Slot, Found)> = self.others.into_iter().filter(written).collect();
+        let mut written = self.by_index;
+        written.retain(|(slot, found)| *slot != NO_SLOT && found.version > 0);
+        let mut others: Vec<(Slot, Found)> = self
+            .others
+            .into_iter()
+            .filter(|(_, found)| found.version > 0)
+            .collect();
         others.sort_unstable_by_key(|(slot, _)| *slot);
         // Every indexed slot is below every other: the vector's order, then the others'.
-        self.by_index
-            .into_iter()
-            .enumerate()
-            .filter_map(|(slot, found)| Some((slot as Slot, found?)))
-            .filter(written)
-            .chain(others)
-            .collect()
+        written.append(&mut others);
+        written
     }
 }
 
