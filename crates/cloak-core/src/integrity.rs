@@ -111,7 +111,7 @@ impl Findings {
     pub fn new<'a>(
         elements: u64,
         damage: Damage,
-        found: impl Fn(Slot) -> Option<(u64, Option<&'a Bytes>)>,
+        found: impl Fn(Slot) -> Option<(u64, Option<&'a [u8]>)>,
         expected: &SlotVersions,
     ) -> Self {
         let mut stale: Vec<StaleSlot> = expected
@@ -124,7 +124,7 @@ impl Findings {
                     slot,
                     expected,
                     found: found.map(|(version, _)| version),
-                    key: found.and_then(|(_, key)| key.cloned()),
+                    key: found.and_then(|(_, key)| key.map(Bytes::copy_from_slice)),
                 }),
             })
             .collect();
@@ -262,10 +262,10 @@ mod tests {
     /// A lookup of `records` for [`Findings::new`].
     fn found<'a>(
         records: &'a [(Slot, (u64, Option<Bytes>))],
-    ) -> impl Fn(Slot) -> Option<(u64, Option<&'a Bytes>)> {
+    ) -> impl Fn(Slot) -> Option<(u64, Option<&'a [u8]>)> {
         |slot| {
             let (_, (version, key)) = records.iter().find(|(s, _)| *s == slot)?;
-            Some((*version, key.as_ref()))
+            Some((*version, key.as_deref()))
         }
     }
 

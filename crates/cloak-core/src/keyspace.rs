@@ -51,13 +51,14 @@ impl Keyspace {
     }
 
     /// Records what `slot` holds now.
-    pub fn set(&mut self, slot: Slot, key: &Bytes, kind: Kind, deadline: Option<u64>) {
+    pub fn set(&mut self, slot: Slot, key: &[u8], kind: Kind, deadline: Option<u64>) {
         self.clear(slot);
         if kind == Kind::Hash {
             self.hashes.insert(slot);
         }
         if let Some(at) = deadline {
-            self.deadlines.insert(slot, (at, key.clone()));
+            self.deadlines
+                .insert(slot, (at, Bytes::copy_from_slice(key)));
             self.due.insert((at, slot));
         }
     }

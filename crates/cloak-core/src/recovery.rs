@@ -426,7 +426,7 @@ impl Recovery {
         }
         for (slot, record) in journal {
             if self.newest.is_newer(slot, record.version) {
-                let value = Value::Kept(record.value.clone());
+                let value = Value::kept(&record.value);
                 self.newest.insert(slot, Found::new(&record, value));
             }
         }
@@ -627,7 +627,7 @@ impl Recovered {
         self.records
             .iter()
             .filter(|(_, _, key)| !key.is_empty())
-            .map(|(slot, _, key)| (slot, &key[..]))
+            .map(|(slot, _, key)| (slot, key))
     }
 }
 
@@ -667,11 +667,7 @@ mod tests {
                 (5, record(3, b"c")),
             ])
             .unwrap();
-        let held: Vec<(Slot, u64, &[u8])> = recovered
-            .records
-            .iter()
-            .map(|(slot, version, key)| (slot, version, &key[..]))
-            .collect();
+        let held: Vec<(Slot, u64, &[u8])> = recovered.records.iter().collect();
         assert_eq!(
             held,
             [
