@@ -360,23 +360,97 @@ const MAX_REPLY_DEPTH: usize = 8;
 /// Decodes one whole reply from the front of `buf`, as another Cloak proxy writes it (the shapes
 /// [`Reply::encode`] writes, in either protocol): the reply and how many bytes it took, `None` if
 /// more bytes are needed, or an error for anything else or anything longer than `limit` bytes.
-/// A reply is decoded whole from the start each time it is called, so a caller reading one in
-/// pieces pays once per piece; the limit bounds both that and the memory.
+/// It decodes from the start each time; a caller reading a reply in pieces finds where it ends
+/// with a [`ReplyEnd`] first, and decodes it once.
 pub fn decode_reply(buf: &[u8], limit: usize) -> Result<Option<(Reply, usize)>, ProtocolError> {
     let mut at = 0;
     let decoded = reply_at(buf, &mut at, limit, 0)?;
     Ok(decoded.map(|reply| (reply, at)))
 }
 
-/// The reply starting at `*at`, advancing `*at` past it; `None` if `buf` ends first.
-fn reply_at(
+/// Where a reply arriving in pieces ends, found as the pieces come: each call goes on from where
+/// the last stopped, so finding the end of a reply costs its length once. (Decoding it whole at
+/// every piece cost its length at every piece: quadratic, minutes for a value of hundreds of
+/// megabytes read in 8 KiB pieces.)
+#[derive(Debug, Default)]
+pub struct ReplyEnd {
+    /// Where the next reply to look at starts: the whole reply's, or the next item's of an
+    /// aggregate.
+    at: usize,
+    /// Items still to come in each aggregate begun and not finished, the innermost last.
+    open: Vec<usize>,
+}
+
+impl ReplyEnd {
+    /// Goes on over `buf` (the reply's bytes so far, from its start, only ever longer): the
+    /// reply's length once it is all there, `None` while more is needed, an error where
+    /// [`decode_reply`] would refuse what the bytes so far hold.
+    pub fn scan(&mut self, buf: &[u8], limit: usize) -> Result<Option<usize>, ProtocolError> {
+        loop {
+            let Some((head, next)) = head_at(buf, self.at, limit, self.open.len())? else {
+                return Ok(None);
+            };
+            match head {
+                Head::Bulk { len, .. } => {
+                    if buf.len() < next + len + 2 {
+                        return Ok(None);
+                    }
+                    self.at = next + len + 2;
+                }
+                Head::Items { items, .. } if items > 0 => {
+                    self.at = next;
+                    self.open.push(items);
+                    continue;
+                }
+                _ => self.at = next,
+            }
+            // A reply is over: so is every aggregate it was the last item of.
+            loop {
+                match self.open.last_mut() {
+                    None => return Ok(Some(self.at)),
+                    Some(left) if *left > 1 => {
+                        *left -= 1;
+                        break;
+                    }
+                    Some(_) => {
+                        self.open.pop();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A reply's first line: all of it but a string's body and an aggregate's items.
+enum Head<'a> {
+    Status(&'a [u8]),
+    Error(&'a [u8]),
+    Integer(i64),
+    /// A null, or a string or an array of length -1.
+    Nil,
+    NilArray,
+    /// `len` bytes follow the line (then CRLF): a bulk string, or a verbatim one (`=`).
+    Bulk {
+        verbatim: bool,
+        len: usize,
+    },
+    /// `items` replies follow: an array (`*`), a set (`~`) or a map (`%`, two items a pair).
+    Items {
+        marker: u8,
+        items: usize,
+    },
+}
+
+/// The first line of the reply at `at` (which is `depth` aggregates deep) and where the line
+/// ends; `None` if the line is not all there. Refuses what [`decode_reply`] refuses of a line.
+fn head_at(
     buf: &[u8],
-    at: &mut usize,
+    at: usize,
     limit: usize,
     depth: usize,
-) -> Result<Option<Reply>, ProtocolError> {
+) -> Result<Option<(Head<'_>, usize)>, ProtocolError> {
     // Empty once past the limit: the reply is then too long.
-    let window = buf.get(*at..buf.len().min(limit)).unwrap_or_default();
+    let window = buf.get(at..buf.len().min(limit)).unwrap_or_default();
     let Some(end) = window.iter().position(|&b| b == b'\n') else {
         if buf.len() >= limit {
             return error(format!("reply longer than {limit} bytes"));
@@ -387,36 +461,26 @@ fn reply_at(
         return error("reply line is not terminated by CRLF");
     }
     let (marker, text) = (window[0], &window[1..end - 1]);
-    *at += end + 1;
-    let text_of = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    let length =
-        || number(text).ok_or_else(|| ProtocolError(format!("bad length {:?}", text_of(text))));
-    let reply = match marker {
-        b'+' => Reply::Status(Cow::Owned(text_of(text))),
-        b'-' => Reply::Error(text_of(text)),
-        b':' => Reply::Integer(length()?),
-        b'_' => Reply::Bulk(None),
-        b'$' | b'=' if length()? < 0 => Reply::Bulk(None),
-        b'*' if length()? < 0 => Reply::NilArray,
+    let next = at + end + 1;
+    let length = || {
+        number(text)
+            .ok_or_else(|| ProtocolError(format!("bad length {:?}", String::from_utf8_lossy(text))))
+    };
+    let head = match marker {
+        b'+' => Head::Status(text),
+        b'-' => Head::Error(text),
+        b':' => Head::Integer(length()?),
+        b'_' => Head::Nil,
+        b'$' | b'=' if length()? < 0 => Head::Nil,
+        b'*' if length()? < 0 => Head::NilArray,
         b'$' | b'=' => {
             let len = length()? as usize;
-            let start = *at;
-            let Some(stop) = start.checked_add(len).filter(|stop| stop + 2 <= limit) else {
+            if next.checked_add(len).is_none_or(|stop| stop + 2 > limit) {
                 return error(format!("reply longer than {limit} bytes"));
-            };
-            if buf.len() < stop + 2 {
-                return Ok(None);
             }
-            if &buf[stop..stop + 2] != b"\r\n" {
-                return error("bulk string is not terminated by CRLF");
-            }
-            *at = stop + 2;
-            let body = &buf[start..stop];
-            if marker == b'$' {
-                Reply::Bulk(Some(Bytes::copy_from_slice(body)))
-            } else {
-                // A verbatim string's format (`txt:`) is not part of its text.
-                Reply::Verbatim(text_of(body.get(4..).unwrap_or_default()))
+            Head::Bulk {
+                verbatim: marker == b'=',
+                len,
             }
         }
         b'*' | b'~' | b'%' => {
@@ -424,36 +488,78 @@ fn reply_at(
                 return error("reply nested too deep");
             }
             let count = length()? as usize;
-            let elements = if marker == b'%' {
+            let items = if marker == b'%' {
                 count.saturating_mul(2)
             } else {
                 count
             };
-            // Every element takes at least three bytes: a count beyond that is a lie.
-            if elements > limit / 3 {
+            // Every item takes at least three bytes: a count beyond that is a lie.
+            if items > limit / 3 {
                 return error(format!("reply longer than {limit} bytes"));
             }
-            let mut items = Vec::with_capacity(elements.min(1024));
-            for _ in 0..elements {
+            Head::Items { marker, items }
+        }
+        other => return error(format!("unexpected reply type '{}'", other as char)),
+    };
+    Ok(Some((head, next)))
+}
+
+/// The reply starting at `*at`, advancing `*at` past it; `None` if `buf` ends first.
+fn reply_at(
+    buf: &[u8],
+    at: &mut usize,
+    limit: usize,
+    depth: usize,
+) -> Result<Option<Reply>, ProtocolError> {
+    let Some((head, next)) = head_at(buf, *at, limit, depth)? else {
+        return Ok(None);
+    };
+    *at = next;
+    let text_of = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let reply = match head {
+        Head::Status(text) => Reply::Status(Cow::Owned(text_of(text))),
+        Head::Error(text) => Reply::Error(text_of(text)),
+        Head::Integer(n) => Reply::Integer(n),
+        Head::Nil => Reply::Bulk(None),
+        Head::NilArray => Reply::NilArray,
+        Head::Bulk { verbatim, len } => {
+            let stop = next + len;
+            if buf.len() < stop + 2 {
+                return Ok(None);
+            }
+            if &buf[stop..stop + 2] != b"\r\n" {
+                return error("bulk string is not terminated by CRLF");
+            }
+            *at = stop + 2;
+            let body = &buf[next..stop];
+            if verbatim {
+                // A verbatim string's format (`txt:`) is not part of its text.
+                Reply::Verbatim(text_of(body.get(4..).unwrap_or_default()))
+            } else {
+                Reply::Bulk(Some(Bytes::copy_from_slice(body)))
+            }
+        }
+        Head::Items { marker, items } => {
+            let mut replies = Vec::with_capacity(items.min(1024));
+            for _ in 0..items {
                 match reply_at(buf, at, limit, depth + 1)? {
-                    Some(item) => items.push(item),
+                    Some(item) => replies.push(item),
                     None => return Ok(None),
                 }
             }
             match marker {
-                b'*' => Reply::Array(items),
-                b'~' => Reply::Set(items),
+                b'*' => Reply::Array(replies),
+                b'~' => Reply::Set(replies),
                 _ => {
-                    let mut items = items.into_iter();
-                    let mut fields = Vec::with_capacity(count.min(1024));
-                    while let (Some(key), Some(value)) = (items.next(), items.next()) {
+                    let mut replies = replies.into_iter();
+                    let mut fields = Vec::with_capacity((items / 2).min(1024));
+                    while let (Some(key), Some(value)) = (replies.next(), replies.next()) {
                         fields.push((key, value));
                     }
                     Reply::Map(fields)
                 }
             }
         }
-        other => return error(format!("unexpected reply type '{}'", other as char)),
     };
     Ok(Some(reply))
 }
@@ -617,19 +723,56 @@ mod tests {
         );
     }
 
-    /// What a proxy encodes, in either protocol, decodes back to what a client of that protocol
-    /// would get from the proxy itself, arriving in any pieces; garbage and replies over the
-    /// limit are refused.
-    #[test]
-    fn replies_decode_back_whole_or_in_pieces() {
-        let reply = Reply::Array(vec![
+    /// A reply of every shape a proxy writes, nested.
+    fn every_shape() -> Reply {
+        Reply::Array(vec![
             Reply::map([("a", Reply::Integer(-3)), ("b", Reply::Bulk(None))]),
             Reply::Set(vec![Reply::status("x")]),
             Reply::Verbatim("# Server\r\n".into()),
             Reply::Error("MOVED 1 h:1".into()),
             Reply::bulk("with\r\nCRLF"),
             Reply::Array(vec![]),
-        ]);
+            Reply::Array(vec![Reply::Array(vec![Reply::Integer(1)])]),
+        ])
+    }
+
+    /// The end of a reply arriving a byte at a time is found at its last byte, by one
+    /// [`ReplyEnd`] going on from call to call, wherever decoding it whole ends it (and not
+    /// counting a reply after it); what decoding refuses, it refuses.
+    #[test]
+    fn a_reply_end_is_found_as_its_bytes_come() {
+        for protocol in [Protocol::Resp2, Protocol::Resp3] {
+            let mut encoded = BytesMut::new();
+            every_shape().encode(&mut encoded, protocol);
+            encoded.extend_from_slice(b"+next\r\n");
+            let (_, whole) = decode_reply(&encoded, 1 << 20).unwrap().unwrap();
+            let mut end = ReplyEnd::default();
+            for cut in 0..whole {
+                assert_eq!(end.scan(&encoded[..cut], 1 << 20), Ok(None), "{cut}");
+            }
+            assert_eq!(end.scan(&encoded[..whole], 1 << 20), Ok(Some(whole)));
+            assert_eq!(ReplyEnd::default().scan(&encoded, 1 << 20), Ok(Some(whole)));
+        }
+        let too_deep = [&b"*1\r\n".repeat(MAX_REPLY_DEPTH + 1)[..], b":1\r\n"].concat();
+        for garbage in [
+            &b"$100\r\n"[..],
+            &[b'+'; 100],
+            b"*1000000\r\n",
+            b"?what\r\n",
+            b"\r\n",
+            &too_deep,
+        ] {
+            assert!(decode_reply(garbage, 64).is_err());
+            assert!(ReplyEnd::default().scan(garbage, 64).is_err());
+        }
+    }
+
+    /// What a proxy encodes, in either protocol, decodes back to what a client of that protocol
+    /// would get from the proxy itself, arriving in any pieces; garbage and replies over the
+    /// limit are refused.
+    #[test]
+    fn replies_decode_back_whole_or_in_pieces() {
+        let reply = every_shape();
         let mut encoded = BytesMut::new();
         reply.encode(&mut encoded, Protocol::Resp3);
         assert_eq!(

@@ -218,14 +218,18 @@ impl PeerConnection {
         let lost = |error: std::io::Error| format!("connection lost: {error}");
         stream.write_all(request).await.map_err(lost)?;
         stream.flush().await.map_err(lost)?;
+        let garbage = |error: resp::ProtocolError| format!("answered garbage: {error}");
         let mut read = BytesMut::new();
+        let mut end = resp::ReplyEnd::default();
         loop {
-            match resp::decode_reply(&read, self.limit) {
-                Ok(Some((reply, used))) if used == read.len() => return Ok(reply),
+            match end.scan(&read, self.limit).map_err(garbage)? {
                 // Bytes past the reply would be the answer to nothing this side sent.
-                Ok(Some(_)) => return Err("answered more than one reply".into()),
-                Ok(None) => {}
-                Err(error) => return Err(format!("answered garbage: {error}")),
+                Some(len) if len < read.len() => return Err("answered more than one reply".into()),
+                Some(_) => match resp::decode_reply(&read, self.limit).map_err(garbage)? {
+                    Some((reply, _)) => return Ok(reply),
+                    None => return Err("answered a reply cut short".into()),
+                },
+                None => {}
             }
             let chunk = self.stream.fill_buf().await.map_err(lost)?;
             if chunk.is_empty() {
