@@ -536,6 +536,12 @@ impl Newest {
         others.sort_unstable_by_key(|(slot, _)| *slot);
         // Every indexed slot is below every other: the vector's order, then the others'.
         written.append(&mut others);
+        // The list lives through the fill. A sparse store's is a small part of a table the
+        // scan touched end to end (its slots are spread over the store), so it moves to a
+        // buffer of its own size, which costs a quarter of the table's size at most beside it.
+        if written.len() < written.capacity() / 4 {
+            written.shrink_to_fit();
+        }
         written
     }
 }
