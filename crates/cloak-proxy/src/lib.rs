@@ -246,10 +246,11 @@ pub struct FrontEnd {
 
 /// A running proxy.
 pub struct Proxy {
-    /// The store's statistics (in a cluster, the first hosted partition's).
+    /// The store's statistics (in a cluster, the first partition hosted at the start's).
     pub stats: StatsHandle,
-    /// In a cluster, each hosted partition's statistics, by partition number; empty otherwise.
-    pub partitions: Vec<(usize, StatsHandle)>,
+    /// The statistics `/metrics` gives: the store's, or in a cluster each partition hosted at
+    /// the time it is asked.
+    pub metrics: metrics::Sources,
     /// The first listener's address.
     pub local_addr: SocketAddr,
     /// The first TLS listener's address, if there is one.
@@ -393,13 +394,23 @@ async fn serve(
         shutdown: Notify::new(),
         scripts: scripting::Scripts::new(options.script_time_limit),
     });
-    let partitions = front.cores.cluster().map_or_else(Vec::new, |hosted| {
-        let cores = hosted.cores().iter();
-        cores.map(|(p, core)| (*p, core.stats())).collect()
-    });
+    let metrics: metrics::Sources = match front.cores.node() {
+        Some(node) => {
+            let node = node.clone();
+            Arc::new(move || {
+                let hosted = node.current();
+                let cores = hosted.cores().iter();
+                cores.map(|(p, core)| (Some(*p), core.stats())).collect()
+            })
+        }
+        None => {
+            let stats = stats.clone();
+            Arc::new(move || vec![(None, stats.clone())])
+        }
+    };
     ready(Proxy {
         stats,
-        partitions,
+        metrics,
         local_addr: listen,
         tls_addr,
     });

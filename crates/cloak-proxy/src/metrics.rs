@@ -1,5 +1,6 @@
 //! `GET /metrics` in Prometheus' text format: the counters `INFO` shows, for scraping. A cluster
-//! proxy gives each metric once per partition it hosts, labelled `partition="N"`.
+//! proxy gives each metric once per partition it hosts at the time of the scrape, labelled
+//! `partition="N"`: partitions move between proxies, and a proxy may host none for a while.
 //!
 //! A deliberately tiny HTTP responder (one request per connection, bounded reads): the endpoint
 //! serves one page, and a full HTTP stack is not worth its weight here.
@@ -14,8 +15,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::core::{CoreStopped, Snapshot, StatsHandle};
 
-/// Where the figures come from: the store's core (no partition), or each hosted partition's.
-pub type Sources = Arc<Vec<(Option<usize>, StatsHandle)>>;
+/// Where the figures come from, asked at every scrape: the store's core (no partition), or each
+/// partition hosted then.
+pub type Sources = Arc<dyn Fn() -> Vec<(Option<usize>, StatsHandle)> + Send + Sync>;
 
 /// Serves `/metrics` on `listener` until `shutdown` completes.
 pub async fn serve(listener: TcpListener, stats: Sources, shutdown: impl Future<Output = ()>) {
@@ -70,9 +72,15 @@ async fn answer(mut stream: TcpStream, stats: Sources) {
 
 /// Every source's snapshot.
 async fn snapshots(stats: &Sources) -> Result<Vec<(Option<usize>, Snapshot)>, CoreStopped> {
-    let mut snapshots = Vec::with_capacity(stats.len());
-    for (partition, handle) in stats.iter() {
-        snapshots.push((*partition, handle.snapshot().await?));
+    let sources = stats();
+    let mut snapshots = Vec::with_capacity(sources.len());
+    for (partition, handle) in sources {
+        match handle.snapshot().await {
+            Ok(snapshot) => snapshots.push((partition, snapshot)),
+            // Moved to another proxy since the listing: its figures are that proxy's now.
+            Err(_) if partition.is_some() => {}
+            Err(stopped) => return Err(stopped),
+        }
     }
     Ok(snapshots)
 }

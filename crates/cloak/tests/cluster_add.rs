@@ -146,7 +146,14 @@ fn a_proxy_added_to_a_running_cluster_starts_from_the_old_file_and_takes_a_parti
     assert!(why.contains("\"p9\" is not one of the proxies"), "{why}");
 
     // p2 starts from the file made before it: the others' map names it.
-    let _p2 = start(&proxy_args(dir.path(), &file, "p2", secret));
+    let metrics = format!("127.0.0.1:{}", common::free_port());
+    let mut p2_args = proxy_args(dir.path(), &file, "p2", secret);
+    p2_args.extend(["--metrics".to_string(), metrics.clone()]);
+    let _p2 = start(&p2_args);
+    // Its metrics are there, for no partition yet (not "the core stopped").
+    let page = scrape(&metrics);
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(!page.contains("partition=\""), "{page}");
     // It answers INFO by name rather than from a partition it does not have.
     let info = redis::cmd("INFO")
         .query::<String>(&mut common::connect(port))
@@ -185,4 +192,20 @@ fn a_proxy_added_to_a_running_cluster_starts_from_the_old_file_and_takes_a_parti
         .unwrap_err()
         .to_string();
     assert!(moved.contains(&address), "{moved}");
+    // p2's metrics now give the partition it took.
+    let page = scrape(&metrics);
+    assert!(
+        page.starts_with("HTTP/1.1 200") && page.contains("partition=\"0\""),
+        "{page}"
+    );
+}
+
+/// The `/metrics` page at `addr`, status line included.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut http = std::net::TcpStream::connect(addr).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut page = String::new();
+    http.read_to_string(&mut page).unwrap();
+    page
 }

@@ -90,18 +90,9 @@ pub fn serve_metrics(listener: Option<tokio::net::TcpListener>, proxy: &cloak_pr
         if let Ok(addr) = listener.local_addr() {
             println!("  metrics:  http://{addr}/metrics");
         }
-        // A cluster proxy's metrics are per partition; a plain proxy's are its store's.
-        let sources = if proxy.partitions.is_empty() {
-            vec![(None, proxy.stats.clone())]
-        } else {
-            let partitions = proxy.partitions.iter();
-            partitions
-                .map(|(p, stats)| (Some(*p), stats.clone()))
-                .collect()
-        };
         tokio::spawn(cloak_proxy::metrics::serve(
             listener,
-            std::sync::Arc::new(sources),
+            proxy.metrics.clone(),
             std::future::pending(),
         ));
     }
