@@ -396,8 +396,14 @@ async fn serve(
     });
     let metrics: metrics::Sources = match front.cores.node() {
         Some(node) => {
-            let node = node.clone();
+            // Weak: the node holds the cores' handles, and a core drains and stops only once
+            // every handle is gone; the metrics server, which outlives the proxy, must not keep
+            // them (it keeps only statistics handles, and those only during a scrape).
+            let node = Arc::downgrade(node);
             Arc::new(move || {
+                let Some(node) = node.upgrade() else {
+                    return Vec::new();
+                };
                 let hosted = node.current();
                 let cores = hosted.cores().iter();
                 cores.map(|(p, core)| (Some(*p), core.stats())).collect()

@@ -149,7 +149,7 @@ fn a_proxy_added_to_a_running_cluster_starts_from_the_old_file_and_takes_a_parti
     let metrics = format!("127.0.0.1:{}", common::free_port());
     let mut p2_args = proxy_args(dir.path(), &file, "p2", secret);
     p2_args.extend(["--metrics".to_string(), metrics.clone()]);
-    let _p2 = start(&p2_args);
+    let p2 = start(&p2_args);
     // Its metrics are there, for no partition yet (not "the core stopped").
     let page = scrape(&metrics);
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
@@ -198,6 +198,8 @@ fn a_proxy_added_to_a_running_cluster_starts_from_the_old_file_and_takes_a_parti
         page.starts_with("HTTP/1.1 200") && page.contains("partition=\"0\""),
         "{page}"
     );
+    // And the metrics server, which outlives the proxy, does not keep its cores from stopping.
+    assert!(p2.stop().success());
 }
 
 /// The `/metrics` page at `addr`, status line included.
