@@ -234,7 +234,6 @@ impl Sealer {
         ClearHeader::read(sealed).ok_or(CryptoError::Truncated(sealed.len()))
     }
 
-    /// Opens `sealed`, whose header `header` was read from it, bound to `binding`.
     /// Like [`Sealer::open`], but decrypts in the element's own buffer: on success `sealed`
     /// holds the plaintext at the returned range (between the clear header and the tag), and
     /// no buffer is allocated. A batch opened this way holds one copy of its elements, not two.
