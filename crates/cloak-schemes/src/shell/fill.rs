@@ -207,7 +207,9 @@ impl Pace {
             tracing::warn!(
                 late = self.late,
                 requests = self.sent,
-                "fill requests were prepared after their instant on the fill's public clock and                  left late: their timing may tell the storage server how many keys the store                  holds; raise --fill-pace"
+                "fill requests were prepared after their instant on the fill's public clock and \
+                left late: their timing may tell the storage server how many keys the store \
+                holds; raise --fill-pace"
             );
         } else if self.next.is_some() {
             tracing::info!(requests = self.sent, "every fill request left on its clock");

@@ -401,7 +401,9 @@ impl RedisStorage {
             keys_seen += keys.len() as u64;
             if calls > max_calls || keys_seen > max_keys {
                 return Err(StorageError(format!(
-                    "{}{}: SCAN did not finish as Redis does: {calls} calls returned {keys_seen}                      keys from a database of {size} (DBSIZE); refusing to go on (a server that                      is not Redis, or one that is lying)",
+                    "{}{}: SCAN did not finish as Redis does: {calls} calls returned {keys_seen} \
+                    keys from a database of {size} (DBSIZE); refusing to go on (a server that \
+                    is not Redis, or one that is lying)",
                     self.target.describe(),
                     node.as_ref()
                         .map_or(String::new(), |(host, port)| format!(" ({host}:{port})")),

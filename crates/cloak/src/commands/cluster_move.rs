@@ -76,8 +76,8 @@ pub async fn add_proxy(args: &ClusterAddProxyArgs) -> anyhow::Result<()> {
         // A running proxy that missed the map keeps the old one (a later move's check of the
         // epoch then fails on it) until it restarts, when it takes the newest from the others.
         eprintln!(
-            "warning: {} of {asked} proxies took the new map; restart the others named above              before the next move",
-            took
+            "warning: {took} of {asked} proxies took the new map; restart the others named \
+             above before the next move"
         );
     }
     if took == 0 {
