@@ -516,6 +516,20 @@ struct Renewal {
     up: Running,
 }
 
+impl Renewal {
+    /// The CA that checks the renewed certificate.
+    fn new_ca(&self) -> String {
+        path(&self.next, "ca.pem")
+    }
+
+    /// Copies the renewed certificate and key over the live ones, as a renewal tool does.
+    fn install(&self) {
+        for name in ["server.pem", "server.key"] {
+            std::fs::copy(self.next.join(name), self.live.join(name)).unwrap();
+        }
+    }
+}
+
 fn renewal() -> Renewal {
     let dir = tempfile::tempdir().unwrap();
     let live = certs(&dir.path().join("live"));
@@ -533,15 +547,10 @@ fn renewal() -> Renewal {
 
 #[test]
 fn sighup_reloads_the_certificate_for_new_connections() {
-    let Renewal {
-        _dir,
-        live,
-        next,
-        port,
-        up,
-    } = renewal();
-    let old_ca = path(&live, "ca.pem");
-    let new_ca = path(&next, "ca.pem");
+    let renewal = renewal();
+    let (live, next, port) = (&renewal.live, &renewal.next, renewal.port);
+    let old_ca = path(live, "ca.pem");
+    let new_ca = renewal.new_ca();
     let mut established = rust_client(port, &live.join("ca.pem"));
     redis::cmd("SET")
         .arg("k")
@@ -568,7 +577,7 @@ fn sighup_reloads_the_certificate_for_new_connections() {
     // A certificate the clients of the old CA cannot check, until the proxy is told.
     assert_eq!(redis_cli(port, &tls(&old_ca), &["PING"]).trim(), "PONG");
     let status = Command::new("kill")
-        .args(["-HUP", &up.pid()])
+        .args(["-HUP", &renewal.up.pid()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -581,48 +590,35 @@ fn sighup_reloads_the_certificate_for_new_connections() {
 
 #[test]
 fn a_renewed_key_refused_for_its_mode_is_reloaded_once_made_private() {
-    let Renewal {
-        _dir,
-        live,
-        next,
-        port,
-        up: _up,
-    } = renewal();
-    let new_ca = path(&next, "ca.pem");
-    let key = live.join("server.key");
+    let renewal = renewal();
+    let new_ca = renewal.new_ca();
+    let key = renewal.live.join("server.key");
     // A renewal tool that leaves the key readable by others (modes first, so no moment shows
     // the new key private): refused, the old certificate stays.
-    for exposed in [&key, &next.join("server.key")] {
+    for exposed in [&key, &renewal.next.join("server.key")] {
         std::fs::set_permissions(exposed, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    for name in ["server.pem", "server.key"] {
-        std::fs::copy(next.join(name), live.join(name)).unwrap();
-    }
+    renewal.install();
     std::thread::sleep(Duration::from_secs(5));
-    assert_ne!(redis_cli(port, &tls(&new_ca), &["PING"]).trim(), "PONG");
+    assert_ne!(
+        redis_cli(renewal.port, &tls(&new_ca), &["PING"]).trim(),
+        "PONG"
+    );
     // `chmod 600` changes the mode, not the modification time: still noticed.
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    serves_certificate_of(port, &new_ca, Duration::from_secs(15));
+    serves_certificate_of(renewal.port, &new_ca, Duration::from_secs(15));
 }
 
 #[test]
 fn a_certificate_renewed_in_place_is_reloaded_without_a_signal() {
-    let Renewal {
-        _dir,
-        live,
-        next,
-        port,
-        up: _up,
-    } = renewal();
-    let new_ca = path(&next, "ca.pem");
+    let renewal = renewal();
+    let (port, new_ca) = (renewal.port, renewal.new_ca());
     assert_ne!(redis_cli(port, &tls(&new_ca), &["PING"]).trim(), "PONG");
 
-    for name in ["server.pem", "server.key"] {
-        std::fs::copy(next.join(name), live.join(name)).unwrap();
-    }
+    renewal.install();
     serves_certificate_of(port, &new_ca, Duration::from_secs(15));
     assert_ne!(
-        redis_cli(port, &tls(&path(&live, "ca.pem")), &["PING"]).trim(),
+        redis_cli(port, &tls(&path(&renewal.live, "ca.pem")), &["PING"]).trim(),
         "PONG"
     );
 }
