@@ -27,7 +27,7 @@ mod change;
 mod file;
 mod map;
 mod secret;
-pub mod slot;
+pub use cloak_storage::slot;
 
 pub use change::ChangeError;
 pub use file::FileError;

@@ -4,7 +4,7 @@
 //! - [`MemoryStorage`]: in this process's memory;
 //! - [`DiskStorage`]: in memory with every write logged and fsynced first (`--data-dir`);
 //! - [`TcpStorage`]: a client for `cloak server` over the [`wire`] protocol;
-//! - [`RedisStorage`]: a Redis or a Redis Cluster;
+//! - [`RedisStorage`]: a Redis or a Redis Cluster (whose hash slots are in [`slot`]);
 //! - [`Observing`]: wraps any backend and records exactly what the server sees (the adversary's
 //!   view), for tests and the auditor.
 //!
@@ -22,6 +22,7 @@ pub mod private_file;
 mod reader_task;
 mod redis_store;
 pub mod server;
+pub mod slot;
 mod tcp;
 pub mod tls;
 mod waiting;

@@ -387,6 +387,161 @@ async fn an_answer_longer_than_its_request_allows_is_refused_and_the_connection_
     common::refused_at_once_then_answered(started, read(), 100, 100).await;
 }
 
+/// A fake cluster node that serves every slot itself (`CLUSTER SLOTS` names it with an empty
+/// host, "the node asked", and its own port), answers `MGET` as `mget` says (given the key count
+/// and how many MGETs came before), nothing for `GET` and `+OK` to the rest.
+async fn fake_cluster_node(
+    mget: impl Fn(usize, usize) -> Vec<u8> + Send + Sync + 'static,
+) -> std::net::SocketAddr {
+    let mgets = std::sync::atomic::AtomicUsize::new(0);
+    let port = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(0));
+    let own = port.clone();
+    let addr = fake_redis(move |args, _| match args.first().map(String::as_str) {
+        Some("CLUSTER") => {
+            let port = own.load(std::sync::atomic::Ordering::SeqCst);
+            format!("*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$0\r\n\r\n:{port}\r\n$2\r\nid\r\n")
+                .into_bytes()
+        }
+        Some("MGET") => mget(
+            args.len() - 1,
+            mgets.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+        ),
+        Some("GET") => b"$-1\r\n".to_vec(),
+        _ => ping_or(args, b"+OK\r\n"),
+    })
+    .await;
+    port.store(addr.port(), std::sync::atomic::Ordering::SeqCst);
+    addr
+}
+
+/// A Redis Cluster's answers were read by the `redis` crate, which takes whatever length an
+/// answer announces: a hostile node could make the proxy buffer as much as it liked. Its
+/// masters are now reached through the same bounded connections as a single Redis: an answer
+/// longer than its command allows is refused by name, at once, and fails only its connection.
+#[tokio::test]
+async fn a_cluster_answer_longer_than_its_request_allows_is_refused_and_the_connection_replaced() {
+    // The first MGET is answered with too much, the next ones with what was asked.
+    let addr = fake_cluster_node(|keys, before| match before {
+        0 => values(keys, 1 << 20),
+        _ => values(keys, 100),
+    })
+    .await;
+    let storage = RedisStorage::connect(target(&format!("redis+cluster://{addr}")), None)
+        .await
+        .unwrap()
+        .with_max_element(100);
+    let started = std::time::Instant::now();
+    let read = || storage.call(StorageOp::Read((0..100).collect()));
+    let error = read()
+        .await
+        .expect_err("elements of a megabyte are not allowed");
+    assert!(
+        error
+            .to_string()
+            .contains("to a request whose answer is at most"),
+        "the error says what was allowed: {error}"
+    );
+    common::refused_at_once_then_answered(started, read(), 100, 100).await;
+}
+
+/// `CLUSTER SLOTS` naming one master, at `port` on this host, for every slot.
+fn every_slot_at(port: u16) -> Vec<u8> {
+    format!("*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:{port}\r\n$2\r\nid\r\n")
+        .into_bytes()
+}
+
+/// A cluster whose slots move while the proxy uses it: an `ASK` (a slot half way through a
+/// migration) is followed at once, on the node named, after `ASKING`; a `MOVED` fails that
+/// request by name and has the slot map read again, so the next request goes to the new master.
+#[tokio::test]
+async fn a_cluster_follows_ask_at_once_and_moved_after_reading_the_map_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+    let (a_port, b_port) = (Arc::new(AtomicU16::new(0)), Arc::new(AtomicU16::new(0)));
+    let moved = Arc::new(AtomicBool::new(false));
+    let b_asked = Arc::new(AtomicUsize::new(0));
+    let b = {
+        let (b_port, b_asked) = (b_port.clone(), b_asked.clone());
+        fake_redis(move |args, _| match args.first().map(String::as_str) {
+            Some("CLUSTER") => every_slot_at(b_port.load(Ordering::SeqCst)),
+            Some("ASKING") => {
+                b_asked.fetch_add(1, Ordering::SeqCst);
+                b"+OK\r\n".to_vec()
+            }
+            Some("MGET") => values(args.len() - 1, 100),
+            _ => ping_or(args, b"+OK\r\n"),
+        })
+        .await
+    };
+    b_port.store(b.port(), Ordering::SeqCst);
+    let a = {
+        let (a_port, moved) = (a_port.clone(), moved.clone());
+        let mgets = AtomicUsize::new(0);
+        fake_redis(move |args, _| match args.first().map(String::as_str) {
+            Some("CLUSTER") if moved.load(Ordering::SeqCst) => every_slot_at(b.port()),
+            Some("CLUSTER") => every_slot_at(a_port.load(Ordering::SeqCst)),
+            Some("MGET") => match mgets.fetch_add(1, Ordering::SeqCst) {
+                0 => format!("-ASK 1 127.0.0.1:{}\r\n", b.port()).into_bytes(),
+                _ => {
+                    moved.store(true, Ordering::SeqCst);
+                    format!("-MOVED 1 127.0.0.1:{}\r\n", b.port()).into_bytes()
+                }
+            },
+            Some("GET") => b"$-1\r\n".to_vec(),
+            _ => ping_or(args, b"+OK\r\n"),
+        })
+        .await
+    };
+    a_port.store(a.port(), Ordering::SeqCst);
+    let storage = RedisStorage::connect(target(&format!("redis+cluster://{a}")), None)
+        .await
+        .unwrap();
+    let read = || storage.call(StorageOp::Read(vec![7]));
+    let expected = StorageReply::Values(vec![Some(Bytes::from(vec![b'v'; 100]))]);
+
+    assert_eq!(read().await.unwrap(), expected, "ASK is followed at once");
+    assert_eq!(
+        b_asked.load(Ordering::SeqCst),
+        1,
+        "after ASKING, on the node named"
+    );
+
+    let error = read().await.expect_err("MOVED fails the request");
+    assert!(
+        error
+            .to_string()
+            .contains("the slot moved; the slot map is read again"),
+        "the error says what happened: {error}"
+    );
+    assert_eq!(
+        read().await.unwrap(),
+        expected,
+        "the next request goes to the new master"
+    );
+}
+
+/// The cluster's slot map is bounded too: a node that announces a gigabyte in answer to
+/// `CLUSTER SLOTS` is refused before anything is buffered, and the connect fails by name.
+#[tokio::test]
+async fn a_slot_map_longer_than_allowed_is_refused() {
+    let addr = fake_redis(|args, _| match args.first().map(String::as_str) {
+        Some("CLUSTER") => b"$1073741824\r\n".to_vec(),
+        _ => ping_or(args, b"+OK\r\n"),
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let error = RedisStorage::connect(target(&format!("redis+cluster://{addr}")), None)
+        .await
+        .err()
+        .expect("a gigabyte is no slot map");
+    assert!(
+        error.to_string().contains("no seed node gave a slot map")
+            && error.to_string().contains("at most 4194304 bytes"),
+        "the error says what was allowed: {error}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
 /// Review finding 13: over TLS, a retired connection was never closed. Both halves of the
 /// split stream share the socket, and the reader task, waiting for Redis to close first, kept
 /// it (and itself) for as long as Redis did: forever, for a Redis that never closes. Here a

@@ -5,8 +5,8 @@
 //!
 //! Each request is one command: a read one MGET, a write one MSET, a delete one DEL. On a single
 //! Redis each is applied whole (and logged whole in the AOF, whose torn last command Redis drops
-//! at load), so a batch is never half written. In a cluster the `redis` crate splits them by
-//! hash slot and sends every node its share. Nodes cannot be updated atomically together, so a
+//! at load), so a batch is never half written. In a cluster they are split by hash slot and
+//! every master gets its share ([`cluster`]). Nodes cannot be updated atomically together, so a
 //! write or delete of several keys first stores the whole request under one key (the intent),
 //! then applies it, then deletes the intent; a proxy that dies mid-write leaves the intent, and
 //! the next [`RedisStorage::connect`] applies it again, so the batch ends whole. That costs a
@@ -23,22 +23,18 @@
 //! A Redis that is down or restarting fails requests with its error (schemes retry with
 //! backoff); the connections reconnect by themselves.
 //!
-//! A single Redis is reached through a connection of our own ([`pipe`]) that sends commands
-//! packed beforehand, so that a timed request leaves at its release with nothing left to do
-//! but one write; a cluster through the `redis` crate, which routes each key to its node.
+//! A Redis is reached through connections of our own ([`pipe`]), one to a single Redis or one to
+//! each master of a cluster, that send commands packed beforehand, so that a timed request
+//! leaves at its release with nothing left to do but its writes.
 //!
-//! A single Redis's answers are bounded by what each command calls for ([`answer_size`]): an
-//! MGET's by its key count and the largest element the scheme writes
-//! ([`RedisStorage::with_max_element`]), a write's by a status line. A longer answer fails its
-//! connection before it is buffered. A cluster's answers are read by the `redis` crate, which
-//! does not bound them: its parser takes whatever length an answer announces, and none of
-//! `ClusterClientBuilder`'s settings limits it. Our pipe could serve as its node connection only
-//! through `ClusterClient::get_async_generic_connection` (`#[doc(hidden)]`), whose
-//! `Connect::connect_with_config` is handed a `ConnectionInfo` and an `AsyncConnectionConfig`
-//! whose TLS parameters and timeouts it cannot read (their fields are private to the crate).
+//! Every answer is bounded by what its command calls for ([`answer_size`]): an MGET's by its key
+//! count and the largest element the scheme writes ([`RedisStorage::with_max_element`]), a
+//! write's by a status line, a cluster's slot map by [`cluster::TOPOLOGY_ANSWER`]. A longer
+//! answer fails its connection before it is buffered, in a cluster as on a single Redis.
 
 mod answer_scan;
 mod answer_size;
+mod cluster;
 mod pipe;
 mod url;
 
@@ -46,8 +42,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use crate::tls::ClientTls;
@@ -56,28 +50,27 @@ use crate::wire;
 use crate::{Addr, Release, Storage, StorageError, StorageOp, StorageReply};
 use answer_scan::BadAnswer;
 use answer_size::SHORT_ANSWER;
+use cluster::{Cluster, Gather, Node, Routed, TOPOLOGY_ANSWER};
 use pipe::{Pipe, PipeError};
 pub use url::{DEFAULT_PREFIX, RedisTarget, UrlError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Generous: a batch of 4,000 elements of 32 KiB is a 128 MiB command.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
-const RECONNECT_RETRIES: usize = 3;
 /// Keys asked for per SCAN call.
 const SCAN_COUNT: usize = 10_000;
 
 enum Connection {
     Single(Box<Pipe>),
-    Cluster(ClusterConnection),
+    Cluster(Box<Cluster>),
 }
 
-/// A command ready to go: packed already for a single Redis (a timed request then has nothing
-/// left to do after its release but the write), with the longest answer it allows; as it is
-/// for a cluster (the `redis` crate splits it by key and packs each node's share as it sends
-/// them).
+/// A command ready to go, packed already (a timed request then has nothing left to do after its
+/// release but its writes): for a single Redis, with the longest answer it allows; for a
+/// cluster, split by slot and packed for each master (see [`cluster`]).
 enum Ready {
     Packed { bytes: Vec<u8>, max_answer: usize },
-    Routed(Cmd),
+    Routed(Routed),
 }
 
 /// Elements in a Redis server or a Redis Cluster, one string key per address under a prefix.
@@ -102,28 +95,13 @@ impl RedisStorage {
         target: RedisTarget,
         tls: Option<&ClientTlsFiles>,
     ) -> Result<Self, StorageError> {
-        let failed =
-            |e: RedisError| StorageError(format!("cannot connect to {}: {e}", target.describe()));
+        let tls = tls
+            .map(ClientTls::load_or_system_roots)
+            .transpose()
+            .map_err(|e| StorageError(format!("{}: {e}", target.describe())))?;
         let connection = if target.cluster {
-            let certificates = tls.map(certificates).transpose()?;
-            let mut builder = redis::cluster::ClusterClient::builder(target.nodes.clone());
-            if let Some(certificates) = certificates {
-                builder = builder.certs(certificates);
-            }
-            let client = builder
-                .connection_timeout(CONNECT_TIMEOUT)
-                .response_timeout(RESPONSE_TIMEOUT)
-                .retries(RECONNECT_RETRIES as u32)
-                .min_retry_wait(10)
-                .max_retry_wait(1000)
-                .build()
-                .map_err(failed)?;
-            Connection::Cluster(client.get_async_connection().await.map_err(failed)?)
+            Connection::Cluster(Box::new(Cluster::connect(target.clone(), tls).await?))
         } else {
-            let tls = tls
-                .map(ClientTls::load_or_system_roots)
-                .transpose()
-                .map_err(|e| StorageError(format!("{}: {e}", target.describe())))?;
             let pipe = Pipe::connect(&target.nodes[0], tls, CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
                 .await
                 .map_err(|e| {
@@ -167,24 +145,43 @@ impl RedisStorage {
         StorageError(format!("{}: {error}", self.target.describe()))
     }
 
-    /// Sends `cmd`, whose answer may be `max_answer` bytes of RESP at most, and waits for it.
-    async fn query<T: FromRedisValue>(
+    /// Sends the command of the one key `key` that `command` makes, whose answer may be
+    /// `max_answer` bytes of RESP at most, and waits for its answer.
+    async fn query_key<T: FromRedisValue>(
         &self,
-        cmd: &Cmd,
+        key: Vec<u8>,
+        command: impl Fn(&[u8]) -> Cmd,
         max_answer: usize,
     ) -> Result<T, StorageError> {
-        self.send(self.ready(cmd, max_answer)).await
+        let keys = [key];
+        let ready = self
+            .ready(&keys, Gather::One, |_| (command(&keys[0]), max_answer))
+            .await?;
+        self.send(ready).await
     }
 
-    /// `cmd`, whose answer may be `max_answer` bytes of RESP at most, ready to send.
-    fn ready(&self, cmd: &Cmd, max_answer: usize) -> Ready {
-        match &self.connection {
-            Connection::Single(_) => Ready::Packed {
-                bytes: cmd.get_packed_command(),
-                max_answer,
-            },
-            Connection::Cluster(_) => Ready::Routed(cmd.clone()),
-        }
+    /// The command of `keys` that `command` makes from the positions of the keys it names (all
+    /// of them for a single Redis; those of one hash slot in a cluster, see
+    /// [`Cluster::route`]), with the longest answer it allows, ready to send.
+    async fn ready(
+        &self,
+        keys: &[Vec<u8>],
+        gather: Gather,
+        command: impl Fn(&[usize]) -> (Cmd, usize),
+    ) -> Result<Ready, StorageError> {
+        Ok(match &self.connection {
+            Connection::Single(_) => {
+                let all: Vec<usize> = (0..keys.len()).collect();
+                let (cmd, max_answer) = command(&all);
+                Ready::Packed {
+                    bytes: cmd.get_packed_command(),
+                    max_answer,
+                }
+            }
+            Connection::Cluster(cluster) => {
+                Ready::Routed(cluster.route(keys, gather, command).await?)
+            }
+        })
     }
 
     /// Sends a command made ready by [`RedisStorage::ready`] and waits for its answer.
@@ -194,29 +191,36 @@ impl RedisStorage {
                 .request(&bytes, max_answer)
                 .await
                 .map_err(|e| self.pipe_error(e))?,
-            (Connection::Cluster(c), Ready::Routed(cmd)) => cmd
-                .query_async(&mut c.clone())
-                .await
-                .map_err(|e| self.error(e))?,
+            (Connection::Cluster(cluster), Ready::Routed(routed)) => cluster.send(routed).await?,
             _ => unreachable!("commands are made ready for the connection they are sent on"),
         };
         redis::from_redis_value(value).map_err(|e| self.error(e.into()))
     }
 
+    /// The keys of `addrs`.
+    fn keys(&self, addrs: impl IntoIterator<Item = Addr>) -> Vec<Vec<u8>> {
+        addrs.into_iter().map(|a| self.target.key(a)).collect()
+    }
+
     /// The MGET of `addrs`, ready to send (`None` for no address: nothing to ask).
-    fn read_command(&self, addrs: &[Addr]) -> Option<Ready> {
+    async fn read_command(&self, addrs: &[Addr]) -> Result<Option<Ready>, StorageError> {
         if addrs.is_empty() {
-            return None;
+            return Ok(None);
         }
-        let mut mget = redis::cmd("MGET");
-        for &addr in addrs {
-            mget.arg(self.target.key(addr));
-        }
-        Some(self.ready(&mget, answer_size::mget(addrs.len(), self.max_element)))
+        let keys = self.keys(addrs.iter().copied());
+        let mget = |positions: &[usize]| {
+            let mut mget = redis::cmd("MGET");
+            for &i in positions {
+                mget.arg(&keys[i]);
+            }
+            (mget, answer_size::mget(positions.len(), self.max_element))
+        };
+        Ok(Some(self.ready(&keys, Gather::Values, mget).await?))
     }
 
     async fn read(&self, addrs: &[Addr]) -> Result<Vec<Option<Bytes>>, StorageError> {
-        self.send_read(self.read_command(addrs), addrs.len()).await
+        let mget = self.read_command(addrs).await?;
+        self.send_read(mget, addrs.len()).await
     }
 
     /// Sends `mget`, the read of `count` addresses, and checks that each has its value.
@@ -241,28 +245,37 @@ impl RedisStorage {
     }
 
     /// The command that applies a write or delete, ready to send.
-    fn command(&self, op: &StorageOp) -> Option<Ready> {
-        match op {
+    async fn command(&self, op: &StorageOp) -> Result<Option<Ready>, StorageError> {
+        Ok(match op {
             StorageOp::Write(writes) if !writes.is_empty() => {
-                let mut mset = redis::cmd("MSET");
-                for (addr, value) in writes {
-                    mset.arg(self.target.key(*addr)).arg(value.as_ref());
-                }
-                Some(self.ready(&mset, SHORT_ANSWER))
+                let keys = self.keys(writes.iter().map(|(addr, _)| *addr));
+                let mset = |positions: &[usize]| {
+                    let mut mset = redis::cmd("MSET");
+                    for &i in positions {
+                        mset.arg(&keys[i]).arg(writes[i].1.as_ref());
+                    }
+                    (mset, SHORT_ANSWER)
+                };
+                Some(self.ready(&keys, Gather::Done, mset).await?)
             }
             StorageOp::Delete(addrs) if !addrs.is_empty() => {
-                let mut del = redis::cmd("DEL");
-                for &addr in addrs {
-                    del.arg(self.target.key(addr));
-                }
-                Some(self.ready(&del, SHORT_ANSWER))
+                let keys = self.keys(addrs.iter().copied());
+                let del = |positions: &[usize]| {
+                    let mut del = redis::cmd("DEL");
+                    for &i in positions {
+                        del.arg(&keys[i]);
+                    }
+                    (del, SHORT_ANSWER)
+                };
+                Some(self.ready(&keys, Gather::Done, del).await?)
             }
             _ => None,
-        }
+        })
     }
 
     async fn change(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
-        self.apply(self.command(&op), &op).await
+        let command = self.command(&op).await?;
+        self.apply(command, &op).await
     }
 
     /// Sends `command`, the write or delete `op` (`None`: nothing to change). In a cluster,
@@ -279,25 +292,45 @@ impl RedisStorage {
         if self.target.cluster && op.len() > 1 {
             let _one_at_a_time = self.cluster_writes.lock().await;
             let intent = wire::encode_request(0, op).to_bytes();
-            let mut set = redis::cmd("SET");
-            set.arg(self.target.intent_key()).arg(intent.as_ref());
-            self.query::<()>(&set, SHORT_ANSWER).await?;
+            let set = |key: &[u8]| {
+                let mut set = redis::cmd("SET");
+                set.arg(key).arg(intent.as_ref());
+                set
+            };
+            self.query_key::<()>(self.target.intent_key(), set, SHORT_ANSWER)
+                .await?;
             self.send::<Value>(command).await?;
-            let mut del = redis::cmd("DEL");
-            del.arg(self.target.intent_key());
-            self.query::<()>(&del, SHORT_ANSWER).await?;
+            self.delete_intent().await?;
         } else {
             self.send::<Value>(command).await?;
         }
         Ok(StorageReply::Done)
     }
 
+    /// Removes the intent of a cluster write once the write is applied.
+    async fn delete_intent(&self) -> Result<(), StorageError> {
+        let del = |key: &[u8]| {
+            let mut del = redis::cmd("DEL");
+            del.arg(key);
+            del
+        };
+        self.query_key(self.target.intent_key(), del, SHORT_ANSWER)
+            .await
+    }
+
     /// Applies the intent a proxy that died mid-write left in a cluster, then removes it.
     async fn finish_interrupted_write(&self) -> Result<(), StorageError> {
-        let mut get = redis::cmd("GET");
-        get.arg(self.target.intent_key());
-        // Only a cluster has an intent, and its answers are not bounded here.
-        let Some(intent) = self.query::<Option<Vec<u8>>>(&get, usize::MAX).await? else {
+        let get = |key: &[u8]| {
+            let mut get = redis::cmd("GET");
+            get.arg(key);
+            get
+        };
+        // The intent holds a whole write of the scheme's, whose size storage does not know: it
+        // is bounded by the pipe's cap on any answer (512 MiB, Redis's own limit on a value).
+        let intent = self
+            .query_key::<Option<Vec<u8>>>(self.target.intent_key(), get, usize::MAX)
+            .await?;
+        let Some(intent) = intent else {
             return Ok(());
         };
         let intent = Bytes::from(intent);
@@ -317,12 +350,10 @@ impl RedisStorage {
             addresses = op.len(),
             "finishing a write a previous proxy left half done in the cluster"
         );
-        if let Some(command) = self.command(&op) {
+        if let Some(command) = self.command(&op).await? {
             self.send::<Value>(command).await?;
         }
-        let mut del = redis::cmd("DEL");
-        del.arg(self.target.intent_key());
-        self.query::<()>(&del, SHORT_ANSWER).await
+        self.delete_intent().await
     }
 
     async fn scan(&self, after: Option<Addr>, limit: u32) -> Result<StorageReply, StorageError> {
@@ -353,9 +384,9 @@ impl RedisStorage {
         let mut addrs = Vec::new();
         match &self.connection {
             Connection::Single(_) => self.scan_node(None, &mut addrs).await?,
-            Connection::Cluster(_) => {
-                for (host, port) in self.masters().await? {
-                    self.scan_node(Some((host, port)), &mut addrs).await?;
+            Connection::Cluster(cluster) => {
+                for node in self.masters(cluster).await? {
+                    self.scan_node(Some(node), &mut addrs).await?;
                 }
             }
         }
@@ -375,7 +406,7 @@ impl RedisStorage {
     /// single reply is parsed whole before it is counted.
     async fn scan_node(
         &self,
-        node: Option<(String, u16)>,
+        node: Option<Node>,
         addrs: &mut Vec<Addr>,
     ) -> Result<(), StorageError> {
         let size: u64 = self
@@ -406,7 +437,7 @@ impl RedisStorage {
                     is not Redis, or one that is lying)",
                     self.target.describe(),
                     node.as_ref()
-                        .map_or(String::new(), |(host, port)| format!(" ({host}:{port})")),
+                        .map_or(String::new(), |node| format!(" ({node})")),
                 )));
             }
             addrs.extend(keys.iter().filter_map(|k| self.target.addr(k)));
@@ -417,38 +448,34 @@ impl RedisStorage {
         }
     }
 
-    /// Runs `cmd` on one server of a cluster (`node`), or on the server when `None` (its answer
-    /// then `max_answer` bytes at most).
+    /// Runs `cmd`, whose answer may be `max_answer` bytes at most, on one master of a cluster
+    /// (`node`), or on the single Redis (`None`).
     async fn query_on<T: FromRedisValue>(
         &self,
-        node: &Option<(String, u16)>,
+        node: &Option<Node>,
         cmd: Cmd,
         max_answer: usize,
     ) -> Result<T, StorageError> {
-        match (&self.connection, node) {
-            (Connection::Cluster(c), Some((host, port))) => {
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port: *port,
-                });
-                let value = c
-                    .clone()
-                    .route_command(cmd, routing)
-                    .await
-                    .map_err(|e| self.error(e))?;
-                redis::from_redis_value(value).map_err(|e| self.error(e.into()))
+        let value = match (&self.connection, node) {
+            (Connection::Cluster(cluster), Some(node)) => {
+                cluster.query_node(node, &cmd, max_answer).await?
             }
-            _ => self.query(&cmd, max_answer).await,
-        }
+            (Connection::Single(pipe), None) => pipe
+                .request(&cmd.get_packed_command(), max_answer)
+                .await
+                .map_err(|e| self.pipe_error(e))?,
+            _ => unreachable!("a node is named exactly for a cluster"),
+        };
+        redis::from_redis_value(value).map_err(|e| self.error(e.into()))
     }
 
     /// The cluster's masters, from CLUSTER NODES. A master that is failing would hide its keys
     /// from the scan, so that is an error rather than a partial answer.
-    async fn masters(&self) -> Result<Vec<(String, u16)>, StorageError> {
+    async fn masters(&self, cluster: &Cluster) -> Result<Vec<Node>, StorageError> {
         let mut nodes = redis::cmd("CLUSTER");
         nodes.arg("NODES");
-        // Only a cluster has nodes, and its answers are not bounded here.
-        let text: String = self.query(&nodes, usize::MAX).await?;
+        let asked = Some(cluster.any_node().await?);
+        let text: String = self.query_on(&asked, nodes, TOPOLOGY_ANSWER).await?;
         let unhealthy = |line: &str| {
             StorageError(format!(
                 "{}: cannot scan a cluster with a failing master ({line})",
@@ -468,8 +495,7 @@ impl RedisStorage {
             let node = fields
                 .get(1)
                 .and_then(|a| a.split('@').next())
-                .and_then(|a| a.rsplit_once(':'))
-                .and_then(|(host, port)| Some((host.to_string(), port.parse().ok()?)));
+                .and_then(cluster::parse_node);
             masters.push(node.ok_or_else(|| unhealthy(line))?);
         }
         if masters.is_empty() {
@@ -492,20 +518,20 @@ impl Storage for RedisStorage {
         }
     }
 
-    /// Makes the command ready before the release: for a single Redis, packed, so the release
-    /// is followed by one write of ready bytes, the same work whatever the load (see [`pipe`]).
-    /// In a cluster the `redis` crate still packs each node's share after the release.
+    /// Makes the command ready before the release: packed (for a cluster, split by slot and
+    /// packed for each master), so the release is followed by its writes of ready bytes, the
+    /// same work whatever the load (see [`pipe`]).
     async fn call_at(&self, op: StorageOp, release: Release) -> Result<StorageReply, StorageError> {
         match op {
             StorageOp::Read(addrs) => {
-                let mget = self.read_command(&addrs);
+                let mget = self.read_command(&addrs).await?;
                 release.await;
                 Ok(StorageReply::Values(
                     self.send_read(mget, addrs.len()).await?,
                 ))
             }
             StorageOp::Write(_) | StorageOp::Delete(_) => {
-                let command = self.command(&op);
+                let command = self.command(&op).await?;
                 release.await;
                 self.apply(command, &op).await
             }
@@ -519,29 +545,4 @@ impl Storage for RedisStorage {
     fn describe(&self) -> String {
         self.target.describe()
     }
-}
-
-/// The PEM files of `tls`, as the `redis` crate takes them.
-fn certificates(tls: &ClientTlsFiles) -> Result<redis::TlsCertificates, StorageError> {
-    let read = |path: &std::path::Path| {
-        std::fs::read(path)
-            .map_err(|e| StorageError(format!("cannot read {}: {e}", path.display())))
-    };
-    let client_tls = match &tls.identity {
-        Some((cert, key)) => Some(redis::ClientTlsConfig {
-            client_cert: read(cert)?,
-            client_key: {
-                // The `redis` crate parses the key itself; its permissions are checked here,
-                // as for every other private key.
-                crate::tls::pem::refuse_exposed_key(key)
-                    .map_err(|e| StorageError(e.to_string()))?;
-                read(key)?
-            },
-        }),
-        None => None,
-    };
-    Ok(redis::TlsCertificates {
-        client_tls,
-        root_cert: tls.ca.as_deref().map(read).transpose()?,
-    })
 }

@@ -71,7 +71,8 @@ pub enum PipeError {
     BadAnswer(#[from] BadAnswer),
 }
 
-type Answer = Result<Value, PipeError>;
+/// What Redis answered one command, or why no answer came.
+pub type Answer = Result<Value, PipeError>;
 
 /// A request written and not answered yet.
 struct Expected {
@@ -95,23 +96,28 @@ impl Open {
         self.waiting.alive()
     }
 
-    /// Writes `packed` (one whole RESP command) within `limit`; its answer, which may be no
-    /// longer than `max_answer` bytes, comes on the receiver. A write that fails or does not
-    /// finish in time (Redis stopped reading) fails the connection.
+    /// Writes `packed` (whole RESP commands, one per bound in `max_answers`) within `limit`;
+    /// their answers, each no longer than its bound in bytes, come on the receivers, in order.
+    /// A write that fails or does not finish in time (Redis stopped reading) fails the
+    /// connection.
     async fn send(
         &mut self,
         packed: &[u8],
-        max_answer: usize,
+        max_answers: &[usize],
         limit: Duration,
-    ) -> Result<oneshot::Receiver<Answer>, PipeError> {
-        let (answer, answered) = oneshot::channel();
-        let expected = Expected {
-            max_answer: max_answer.min(MAX_ANSWER),
-            answer,
-        };
-        // Queued before the first byte is written, so the answer always finds its request.
-        if let Err((_, why)) = self.waiting.push(expected) {
-            return Err(PipeError::Lost(why));
+    ) -> Result<Vec<oneshot::Receiver<Answer>>, PipeError> {
+        let mut receivers = Vec::with_capacity(max_answers.len());
+        for &max_answer in max_answers {
+            let (answer, answered) = oneshot::channel();
+            let expected = Expected {
+                max_answer: max_answer.min(MAX_ANSWER),
+                answer,
+            };
+            // Queued before the first byte is written, so the answer always finds its request.
+            if let Err((_, why)) = self.waiting.push(expected) {
+                return Err(PipeError::Lost(why));
+            }
+            receivers.push(answered);
         }
         // The flush matters over TLS: a TLS stream may keep the last ciphertext of a write
         // until it is flushed (on a plain socket it does nothing).
@@ -121,7 +127,7 @@ impl Open {
         })
         .await;
         let error = match written {
-            Ok(Ok(())) => return Ok(answered),
+            Ok(Ok(())) => return Ok(receivers),
             Ok(Err(error)) => PipeError::Io(error),
             Err(_) => PipeError::Timeout(limit),
         };
@@ -138,9 +144,13 @@ impl Open {
     }
 }
 
-/// The answer on `answered`, if it comes within `limit`.
-async fn wait(answered: oneshot::Receiver<Answer>, limit: Duration) -> Answer {
-    match tokio::time::timeout(limit, answered).await {
+/// The answer on `answered`, if it comes by `deadline` (`limit` after the request was sent).
+async fn wait(
+    answered: oneshot::Receiver<Answer>,
+    deadline: tokio::time::Instant,
+    limit: Duration,
+) -> Answer {
+    match tokio::time::timeout_at(deadline, answered).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(_)) => Err(PipeError::Lost("the reader stopped".into())),
         Err(_) => Err(PipeError::Timeout(limit)),
@@ -184,7 +194,23 @@ impl Pipe {
     /// [`super::answer_scan`]). One write: the bytes leave as soon as this is called (after a
     /// request being written now, if any).
     pub async fn request(&self, packed: &[u8], max_answer: usize) -> Result<Value, PipeError> {
-        let (answered, waiting) = {
+        self.request_all(packed, &[max_answer])
+            .await?
+            .pop()
+            .expect("one answer a command")
+    }
+
+    /// Sends `packed`, as many whole RESP commands as `max_answers` has bounds, in one write,
+    /// and waits for their answers: each in its own result (Redis answers each command of a
+    /// pipeline on its own, errors included), all within the response timeout. `Err` when the
+    /// connection failed before anything was sent; a connection that fails later fails every
+    /// answer still to come.
+    pub async fn request_all(
+        &self,
+        packed: &[u8],
+        max_answers: &[usize],
+    ) -> Result<Vec<Answer>, PipeError> {
+        let (receivers, waiting) = {
             let mut slot = self.open.lock().await;
             let mut open = match slot.take() {
                 Some(open) if open.alive() => open,
@@ -194,26 +220,42 @@ impl Pipe {
             // write, the connection, its stream now holding half a command, goes with it (and
             // its reader fails what still waits on it) instead of being used again, where
             // Redis would read the next command as the rest of this one.
-            let answered = open.send(packed, max_answer, self.response_timeout).await?;
+            let receivers = open
+                .send(packed, max_answers, self.response_timeout)
+                .await?;
             let waiting = open.waiting.clone();
             *slot = Some(open);
-            (answered, waiting)
+            (receivers, waiting)
         };
-        let answer = wait(answered, self.response_timeout).await;
-        if let Err(PipeError::Timeout(limit)) = &answer {
-            // A connection that left one answer out may be half-open or jammed; and an answer
-            // it still sends must not reach a later request. Retire it: its waiting requests
-            // fail now, and the next request opens a new one.
-            fail_all(
-                &waiting,
-                PipeError::Lost(format!("an answer did not come within {limit:?}")),
-            );
-            let mut slot = self.open.lock().await;
-            if slot.as_ref().is_some_and(|open| open.is(&waiting)) {
-                *slot = None;
+        let deadline = tokio::time::Instant::now() + self.response_timeout;
+        let mut answers = Vec::with_capacity(receivers.len());
+        for answered in receivers {
+            let answer = wait(answered, deadline, self.response_timeout).await;
+            if let Err(PipeError::Timeout(limit)) = &answer {
+                // A connection that left an answer out may be half-open or jammed; and an
+                // answer it still sends must not reach a later request. Retire it: its waiting
+                // requests fail now (the rest of these among them), and the next request opens
+                // a new one.
+                fail_all(
+                    &waiting,
+                    PipeError::Lost(format!("an answer did not come within {limit:?}")),
+                );
+                let mut slot = self.open.lock().await;
+                if slot.as_ref().is_some_and(|open| open.is(&waiting)) {
+                    *slot = None;
+                }
             }
+            answers.push(answer);
         }
-        answer
+        Ok(answers)
+    }
+
+    /// The host this connects to.
+    pub fn host(&self) -> &str {
+        match self.info.addr() {
+            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host,
+            _ => "",
+        }
     }
 
     /// A new connection, logged in, on its database, and answering.
@@ -243,11 +285,14 @@ impl Pipe {
             let answered = open
                 .send(
                     &command.get_packed_command(),
-                    SHORT_ANSWER,
+                    &[SHORT_ANSWER],
                     self.connect_timeout,
                 )
-                .await?;
-            let answer = match wait(answered, self.connect_timeout).await {
+                .await?
+                .pop()
+                .expect("one answer a command");
+            let deadline = tokio::time::Instant::now() + self.connect_timeout;
+            let answer = match wait(answered, deadline, self.connect_timeout).await {
                 Ok(answer) if answer == expected => continue,
                 Ok(other) => format!("{other:?}"),
                 Err(PipeError::Answer(error)) => error,
@@ -357,7 +402,12 @@ async fn read_answers(mut reader: impl AsyncRead + Unpin, waiting: Waiting) {
         };
         scan = AnswerScan::default();
         let answer = match redis::parse_redis_value(&buf[..end]) {
-            Ok(Value::ServerError(error)) => Err(PipeError::Answer(error.to_string())),
+            // In Redis's own words (`MOVED 3999 127.0.0.1:7002`), which the cluster's routing
+            // reads.
+            Ok(Value::ServerError(error)) => Err(PipeError::Answer(match error.details() {
+                Some(details) => format!("{} {details}", error.code()),
+                None => error.code().to_string(),
+            })),
             Ok(value) => Ok(value),
             Err(error) => {
                 break PipeError::Answer(format!("Redis sent an answer that is not RESP: {error}"));

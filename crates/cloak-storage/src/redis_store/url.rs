@@ -147,15 +147,32 @@ impl RedisTarget {
         key
     }
 
+    /// The URL of a cluster node at `host:port`, with the scheme and credentials of the seeds
+    /// (every node of a cluster takes the same).
+    pub fn node_url(&self, host: &str, port: u16) -> String {
+        let seed = self.nodes.first().map_or("", String::as_str);
+        let (scheme, rest) = seed.split_once("://").unwrap_or(("redis", seed));
+        let credentials = rest
+            .rsplit_once('@')
+            .map_or("", |(credentials, _)| credentials);
+        let at = if credentials.is_empty() { "" } else { "@" };
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        };
+        format!("{scheme}://{credentials}{at}{host}:{port}")
+    }
+
+    /// A node URL's `HOST[:PORT]`, without scheme or credentials (for messages).
+    pub fn node_host<'a>(&self, url: &'a str) -> &'a str {
+        let url = url.split_once("://").map_or(url, |(_, rest)| rest);
+        url.rsplit_once('@').map_or(url, |(_, host)| host)
+    }
+
     /// Each node's `HOST[:PORT][/DB]`, without scheme or credentials.
     fn hosts(&self) -> Vec<&str> {
-        self.nodes
-            .iter()
-            .map(|n| {
-                let n = n.split_once("://").map_or(n.as_str(), |(_, rest)| rest);
-                n.rsplit_once('@').map_or(n, |(_, host)| host)
-            })
-            .collect()
+        self.nodes.iter().map(|n| self.node_host(n)).collect()
     }
 
     /// Where this store's keys live, one `host:port/db prefix` per node with the defaults filled
