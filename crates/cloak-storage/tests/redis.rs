@@ -446,8 +446,18 @@ async fn a_cluster_answer_longer_than_its_request_allows_is_refused_and_the_conn
 
 /// `CLUSTER SLOTS` naming one master, at `port` on this host, for every slot.
 fn every_slot_at(port: u16) -> Vec<u8> {
-    format!("*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:{port}\r\n$2\r\nid\r\n")
-        .into_bytes()
+    slots_at(&[(0, 16383, port)])
+}
+
+/// `CLUSTER SLOTS` naming, for each `(first, last, port)`, a master at `port` on this host.
+fn slots_at(ranges: &[(u16, u16, u16)]) -> Vec<u8> {
+    let mut answer = format!("*{}\r\n", ranges.len());
+    for (first, last, port) in ranges {
+        answer += &format!(
+            "*3\r\n:{first}\r\n:{last}\r\n*3\r\n$9\r\n127.0.0.1\r\n:{port}\r\n$2\r\nid\r\n"
+        );
+    }
+    answer.into_bytes()
 }
 
 /// A cluster whose slots move while the proxy uses it: an `ASK` (a slot half way through a
@@ -460,6 +470,7 @@ async fn a_cluster_follows_ask_at_once_and_moved_after_reading_the_map_again() {
     let (a_port, b_port) = (Arc::new(AtomicU16::new(0)), Arc::new(AtomicU16::new(0)));
     let moved = Arc::new(AtomicBool::new(false));
     let b_asked = Arc::new(AtomicUsize::new(0));
+    let key_slot = cloak_storage::slot::key_slot(&target("redis+cluster://x:1").key(7));
     let b = {
         let (b_port, b_asked) = (b_port.clone(), b_asked.clone());
         fake_redis(move |args, _| match args.first().map(String::as_str) {
@@ -479,7 +490,20 @@ async fn a_cluster_follows_ask_at_once_and_moved_after_reading_the_map_again() {
         let mgets = AtomicUsize::new(0);
         fake_redis(move |args, _| match args.first().map(String::as_str) {
             Some("CLUSTER") if moved.load(Ordering::SeqCst) => every_slot_at(b.port()),
-            Some("CLUSTER") => every_slot_at(a_port.load(Ordering::SeqCst)),
+            // A serves every slot but one, which B serves: B is a master of the map, as the
+            // node a slot migrates to is.
+            Some("CLUSTER") => {
+                let (a, b) = (a_port.load(Ordering::SeqCst), b.port());
+                let theirs = (key_slot + 1) % 16384;
+                let mut ranges = vec![(theirs, theirs, b)];
+                if theirs > 0 {
+                    ranges.push((0, theirs - 1, a));
+                }
+                if theirs < 16383 {
+                    ranges.push((theirs + 1, 16383, a));
+                }
+                slots_at(&ranges)
+            }
             Some("MGET") => match mgets.fetch_add(1, Ordering::SeqCst) {
                 0 => format!("-ASK 1 127.0.0.1:{}\r\n", b.port()).into_bytes(),
                 _ => {
@@ -520,6 +544,52 @@ async fn a_cluster_follows_ask_at_once_and_moved_after_reading_the_map_again() {
     );
 }
 
+/// A hostile node cannot send the proxy to a host of its choosing with `ASK`: only masters of
+/// the slot map get a connection (and so the password), and the connections are bounded by the
+/// map (at most 1,000 masters; `slot_map`'s unit test holds that).
+#[tokio::test]
+async fn an_ask_to_a_node_outside_the_slot_map_is_refused_without_connecting() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+    let stranger_reached = Arc::new(AtomicUsize::new(0));
+    let stranger = {
+        let reached = stranger_reached.clone();
+        fake_redis(move |args, _| {
+            reached.fetch_add(1, Ordering::SeqCst);
+            ping_or(args, b"+OK\r\n")
+        })
+        .await
+    };
+    let port = Arc::new(AtomicU16::new(0));
+    let own = port.clone();
+    let node = fake_redis(move |args, _| match args.first().map(String::as_str) {
+        Some("CLUSTER") => every_slot_at(own.load(Ordering::SeqCst)),
+        Some("MGET") => format!("-ASK 1 127.0.0.1:{}\r\n", stranger.port()).into_bytes(),
+        Some("GET") => b"$-1\r\n".to_vec(),
+        _ => ping_or(args, b"+OK\r\n"),
+    })
+    .await;
+    port.store(node.port(), Ordering::SeqCst);
+    let storage = RedisStorage::connect(target(&format!("redis+cluster://{node}")), None)
+        .await
+        .unwrap();
+    let error = storage
+        .call(StorageOp::Read(vec![7]))
+        .await
+        .expect_err("an ASK to a stranger is not followed");
+    assert!(
+        error
+            .to_string()
+            .contains("is not a master of the cluster's slot map"),
+        "the error says why: {error}"
+    );
+    assert_eq!(
+        stranger_reached.load(Ordering::SeqCst),
+        0,
+        "never contacted"
+    );
+}
+
 /// The cluster's slot map is bounded too: a node that announces a gigabyte in answer to
 /// `CLUSTER SLOTS` is refused before anything is buffered, and the connect fails by name.
 #[tokio::test]
@@ -535,7 +605,7 @@ async fn a_slot_map_longer_than_allowed_is_refused() {
         .err()
         .expect("a gigabyte is no slot map");
     assert!(
-        error.to_string().contains("no seed node gave a slot map")
+        error.to_string().contains("no node gave a slot map")
             && error.to_string().contains("at most 4194304 bytes"),
         "the error says what was allowed: {error}"
     );

@@ -54,8 +54,7 @@ impl StorageCredentials {
 }
 
 /// The backend `url` names. `max_element`, the largest element the store writes, bounds
-/// storage's answers to reads (a single Redis's or a cloak server's; a Redis Cluster's are read
-/// by the `redis` crate, unbounded).
+/// storage's answers to reads (a Redis's, a Redis Cluster's or a cloak server's).
 pub async fn connect(
     url: String,
     connections: usize,

@@ -1,6 +1,7 @@
-//! A Redis Cluster through connections of our own: one [`Pipe`] to each master, so that the
-//! cluster is held to the rule a single Redis is (every answer no longer than its command calls
-//! for, see [`super::answer_size`]), and a timed request is packed before its release.
+//! A Redis Cluster through connections of our own: one [`Pipe`] to each master of its slot map,
+//! so that the cluster is held to the rule a single Redis is (every answer no longer than its
+//! command calls for, see [`super::answer_size`]), and a timed request is packed before its
+//! release.
 //!
 //! Why not the `redis` crate's cluster client: its parser takes whatever length an answer
 //! announces, so a hostile node could make the proxy buffer as much as it liked, and it packed
@@ -15,15 +16,27 @@
 //! When the cluster changes. A master that answers `MOVED` no longer serves that slot: the map
 //! is read again before the next request, and this one fails (the schemes repeat a failed
 //! request after a backoff; what they send again is what they sent). A master that cannot be
-//! reached has the map read again too (a replica may have taken over). `ASK` (a slot half way
-//! through a migration) is followed once: the command goes again to the node named, after
+//! reached, or that refuses a write as a replica (`READONLY`) or a cluster that is down
+//! (`CLUSTERDOWN`), has the map read again too (a replica may have taken over). `ASK` (a slot half
+//! way through a migration) is followed once: the command goes again to the node named, after
 //! `ASKING`, as Redis Cluster clients do.
+//!
+//! What a hostile node can make of this. Its slot map is bounded (4 MiB, at most
+//! [`MOST_NODES`] masters, every slot served once, hosts that are names or addresses), the proxy
+//! connects only to the masters of the current map (an `ASK` naming another node is refused),
+//! and drops its connections to masters a new map no longer names; so the connections it holds
+//! are bounded by the map. A whole request, redirections included, ends within
+//! [`REQUEST_LIMIT`]. What it cannot stop: a node can name, as a master, any host it likes (the
+//! proxy then sends it the password of the URL, as to every master; with TLS it must show a
+//! certificate of the CA the proxy trusts for its name).
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use redis::{Cmd, Value};
+use tokio::sync::OnceCell;
 
 use super::answer_size::SHORT_ANSWER;
 use super::pipe::{Answer, Pipe, PipeError};
@@ -35,6 +48,19 @@ use crate::tls::ClientTls;
 /// The longest answer to `CLUSTER SLOTS` or `CLUSTER NODES`: a few hundred bytes a node and a
 /// line per slot range; a cluster whose every slot range is on its own line stays under 2 MiB.
 pub(super) const TOPOLOGY_ANSWER: usize = 4 << 20;
+
+/// Most masters a slot map may name (Redis Cluster's own suggested ceiling is 1,000 nodes): each
+/// costs a connection, so a hostile map naming thousands of hosts is refused.
+pub(super) const MOST_NODES: usize = 1000;
+
+/// The longest a request may take across its masters, connections and redirections included:
+/// a master's answer may take the response timeout, after a connect.
+pub(super) const REQUEST_LIMIT: Duration = RESPONSE_TIMEOUT.saturating_add(CONNECT_TIMEOUT);
+
+/// Masters of the last map tried when the map is read again, before the seeds: they are the
+/// cluster as it was last seen (the seeds may be gone), but a hostile map could name many that
+/// never answer.
+const KNOWN_MASTERS_ASKED: usize = 8;
 
 /// A master, as the slot map names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -53,7 +79,7 @@ impl std::fmt::Display for Node {
 #[derive(Debug)]
 struct SlotMap {
     /// An index into `nodes` for every slot.
-    owner: Vec<usize>,
+    owner: Vec<u16>,
     nodes: Vec<Node>,
 }
 
@@ -92,13 +118,22 @@ struct Part {
     keys: Vec<usize>,
 }
 
+/// The slot map, and whether a node said it is out of date.
+struct Topology {
+    map: Arc<SlotMap>,
+    stale: bool,
+    /// A connection to each master of `map`, opened when first used.
+    pipes: HashMap<Node, Arc<OnceCell<Pipe>>>,
+}
+
 /// A Redis Cluster: its slot map and a connection to each master.
 pub(super) struct Cluster {
     target: RedisTarget,
     tls: Option<ClientTls>,
-    /// `None` once a node said the map is out of date: read again before the next request.
-    map: Mutex<Option<Arc<SlotMap>>>,
-    pipes: tokio::sync::Mutex<HashMap<Node, Arc<Pipe>>>,
+    topology: Mutex<Topology>,
+    /// Held while the map is read again, so that requests that find it stale together read it
+    /// once.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl Cluster {
@@ -107,82 +142,80 @@ impl Cluster {
         target: RedisTarget,
         tls: Option<ClientTls>,
     ) -> Result<Self, StorageError> {
-        let cluster = Self {
+        let map = read_map(&target, &tls, &[]).await?;
+        Ok(Self {
             target,
             tls,
-            map: Mutex::new(None),
-            pipes: tokio::sync::Mutex::new(HashMap::new()),
-        };
-        cluster.map().await?;
-        Ok(cluster)
+            topology: Mutex::new(Topology {
+                pipes: HashMap::new(),
+                map: Arc::new(map),
+                stale: false,
+            }),
+            reading: tokio::sync::Mutex::new(()),
+        })
     }
 
     /// The slot map, read again first if a node said it is out of date.
     async fn map(&self) -> Result<Arc<SlotMap>, StorageError> {
-        if let Some(map) = self.lock_map().as_ref() {
-            return Ok(map.clone());
+        if let Some(map) = self.current() {
+            return Ok(map);
         }
-        let map = Arc::new(self.read_map().await?);
-        *self.lock_map() = Some(map.clone());
+        let _one_reader = self.reading.lock().await;
+        // Another request may have read it meanwhile.
+        if let Some(map) = self.current() {
+            return Ok(map);
+        }
+        let known = self.lock().map.nodes.clone();
+        let map = Arc::new(read_map(&self.target, &self.tls, &known).await?);
+        let mut topology = self.lock();
+        // Connections to masters the new map no longer names are dropped (closing them).
+        topology.pipes.retain(|node, _| map.nodes.contains(node));
+        topology.map = map.clone();
+        topology.stale = false;
         Ok(map)
     }
 
-    fn lock_map(&self) -> std::sync::MutexGuard<'_, Option<Arc<SlotMap>>> {
-        // The map is replaced whole; a panic elsewhere cannot leave it half written.
-        self.map
+    /// The map unless it is stale.
+    fn current(&self) -> Option<Arc<SlotMap>> {
+        let topology = self.lock();
+        (!topology.stale).then(|| topology.map.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Topology> {
+        // The topology is replaced field by field under the lock, each whole; a panic elsewhere
+        // cannot leave one half written.
+        self.topology
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Has the map read again before the next request.
     fn forget_map(&self) {
-        *self.lock_map() = None;
+        self.lock().stale = true;
     }
 
-    /// `CLUSTER SLOTS` from the seed nodes in turn (the masters known so far first), until one
-    /// answers a map that covers every slot.
-    async fn read_map(&self) -> Result<SlotMap, StorageError> {
-        let mut errors = Vec::new();
-        for url in &self.target.nodes {
-            let answer = async {
-                let pipe = Pipe::connect(url, self.tls.clone(), CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let asked = pipe.host().to_string();
-                let slots = pipe
-                    .request(&slots_command(), TOPOLOGY_ANSWER)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                slot_map(&slots, &asked)
+    /// The connection to `node`, a master of the current map, opened if there is none (outside
+    /// any lock that other masters' requests wait on).
+    async fn pipe(&self, node: &Node) -> Result<Arc<OnceCell<Pipe>>, StorageError> {
+        let cell = {
+            let mut topology = self.lock();
+            if !topology.map.nodes.contains(node) {
+                return Err(
+                    self.error(&format!("{node} is not a master of the cluster's slot map"))
+                );
             }
-            .await;
-            match answer {
-                Ok(map) => return Ok(map),
-                Err(error) => errors.push(format!("{}: {error}", self.target.node_host(url))),
-            }
-        }
-        Err(self.error(&format!(
-            "no seed node gave a slot map ({})",
-            errors.join("; ")
-        )))
-    }
-
-    /// The connection to `node`, opened if there is none.
-    async fn pipe(&self, node: &Node) -> Result<Arc<Pipe>, StorageError> {
-        let mut pipes = self.pipes.lock().await;
-        if let Some(pipe) = pipes.get(node) {
-            return Ok(pipe.clone());
-        }
+            topology.pipes.entry(node.clone()).or_default().clone()
+        };
         let url = self.target.node_url(&node.host, node.port);
-        let pipe = Pipe::connect(&url, self.tls.clone(), CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
-            .await
-            .map_err(|e| {
-                self.forget_map();
-                self.error(&format!("cannot connect to the master {node}: {e}"))
-            })?;
-        let pipe = Arc::new(pipe);
-        pipes.insert(node.clone(), pipe.clone());
-        Ok(pipe)
+        cell.get_or_try_init(|| {
+            Pipe::connect(&url, self.tls.clone(), CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
+        })
+        .await
+        .map_err(|e| {
+            self.forget_map();
+            self.error(&format!("cannot connect to the master {node}: {e}"))
+        })?;
+        Ok(cell)
     }
 
     fn error(&self, what: &str) -> StorageError {
@@ -213,13 +246,13 @@ impl Cluster {
                 .push(i);
         }
         let mut shares: Vec<Share> = Vec::new();
-        let mut share_of: HashMap<usize, usize> = HashMap::new();
+        let mut share_of: HashMap<u16, usize> = HashMap::new();
         for slot in slots {
             let positions = by_slot.remove(&slot).unwrap_or_default();
             let owner = map.owner[usize::from(slot)];
             let share = *share_of.entry(owner).or_insert_with(|| {
                 shares.push(Share {
-                    node: map.nodes[owner].clone(),
+                    node: map.nodes[usize::from(owner)].clone(),
                     packed: Vec::new(),
                     commands: Vec::new(),
                 });
@@ -242,14 +275,23 @@ impl Cluster {
         })
     }
 
-    /// Sends a routed command to its masters and gathers their answers into one.
+    /// Sends a routed command to its masters and gathers their answers into one, within
+    /// [`REQUEST_LIMIT`].
     pub async fn send(&self, routed: Routed) -> Result<Value, StorageError> {
+        tokio::time::timeout(REQUEST_LIMIT, self.send_within(routed))
+            .await
+            .unwrap_or_else(|_| {
+                self.forget_map();
+                Err(self.error(&format!(
+                    "the masters did not answer within {REQUEST_LIMIT:?}"
+                )))
+            })
+    }
+
+    async fn send_within(&self, routed: Routed) -> Result<Value, StorageError> {
         let sent = futures::future::join_all(routed.shares.iter().map(|share| async move {
             let bounds: Vec<usize> = share.commands.iter().map(|c| c.bound).collect();
-            let pipe = self.pipe(&share.node).await?;
-            pipe.request_all(&share.packed, &bounds)
-                .await
-                .map_err(|e| self.node_failed(&share.node, e))
+            self.request_all(&share.node, &share.packed, &bounds).await
         }))
         .await;
         let mut values = vec![Value::Nil; routed.keys];
@@ -305,12 +347,24 @@ impl Cluster {
             .ok_or_else(|| self.error(&format!("a master answered {error:?}")))?;
         let mut packed = redis::cmd("ASKING").get_packed_command();
         packed.extend_from_slice(command);
-        let pipe = self.pipe(&node).await?;
-        let mut answers = pipe
-            .request_all(&packed, &[SHORT_ANSWER, bound])
-            .await
-            .map_err(|e| self.node_failed(&node, e))?;
+        let mut answers = self
+            .request_all(&node, &packed, &[SHORT_ANSWER, bound])
+            .await?;
         Ok(answers.pop().expect("two answers for two commands"))
+    }
+
+    /// [`Pipe::request_all`] on `node`'s connection.
+    async fn request_all(
+        &self,
+        node: &Node,
+        packed: &[u8],
+        bounds: &[usize],
+    ) -> Result<Vec<Answer>, StorageError> {
+        let cell = self.pipe(node).await?;
+        let pipe = cell.get().expect("opened by `pipe`");
+        pipe.request_all(packed, bounds)
+            .await
+            .map_err(|e| self.node_failed(node, e))
     }
 
     /// A connection to `node` failed: maybe the node did (a replica may take over), so the map
@@ -331,29 +385,80 @@ impl Cluster {
                      again and the request repeated"
                 ))
             }
+            PipeError::Answer(text)
+                if text.starts_with("READONLY ") || text.starts_with("CLUSTERDOWN ") =>
+            {
+                self.forget_map();
+                self.error(&format!(
+                    "the master {node} answered {text:?}; the slot map is read again and the \
+                     request repeated"
+                ))
+            }
             PipeError::Answer(_) => self.error(&format!("the master {node}: {error}")),
             _ => self.node_failed(node, error),
         }
     }
 
-    /// Runs `cmd` on `node` (its answer `max_answer` bytes at most).
+    /// Runs `cmd` on `node`, a master of the current map (its answer `max_answer` bytes at
+    /// most).
     pub async fn query_node(
         &self,
         node: &Node,
         cmd: &Cmd,
         max_answer: usize,
     ) -> Result<Value, StorageError> {
-        let pipe = self.pipe(node).await?;
-        pipe.request(&cmd.get_packed_command(), max_answer)
-            .await
+        let mut answers = self
+            .request_all(node, &cmd.get_packed_command(), &[max_answer])
+            .await?;
+        answers
+            .pop()
+            .expect("one answer a command")
             .map_err(|e| self.answer_failed(node, e))
     }
 
-    /// A master of the cluster, to ask about the cluster.
-    pub async fn any_node(&self) -> Result<Node, StorageError> {
-        let map = self.map().await?;
-        Ok(map.nodes[0].clone())
+    /// The masters that serve the slots, from a map read now: those a scan of the whole store
+    /// must visit.
+    pub async fn masters(&self) -> Result<Vec<Node>, StorageError> {
+        self.forget_map();
+        Ok(self.map().await?.nodes.clone())
     }
+}
+
+/// `CLUSTER SLOTS` from the masters of the last map (`known`, a few of them) and then the seed
+/// nodes of `target`, in turn, until one answers a map that covers every slot.
+async fn read_map(
+    target: &RedisTarget,
+    tls: &Option<ClientTls>,
+    known: &[Node],
+) -> Result<SlotMap, StorageError> {
+    let known = known
+        .iter()
+        .take(KNOWN_MASTERS_ASKED)
+        .map(|node| target.node_url(&node.host, node.port));
+    let mut errors = Vec::new();
+    for url in known.chain(target.nodes.iter().cloned()) {
+        let answer = async {
+            let pipe = Pipe::connect(&url, tls.clone(), CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
+                .await
+                .map_err(|e| e.to_string())?;
+            let asked = pipe.host().to_string();
+            let slots = pipe
+                .request(&slots_command(), TOPOLOGY_ANSWER)
+                .await
+                .map_err(|e| e.to_string())?;
+            slot_map(&slots, &asked)
+        }
+        .await;
+        match answer {
+            Ok(map) => return Ok(map),
+            Err(error) => errors.push(format!("{}: {error}", target.node_host(&url))),
+        }
+    }
+    Err(StorageError(format!(
+        "{}: no node gave a slot map ({})",
+        target.describe(),
+        errors.join("; ")
+    )))
 }
 
 /// `CLUSTER SLOTS`, packed.
@@ -381,8 +486,12 @@ fn slot_map(answer: &Value, asked: &str) -> Result<SlotMap, String> {
     let Value::Array(ranges) = answer else {
         return Err(bad("something other than a list of slot ranges"));
     };
-    let mut owner = vec![usize::MAX; usize::from(SLOTS)];
+    if ranges.len() > usize::from(SLOTS) {
+        return Err(bad(&format!("{} slot ranges", ranges.len())));
+    }
+    let mut owner = vec![u16::MAX; usize::from(SLOTS)];
     let mut nodes: Vec<Node> = Vec::new();
+    let mut index_of: HashMap<Node, u16> = HashMap::new();
     for range in ranges {
         let Value::Array(fields) = range else {
             return Err(bad("a slot range that is not a list"));
@@ -402,6 +511,15 @@ fn slot_map(answer: &Value, asked: &str) -> Result<SlotMap, String> {
         } else {
             host
         };
+        // A name or an address, nothing that would change the URL it is put in.
+        if !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'))
+        {
+            return Err(bad(&format!(
+                "a master at {host:?}, not a host name or address"
+            )));
+        }
         let Some(Value::Int(port)) = master.get(1) else {
             return Err(bad("a master without a port"));
         };
@@ -412,16 +530,25 @@ fn slot_map(answer: &Value, asked: &str) -> Result<SlotMap, String> {
             .filter(|&(start, end)| start <= end && end < usize::from(SLOTS))
             .ok_or_else(|| bad(&format!("the slot range {start}-{end}")))?;
         let node = Node { host, port };
-        let index = match nodes.iter().position(|n| *n == node) {
-            Some(index) => index,
+        let index = match index_of.get(&node) {
+            Some(&index) => index,
+            None if nodes.len() == MOST_NODES => {
+                return Err(bad(&format!("more than {MOST_NODES} masters")));
+            }
             None => {
+                let index = nodes.len() as u16;
+                index_of.insert(node.clone(), index);
                 nodes.push(node);
-                nodes.len() - 1
+                index
             }
         };
-        owner[slots.0..=slots.1].fill(index);
+        let served = &mut owner[slots.0..=slots.1];
+        if let Some(taken) = served.iter().position(|&o| o != u16::MAX) {
+            return Err(bad(&format!("slot {} twice", slots.0 + taken)));
+        }
+        served.fill(index);
     }
-    if let Some(slot) = owner.iter().position(|&o| o == usize::MAX) {
+    if let Some(slot) = owner.iter().position(|&o| o == u16::MAX) {
         return Err(format!(
             "slot {slot} is served by no master (is the cluster whole? CLUSTER INFO says)"
         ));
@@ -453,14 +580,34 @@ mod tests {
         ]);
         let map = slot_map(&whole, "10.0.0.9").unwrap();
         assert_eq!(map.nodes.len(), 2);
-        assert_eq!(map.nodes[map.owner[0]].to_string(), "10.0.0.1:7000");
-        assert_eq!(map.nodes[map.owner[16383]].to_string(), "10.0.0.9:7001");
+        let at = |slot: usize| map.nodes[usize::from(map.owner[slot])].to_string();
+        assert_eq!(at(0), "10.0.0.1:7000");
+        assert_eq!(at(16383), "10.0.0.9:7001");
 
         let holed = Value::Array(vec![range(0, 8191, "10.0.0.1", 7000)]);
         assert!(slot_map(&holed, "x").unwrap_err().contains("slot 8192"));
         let past = Value::Array(vec![range(0, 16384, "10.0.0.1", 7000)]);
         assert!(slot_map(&past, "x").unwrap_err().contains("0-16384"));
         assert!(slot_map(&Value::Okay, "x").is_err());
+        let twice = Value::Array(vec![
+            range(0, 16383, "10.0.0.1", 7000),
+            range(5, 5, "10.0.0.2", 7000),
+        ]);
+        assert!(slot_map(&twice, "x").unwrap_err().contains("slot 5 twice"));
+        let url_bending = Value::Array(vec![range(0, 16383, "x@evil/5?", 7000)]);
+        assert!(
+            slot_map(&url_bending, "x")
+                .unwrap_err()
+                .contains("not a host name")
+        );
+        let many: Vec<Value> = (0..=1000)
+            .map(|i| range(i, i, "10.0.0.1", 7000 + i))
+            .collect();
+        assert!(
+            slot_map(&Value::Array(many), "x")
+                .unwrap_err()
+                .contains("more than 1000 masters")
+        );
     }
 
     #[test]

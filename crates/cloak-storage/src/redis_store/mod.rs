@@ -50,7 +50,7 @@ use crate::wire;
 use crate::{Addr, Release, Storage, StorageError, StorageOp, StorageReply};
 use answer_scan::BadAnswer;
 use answer_size::SHORT_ANSWER;
-use cluster::{Cluster, Gather, Node, Routed, TOPOLOGY_ANSWER};
+use cluster::{Cluster, Gather, Node, Routed};
 use pipe::{Pipe, PipeError};
 pub use url::{DEFAULT_PREFIX, RedisTarget, UrlError};
 
@@ -63,6 +63,13 @@ const SCAN_COUNT: usize = 10_000;
 enum Connection {
     Single(Box<Pipe>),
     Cluster(Box<Cluster>),
+}
+
+/// A write or delete ready to go: the command, and in a cluster, for a change of several keys,
+/// the intent's SET before it and DEL after it (see the module's docs), all packed beforehand.
+struct Change {
+    command: Ready,
+    intent: Option<(Ready, Ready)>,
 }
 
 /// A command ready to go, packed already (a timed request then has nothing left to do after its
@@ -145,19 +152,24 @@ impl RedisStorage {
         StorageError(format!("{}: {error}", self.target.describe()))
     }
 
-    /// Sends the command of the one key `key` that `command` makes, whose answer may be
-    /// `max_answer` bytes of RESP at most, and waits for its answer.
-    async fn query_key<T: FromRedisValue>(
+    /// `COMMAND` of the intent key (a cluster's, see the module's docs), with `value` if given,
+    /// ready to send; its answer may be `max_answer` bytes of RESP at most.
+    async fn intent_command(
         &self,
-        key: Vec<u8>,
-        command: impl Fn(&[u8]) -> Cmd,
+        command: &str,
+        value: Option<&[u8]>,
         max_answer: usize,
-    ) -> Result<T, StorageError> {
-        let keys = [key];
-        let ready = self
-            .ready(&keys, Gather::One, |_| (command(&keys[0]), max_answer))
-            .await?;
-        self.send(ready).await
+    ) -> Result<Ready, StorageError> {
+        let key = [self.target.intent_key()];
+        let cmd = |_: &[usize]| {
+            let mut cmd = redis::cmd(command);
+            cmd.arg(&key[0]);
+            if let Some(value) = value {
+                cmd.arg(value);
+            }
+            (cmd, max_answer)
+        };
+        self.ready(&key, Gather::One, cmd).await
     }
 
     /// The command of `keys` that `command` makes from the positions of the keys it names (all
@@ -244,6 +256,25 @@ impl RedisStorage {
         Ok(values.into_iter().map(|v| v.map(Bytes::from)).collect())
     }
 
+    /// The command that applies a write or delete, ready to send; in a cluster, with the
+    /// intent's commands around it when it changes several keys.
+    async fn change_command(&self, op: &StorageOp) -> Result<Option<Change>, StorageError> {
+        let Some(command) = self.command(op).await? else {
+            return Ok(None);
+        };
+        let intent = if self.target.cluster && op.len() > 1 {
+            let intent = wire::encode_request(0, op).to_bytes();
+            let set = self
+                .intent_command("SET", Some(&intent), SHORT_ANSWER)
+                .await?;
+            let delete = self.intent_command("DEL", None, SHORT_ANSWER).await?;
+            Some((set, delete))
+        } else {
+            None
+        };
+        Ok(Some(Change { command, intent }))
+    }
+
     /// The command that applies a write or delete, ready to send.
     async fn command(&self, op: &StorageOp) -> Result<Option<Ready>, StorageError> {
         Ok(match op {
@@ -274,62 +305,35 @@ impl RedisStorage {
     }
 
     async fn change(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
-        let command = self.command(&op).await?;
-        self.apply(command, &op).await
+        let change = self.change_command(&op).await?;
+        self.apply(change).await
     }
 
-    /// Sends `command`, the write or delete `op` (`None`: nothing to change). In a cluster,
-    /// several keys are not changed by one atomic command, so the change goes through the
-    /// intent key.
-    async fn apply(
-        &self,
-        command: Option<Ready>,
-        op: &StorageOp,
-    ) -> Result<StorageReply, StorageError> {
-        let Some(command) = command else {
+    /// Sends a write or delete made ready by [`RedisStorage::change_command`] (`None`: nothing
+    /// to change). In a cluster, several keys are not changed by one atomic command, so the
+    /// change goes through the intent key.
+    async fn apply(&self, change: Option<Change>) -> Result<StorageReply, StorageError> {
+        let Some(change) = change else {
             return Ok(StorageReply::Done);
         };
-        if self.target.cluster && op.len() > 1 {
-            let _one_at_a_time = self.cluster_writes.lock().await;
-            let intent = wire::encode_request(0, op).to_bytes();
-            let set = |key: &[u8]| {
-                let mut set = redis::cmd("SET");
-                set.arg(key).arg(intent.as_ref());
-                set
-            };
-            self.query_key::<()>(self.target.intent_key(), set, SHORT_ANSWER)
-                .await?;
-            self.send::<Value>(command).await?;
-            self.delete_intent().await?;
-        } else {
-            self.send::<Value>(command).await?;
+        match change.intent {
+            Some((set, delete)) => {
+                let _one_at_a_time = self.cluster_writes.lock().await;
+                self.send::<()>(set).await?;
+                self.send::<Value>(change.command).await?;
+                self.send::<()>(delete).await?;
+            }
+            None => self.send::<()>(change.command).await?,
         }
         Ok(StorageReply::Done)
     }
 
-    /// Removes the intent of a cluster write once the write is applied.
-    async fn delete_intent(&self) -> Result<(), StorageError> {
-        let del = |key: &[u8]| {
-            let mut del = redis::cmd("DEL");
-            del.arg(key);
-            del
-        };
-        self.query_key(self.target.intent_key(), del, SHORT_ANSWER)
-            .await
-    }
-
     /// Applies the intent a proxy that died mid-write left in a cluster, then removes it.
     async fn finish_interrupted_write(&self) -> Result<(), StorageError> {
-        let get = |key: &[u8]| {
-            let mut get = redis::cmd("GET");
-            get.arg(key);
-            get
-        };
         // The intent holds a whole write of the scheme's, whose size storage does not know: it
         // is bounded by the pipe's cap on any answer (512 MiB, Redis's own limit on a value).
-        let intent = self
-            .query_key::<Option<Vec<u8>>>(self.target.intent_key(), get, usize::MAX)
-            .await?;
+        let get = self.intent_command("GET", None, usize::MAX).await?;
+        let intent: Option<Vec<u8>> = self.send(get).await?;
         let Some(intent) = intent else {
             return Ok(());
         };
@@ -353,7 +357,8 @@ impl RedisStorage {
         if let Some(command) = self.command(&op).await? {
             self.send::<Value>(command).await?;
         }
-        self.delete_intent().await
+        let delete = self.intent_command("DEL", None, SHORT_ANSWER).await?;
+        self.send(delete).await
     }
 
     async fn scan(&self, after: Option<Addr>, limit: u32) -> Result<StorageReply, StorageError> {
@@ -385,7 +390,8 @@ impl RedisStorage {
         match &self.connection {
             Connection::Single(_) => self.scan_node(None, &mut addrs).await?,
             Connection::Cluster(cluster) => {
-                for node in self.masters(cluster).await? {
+                // A master that cannot be reached fails the scan (its keys would be missing).
+                for node in cluster.masters().await? {
                     self.scan_node(Some(node), &mut addrs).await?;
                 }
             }
@@ -468,44 +474,6 @@ impl RedisStorage {
         };
         redis::from_redis_value(value).map_err(|e| self.error(e.into()))
     }
-
-    /// The cluster's masters, from CLUSTER NODES. A master that is failing would hide its keys
-    /// from the scan, so that is an error rather than a partial answer.
-    async fn masters(&self, cluster: &Cluster) -> Result<Vec<Node>, StorageError> {
-        let mut nodes = redis::cmd("CLUSTER");
-        nodes.arg("NODES");
-        let asked = Some(cluster.any_node().await?);
-        let text: String = self.query_on(&asked, nodes, TOPOLOGY_ANSWER).await?;
-        let unhealthy = |line: &str| {
-            StorageError(format!(
-                "{}: cannot scan a cluster with a failing master ({line})",
-                self.target.describe()
-            ))
-        };
-        let mut masters = Vec::new();
-        for line in text.lines() {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let Some(flags) = fields.get(2) else { continue };
-            if !flags.split(',').any(|f| f == "master") {
-                continue;
-            }
-            if flags.contains("fail") || flags.contains("noaddr") {
-                return Err(unhealthy(line));
-            }
-            let node = fields
-                .get(1)
-                .and_then(|a| a.split('@').next())
-                .and_then(cluster::parse_node);
-            masters.push(node.ok_or_else(|| unhealthy(line))?);
-        }
-        if masters.is_empty() {
-            return Err(StorageError(format!(
-                "{}: CLUSTER NODES lists no master",
-                self.target.describe()
-            )));
-        }
-        Ok(masters)
-    }
 }
 
 #[async_trait]
@@ -531,9 +499,9 @@ impl Storage for RedisStorage {
                 ))
             }
             StorageOp::Write(_) | StorageOp::Delete(_) => {
-                let command = self.command(&op).await?;
+                let change = self.change_command(&op).await?;
                 release.await;
-                self.apply(command, &op).await
+                self.apply(change).await
             }
             op => {
                 release.await;

@@ -15,8 +15,8 @@ use super::{HANDSHAKE_TIMEOUT, TlsError, pem};
 /// Where the connecting side's trust anchor and own certificate are.
 #[derive(Clone, Debug)]
 pub struct ClientTlsFiles {
-    /// The CA that signed the server's certificate; the `redis` crate falls back on the
-    /// system's CAs without one, [`ClientTls`] refuses.
+    /// The CA that signed the server's certificate; without one, [`ClientTls::load`] refuses
+    /// and [`ClientTls::load_or_system_roots`] (a Redis's) takes the system's CAs.
     pub ca: Option<PathBuf>,
     /// Our certificate and key, for servers that ask for one.
     pub identity: Option<(PathBuf, PathBuf)>,
