@@ -13,9 +13,11 @@
 //! one write, pipelined; the masters are written to one after the other, from one task, with
 //! everything packed beforehand.
 //!
-//! When the cluster changes. A master that answers `MOVED` no longer serves that slot: the map
-//! is read again before the next request, and this one fails (the schemes repeat a failed
-//! request after a backoff; what they send again is what they sent). A master that cannot be
+//! When the cluster changes. A master that answers `MOVED` no longer serves that slot: the
+//! command goes at once to the master it names (a master of the map, read again first if the map
+//! does not know it), and the map is read again before the next request. A redirection that is
+//! answered by another one fails the request by name (the schemes repeat a failed request after
+//! a backoff; what they send again is what they sent). A master that cannot be
 //! reached, or that refuses a write as a replica (`READONLY`) or a cluster that is down
 //! (`CLUSTERDOWN`), has the map read again too (a replica may have taken over). `ASK` (a slot half
 //! way through a migration) is followed once: the command goes again to the node named, after
@@ -92,6 +94,15 @@ pub(super) enum Gather {
     Done,
     /// One command of one key (GET, SET): its answer.
     One,
+}
+
+/// How a master sent a command elsewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Redirect {
+    /// `ASK`: this once, to a node importing the slot.
+    Ask,
+    /// `MOVED`: the slot has a new master.
+    Moved,
 }
 
 /// A command split by slot and packed for the masters that serve its keys.
@@ -296,11 +307,18 @@ impl Cluster {
         .await;
         let mut values = vec![Value::Nil; routed.keys];
         let mut one = None;
+        let mut moved = false;
         for (share, answers) in routed.shares.iter().zip(sent) {
             for (part, answer) in share.commands.iter().zip(answers?) {
+                let command = &share.packed[part.bytes.clone()];
                 let answer = match answer {
                     Err(PipeError::Answer(error)) if error.starts_with("ASK ") => {
-                        self.ask(&error, &share.packed[part.bytes.clone()], part.bound)
+                        self.redirect(&error, command, part.bound, Redirect::Ask)
+                            .await?
+                    }
+                    Err(PipeError::Answer(error)) if error.starts_with("MOVED ") => {
+                        moved = true;
+                        self.redirect(&error, command, part.bound, Redirect::Moved)
                             .await?
                     }
                     other => other,
@@ -331,6 +349,10 @@ impl Cluster {
                 }
             }
         }
+        if moved {
+            // The next request goes by a map read again, not slot by slot through redirections.
+            self.forget_map();
+        }
         Ok(match routed.gather {
             Gather::Values => Value::Array(values),
             Gather::Done => Value::Okay,
@@ -338,19 +360,38 @@ impl Cluster {
         })
     }
 
-    /// Follows an `ASK SLOT HOST:PORT` answer: the command again, on that node, after `ASKING`.
-    async fn ask(&self, error: &str, command: &[u8], bound: usize) -> Result<Answer, StorageError> {
+    /// Follows an `ASK SLOT HOST:PORT` or `MOVED SLOT HOST:PORT` answer once: the command again,
+    /// on that node (after `ASKING` for an `ASK`), which must be a master of the slot map (read
+    /// again first when a `MOVED` names a node it does not know). A second redirection is not
+    /// followed: it fails the request (see [`Cluster::answer_failed`]).
+    async fn redirect(
+        &self,
+        error: &str,
+        command: &[u8],
+        bound: usize,
+        redirect: Redirect,
+    ) -> Result<Answer, StorageError> {
         let node = error
             .split_whitespace()
             .nth(2)
             .and_then(parse_node)
             .ok_or_else(|| self.error(&format!("a master answered {error:?}")))?;
-        let mut packed = redis::cmd("ASKING").get_packed_command();
+        let (mut packed, mut bounds) = (Vec::new(), Vec::new());
+        match redirect {
+            Redirect::Ask => {
+                redis::cmd("ASKING").write_packed_command(&mut packed);
+                bounds.push(SHORT_ANSWER);
+            }
+            Redirect::Moved if !self.lock().map.nodes.contains(&node) => {
+                self.forget_map();
+                self.map().await?;
+            }
+            Redirect::Moved => {}
+        }
         packed.extend_from_slice(command);
-        let mut answers = self
-            .request_all(&node, &packed, &[SHORT_ANSWER, bound])
-            .await?;
-        Ok(answers.pop().expect("two answers for two commands"))
+        bounds.push(bound);
+        let mut answers = self.request_all(&node, &packed, &bounds).await?;
+        Ok(answers.pop().expect("an answer for each command"))
     }
 
     /// [`Pipe::request_all`] on `node`'s connection.
@@ -374,15 +415,15 @@ impl Cluster {
         self.error(&format!("the master {node}: {error}"))
     }
 
-    /// What a master answered instead of a result: `MOVED` (the map is read again before the
-    /// next request), another error, or a broken connection.
+    /// What a master answered instead of a result: `MOVED` after a redirection (the map is read
+    /// again before the next request), another error, or a broken connection.
     fn answer_failed(&self, node: &Node, error: PipeError) -> StorageError {
         match &error {
             PipeError::Answer(text) if text.starts_with("MOVED ") => {
                 self.forget_map();
                 self.error(&format!(
-                    "the master {node} answered {text:?}: the slot moved; the slot map is read \
-                     again and the request repeated"
+                    "the master {node} answered {text:?}: the slot moved again; the slot map is \
+                     read again and the request repeated"
                 ))
             }
             PipeError::Answer(text)
