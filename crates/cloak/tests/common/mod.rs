@@ -10,12 +10,27 @@ use std::time::{Duration, Instant};
 
 pub const CLOAK: &str = env!("CARGO_BIN_EXE_cloak");
 
+/// A loopback port nobody listens on now.
+///
+/// Never the same port twice in one test process: the port is released before whoever gets it
+/// binds it, so the system may hand it out again meanwhile, and two proxies of one test were
+/// once given the same address (`DuplicateAddress` from a cluster map).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// The first of `count` consecutive free loopback ports (`cloak cluster up` takes consecutive
