@@ -47,17 +47,17 @@ use crate::StorageError;
 use crate::slot::{SLOTS, key_slot};
 use crate::tls::ClientTls;
 
-/// The longest answer to `CLUSTER SLOTS` or `CLUSTER NODES`: a few hundred bytes a node and a
-/// line per slot range; a cluster whose every slot range is on its own line stays under 2 MiB.
+/// The longest answer to `CLUSTER SLOTS`: a few hundred bytes a node and an entry per slot
+/// range; a cluster whose every slot range is an entry of its own stays under 2 MiB.
 pub(super) const TOPOLOGY_ANSWER: usize = 4 << 20;
 
 /// Most masters a slot map may name (Redis Cluster's own suggested ceiling is 1,000 nodes): each
 /// costs a connection, so a hostile map naming thousands of hosts is refused.
-pub(super) const MOST_NODES: usize = 1000;
+const MOST_NODES: usize = 1000;
 
 /// The longest a request may take across its masters, connections and redirections included:
 /// a master's answer may take the response timeout, after a connect.
-pub(super) const REQUEST_LIMIT: Duration = RESPONSE_TIMEOUT.saturating_add(CONNECT_TIMEOUT);
+const REQUEST_LIMIT: Duration = RESPONSE_TIMEOUT.saturating_add(CONNECT_TIMEOUT);
 
 /// Masters of the last map tried when the map is read again, before the seeds: they are the
 /// cluster as it was last seen (the seeds may be gone), but a hostile map could name many that
@@ -205,30 +205,6 @@ impl Cluster {
         self.lock().stale = true;
     }
 
-    /// The connection to `node`, a master of the current map, opened if there is none (outside
-    /// any lock that other masters' requests wait on).
-    async fn pipe(&self, node: &Node) -> Result<Arc<OnceCell<Pipe>>, StorageError> {
-        let cell = {
-            let mut topology = self.lock();
-            if !topology.map.nodes.contains(node) {
-                return Err(
-                    self.error(&format!("{node} is not a master of the cluster's slot map"))
-                );
-            }
-            topology.pipes.entry(node.clone()).or_default().clone()
-        };
-        let url = self.target.node_url(&node.host, node.port);
-        cell.get_or_try_init(|| {
-            Pipe::connect(&url, self.tls.clone(), CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
-        })
-        .await
-        .map_err(|e| {
-            self.forget_map();
-            self.error(&format!("cannot connect to the master {node}: {e}"))
-        })?;
-        Ok(cell)
-    }
-
     fn error(&self, what: &str) -> StorageError {
         StorageError(format!("{}: {what}", self.target.describe()))
     }
@@ -243,23 +219,20 @@ impl Cluster {
         command: impl Fn(&[usize]) -> (Cmd, usize),
     ) -> Result<Routed, StorageError> {
         let map = self.map().await?;
-        // Keys of one slot, in the order they first come.
-        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
-        let mut slots = Vec::new();
+        // The positions of each slot's keys, slots in the order their first key comes.
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        let mut group_of: HashMap<u16, usize> = HashMap::new();
         for (i, key) in keys.iter().enumerate() {
             let slot = key_slot(key);
-            by_slot
-                .entry(slot)
-                .or_insert_with(|| {
-                    slots.push(slot);
-                    Vec::new()
-                })
-                .push(i);
+            let group = *group_of.entry(slot).or_insert_with(|| {
+                groups.push((slot, Vec::new()));
+                groups.len() - 1
+            });
+            groups[group].1.push(i);
         }
         let mut shares: Vec<Share> = Vec::new();
         let mut share_of: HashMap<u16, usize> = HashMap::new();
-        for slot in slots {
-            let positions = by_slot.remove(&slot).unwrap_or_default();
+        for (slot, positions) in groups {
             let owner = map.owner[usize::from(slot)];
             let share = *share_of.entry(owner).or_insert_with(|| {
                 shares.push(Share {
@@ -394,15 +367,33 @@ impl Cluster {
         Ok(answers.pop().expect("an answer for each command"))
     }
 
-    /// [`Pipe::request_all`] on `node`'s connection.
+    /// [`Pipe::request_all`] on the connection to `node`, a master of the current map, opened
+    /// if there is none (outside any lock that other masters' requests wait on).
     async fn request_all(
         &self,
         node: &Node,
         packed: &[u8],
         bounds: &[usize],
     ) -> Result<Vec<Answer>, StorageError> {
-        let cell = self.pipe(node).await?;
-        let pipe = cell.get().expect("opened by `pipe`");
+        let cell = {
+            let mut topology = self.lock();
+            if !topology.map.nodes.contains(node) {
+                return Err(
+                    self.error(&format!("{node} is not a master of the cluster's slot map"))
+                );
+            }
+            topology.pipes.entry(node.clone()).or_default().clone()
+        };
+        let url = self.target.node_url(&node.host, node.port);
+        let pipe = cell
+            .get_or_try_init(|| {
+                Pipe::connect(&url, self.tls.clone(), CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
+            })
+            .await
+            .map_err(|e| {
+                self.forget_map();
+                self.error(&format!("cannot connect to the master {node}: {e}"))
+            })?;
         pipe.request_all(packed, bounds)
             .await
             .map_err(|e| self.node_failed(node, e))
@@ -510,7 +501,7 @@ fn slots_command() -> Vec<u8> {
 }
 
 /// `HOST:PORT` as a node.
-pub(super) fn parse_node(text: &str) -> Option<Node> {
+fn parse_node(text: &str) -> Option<Node> {
     let (host, port) = text.rsplit_once(':')?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     Some(Node {

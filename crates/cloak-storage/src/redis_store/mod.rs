@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::{Cmd, FromRedisValue, RedisError, Value};
+use redis::{Cmd, FromRedisValue, RedisError};
 
 use crate::tls::ClientTls;
 use crate::tls::client::ClientTlsFiles;
@@ -221,10 +221,7 @@ impl RedisStorage {
         }
         let keys = self.keys(addrs.iter().copied());
         let mget = |positions: &[usize]| {
-            let mut mget = redis::cmd("MGET");
-            for &i in positions {
-                mget.arg(&keys[i]);
-            }
+            let mget = of_keys("MGET", &keys, positions);
             (mget, answer_size::mget(positions.len(), self.max_element))
         };
         Ok(Some(self.ready(&keys, Gather::Values, mget).await?))
@@ -291,13 +288,7 @@ impl RedisStorage {
             }
             StorageOp::Delete(addrs) if !addrs.is_empty() => {
                 let keys = self.keys(addrs.iter().copied());
-                let del = |positions: &[usize]| {
-                    let mut del = redis::cmd("DEL");
-                    for &i in positions {
-                        del.arg(&keys[i]);
-                    }
-                    (del, SHORT_ANSWER)
-                };
+                let del = |positions: &[usize]| (of_keys("DEL", &keys, positions), SHORT_ANSWER);
                 Some(self.ready(&keys, Gather::Done, del).await?)
             }
             _ => None,
@@ -320,7 +311,7 @@ impl RedisStorage {
             Some((set, delete)) => {
                 let _one_at_a_time = self.cluster_writes.lock().await;
                 self.send::<()>(set).await?;
-                self.send::<Value>(change.command).await?;
+                self.send::<()>(change.command).await?;
                 self.send::<()>(delete).await?;
             }
             None => self.send::<()>(change.command).await?,
@@ -355,7 +346,7 @@ impl RedisStorage {
             "finishing a write a previous proxy left half done in the cluster"
         );
         if let Some(command) = self.command(&op).await? {
-            self.send::<Value>(command).await?;
+            self.send::<()>(command).await?;
         }
         let delete = self.intent_command("DEL", None, SHORT_ANSWER).await?;
         self.send(delete).await
@@ -474,6 +465,15 @@ impl RedisStorage {
         };
         redis::from_redis_value(value).map_err(|e| self.error(e.into()))
     }
+}
+
+/// `NAME` of the keys at `positions` in `keys`.
+fn of_keys(name: &str, keys: &[Vec<u8>], positions: &[usize]) -> Cmd {
+    let mut cmd = redis::cmd(name);
+    for &i in positions {
+        cmd.arg(&keys[i]);
+    }
+    cmd
 }
 
 #[async_trait]

@@ -33,6 +33,8 @@ pub struct RedisTarget {
     pub tls: bool,
     /// The prefix of every key the store writes.
     pub prefix: Vec<u8>,
+    /// What every node URL starts with: the scheme and the credentials (`redis://:PASSWORD@`).
+    node_prefix: String,
 }
 
 /// A Redis URL that does not parse.
@@ -68,9 +70,9 @@ impl RedisTarget {
                     _ => return Err(error("the only option is ?prefix=P")),
                 }
             }
-            let (credentials, hosts) = match location.rsplit_once('@') {
-                Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
-                None => (String::new(), location),
+            let (node_prefix, hosts) = match location.rsplit_once('@') {
+                Some((credentials, hosts)) => (format!("{node_scheme}://{credentials}@"), hosts),
+                None => (format!("{node_scheme}://"), location),
             };
             if hosts.is_empty() {
                 return Err(error("no HOST:PORT"));
@@ -83,20 +85,21 @@ impl RedisTarget {
                     .split(',')
                     .map(|node| match node.trim() {
                         "" => Err(error("an empty node in the list")),
-                        node => Ok(format!("{node_scheme}://{credentials}{node}")),
+                        node => Ok(format!("{node_prefix}{node}")),
                     })
                     .collect::<Result<Vec<_>, _>>()?
             } else {
                 if hosts.contains(',') {
                     return Err(error("several nodes: use redis+cluster:// for a cluster"));
                 }
-                vec![format!("{node_scheme}://{credentials}{hosts}")]
+                vec![format!("{node_prefix}{hosts}")]
             };
             Ok(Self {
                 nodes,
                 cluster,
                 tls,
                 prefix,
+                node_prefix,
             })
         })())
     }
@@ -150,24 +153,16 @@ impl RedisTarget {
     /// The URL of a cluster node at `host:port`, with the scheme and credentials of the seeds
     /// (every node of a cluster takes the same).
     pub fn node_url(&self, host: &str, port: u16) -> String {
-        let seed = self.nodes.first().map_or("", String::as_str);
-        let (scheme, rest) = seed.split_once("://").unwrap_or(("redis", seed));
-        let credentials = rest
-            .rsplit_once('@')
-            .map_or("", |(credentials, _)| credentials);
-        let at = if credentials.is_empty() { "" } else { "@" };
-        let host = if host.contains(':') {
-            format!("[{host}]")
+        if host.contains(':') {
+            format!("{}[{host}]:{port}", self.node_prefix)
         } else {
-            host.to_string()
-        };
-        format!("{scheme}://{credentials}{at}{host}:{port}")
+            format!("{}{host}:{port}", self.node_prefix)
+        }
     }
 
     /// A node URL's `HOST[:PORT]`, without scheme or credentials (for messages).
     pub fn node_host<'a>(&self, url: &'a str) -> &'a str {
-        let url = url.split_once("://").map_or(url, |(_, rest)| rest);
-        url.rsplit_once('@').map_or(url, |(_, host)| host)
+        url.strip_prefix(self.node_prefix.as_str()).unwrap_or(url)
     }
 
     /// Each node's `HOST[:PORT][/DB]`, without scheme or credentials.
@@ -275,6 +270,22 @@ mod tests {
         ] {
             assert!(RedisTarget::parse(bad).unwrap().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn cluster_nodes_take_the_seeds_scheme_and_credentials() {
+        let t = RedisTarget::parse("rediss+cluster://user:pw@a:1,b:2")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            t.node_url("10.0.0.3", 7000),
+            "rediss://user:pw@10.0.0.3:7000"
+        );
+        assert_eq!(t.node_url("::1", 7000), "rediss://user:pw@[::1]:7000");
+        assert_eq!(t.node_host(&t.nodes[1]), "b:2");
+        let plain = RedisTarget::parse("redis+cluster://a:1").unwrap().unwrap();
+        assert_eq!(plain.node_url("h", 9), "redis://h:9");
+        assert_eq!(plain.node_host(&plain.node_url("h", 9)), "h:9");
     }
 
     #[test]
