@@ -15,6 +15,7 @@
 mod admission;
 pub mod dir;
 mod disk;
+mod fence;
 pub mod handshake;
 mod memory;
 mod observing;
@@ -57,6 +58,15 @@ pub trait Storage: Send + Sync + 'static {
         self.call(op).await
     }
 
+    /// Ends whatever an earlier client of this storage (the proxy this one replaces, killed or
+    /// stopped) still has on its way, and settles what it left half done: once this returns,
+    /// no request sent before it by another client is applied any more. A proxy calls it first,
+    /// before it reads anything: a write-back of a killed proxy applied in the middle of the
+    /// recovery's scan would move elements from addresses not yet scanned to addresses already
+    /// scanned, where the scan would see them nowhere. The server learns from it that a proxy
+    /// is starting, which the scan after it shows anyway.
+    async fn fence(&self) -> Result<(), StorageError>;
+
     /// Where the elements are, for logs and `INFO` (never secret).
     fn describe(&self) -> String;
 }
@@ -78,6 +88,10 @@ impl<S: Storage + ?Sized> Storage for std::sync::Arc<S> {
 
     async fn call_at(&self, op: StorageOp, release: Release) -> Result<StorageReply, StorageError> {
         (**self).call_at(op, release).await
+    }
+
+    async fn fence(&self) -> Result<(), StorageError> {
+        (**self).fence().await
     }
 
     fn describe(&self) -> String {

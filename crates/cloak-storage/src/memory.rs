@@ -43,6 +43,11 @@ impl Storage for MemoryStorage {
             .apply(op))
     }
 
+    /// Nothing to fence: no other process reaches this process's memory.
+    async fn fence(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         "memory".into()
     }

@@ -99,6 +99,12 @@ impl<S: Storage> Storage for Observing<S> {
     // `call_at` keeps the trait's own: it waits for the release and then calls `call`, so a
     // timed request is recorded when it leaves (the server sees nothing of it before).
 
+    // Not recorded: a fence carries no address and comes once, before anything else, at every
+    // start; the trace is the requests that touch the store.
+    async fn fence(&self) -> Result<(), StorageError> {
+        self.inner.fence().await
+    }
+
     fn describe(&self) -> String {
         format!("observed {}", self.inner.describe())
     }

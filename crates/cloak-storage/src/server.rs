@@ -12,7 +12,12 @@
 //! are still handshaking: a flood of connections (refused or not) cannot make the server hold
 //! more than that many buffers and tasks, nor keep a proxy that proves itself out.
 //!
+//! A proxy raises a [`fence`] before it recovers the store: every other connection is stopped
+//! and what it started waited out, so nothing a killed proxy left on its way lands in the
+//! middle of the new one's scan.
+//!
 //! [`admission`]: crate::admission
+//! [`fence`]: crate::fence
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,10 +27,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::admission::{Admission, Handshaking, RateLimited};
+use crate::fence::{FENCE_WAIT, Fences, Lease};
 use crate::handshake::{self, HandshakeError, StorageSecret};
 use crate::tls::{ServerTls, TlsError};
-use crate::wire::{self, WireError};
-use crate::{Storage, StorageError};
+use crate::wire::{self, Request, WireError};
+use crate::{Storage, StorageError, StorageReply};
 
 /// Who may use the server.
 #[derive(Clone, Default)]
@@ -64,6 +70,8 @@ enum Ended {
     CrowdedOut,
     #[error("refused: the server reached --max-connections while it was handshaking")]
     Full,
+    #[error("closed by a fence: a proxy is starting on this store")]
+    Fenced,
 }
 
 /// Accepts connections from anyone until `shutdown` completes, then closes every connection.
@@ -87,6 +95,7 @@ pub async fn serve_guarded(
     // Dropping the set when we return aborts the connection tasks.
     let mut connections = tokio::task::JoinSet::new();
     let admission = Admission::new(guard.max_connections);
+    let fences = Arc::new(Fences::default());
     let mut turned_away = RateLimited::default();
     loop {
         tokio::select! {
@@ -119,9 +128,10 @@ pub async fn serve_guarded(
                 let storage = storage.clone();
                 let guard = guard.clone();
                 let admission = admission.clone();
+                let fences = fences.clone();
                 connections.spawn(async move {
                     tracing::debug!(%peer, "storage client connected");
-                    match serve_peer(stream, storage, &guard, &admission).await {
+                    match serve_peer(stream, storage, &guard, &admission, &fences).await {
                         Ok(()) | Err(Ended::Wire(WireError::Closed)) => {}
                         // A proxy that stops drops its TLS connections without a close_notify.
                         Err(Ended::Wire(WireError::Io(error)))
@@ -132,7 +142,7 @@ pub async fn serve_guarded(
                         Err(error @ (Ended::Tls(_) | Ended::Handshake(_) | Ended::Full)) => {
                             admission.note_refused(peer, &error);
                         }
-                        Err(error @ Ended::CrowdedOut) => {
+                        Err(error @ (Ended::CrowdedOut | Ended::Fenced)) => {
                             tracing::debug!(%peer, %error, "storage connection closed");
                         }
                         Err(error) => tracing::warn!(%peer, %error, "storage connection closed"),
@@ -146,12 +156,14 @@ pub async fn serve_guarded(
 }
 
 /// TLS and the handshake first, as `guard` asks, while `admission` keeps a place among the
-/// handshaking; then, admitted, requests until the peer leaves.
+/// handshaking; then, admitted (and open to `fences`), requests until the peer leaves or a
+/// fence stops it.
 async fn serve_peer(
     stream: TcpStream,
     storage: Arc<dyn Storage>,
     guard: &Guard,
     admission: &Arc<Admission>,
+    fences: &Arc<Fences>,
 ) -> Result<(), Ended> {
     stream.set_nodelay(true).map_err(WireError::from)?;
     let secret = guard.secret.as_ref();
@@ -165,7 +177,7 @@ async fn serve_peer(
             .await?;
             let _admitted = admission.admit(handshaking).ok_or(Ended::Full)?;
             let (reader, writer) = stream.into_split();
-            Ok(serve_connection(reader, writer, storage).await?)
+            serve_connection(reader, writer, storage, fences.lease()).await
         }
         Some(tls) => {
             let stream = while_handshaking(&handshaking, async {
@@ -176,7 +188,7 @@ async fn serve_peer(
             .await?;
             let _admitted = admission.admit(handshaking).ok_or(Ended::Full)?;
             let (reader, writer) = tokio::io::split(stream);
-            Ok(serve_connection(reader, writer, storage).await?)
+            serve_connection(reader, writer, storage, fences.lease()).await
         }
     }
 }
@@ -192,29 +204,55 @@ async fn while_handshaking<T>(
     }
 }
 
+/// Serves one admitted connection's requests in order until its peer leaves or a fence stops
+/// it. A fence is checked before each request starts, never during one: a request started is
+/// applied whole, and the fence waits for it (see [`crate::fence`]).
 async fn serve_connection(
     mut reader: impl AsyncRead + Unpin,
     mut writer: impl AsyncWrite + Unpin,
     storage: Arc<dyn Storage>,
-) -> Result<(), WireError> {
+    mut lease: Lease,
+) -> Result<(), Ended> {
     let mut input = BytesMut::with_capacity(64 * 1024);
     let mut answers = Vec::new();
     loop {
-        let frame = wire::read_frame(&mut reader, &mut input).await?;
-        let (id, op) = match wire::decode_request(frame) {
+        // The fence first: a frame already buffered when it came is dropped unstarted.
+        let frame = tokio::select! {
+            biased;
+            () = lease.fenced() => return Err(Ended::Fenced),
+            frame = wire::read_frame(&mut reader, &mut input) => frame?,
+        };
+        let (id, request) = match wire::decode_server_request(frame) {
             Ok(request) => request,
             Err(error) => {
                 let answer = Err(StorageError(format!("protocol error: {error}")));
                 answers.push(wire::encode_response(0, &answer));
-                wire::write_frames(&mut writer, &answers).await?;
-                return Err(error);
+                wire::write_frames(&mut writer, &answers)
+                    .await
+                    .map_err(WireError::from)?;
+                return Err(error.into());
             }
         };
-        let result = storage.call(op).await;
+        let result = match request {
+            Request::Op(op) => storage.call(op).await,
+            // Two proxies fencing at once: whichever fences first stops the other's fence.
+            Request::Fence => tokio::select! {
+                fenced = lease.fence(FENCE_WAIT) => match fenced {
+                    Ok(stopped) => {
+                        tracing::info!(stopped, "fence: a proxy is starting; other connections stopped");
+                        Ok(StorageReply::Done)
+                    }
+                    Err(error) => Err(StorageError(format!("the fence failed: {error}"))),
+                },
+                () = lease.fenced() => return Err(Ended::Fenced),
+            },
+        };
         answers.push(wire::encode_response(id, &result));
         // Answer pipelined requests together: write once nothing complete is buffered.
         if !has_frame(&input) {
-            wire::write_frames(&mut writer, &answers).await?;
+            wire::write_frames(&mut writer, &answers)
+                .await
+                .map_err(WireError::from)?;
             answers.clear();
         }
     }

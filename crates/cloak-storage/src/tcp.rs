@@ -211,6 +211,33 @@ impl Storage for TcpStorage {
         self.send(id, frame, max_answer).await
     }
 
+    /// A FENCE request (see the server's `fence` module), sent first, on the one connection
+    /// [`TcpStorage::connect_with`] opened: the server stops every other connection, so any
+    /// of ours opened before would be stopped too.
+    async fn fence(&self) -> Result<(), StorageError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+        match self
+            .send(id, wire::encode_fence(id), wire::MAX_FENCE_RESPONSE)
+            .await
+        {
+            Ok(StorageReply::Done) => Ok(()),
+            Ok(other) => Err(StorageError(format!(
+                "storage server {} answered a fence with {}",
+                self.addr,
+                other.summary()
+            ))),
+            Err(StorageError(message)) if message.contains("unknown request tag") => {
+                Err(StorageError(format!(
+                    "storage server {} is older than this proxy and cannot fence off the proxy \
+                     that used the store before (so a write it left on its way could land in \
+                     the middle of recovery): upgrade `cloak server`",
+                    self.addr
+                )))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     fn describe(&self) -> String {
         let scheme = if self.link.tls.is_some() {
             "tls"

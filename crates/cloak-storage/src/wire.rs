@@ -8,6 +8,8 @@
 //!   tag 2 WRITE   body = n (u32) ‖ n × (address (u128) ‖ len (u32) ‖ bytes)
 //!   tag 3 DELETE  body = n (u32) ‖ n × address (u128)
 //!   tag 4 SCAN    body = has_after (u8) ‖ after (u128) ‖ limit (u32)
+//!   tag 5 FENCE   body = empty: stop every other connection and wait out what they started
+//!                 (a proxy sends it before it recovers; see the `fence` module), answered DONE
 //! response = id (u64) ‖ tag (u8) ‖ body
 //!   tag 1 VALUES  body = n (u32) ‖ n × (0 | 1 ‖ len (u32) ‖ bytes)
 //!   tag 2 DONE    body = empty
@@ -31,6 +33,7 @@ const READ: u8 = 1;
 const WRITE: u8 = 2;
 const DELETE: u8 = 3;
 const SCAN: u8 = 4;
+const FENCE: u8 = 5;
 const VALUES: u8 = 1;
 const DONE: u8 = 2;
 const ERROR: u8 = 3;
@@ -442,6 +445,40 @@ pub fn decode_request(mut frame: Bytes) -> Result<(u64, StorageOp), WireError> {
     };
     done(&frame)?;
     Ok((id, op))
+}
+
+/// What a connection to `cloak server` may ask.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// A storage op.
+    Op(StorageOp),
+    /// Stop every other connection and wait out the requests they started (see the `fence`
+    /// module): a proxy sends it before it recovers the store.
+    Fence,
+}
+
+/// The frame of request `id` asking for a fence.
+pub fn encode_fence(id: u64) -> Frame {
+    let mut f = Frame::sized(HEAD, 1);
+    f.put(|out| {
+        out.put_u64_le(id);
+        out.put_u8(FENCE);
+    });
+    f.finish()
+}
+
+/// The longest answer a fence allows: DONE, or an error.
+pub const MAX_FENCE_RESPONSE: usize = HEAD + MAX_ERROR_MESSAGE;
+
+/// The request id and request a frame sent to `cloak server` carries.
+pub fn decode_server_request(frame: Bytes) -> Result<(u64, Request), WireError> {
+    let mut body = frame.clone();
+    if let (id, FENCE) = header(&mut body)? {
+        done(&body)?;
+        return Ok((id, Request::Fence));
+    }
+    let (id, op) = decode_request(frame)?;
+    Ok((id, Request::Op(op)))
 }
 
 /// The request id and result a frame carries.

@@ -122,7 +122,7 @@ async fn a_redis_cluster_stores_and_scans_elements_across_its_masters() {
 }
 
 #[tokio::test]
-async fn a_cluster_write_a_dead_proxy_left_half_done_is_finished_at_connect() {
+async fn a_cluster_write_a_dead_proxy_left_half_done_is_finished_by_the_next_fence() {
     let cluster = RedisCluster::start(3);
     let url = format!("{}?prefix=half:", cluster.url());
     let storage = RedisStorage::connect(target(&url), None).await.unwrap();
@@ -151,6 +151,7 @@ async fn a_cluster_write_a_dead_proxy_left_half_done_is_finished_at_connect() {
         .unwrap();
 
     let storage = RedisStorage::connect(t.clone(), None).await.unwrap();
+    storage.fence().await.unwrap();
     assert_eq!(
         scan_all(&storage, 50).await,
         new,
@@ -205,6 +206,78 @@ async fn a_dead_redis_gives_clear_errors_and_reconnects_when_it_returns() {
             }
         }
     }
+}
+
+/// The fence on a Redis: a proxy that starts ends every connection the proxy before it left
+/// (found by the name each gives itself), so that a write still on its way from that proxy (here
+/// half a command in Redis's input buffer) never lands in the middle of the recovery's scan;
+/// and it ends only those: another store's proxy on the same Redis keeps its connection.
+#[tokio::test]
+async fn a_fence_ends_the_connections_of_the_proxy_before_and_only_those() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let redis = RedisServer::start();
+    let url = format!("{}?prefix=fenced:", redis.url());
+    let t = target(&url);
+    let old = RedisStorage::connect(t.clone(), None).await.unwrap();
+    old.call(StorageOp::Write(vec![(1, value(1, 1))]))
+        .await
+        .unwrap();
+    // Another store's proxy on the same Redis, and a client that is no proxy.
+    let other_name = target(&format!("{}?prefix=other:", redis.url())).client_name();
+    let mut other_store = named_connection(redis.port, Some(&other_name)).await;
+    let mut no_proxy = named_connection(redis.port, None).await;
+
+    // A write of the old proxy on its way: its first half is in Redis's input buffer.
+    let mut late = named_connection(redis.port, Some(&t.client_name())).await;
+    let key = t.key(2);
+    let set = [
+        format!("*3\r\n$3\r\nSET\r\n${}\r\n", key.len()).into_bytes(),
+        key,
+        b"\r\n$6\r\nlanded\r\n".to_vec(),
+    ]
+    .concat();
+    let (first, second) = set.split_at(set.len() / 2);
+    late.write_all(first).await.unwrap();
+
+    let new = RedisStorage::connect(t.clone(), None).await.unwrap();
+    new.fence().await.unwrap();
+    // The rest arrives after the fence: the connection is gone, and the write with it.
+    let _ = late.write_all(second).await;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), late.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the fence closed the late connection");
+    assert!(rest.is_empty(), "nothing was answered: {rest:?}");
+    assert_eq!(
+        new.call(StorageOp::Read(vec![1, 2])).await.unwrap(),
+        StorageReply::Values(vec![Some(value(1, 1)), None]),
+        "what the old proxy had written, and not the write cut off"
+    );
+    // The other store's connection and the other client's are still open.
+    for connection in [&mut other_store, &mut no_proxy] {
+        connection.write_all(b"PING\r\n").await.unwrap();
+        let mut pong = [0; 7];
+        connection.read_exact(&mut pong).await.unwrap();
+        assert_eq!(&pong, b"+PONG\r\n");
+    }
+    drop(old);
+}
+
+/// A plain connection to the Redis on `port`, named `name` if given.
+async fn named_connection(port: u16, name: Option<&str>) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut connection = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    if let Some(name) = name {
+        connection
+            .write_all(format!("CLIENT SETNAME {name}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut ok = [0; 5];
+        connection.read_exact(&mut ok).await.unwrap();
+        assert_eq!(&ok, b"+OK\r\n");
+    }
+    connection
 }
 
 #[tokio::test]
@@ -288,10 +361,12 @@ async fn fake_redis_dripping(
     addr
 }
 
-/// Answers `PING` as Redis does and everything else with `other`.
+/// Answers `PING` and a connection's naming (`CLIENT SETNAME`) as Redis does and everything
+/// else with `other`.
 fn ping_or(args: &[String], other: &[u8]) -> Vec<u8> {
     match args.first().map(String::as_str) {
         Some("PING") => b"+PONG\r\n".to_vec(),
+        Some("CLIENT") => b"+OK\r\n".to_vec(),
         _ => other.to_vec(),
     }
 }
@@ -637,17 +712,25 @@ async fn a_retired_tls_connection_is_closed() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (give_up, given_up) = tokio::sync::oneshot::channel::<()>();
-    // Answers the PING, reads nothing more until the client has given up, then reads on:
-    // whether the client's side closes.
+    // Answers the greeting (the connection's name, then PING), reads nothing more until the
+    // client has given up, then reads on: whether the client's side closes.
+    let name = target(&format!("rediss://{addr}")).client_name();
     let server = tokio::spawn(async move {
         let (stream, _) = listener.accept().await.unwrap();
         let mut stream = tls.accept(stream).await.unwrap();
-        let ping = redis::cmd("PING").get_packed_command();
-        let mut request = vec![0; ping.len()];
-        stream.read_exact(&mut request).await.unwrap();
-        assert_eq!(request, ping);
-        stream.write_all(b"+PONG\r\n").await.unwrap();
-        stream.flush().await.unwrap();
+        let mut greeting = redis::cmd("CLIENT");
+        greeting.arg("SETNAME").arg(name);
+        let greeting = [
+            (greeting.get_packed_command(), b"+OK\r\n".as_slice()),
+            (redis::cmd("PING").get_packed_command(), b"+PONG\r\n"),
+        ];
+        for (command, answer) in greeting {
+            let mut request = vec![0; command.len()];
+            stream.read_exact(&mut request).await.unwrap();
+            assert_eq!(request, command);
+            stream.write_all(answer).await.unwrap();
+            stream.flush().await.unwrap();
+        }
         given_up.await.unwrap();
         let mut rest = Vec::new();
         tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await

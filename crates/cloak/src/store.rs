@@ -179,8 +179,8 @@ impl Store {
         }
     }
 
-    /// Rebuilds the store from `storage` and `journal` (and the spool an interrupted start left
-    /// in `state`) and starts the engine on what was found, in the state directory's
+    /// Fences off whatever used `storage` before ([`Storage::fence`]), then rebuilds the store
+    /// from `storage` and `journal` (and the spool an interrupted start left in `state`) and starts the engine on what was found, in the state directory's
     /// incarnation (without one, a random one: a number no earlier start of this store used). What was found must be
     /// the whole store, as new as `ledger` says storage holds it; anything else refuses the
     /// start unless `accept_data_loss`, which starts on what is there and says what was lost.
@@ -196,6 +196,12 @@ impl Store {
         mut ledger: Option<&mut Ledger>,
         accept_data_loss: bool,
     ) -> anyhow::Result<(Engine, RecoveryReport)> {
+        // Before anything is read: what the proxy before this one left on its way must not
+        // land in the middle of the scan below (see `Storage::fence`).
+        storage
+            .fence()
+            .await
+            .context("fencing off the proxy that used this storage before")?;
         let store_id =
             cloak_proxy::identify(storage, master, ledger.as_deref_mut(), accept_data_loss)
                 .await

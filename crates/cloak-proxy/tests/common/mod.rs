@@ -90,6 +90,10 @@ impl Storage for Tampering {
         })
     }
 
+    async fn fence(&self) -> Result<(), StorageError> {
+        self.inner.fence().await
+    }
+
     fn describe(&self) -> String {
         "tampering memory".into()
     }

@@ -168,6 +168,12 @@ impl Storage for DiskStorage {
         }
     }
 
+    /// Nothing to fence: only this process writes the directory (a second one is refused at
+    /// open), and what an earlier process logged is all replayed by then.
+    async fn fence(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         format!("disk {}", self.dir.display())
     }

@@ -41,7 +41,7 @@ use redis::{Cmd, Value};
 use tokio::sync::OnceCell;
 
 use super::answer_size::SHORT_ANSWER;
-use super::pipe::{Answer, Pipe, PipeError};
+use super::pipe::{Answer, Pipe, PipeError, pack_all};
 use super::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, RedisTarget};
 use crate::StorageError;
 use crate::slot::{SLOTS, key_slot};
@@ -387,7 +387,14 @@ impl Cluster {
         let url = self.target.node_url(&node.host, node.port);
         let pipe = cell
             .get_or_try_init(|| {
-                Pipe::connect(&url, self.tls.clone(), CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
+                let name = Some(self.target.client_name());
+                Pipe::connect(
+                    &url,
+                    self.tls.clone(),
+                    name,
+                    CONNECT_TIMEOUT,
+                    RESPONSE_TIMEOUT,
+                )
             })
             .await
             .map_err(|e| {
@@ -431,21 +438,20 @@ impl Cluster {
         }
     }
 
-    /// Runs `cmd` on `node`, a master of the current map (its answer `max_answer` bytes at
-    /// most).
+    /// Runs `commands` on `node`, a master of the current map, pipelined on one connection
+    /// (each answer as many bytes at most as its command's bound): their answers, or the first
+    /// error.
     pub async fn query_node(
         &self,
         node: &Node,
-        cmd: &Cmd,
-        max_answer: usize,
-    ) -> Result<Value, StorageError> {
-        let mut answers = self
-            .request_all(node, &cmd.get_packed_command(), &[max_answer])
-            .await?;
-        answers
-            .pop()
-            .expect("one answer a command")
-            .map_err(|e| self.answer_failed(node, e))
+        commands: &[(Cmd, usize)],
+    ) -> Result<Vec<Value>, StorageError> {
+        let (packed, bounds) = pack_all(commands);
+        self.request_all(node, &packed, &bounds)
+            .await?
+            .into_iter()
+            .map(|answer| answer.map_err(|e| self.answer_failed(node, e)))
+            .collect()
     }
 
     /// The masters that serve the slots, from a map read now: those a scan of the whole store
@@ -470,7 +476,8 @@ async fn read_map(
     let mut errors = Vec::new();
     for url in known.chain(target.nodes.iter().cloned()) {
         let answer = async {
-            let pipe = Pipe::connect(&url, tls.clone(), CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
+            // Unnamed: it only reads the map, so a fence need not end it (see `client_name`).
+            let pipe = Pipe::connect(&url, tls.clone(), None, CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
                 .await
                 .map_err(|e| e.to_string())?;
             let asked = pipe.host().to_string();

@@ -9,7 +9,7 @@
 //! every master gets its share ([`cluster`]). Nodes cannot be updated atomically together, so a
 //! write or delete of several keys first stores the whole request under one key (the intent),
 //! then applies it, then deletes the intent; a proxy that dies mid-write leaves the intent, and
-//! the next [`RedisStorage::connect`] applies it again, so the batch ends whole. That costs a
+//! the next proxy's fence ([`Storage::fence`]) applies it again, so the batch ends whole. That costs a
 //! second copy of every cluster write. The intent is the last multi-key write attempted: Cloak
 //! has one batch write in flight at a time and repeats a failed one before anything else, so it
 //! is always the write that may be partial.
@@ -19,6 +19,16 @@
 //! request then MGETs the next addresses of the list. The cost is one pass over the keyspace and
 //! 16 bytes per element at the proxy while recovery runs. Elements written after the listing
 //! are not in it; only recovery scans, before anything writes.
+//!
+//! Fencing: every connection a proxy opens to a Redis names itself after the store
+//! ([`RedisTarget::client_name`]). A proxy that starts first ends, on every master, the
+//! connections of that name other than its own (`CLIENT KILL ID`): Redis runs one command at a
+//! time and drops a killed client's commands not yet run, so once the kills are answered,
+//! nothing the proxy before it left on its way (a write-back still in the network or in Redis's
+//! input buffer) can land in the middle of the recovery's scan. Redis sees the name, a hash of
+//! the prefix and the database it already sees in every command. An ACL user needs `CLIENT
+//! SETNAME`, `CLIENT ID`, `CLIENT LIST` and `CLIENT KILL`; without them the proxy says so and
+//! does not start.
 //!
 //! A Redis that is down or restarting fails requests with its error (schemes retry with
 //! backoff); the connections reconnect by themselves.
@@ -42,7 +52,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::{Cmd, FromRedisValue, RedisError};
+use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use crate::tls::ClientTls;
 use crate::tls::client::ClientTlsFiles;
@@ -57,6 +67,8 @@ pub use url::{DEFAULT_PREFIX, RedisTarget, UrlError};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Generous: a batch of 4,000 elements of 32 KiB is a 128 MiB command.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest `CLIENT LIST` answer a fence reads: some 40,000 clients' lines.
+const CLIENT_LIST_ANSWER: usize = 16 << 20;
 /// Keys asked for per SCAN call.
 const SCAN_COUNT: usize = 10_000;
 
@@ -93,8 +105,8 @@ pub struct RedisStorage {
 }
 
 impl RedisStorage {
-    /// Connects to the Redis or cluster `target` names (checking it answers now) and finishes a
-    /// cluster write a previous proxy left half done.
+    /// Connects to the Redis or cluster `target` names, checking it answers now. A proxy then
+    /// fences ([`Storage::fence`]) before anything else.
     ///
     /// With a `rediss` target, `tls` gives the CA that signed the servers' certificates (the
     /// system's trusted CAs without it) and a client certificate for servers that want one.
@@ -109,24 +121,25 @@ impl RedisStorage {
         let connection = if target.cluster {
             Connection::Cluster(Box::new(Cluster::connect(target.clone(), tls).await?))
         } else {
-            let pipe = Pipe::connect(&target.nodes[0], tls, CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
-                .await
-                .map_err(|e| {
-                    StorageError(format!("cannot connect to {}: {e}", target.describe()))
-                })?;
+            let name = Some(target.client_name());
+            let pipe = Pipe::connect(
+                &target.nodes[0],
+                tls,
+                name,
+                CONNECT_TIMEOUT,
+                RESPONSE_TIMEOUT,
+            )
+            .await
+            .map_err(|e| StorageError(format!("cannot connect to {}: {e}", target.describe())))?;
             Connection::Single(Box::new(pipe))
         };
-        let storage = Self {
+        Ok(Self {
             target,
             connection,
             listing: tokio::sync::Mutex::new(None),
             cluster_writes: tokio::sync::Mutex::new(()),
             max_element: usize::MAX,
-        };
-        if storage.target.cluster {
-            storage.finish_interrupted_write().await?;
-        }
-        Ok(storage)
+        })
     }
 
     /// Bounds every MGET answer by `max_element`, the largest element the store's scheme
@@ -453,18 +466,91 @@ impl RedisStorage {
         cmd: Cmd,
         max_answer: usize,
     ) -> Result<T, StorageError> {
-        let value = match (&self.connection, node) {
-            (Connection::Cluster(cluster), Some(node)) => {
-                cluster.query_node(node, &cmd, max_answer).await?
-            }
-            (Connection::Single(pipe), None) => pipe
-                .request(&cmd.get_packed_command(), max_answer)
-                .await
-                .map_err(|e| self.pipe_error(e))?,
-            _ => unreachable!("a node is named exactly for a cluster"),
-        };
+        let value = self
+            .query_all_on(node, &[(cmd, max_answer)])
+            .await?
+            .pop()
+            .expect("one answer a command");
         redis::from_redis_value(value).map_err(|e| self.error(e.into()))
     }
+
+    /// Runs `commands` pipelined on one connection, to one master of a cluster (`node`) or to
+    /// the single Redis (`None`), each answer as long as its command's bound at most: their
+    /// answers, or the first error.
+    async fn query_all_on(
+        &self,
+        node: &Option<Node>,
+        commands: &[(Cmd, usize)],
+    ) -> Result<Vec<Value>, StorageError> {
+        match (&self.connection, node) {
+            (Connection::Cluster(cluster), Some(node)) => cluster.query_node(node, commands).await,
+            (Connection::Single(pipe), None) => {
+                let (packed, bounds) = pipe::pack_all(commands);
+                pipe.request_all(&packed, &bounds)
+                    .await
+                    .map_err(|e| self.pipe_error(e))?
+                    .into_iter()
+                    .map(|answer| answer.map_err(|e| self.pipe_error(e)))
+                    .collect()
+            }
+            _ => unreachable!("a node is named exactly for a cluster"),
+        }
+    }
+
+    /// Ends, on one Redis (a master of a cluster when `node` is given), every connection named
+    /// as this store's proxies name theirs other than this proxy's own: the proxy before it
+    /// (see the module notes). Returns how many it ended.
+    async fn fence_node(&self, node: Option<Node>) -> Result<usize, StorageError> {
+        let mut own = redis::cmd("CLIENT");
+        own.arg("ID");
+        let mut list = redis::cmd("CLIENT");
+        list.arg("LIST").arg("TYPE").arg("normal");
+        // Pipelined, so both are answered on one connection: the one CLIENT ID names.
+        let answers = self
+            .query_all_on(&node, &[(own, SHORT_ANSWER), (list, CLIENT_LIST_ANSWER)])
+            .await
+            .map_err(|e| self.fence_refused(e))?;
+        let [own, list] = <[Value; 2]>::try_from(answers).expect("two answers to two commands");
+        let own: u64 = redis::from_redis_value(own).map_err(|e| self.error(e.into()))?;
+        let list: String = redis::from_redis_value(list).map_err(|e| self.error(e.into()))?;
+        let name = self.target.client_name();
+        let kills: Vec<(Cmd, usize)> = clients_named(&list, &name)
+            .filter(|id| *id != own)
+            .map(|id| {
+                let mut kill = redis::cmd("CLIENT");
+                kill.arg("KILL").arg("ID").arg(id);
+                (kill, SHORT_ANSWER)
+            })
+            .collect();
+        if !kills.is_empty() {
+            // Each answers how many it killed: 0 for a client that left meanwhile.
+            self.query_all_on(&node, &kills)
+                .await
+                .map_err(|e| self.fence_refused(e))?;
+        }
+        Ok(kills.len())
+    }
+
+    /// A fence's command refused (an ACL user without the `CLIENT` commands it needs, say).
+    fn fence_refused(&self, error: StorageError) -> StorageError {
+        StorageError(format!(
+            "{error}: cannot end the connections of the proxy that used this store before, so \
+             a write it left on its way could land in the middle of recovery (a Redis ACL user \
+             needs CLIENT SETNAME, CLIENT ID, CLIENT LIST and CLIENT KILL)"
+        ))
+    }
+}
+
+/// The ids of the clients a `CLIENT LIST` answer names `name` (one line per client, fields
+/// `key=value` separated by spaces; a name holds no space).
+fn clients_named<'a>(list: &'a str, name: &'a str) -> impl Iterator<Item = u64> + 'a {
+    list.lines().filter_map(move |line| {
+        let field = |key: &str| {
+            line.split(' ')
+                .find_map(|field| field.strip_prefix(key)?.strip_prefix('='))
+        };
+        (field("name")? == name).then(|| field("id")?.parse().ok())?
+    })
 }
 
 /// `NAME` of the keys at `positions` in `keys`.
@@ -508,6 +594,31 @@ impl Storage for RedisStorage {
                 self.call(op).await
             }
         }
+    }
+
+    /// Ends the connections of the proxy before on every master, then finishes a cluster write
+    /// it left half done (see the module notes).
+    async fn fence(&self) -> Result<(), StorageError> {
+        let nodes = match &self.connection {
+            Connection::Single(_) => vec![None],
+            Connection::Cluster(cluster) => {
+                cluster.masters().await?.into_iter().map(Some).collect()
+            }
+        };
+        let mut ended = 0;
+        for node in nodes {
+            ended += self.fence_node(node).await?;
+        }
+        if ended > 0 {
+            tracing::info!(
+                ended,
+                "fence: connections of the proxy before this one ended"
+            );
+        }
+        if self.target.cluster {
+            self.finish_interrupted_write().await?;
+        }
+        Ok(())
     }
 
     fn describe(&self) -> String {

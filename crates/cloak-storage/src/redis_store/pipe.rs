@@ -161,6 +161,8 @@ async fn wait(
 pub struct Pipe {
     info: ConnectionInfo,
     tls: Option<ClientTls>,
+    /// The name each connection gives itself (`CLIENT SETNAME`), if any.
+    name: Option<String>,
     connect_timeout: Duration,
     response_timeout: Duration,
     open: tokio::sync::Mutex<Option<Open>>,
@@ -168,10 +170,12 @@ pub struct Pipe {
 
 impl Pipe {
     /// Connects to the Redis `url` names (`redis://` or, with `tls`, `rediss://`), logs in and
-    /// selects its database as the URL says, and checks that it answers.
+    /// selects its database as the URL says, names the connection `name` if given, and checks
+    /// that it answers.
     pub async fn connect(
         url: &str,
         tls: Option<ClientTls>,
+        name: Option<String>,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Self, PipeError> {
@@ -181,6 +185,7 @@ impl Pipe {
         let pipe = Self {
             info,
             tls,
+            name,
             connect_timeout,
             response_timeout,
             open: tokio::sync::Mutex::new(None),
@@ -304,7 +309,8 @@ impl Pipe {
     }
 
     /// What a new connection sends first, and the answers it needs: `AUTH` and `SELECT` as the
-    /// URL asks, then a `PING`, so that a server that is not Redis is found out at once.
+    /// URL asks, its name if it has one, then a `PING`, so that a server that is not Redis is
+    /// found out at once.
     fn greeting(&self) -> Vec<(&'static str, redis::Cmd, Value)> {
         let settings = self.info.redis_settings();
         let mut greeting = Vec::new();
@@ -321,6 +327,15 @@ impl Pipe {
             select.arg(settings.db());
             greeting.push(("selecting the database", select, Value::Okay));
         }
+        if let Some(name) = &self.name {
+            let mut setname = redis::cmd("CLIENT");
+            setname.arg("SETNAME").arg(name);
+            greeting.push((
+                "naming the connection (CLIENT SETNAME)",
+                setname,
+                Value::Okay,
+            ));
+        }
         greeting.push((
             "PING",
             redis::cmd("PING"),
@@ -328,6 +343,16 @@ impl Pipe {
         ));
         greeting
     }
+}
+
+/// `commands` packed one after another, and each one's bound on its answer: what
+/// [`Pipe::request_all`] takes.
+pub fn pack_all(commands: &[(redis::Cmd, usize)]) -> (Vec<u8>, Vec<usize>) {
+    let mut packed = Vec::new();
+    for (command, _) in commands {
+        command.write_packed_command(&mut packed);
+    }
+    (packed, commands.iter().map(|(_, bound)| *bound).collect())
 }
 
 /// The reader task of a new connection.

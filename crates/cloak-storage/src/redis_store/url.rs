@@ -21,6 +21,14 @@ pub const DEFAULT_PREFIX: &str = "cloak:";
 /// Hex digits of an address in a key (an address is 128 bits).
 const ADDR_DIGITS: usize = 32;
 
+/// A node's `HOST[:PORT][/DB]` split into its location and its database number, written as
+/// Redis numbers it (`0` when the URL names none).
+fn database_of(host: &str) -> (&str, String) {
+    let (location, db) = host.split_once('/').unwrap_or((host, ""));
+    let db = db.parse::<u64>().map_or(db.to_string(), |n| n.to_string());
+    (location, if db.is_empty() { "0".into() } else { db })
+}
+
 /// Where a Redis backend is, parsed from its URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisTarget {
@@ -178,9 +186,7 @@ impl RedisTarget {
         self.hosts()
             .into_iter()
             .map(|host| {
-                let (location, db) = host.split_once('/').unwrap_or((host, ""));
-                let db = db.parse::<u64>().map_or(db.to_string(), |n| n.to_string());
-                let db = if db.is_empty() { "0".into() } else { db };
+                let (location, db) = database_of(host);
                 // An IPv6 address without a port ends in ']'.
                 let (name, port) = match location.rsplit_once(':') {
                     Some((name, port)) if !location.ends_with(']') => (name, port),
@@ -189,6 +195,33 @@ impl RedisTarget {
                 format!("{}:{port}/{db} {prefix}", name.to_ascii_lowercase())
             })
             .collect()
+    }
+
+    /// The name each connection of a proxy of this store gives itself (`CLIENT SETNAME`), the
+    /// same for every proxy of the store and different for another store on the same Redis:
+    /// a proxy that starts finds the connections of the one before it by this name, and ends
+    /// them (see `RedisStorage::fence`). A hash of the prefix and the database, which Redis
+    /// sees in every command anyway; a hash, because a prefix may hold bytes a name may not.
+    pub fn client_name(&self) -> String {
+        let db = self
+            .hosts()
+            .first()
+            .map_or("0".into(), |host| database_of(host).1);
+        let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+        for part in [
+            b"cloak proxy of".as_slice(),
+            db.as_bytes(),
+            b"/",
+            &self.prefix,
+        ] {
+            hash.update(part);
+        }
+        let digest = hash.finish();
+        let hex: String = digest.as_ref()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("cloak-{hex}")
     }
 
     /// The URL without its password, for logs and `INFO`.
@@ -211,6 +244,22 @@ impl RedisTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_name_is_the_stores_whatever_the_spelling_and_differs_between_stores() {
+        let name = |url: &str| RedisTarget::parse(url).unwrap().unwrap().client_name();
+        let same = name("redis://h:6379");
+        assert_eq!(name("redis://:pw@H:6379/0?prefix=cloak:"), same);
+        assert_eq!(
+            name("redis+cluster://a:1,b:2?prefix=cloak:"),
+            name("redis+cluster://b:2?prefix=cloak:")
+        );
+        assert_ne!(name("redis://h:6379?prefix=other:"), same);
+        assert_ne!(name("redis://h:6379/1"), same);
+        // What CLIENT SETNAME takes: no spaces, whatever the prefix holds.
+        let odd = name("redis://h?prefix=a%20b%0A");
+        assert!(odd.starts_with("cloak-") && odd.len() == 22, "{odd}");
+    }
 
     #[test]
     fn keyspaces_fill_in_the_defaults() {

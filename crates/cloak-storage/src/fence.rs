@@ -1,0 +1,177 @@
+//! The fence a proxy raises in `cloak server` before it recovers a store.
+//!
+//! A proxy killed while a write-back was on its way leaves that write-back in the server: fully
+//! received and not yet applied (a durable server applies it after its fsync), or still in the
+//! connection's buffers. Applied while the next proxy scans the store, between two chunks of
+//! the scan, it moves elements from addresses not yet scanned to addresses already scanned: the
+//! scan sees them nowhere, and their keys would read as missing. A fence ends that: every other
+//! connection stops taking requests (what it has received and not started is dropped, as if it
+//! had never arrived), the requests they have started are waited out, and only then is the
+//! fence answered. The scan that follows sees the store as the dead proxy left it, whole.
+//!
+//! The fence leaves the server nothing to learn: it says that a proxy is starting, which the
+//! new connection and the full scan after it say anyway.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+
+/// How long a fence waits for the other connections' started requests: a durable server's
+/// fsync, or a read of a whole batch, takes well under this.
+pub(crate) const FENCE_WAIT: Duration = Duration::from_secs(20);
+
+/// The admitted connections of one server, each of which a fence can stop.
+#[derive(Default)]
+pub(crate) struct Fences {
+    next: AtomicU64,
+    open: Mutex<HashMap<u64, Fenceable>>,
+}
+
+/// What a fence needs of a connection: a way to stop it, and to learn that it stopped.
+struct Fenceable {
+    stop: watch::Sender<bool>,
+    /// Fails (its sender dropped) once the connection's [`Lease`] is gone: it has stopped.
+    stopped: oneshot::Receiver<()>,
+}
+
+/// An admitted connection's place among the fenceable ones, given up when it is dropped.
+pub(crate) struct Lease {
+    id: u64,
+    fences: Arc<Fences>,
+    stop: watch::Receiver<bool>,
+    _stopped: oneshot::Sender<()>,
+}
+
+/// Why a fence could not be raised.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0} other connection(s) still had a request in progress {FENCE_WAIT:?} after the fence \
+     stopped them (is the server's disk stuck?)"
+)]
+pub(crate) struct FenceTimeout(usize);
+
+impl Fences {
+    /// Registers a newly admitted connection.
+    pub(crate) fn lease(self: &Arc<Self>) -> Lease {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (stop_tx, stop) = watch::channel(false);
+        let (stopped_tx, stopped) = oneshot::channel();
+        self.lock().insert(
+            id,
+            Fenceable {
+                stop: stop_tx,
+                stopped,
+            },
+        );
+        Lease {
+            id,
+            fences: self.clone(),
+            stop,
+            _stopped: stopped_tx,
+        }
+    }
+
+    /// Stops every connection but `own` and waits until none of them is in a request, at most
+    /// `wait`. Returns how many it stopped.
+    async fn fence(&self, own: u64, wait: Duration) -> Result<usize, FenceTimeout> {
+        let others: Vec<Fenceable> = {
+            let mut open = self.lock();
+            let ids: Vec<u64> = open.keys().copied().filter(|id| *id != own).collect();
+            ids.iter().filter_map(|id| open.remove(id)).collect()
+        };
+        for other in &others {
+            // No receiver left: that connection has ended already.
+            let _ = other.stop.send(true);
+        }
+        let count = others.len();
+        let mut waiting = others.len();
+        let all_stopped = async {
+            for other in others {
+                // Err: the lease was dropped, which is what is waited for.
+                let _ = other.stopped.await;
+                waiting -= 1;
+            }
+        };
+        match tokio::time::timeout(wait, all_stopped).await {
+            Ok(()) => Ok(count),
+            Err(_) => Err(FenceTimeout(waiting)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Fenceable>> {
+        // Every update is a single insert or remove: a poisoned map is still consistent.
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Lease {
+    /// Raises a fence for this connection: stops every other one and waits, at most `wait`,
+    /// until none of them is in a request. Returns how many it stopped. Holds no borrow of the
+    /// lease, so that its connection can wait for [`Lease::fenced`] meanwhile.
+    pub(crate) fn fence(
+        &self,
+        wait: Duration,
+    ) -> impl std::future::Future<Output = Result<usize, FenceTimeout>> + use<> {
+        let (fences, own) = (self.fences.clone(), self.id);
+        async move { fences.fence(own, wait).await }
+    }
+
+    /// Completes when a fence stops this connection.
+    pub(crate) async fn fenced(&mut self) {
+        // Err: the sender is gone, which only a fence (or the server's end) does.
+        let _ = self.stop.wait_for(|stopped| *stopped).await;
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.fences.lock().remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_fence_stops_the_others_and_waits_until_they_are_done() {
+        let fences = Arc::new(Fences::default());
+        let mut old = fences.lease();
+        let mut own = fences.lease();
+        let (done_tx, done) = oneshot::channel();
+        // The old connection is in a request: it notices the fence only when that ends.
+        let old_task = tokio::spawn(async move {
+            old.fenced().await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let _ = done_tx.send(());
+            drop(old);
+        });
+        let started = tokio::time::Instant::now();
+        assert_eq!(own.fence(FENCE_WAIT).await.unwrap(), 1);
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        done.await.unwrap();
+        old_task.await.unwrap();
+        // Its own connection goes on, and a later fence finds nobody else.
+        let own_stopped = tokio::time::timeout(Duration::from_millis(20), own.fenced()).await;
+        assert!(
+            own_stopped.is_err(),
+            "a fence does not stop its own connection"
+        );
+        assert_eq!(own.fence(FENCE_WAIT).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_never_finishes_fails_the_fence_by_name() {
+        let fences = Arc::new(Fences::default());
+        let _stuck = fences.lease();
+        let own = fences.lease();
+        let error = own.fence(Duration::from_millis(50)).await.unwrap_err();
+        assert!(
+            error.to_string().contains("1 other connection(s)"),
+            "{error}"
+        );
+    }
+}
