@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use cloak_storage::{MemoryStorage, Storage, StorageError, StorageOp, StorageReply, server};
 use cloak_testkit::redis_server::{RedisCluster, RedisServer};
 use common::{Running, connect, fails, free_port};
 
@@ -182,6 +183,133 @@ fn crash_storage_under_writers(proxy: &[String], proxy_port: u16, crash: impl Fn
     running_proxy.kill();
     let _proxy = start(proxy, "listening");
     check_nothing_lost(proxy_port, &histories);
+}
+
+/// A storage that, once told to, holds every write it receives half way through being applied,
+/// as `cloak server --data-dir` holds one until its fsync, and lets them go when a scan's second
+/// request comes (a restarted proxy's recovery under way), or when told to.
+struct Holding {
+    inner: MemoryStorage,
+    holding: AtomicBool,
+    held: std::sync::atomic::AtomicUsize,
+    released: tokio::sync::watch::Sender<bool>,
+}
+
+impl Holding {
+    fn let_go(&self) {
+        self.holding.store(false, Ordering::SeqCst);
+        self.released.send_replace(true);
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for Holding {
+    async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
+        match &op {
+            StorageOp::Write(_) if self.holding.load(Ordering::SeqCst) => {
+                self.held.fetch_add(1, Ordering::SeqCst);
+                let _ = self.released.subscribe().wait_for(|let_go| *let_go).await;
+            }
+            StorageOp::Scan { after: Some(_), .. } => {
+                self.let_go();
+                // The writes let go land before this chunk is read.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ => {}
+        }
+        self.inner.call(op).await
+    }
+
+    async fn fence(&self) -> Result<(), StorageError> {
+        self.inner.fence().await
+    }
+
+    fn describe(&self) -> String {
+        "holding".into()
+    }
+}
+
+/// The restart race behind a CI failure of
+/// [`sigkill_of_the_durable_storage_server_loses_no_acknowledged_write`], made certain: a proxy
+/// is killed while `cloak server` holds its last write-back half applied, and the write-back
+/// lands once the next proxy's recovery has scanned the first chunk of the store. Elements it
+/// moved from the addresses not yet scanned to those already scanned would be seen nowhere, and
+/// their keys read as missing; the new proxy's fence makes it wait for that write-back before it
+/// scans anything (here 2 s, when the test lets the write go). Shown failing with the fence
+/// skipped: keys read as nil.
+#[test]
+fn a_write_back_a_killed_proxy_left_in_the_server_does_not_land_in_the_next_scan() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let storage = Arc::new(Holding {
+        inner: MemoryStorage::new(),
+        holding: AtomicBool::new(false),
+        held: Default::default(),
+        released: tokio::sync::watch::channel(false).0,
+    });
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let storage_url = format!("tcp://{}", listener.local_addr().unwrap());
+    runtime.spawn(server::serve(
+        listener,
+        storage.clone() as Arc<dyn Storage>,
+        std::future::pending(),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let proxy_port = free_port();
+    let proxy = proxy_args(&storage_url, proxy_port, dir.path());
+    let first = start(&proxy, "listening");
+    let mut con = connect(proxy_port);
+    // Enough keys that the store's elements take two chunks of the scan (4,096 each).
+    let keys = 4500;
+    for chunk in (0..keys).collect::<Vec<_>>().chunks(500) {
+        let mut mset = redis::cmd("MSET");
+        for i in chunk {
+            mset.arg(format!("k{i}")).arg(format!("v{i}"));
+        }
+        let _: () = mset.query(&mut con).unwrap();
+    }
+    common::wait_until_stored(&mut con, Duration::from_secs(60));
+
+    storage.holding.store(true, Ordering::SeqCst);
+    let held_since = Instant::now();
+    while storage.held.load(Ordering::SeqCst) == 0 {
+        assert!(
+            held_since.elapsed() < Duration::from_secs(10),
+            "no write-back came"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    first.kill();
+    let letting_go = {
+        let storage = storage.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(2));
+            storage.let_go();
+        })
+    };
+    let _second = start(&proxy, "listening");
+    letting_go.join().unwrap();
+    let mut con = connect(proxy_port);
+    let names: Vec<String> = (0..keys).map(|i| format!("k{i}")).collect();
+    let got: Vec<Option<String>> = redis::cmd("MGET").arg(&names).query(&mut con).unwrap();
+    let lost: Vec<&String> = names
+        .iter()
+        .zip(&got)
+        .enumerate()
+        .filter(|(i, (_, got))| got.as_deref() != Some(format!("v{i}").as_str()))
+        .map(|(_, (name, _))| name)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {keys} keys lost after the restart, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
 }
 
 #[test]
