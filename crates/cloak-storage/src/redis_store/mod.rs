@@ -69,6 +69,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest `CLIENT LIST` answer a fence reads: some 40,000 clients' lines.
 const CLIENT_LIST_ANSWER: usize = 16 << 20;
+/// The most connections named as this store's proxies a fence ends on one Redis: a proxy keeps
+/// one to each master, so a handful is what a real Redis lists.
+const MAX_FENCED: usize = 1000;
 /// Keys asked for per SCAN call.
 const SCAN_COUNT: usize = 10_000;
 
@@ -163,6 +166,14 @@ impl RedisStorage {
 
     fn error(&self, error: RedisError) -> StorageError {
         StorageError(format!("{}: {error}", self.target.describe()))
+    }
+
+    /// `what` went wrong on `node` (a cluster's master), or on the single Redis (`None`).
+    fn error_at(&self, node: &Option<Node>, what: &str) -> StorageError {
+        let node = node
+            .as_ref()
+            .map_or(String::new(), |node| format!(" ({node})"));
+        StorageError(format!("{}{node}: {what}", self.target.describe()))
     }
 
     /// `COMMAND` of the intent key (a cluster's, see the module's docs), with `value` if given,
@@ -441,14 +452,14 @@ impl RedisStorage {
             calls += 1;
             keys_seen += keys.len() as u64;
             if calls > max_calls || keys_seen > max_keys {
-                return Err(StorageError(format!(
-                    "{}{}: SCAN did not finish as Redis does: {calls} calls returned {keys_seen} \
-                    keys from a database of {size} (DBSIZE); refusing to go on (a server that \
-                    is not Redis, or one that is lying)",
-                    self.target.describe(),
-                    node.as_ref()
-                        .map_or(String::new(), |node| format!(" ({node})")),
-                )));
+                return Err(self.error_at(
+                    &node,
+                    &format!(
+                        "SCAN did not finish as Redis does: {calls} calls returned {keys_seen} \
+                         keys from a database of {size} (DBSIZE); refusing to go on (a server \
+                         that is not Redis, or one that is lying)"
+                    ),
+                ));
             }
             addrs.extend(keys.iter().filter_map(|k| self.target.addr(k)));
             if next == 0 {
@@ -522,6 +533,17 @@ impl RedisStorage {
                 (kill, SHORT_ANSWER)
             })
             .collect();
+        if kills.len() > MAX_FENCED {
+            return Err(self.error_at(
+                &node,
+                &format!(
+                    "CLIENT LIST names {} other connections as this store's proxies, more than \
+                     the {MAX_FENCED} a fence ends (a proxy keeps one to each master): refusing \
+                     to start on a server that lists them",
+                    kills.len()
+                ),
+            ));
+        }
         if !kills.is_empty() {
             // Each answers how many it killed: 0 for a client that left meanwhile.
             self.query_all_on(&node, &kills)
