@@ -6,6 +6,15 @@
 //! information where it is built; an answer that announces or brings more is refused before
 //! the proxy buffers more than that, so memory stays bounded by what the requests allow.
 //!
+//! Bytes are not all: parsed, every RESP value becomes a `redis::Value` of some 56 bytes (and a
+//! bulk string an allocation of its own), so an answer of tiny values (`:1\r\n`, four bytes)
+//! would take some fifteen times its bytes once parsed. Each value is therefore also charged
+//! [`VALUE_CHARGE`] bytes of the allowance: an answer of more values than the request's bound
+//! can pay for is refused, before it is parsed, and a parsed answer takes at most a few times
+//! its bound. The answers Cloak's requests call for pay that easily: an MGET's values are
+//! elements (or nils) of a bound that counts a whole element for each, and a SCAN's are keys of
+//! more than 32 bytes.
+//!
 //! The scan resumes where the last one stopped: an answer that arrives in many small reads is
 //! checked once, in time linear in its size (and bulk strings are skipped by their length, so
 //! the work is per value, not per byte).
@@ -16,6 +25,10 @@ pub const MAX_LINE: usize = 64 * 1024;
 /// Every RESP value takes at least this many bytes (a type byte and CRLF), so an array of `n`
 /// values still to come needs at least `n` times this.
 const SMALLEST_VALUE: u64 = 3;
+
+/// Bytes of an answer's allowance each of its values takes at least, whatever its length on
+/// the wire (see the module notes).
+pub const VALUE_CHARGE: u64 = 24;
 
 /// Why bytes from Redis are not an answer Cloak takes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +56,18 @@ pub enum BadAnswer {
     /// A type byte RESP2 does not have.
     #[error("unexpected RESP type byte {0:#04x}")]
     BadType(u8),
+    /// The answer announced or brought more values than its request's bound pays for at
+    /// [`VALUE_CHARGE`] bytes each.
+    #[error(
+        "an answer of at least {at_least} values (as announced or received so far) to a request \
+         whose answer may hold {most} at most"
+    )]
+    TooManyValues {
+        /// Values seen and announced so far.
+        at_least: u64,
+        /// The most the request's bound allows.
+        most: u64,
+    },
     /// Bytes came while no request was waiting for an answer.
     #[error("Redis answered a request never sent")]
     Unrequested,
@@ -55,6 +80,8 @@ pub struct AnswerScan {
     at: usize,
     /// Values still to come (an array adds its elements).
     remaining: u64,
+    /// Values whose first line was checked.
+    seen: u64,
     /// How many bytes from `at` are known to hold no CRLF, so a line that arrives in pieces
     /// is searched once.
     searched: usize,
@@ -65,6 +92,7 @@ impl Default for AnswerScan {
         Self {
             at: 0,
             remaining: 1,
+            seen: 0,
             searched: 0,
         }
     }
@@ -102,6 +130,7 @@ impl AnswerScan {
             };
             self.searched = 0;
             self.remaining -= 1;
+            self.seen += 1;
             self.at += newline + 2;
             let length = std::str::from_utf8(line)
                 .ok()
@@ -122,6 +151,7 @@ impl AnswerScan {
             // Checked before the bulk string is skipped or the array's values are awaited:
             // the answer is refused on what it announces, before its bytes are buffered.
             self.check_size(bulk, allowed)?;
+            self.check_values(allowed)?;
             // Within `allowed`, so no overflow.
             self.at += bulk as usize;
         }
@@ -137,6 +167,19 @@ impl AnswerScan {
             .saturating_add(self.remaining.saturating_mul(SMALLEST_VALUE));
         match at_least > allowed as u64 {
             true => Err(BadAnswer::TooLong { at_least, allowed }),
+            false => Ok(()),
+        }
+    }
+}
+
+impl AnswerScan {
+    /// Refuses the answer if the values seen and those still to come are more than `allowed`
+    /// pays for at [`VALUE_CHARGE`] bytes each.
+    fn check_values(&self, allowed: usize) -> Result<(), BadAnswer> {
+        let at_least = self.seen.saturating_add(self.remaining);
+        let most = allowed as u64 / VALUE_CHARGE;
+        match at_least > most {
+            true => Err(BadAnswer::TooManyValues { at_least, most }),
             false => Ok(()),
         }
     }
@@ -199,6 +242,33 @@ mod tests {
         assert!(end(b"+OK\r\n\r\n", ANY).is_ok());
         let huge = format!("*{0}\r\n*{0}\r\n*{0}\r\n", i64::MAX);
         assert!(end(huge.as_bytes(), 1 << 29).is_err());
+    }
+
+    /// Found by review: an answer within its bound in bytes, of values four bytes each, took
+    /// 12 to 19 times its bytes once parsed. Its values are now counted too.
+    #[test]
+    fn refuses_an_answer_of_more_values_than_its_bound_pays_for() {
+        let tiny = |count: usize| format!("*{count}\r\n{}", ":1\r\n".repeat(count));
+        // 4,096 bytes pay for 170 values: the array and 169 in it.
+        assert_eq!(end(tiny(169).as_bytes(), 4096), Ok(Some(tiny(169).len())));
+        assert_eq!(
+            end(tiny(170).as_bytes(), 4096),
+            Err(BadAnswer::TooManyValues {
+                at_least: 171,
+                most: 170
+            })
+        );
+        // Refused on the count an array announces, before its values come.
+        assert!(matches!(
+            end(b"*1000\r\n", 4096),
+            Err(BadAnswer::TooManyValues { .. })
+        ));
+        // What Cloak's reads call for passes: an MGET of nils, for the smallest element any
+        // store writes bounded by a whole element for each key.
+        let keys = 4000;
+        let nils = format!("*{keys}\r\n{}", "$-1\r\n".repeat(keys));
+        let bound = super::super::answer_size::mget(keys, 28);
+        assert_eq!(end(nils.as_bytes(), bound), Ok(Some(nils.len())));
     }
 
     #[test]
