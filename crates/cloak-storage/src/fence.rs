@@ -17,85 +17,93 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 /// How long a fence waits for the other connections' started requests: a durable server's
 /// fsync, or a read of a whole batch, takes well under this.
 pub(crate) const FENCE_WAIT: Duration = Duration::from_secs(20);
 
-/// The admitted connections of one server, each of which a fence can stop.
+/// The connections of one server, each of which a fence can stop, from their accept until they
+/// end.
 #[derive(Default)]
 pub(crate) struct Fences {
     next: AtomicU64,
     open: Mutex<HashMap<u64, Fenceable>>,
+    /// Held by the fence in progress: a second one waits for it, then stops its connection (so
+    /// two proxies starting at once do not stop each other's fence half way).
+    one_at_a_time: tokio::sync::Mutex<()>,
 }
 
 /// What a fence needs of a connection: a way to stop it, and to learn that it stopped.
+///
+/// A connection stays here until it has stopped, even once a fence has told it to: a fence that
+/// gives up waiting (or is itself stopped) leaves it for the next fence to wait for.
 struct Fenceable {
     stop: watch::Sender<bool>,
-    /// Fails (its sender dropped) once the connection's [`Lease`] is gone: it has stopped.
-    stopped: oneshot::Receiver<()>,
+    /// Closed (its sender dropped) once the connection's [`Lease`] is gone: it has stopped.
+    ended: watch::Receiver<()>,
 }
 
-/// An admitted connection's place among the fenceable ones, given up when it is dropped.
+/// A connection's place among the fenceable ones, given up when it is dropped.
 pub(crate) struct Lease {
     id: u64,
     fences: Arc<Fences>,
     stop: watch::Receiver<bool>,
-    _stopped: oneshot::Sender<()>,
+    _ended: watch::Sender<()>,
 }
 
 /// Why a fence could not be raised.
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{0} other connection(s) still had a request in progress {FENCE_WAIT:?} after the fence \
-     stopped them (is the server's disk stuck?)"
+     stopped them (is the server's disk stuck?); the next fence waits for them again"
 )]
 pub(crate) struct FenceTimeout(usize);
 
 impl Fences {
-    /// Registers a newly admitted connection.
+    /// Registers a newly accepted connection.
     pub(crate) fn lease(self: &Arc<Self>) -> Lease {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (stop_tx, stop) = watch::channel(false);
-        let (stopped_tx, stopped) = oneshot::channel();
+        let (ended_tx, ended) = watch::channel(());
         self.lock().insert(
             id,
             Fenceable {
                 stop: stop_tx,
-                stopped,
+                ended,
             },
         );
         Lease {
             id,
             fences: self.clone(),
             stop,
-            _stopped: stopped_tx,
+            _ended: ended_tx,
         }
     }
 
-    /// Stops every connection but `own` and waits until none of them is in a request, at most
-    /// `wait`. Returns how many it stopped.
+    /// Stops every connection but `own` and waits until all of them have ended, at most
+    /// `wait` (after any fence in progress). Returns how many it stopped.
     async fn fence(&self, own: u64, wait: Duration) -> Result<usize, FenceTimeout> {
-        let others: Vec<Fenceable> = {
-            let mut open = self.lock();
-            let ids: Vec<u64> = open.keys().copied().filter(|id| *id != own).collect();
-            ids.iter().filter_map(|id| open.remove(id)).collect()
-        };
-        for other in &others {
-            // No receiver left: that connection has ended already.
-            let _ = other.stop.send(true);
-        }
+        let _turn = self.one_at_a_time.lock().await;
+        let others: Vec<watch::Receiver<()>> = self
+            .lock()
+            .iter()
+            .filter(|(id, _)| **id != own)
+            .map(|(_, other)| {
+                other.stop.send_replace(true);
+                other.ended.clone()
+            })
+            .collect();
         let count = others.len();
-        let mut waiting = others.len();
-        let all_stopped = async {
-            for other in others {
-                // Err: the lease was dropped, which is what is waited for.
-                let _ = other.stopped.await;
+        let mut waiting = count;
+        let all_ended = async {
+            for mut ended in others {
+                // Nothing is ever sent: `changed` fails once the lease is dropped.
+                while ended.changed().await.is_ok() {}
                 waiting -= 1;
             }
         };
-        match tokio::time::timeout(wait, all_stopped).await {
+        match tokio::time::timeout(wait, all_ended).await {
             Ok(()) => Ok(count),
             Err(_) => Err(FenceTimeout(waiting)),
         }
@@ -108,9 +116,10 @@ impl Fences {
 }
 
 impl Lease {
-    /// Raises a fence for this connection: stops every other one and waits, at most `wait`,
-    /// until none of them is in a request. Returns how many it stopped. Holds no borrow of the
-    /// lease, so that its connection can wait for [`Lease::fenced`] meanwhile.
+    /// Raises a fence for this connection: stops every other one and waits, at most `wait`
+    /// (after any fence in progress), until all of them have ended. Returns how many it
+    /// stopped. Holds no borrow of the lease, so that its connection can wait for
+    /// [`Lease::fenced`] meanwhile.
     pub(crate) fn fence(
         &self,
         wait: Duration,
@@ -121,7 +130,7 @@ impl Lease {
 
     /// Completes when a fence stops this connection.
     pub(crate) async fn fenced(&mut self) {
-        // Err: the sender is gone, which only a fence (or the server's end) does.
+        // Err: the sender is gone, which only the server's end does.
         let _ = self.stop.wait_for(|stopped| *stopped).await;
     }
 }
@@ -135,6 +144,7 @@ impl Drop for Lease {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::oneshot;
 
     #[tokio::test]
     async fn a_fence_stops_the_others_and_waits_until_they_are_done() {
@@ -163,15 +173,56 @@ mod tests {
         assert_eq!(own.fence(FENCE_WAIT).await.unwrap(), 0);
     }
 
+    /// A connection as the server runs one that asked for a fence: the fence, unless a fence
+    /// stops the connection first (`None`); either way the connection then ends.
+    fn fencing(mut lease: Lease, wait: Duration) -> tokio::task::JoinHandle<Option<usize>> {
+        tokio::spawn(async move {
+            tokio::select! {
+                fenced = lease.fence(wait) => Some(fenced.expect("the fence is raised")),
+                () = lease.fenced() => None,
+            }
+        })
+    }
+
+    /// Found by review: a fence that gave up waiting forgot the connections it had stopped, and
+    /// the next fence (the proxy started again) returned at once while one of them was still
+    /// in a request. The next fence waits for it again.
     #[tokio::test]
-    async fn a_connection_that_never_finishes_fails_the_fence_by_name() {
+    async fn a_connection_that_never_finishes_fails_the_fence_and_the_next_waits_for_it_again() {
         let fences = Arc::new(Fences::default());
-        let _stuck = fences.lease();
+        let stuck = fences.lease();
         let own = fences.lease();
         let error = own.fence(Duration::from_millis(50)).await.unwrap_err();
         assert!(
             error.to_string().contains("1 other connection(s)"),
             "{error}"
         );
+        drop(own);
+        let next = fencing(fences.lease(), Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!next.is_finished(), "waits for the stuck connection again");
+        drop(stuck);
+        assert_eq!(next.await.unwrap(), Some(1));
+    }
+
+    /// Found by review: two fences at once could each stop the other's connection half way,
+    /// and both fail. One at a time: the fence in progress stops the second fence's connection
+    /// (that proxy's start fails, by name), and completes.
+    #[tokio::test]
+    async fn a_fence_in_progress_stops_a_second_one_and_completes() {
+        let fences = Arc::new(Fences::default());
+        let stuck = fences.lease();
+        let (first, second) = (fences.lease(), fences.lease());
+        let first = fencing(first, Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = fencing(second, Duration::from_secs(5));
+        assert_eq!(
+            second.await.unwrap(),
+            None,
+            "stopped while it waited its turn"
+        );
+        assert!(!first.is_finished(), "still waits for the stuck connection");
+        drop(stuck);
+        assert_eq!(first.await.unwrap(), Some(2));
     }
 }

@@ -58,13 +58,17 @@ pub trait Storage: Send + Sync + 'static {
         self.call(op).await
     }
 
-    /// Ends whatever an earlier client of this storage (the proxy this one replaces, killed or
-    /// stopped) still has on its way, and settles what it left half done: once this returns,
-    /// no request sent before it by another client is applied any more. A proxy calls it first,
-    /// before it reads anything: a write-back of a killed proxy applied in the middle of the
-    /// recovery's scan would move elements from addresses not yet scanned to addresses already
-    /// scanned, where the scan would see them nowhere. The server learns from it that a proxy
-    /// is starting, which the scan after it shows anyway.
+    /// Ends whatever the proxy this one replaces (killed, or stopped) still has on its way, and
+    /// settles what it left half done: once this returns, nothing that proxy sent before it is
+    /// applied any more. A proxy calls it first, before it reads anything: a write-back of a
+    /// killed proxy applied in the middle of the recovery's scan would move elements from
+    /// addresses not yet scanned to addresses already scanned, where the scan would see them
+    /// nowhere. The server learns from it that a proxy is starting, which the scan after it
+    /// shows anyway.
+    ///
+    /// What it does not do: keep out a proxy that is still running. Its connections are ended,
+    /// but it connects again, and its writes go on; two proxies on one store are not supported,
+    /// and nothing here detects them.
     async fn fence(&self) -> Result<(), StorageError>;
 
     /// Where the elements are, for logs and `INFO` (never secret).

@@ -167,20 +167,23 @@ async fn serve_peer(
 ) -> Result<(), Ended> {
     stream.set_nodelay(true).map_err(WireError::from)?;
     let secret = guard.secret.as_ref();
+    // Fenceable from its accept: a fence stops a connection still handshaking too, so none
+    // slips past it between its handshake and its first request.
+    let mut lease = fences.lease();
     let handshaking = admission.start();
     match &guard.tls {
         None => {
             let mut stream = stream;
-            while_handshaking(&handshaking, async {
+            while_handshaking(&handshaking, &mut lease, async {
                 Ok(handshake::admit(&mut stream, secret).await?)
             })
             .await?;
             let _admitted = admission.admit(handshaking).ok_or(Ended::Full)?;
             let (reader, writer) = stream.into_split();
-            serve_connection(reader, writer, storage, fences.lease()).await
+            serve_connection(reader, writer, storage, lease).await
         }
         Some(tls) => {
-            let stream = while_handshaking(&handshaking, async {
+            let stream = while_handshaking(&handshaking, &mut lease, async {
                 let mut stream = tls.accept(stream).await?;
                 handshake::admit(&mut stream, secret).await?;
                 Ok(stream)
@@ -188,25 +191,28 @@ async fn serve_peer(
             .await?;
             let _admitted = admission.admit(handshaking).ok_or(Ended::Full)?;
             let (reader, writer) = tokio::io::split(stream);
-            serve_connection(reader, writer, storage, fences.lease()).await
+            serve_connection(reader, writer, storage, lease).await
         }
     }
 }
 
-/// Runs `handshake` unless newer connections crowd this one out first.
+/// Runs `handshake` unless newer connections crowd this one out, or a fence stops it, first.
 async fn while_handshaking<T>(
     handshaking: &Handshaking,
+    lease: &mut Lease,
     handshake: impl Future<Output = Result<T, Ended>>,
 ) -> Result<T, Ended> {
     tokio::select! {
         done = handshake => done,
         () = handshaking.crowded_out.notified() => Err(Ended::CrowdedOut),
+        () = lease.fenced() => Err(Ended::Fenced),
     }
 }
 
 /// Serves one admitted connection's requests in order until its peer leaves or a fence stops
 /// it. A fence is checked before each request starts, never during one: a request started is
-/// applied whole, and the fence waits for it (see [`crate::fence`]).
+/// applied whole, and the fence waits for it (see [`crate::fence`]). Writing answers is no
+/// request: a fence stops it, so a peer that does not read cannot hold a fence up.
 async fn serve_connection(
     mut reader: impl AsyncRead + Unpin,
     mut writer: impl AsyncWrite + Unpin,
@@ -235,7 +241,7 @@ async fn serve_connection(
         };
         let result = match request {
             Request::Op(op) => storage.call(op).await,
-            // Two proxies fencing at once: whichever fences first stops the other's fence.
+            // A fence waits for any fence in progress, which stops this connection meanwhile.
             Request::Fence => tokio::select! {
                 fenced = lease.fence(FENCE_WAIT) => match fenced {
                     Ok(stopped) => {
@@ -250,9 +256,12 @@ async fn serve_connection(
         answers.push(wire::encode_response(id, &result));
         // Answer pipelined requests together: write once nothing complete is buffered.
         if !has_frame(&input) {
-            wire::write_frames(&mut writer, &answers)
-                .await
-                .map_err(WireError::from)?;
+            tokio::select! {
+                written = wire::write_frames(&mut writer, &answers) => {
+                    written.map_err(WireError::from)?;
+                }
+                () = lease.fenced() => return Err(Ended::Fenced),
+            }
             answers.clear();
         }
     }

@@ -213,7 +213,8 @@ impl Storage for TcpStorage {
 
     /// A FENCE request (see the server's `fence` module), sent first, on the one connection
     /// [`TcpStorage::connect_with`] opened: the server stops every other connection, so any
-    /// of ours opened before would be stopped too.
+    /// of ours opened before would be stopped too. Being first, it has id 0, the id an older
+    /// server's protocol error carries: so that error reaches it, and is told apart below.
     async fn fence(&self) -> Result<(), StorageError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
         match self

@@ -567,3 +567,44 @@ async fn a_fence_waits_out_what_another_connection_started_and_drops_the_rest() 
         .expect("closed by the fence")
         .ok();
 }
+
+/// Found by review: a peer that stops reading its answers (the old proxy's host paused or cut
+/// off while a batch's answer was on its way) held every fence until TCP gave up on it, some
+/// fifteen minutes, so no proxy could start in its place. Writing answers is no request: the
+/// fence stops it.
+#[tokio::test]
+async fn a_peer_that_does_not_read_its_answers_does_not_hold_a_fence_up() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let _stop = start_server(listener).await;
+    let writer = TcpStorage::connect(&addr, 1).await.unwrap();
+    writer
+        .call(StorageOp::Write(vec![(1, Bytes::from(vec![0u8; 4 << 20]))]))
+        .await
+        .unwrap();
+    drop(writer);
+
+    // 64 reads of 4 MiB each, never read: the server's answers fill the socket and wait.
+    let mut deaf = TcpStream::connect(&addr).await.unwrap();
+    cloak_storage::handshake::join(&mut deaf, None)
+        .await
+        .unwrap();
+    let reads: Vec<u8> = (0..64)
+        .flat_map(|id| wire::encode_request(id, &StorageOp::Read(vec![1])).to_bytes())
+        .collect();
+    deaf.write_all(&reads).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let fencing = std::time::Instant::now();
+    TcpStorage::connect(&addr, 1)
+        .await
+        .unwrap()
+        .fence()
+        .await
+        .expect("the fence is raised");
+    assert!(
+        fencing.elapsed() < Duration::from_secs(5),
+        "raised at once: {:?}",
+        fencing.elapsed()
+    );
+}

@@ -476,7 +476,8 @@ async fn read_map(
     let mut errors = Vec::new();
     for url in known.chain(target.nodes.iter().cloned()) {
         let answer = async {
-            // Unnamed: it only reads the map, so a fence need not end it (see `client_name`).
+            // Unnamed, so a fence leaves it be: it only reads the slot map, and a fence ends
+            // connections that may still be writing.
             let pipe = Pipe::connect(&url, tls.clone(), None, CONNECT_TIMEOUT, RESPONSE_TIMEOUT)
                 .await
                 .map_err(|e| e.to_string())?;

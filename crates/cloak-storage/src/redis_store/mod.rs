@@ -69,9 +69,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest `CLIENT LIST` answer a fence reads: some 40,000 clients' lines.
 const CLIENT_LIST_ANSWER: usize = 16 << 20;
-/// The most connections named as this store's proxies a fence ends on one Redis: a proxy keeps
-/// one to each master, so a handful is what a real Redis lists.
-const MAX_FENCED: usize = 1000;
+/// `CLIENT KILL`s a fence pipelines at once.
+const KILLS_AT_ONCE: usize = 1000;
 /// Keys asked for per SCAN call.
 const SCAN_COUNT: usize = 10_000;
 
@@ -525,40 +524,43 @@ impl RedisStorage {
         let own: u64 = redis::from_redis_value(own).map_err(|e| self.error(e.into()))?;
         let list: String = redis::from_redis_value(list).map_err(|e| self.error(e.into()))?;
         let name = self.target.client_name();
-        let kills: Vec<(Cmd, usize)> = clients_named(&list, &name)
+        let others: Vec<u64> = clients_named(&list, &name)
             .filter(|id| *id != own)
-            .map(|id| {
-                let mut kill = redis::cmd("CLIENT");
-                kill.arg("KILL").arg("ID").arg(id);
-                (kill, SHORT_ANSWER)
-            })
             .collect();
-        if kills.len() > MAX_FENCED {
-            return Err(self.error_at(
-                &node,
-                &format!(
-                    "CLIENT LIST names {} other connections as this store's proxies, more than \
-                     the {MAX_FENCED} a fence ends (a proxy keeps one to each master): refusing \
-                     to start on a server that lists them",
-                    kills.len()
-                ),
-            ));
-        }
-        if !kills.is_empty() {
+        // In pipelines of a bounded size: a hostile Redis may list as many as its answer's
+        // bound allows (some 500,000), and a tenant of a shared one may open that many
+        // connections under the store's name, which must not keep a proxy from starting.
+        for ids in others.chunks(KILLS_AT_ONCE) {
+            let kills: Vec<(Cmd, usize)> = ids
+                .iter()
+                .map(|id| {
+                    let mut kill = redis::cmd("CLIENT");
+                    kill.arg("KILL").arg("ID").arg(id);
+                    (kill, SHORT_ANSWER)
+                })
+                .collect();
             // Each answers how many it killed: 0 for a client that left meanwhile.
             self.query_all_on(&node, &kills)
                 .await
                 .map_err(|e| self.fence_refused(e))?;
         }
-        Ok(kills.len())
+        Ok(others.len())
     }
 
-    /// A fence's command refused (an ACL user without the `CLIENT` commands it needs, say).
+    /// A fence's command failed: said so, and when Redis refused the command (an ACL user
+    /// without it, or a Redis that renamed or disabled it), what the fence needs.
     fn fence_refused(&self, error: StorageError) -> StorageError {
+        let refused = ["NOPERM", "unknown command", "unknown subcommand"]
+            .iter()
+            .any(|refusal| error.0.contains(refusal));
+        let needs = if refused {
+            " (a Redis ACL user needs CLIENT SETNAME, CLIENT ID, CLIENT LIST and CLIENT KILL)"
+        } else {
+            ""
+        };
         StorageError(format!(
             "{error}: cannot end the connections of the proxy that used this store before, so \
-             a write it left on its way could land in the middle of recovery (a Redis ACL user \
-             needs CLIENT SETNAME, CLIENT ID, CLIENT LIST and CLIENT KILL)"
+             a write it left on its way could land in the middle of recovery{needs}"
         ))
     }
 }
