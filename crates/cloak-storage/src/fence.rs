@@ -9,8 +9,15 @@
 //! had never arrived), the requests they have started are waited out, and only then is the
 //! fence answered. The scan that follows sees the store as the dead proxy left it, whole.
 //!
+//! A fence is named by a random token, and every connection the proxy opens after it names the
+//! same token first (a JOIN). A proxy that is still running when another fences it off (a
+//! paused machine that comes back, a rolling update that overlaps) connects again, and its JOIN
+//! names an older token: it is refused by name, so its writes cannot land in the new proxy's
+//! store. Connections that never JOIN (tools, proxies older than the fence) are served as
+//! before; and a restarted server knows no token until the next fence, so it takes any JOIN.
+//!
 //! The fence leaves the server nothing to learn: it says that a proxy is starting, which the
-//! new connection and the full scan after it say anyway.
+//! new connection and the full scan after it say anyway, and its token is random.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
+
+use crate::wire::FenceToken;
 
 /// How long a fence waits for the other connections' started requests: a durable server's
 /// fsync, or a read of a whole batch, takes well under this.
@@ -32,6 +41,8 @@ pub(crate) struct Fences {
     /// Held by the fence in progress: a second one waits for it, then stops its connection (so
     /// two proxies starting at once do not stop each other's fence half way).
     one_at_a_time: tokio::sync::Mutex<()>,
+    /// The last fence's token: a JOIN that names another is refused.
+    token: Mutex<Option<FenceToken>>,
 }
 
 /// What a fence needs of a connection: a way to stop it, and to learn that it stopped.
@@ -82,9 +93,17 @@ impl Fences {
     }
 
     /// Stops every connection but `own` and waits until all of them have ended, at most
-    /// `wait` (after any fence in progress). Returns how many it stopped.
-    async fn fence(&self, own: u64, wait: Duration) -> Result<usize, FenceTimeout> {
+    /// `wait` (after any fence in progress). Returns how many it stopped. From its start on, a
+    /// JOIN must name `token`: a stopped proxy that connects again is refused at once, even
+    /// while this fence still waits.
+    async fn fence(
+        &self,
+        own: u64,
+        token: FenceToken,
+        wait: Duration,
+    ) -> Result<usize, FenceTimeout> {
         let _turn = self.one_at_a_time.lock().await;
+        *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some(token);
         let others: Vec<watch::Receiver<()>> = self
             .lock()
             .iter()
@@ -122,10 +141,18 @@ impl Lease {
     /// [`Lease::fenced`] meanwhile.
     pub(crate) fn fence(
         &self,
+        token: FenceToken,
         wait: Duration,
     ) -> impl std::future::Future<Output = Result<usize, FenceTimeout>> + use<> {
         let (fences, own) = (self.fences.clone(), self.id);
-        async move { fences.fence(own, wait).await }
+        async move { fences.fence(own, token, wait).await }
+    }
+
+    /// Whether a connection may join the fence named `token`: it is the last fence's, or no
+    /// fence was raised since the server started.
+    pub(crate) fn may_join(&self, token: &FenceToken) -> bool {
+        let current = self.fences.token.lock().unwrap_or_else(|e| e.into_inner());
+        current.is_none_or(|current| current == *token)
     }
 
     /// Completes when a fence stops this connection.
@@ -160,7 +187,7 @@ mod tests {
             drop(old);
         });
         let started = tokio::time::Instant::now();
-        assert_eq!(own.fence(FENCE_WAIT).await.unwrap(), 1);
+        assert_eq!(own.fence([7; 16], FENCE_WAIT).await.unwrap(), 1);
         assert!(started.elapsed() >= Duration::from_millis(200));
         done.await.unwrap();
         old_task.await.unwrap();
@@ -170,7 +197,7 @@ mod tests {
             own_stopped.is_err(),
             "a fence does not stop its own connection"
         );
-        assert_eq!(own.fence(FENCE_WAIT).await.unwrap(), 0);
+        assert_eq!(own.fence([7; 16], FENCE_WAIT).await.unwrap(), 0);
     }
 
     /// A connection as the server runs one that asked for a fence: the fence, unless a fence
@@ -178,7 +205,7 @@ mod tests {
     fn fencing(mut lease: Lease, wait: Duration) -> tokio::task::JoinHandle<Option<usize>> {
         tokio::spawn(async move {
             tokio::select! {
-                fenced = lease.fence(wait) => Some(fenced.expect("the fence is raised")),
+                fenced = lease.fence([7; 16], wait) => Some(fenced.expect("the fence is raised")),
                 () = lease.fenced() => None,
             }
         })
@@ -192,7 +219,10 @@ mod tests {
         let fences = Arc::new(Fences::default());
         let stuck = fences.lease();
         let own = fences.lease();
-        let error = own.fence(Duration::from_millis(50)).await.unwrap_err();
+        let error = own
+            .fence([7; 16], Duration::from_millis(50))
+            .await
+            .unwrap_err();
         assert!(
             error.to_string().contains("1 other connection(s)"),
             "{error}"
@@ -203,6 +233,25 @@ mod tests {
         assert!(!next.is_finished(), "waits for the stuck connection again");
         drop(stuck);
         assert_eq!(next.await.unwrap(), Some(1));
+    }
+
+    /// A proxy fenced off that connects again names its own fence's token: refused, while the
+    /// proxy that fenced it joins, and so would any connection of a server that knows no fence.
+    #[tokio::test]
+    async fn only_the_last_fences_token_may_join() {
+        let fences = Arc::new(Fences::default());
+        let anyone = fences.lease();
+        assert!(anyone.may_join(&[1; 16]), "no fence yet");
+        anyone.fence([2; 16], FENCE_WAIT).await.unwrap();
+        drop(anyone);
+        let again = fences.lease();
+        assert!(again.may_join(&[2; 16]));
+        assert!(!again.may_join(&[1; 16]));
+        again.fence([3; 16], FENCE_WAIT).await.unwrap();
+        assert!(
+            !fences.lease().may_join(&[2; 16]),
+            "the earlier proxy is fenced off"
+        );
     }
 
     /// Found by review: two fences at once could each stop the other's connection half way,

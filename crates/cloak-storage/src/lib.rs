@@ -66,9 +66,11 @@ pub trait Storage: Send + Sync + 'static {
     /// nowhere. The server learns from it that a proxy is starting, which the scan after it
     /// shows anyway.
     ///
-    /// What it does not do: keep out a proxy that is still running. Its connections are ended,
-    /// but it connects again, and its writes go on; two proxies on one store are not supported,
-    /// and nothing here detects them.
+    /// A proxy that is still running is another matter. `cloak server` refuses it when it
+    /// connects again (its connections name its own fence's token, no longer the last one),
+    /// except after the server restarted, when it knows no token until the next fence. On
+    /// Redis its connections are ended, but it connects again and its writes go on. Two
+    /// proxies on one store are not supported.
     async fn fence(&self) -> Result<(), StorageError>;
 
     /// Where the elements are, for logs and `INFO` (never secret).

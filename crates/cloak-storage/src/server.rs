@@ -72,7 +72,14 @@ enum Ended {
     Full,
     #[error("closed by a fence: a proxy is starting on this store")]
     Fenced,
+    #[error("refused: {FENCED_OFF}")]
+    FencedOff,
 }
+
+/// What a proxy fenced off by a later one is told when it connects again.
+const FENCED_OFF: &str = "fenced off: a proxy started after this one uses the store now (its \
+                          fence named another token); this proxy must stop, or the two would \
+                          overwrite each other's elements";
 
 /// Accepts connections from anyone until `shutdown` completes, then closes every connection.
 pub async fn serve(
@@ -242,8 +249,8 @@ async fn serve_connection(
         let result = match request {
             Request::Op(op) => storage.call(op).await,
             // A fence waits for any fence in progress, which stops this connection meanwhile.
-            Request::Fence => tokio::select! {
-                fenced = lease.fence(FENCE_WAIT) => match fenced {
+            Request::Fence(token) => tokio::select! {
+                fenced = lease.fence(token, FENCE_WAIT) => match fenced {
                     Ok(stopped) => {
                         tracing::info!(stopped, "fence: a proxy is starting; other connections stopped");
                         Ok(StorageReply::Done)
@@ -252,6 +259,15 @@ async fn serve_connection(
                 },
                 () = lease.fenced() => return Err(Ended::Fenced),
             },
+            Request::Join(token) if lease.may_join(&token) => Ok(StorageReply::Done),
+            Request::Join(_) => {
+                let refused = Err(StorageError(FENCED_OFF.into()));
+                answers.push(wire::encode_response(id, &refused));
+                wire::write_frames(&mut writer, &answers)
+                    .await
+                    .map_err(WireError::from)?;
+                return Err(Ended::FencedOff);
+            }
         };
         answers.push(wire::encode_response(id, &result));
         // Answer pipelined requests together: write once nothing complete is buffered.

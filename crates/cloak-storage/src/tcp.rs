@@ -32,7 +32,7 @@ use crate::reader_task::ReaderTask;
 use crate::tls::ClientTls;
 use crate::tls::client::host_of;
 use crate::waiting;
-use crate::wire::{self, Frame};
+use crate::wire::{self, FenceToken, Frame};
 use crate::{Release, Storage, StorageError, StorageOp, StorageReply};
 
 type Answer = Result<StorageReply, StorageError>;
@@ -86,6 +86,9 @@ pub struct TcpStorage {
     next_id: AtomicUsize,
     timeout: Duration,
     max_element: usize,
+    /// The token of the fence this client raised, which every connection it opens after
+    /// names first (see [`Storage::fence`] and the server's `fence` module).
+    fence_token: std::sync::OnceLock<FenceToken>,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -114,6 +117,7 @@ impl TcpStorage {
             next_id: AtomicUsize::new(0),
             timeout: Duration::from_secs(30),
             max_element: usize::MAX,
+            fence_token: std::sync::OnceLock::new(),
         };
         let first = storage.open().await?;
         *storage.connections[0].lock().await = Some(first);
@@ -152,7 +156,7 @@ impl TcpStorage {
             StorageError(format!("storage server {}: {e}", self.describe()))
         };
         let secret = self.link.secret.as_ref();
-        Ok(match &self.link.tls {
+        let connection = match &self.link.tls {
             None => {
                 let mut stream = stream;
                 handshake::join(&mut stream, secret)
@@ -172,7 +176,46 @@ impl TcpStorage {
                 let (reader, writer) = tokio::io::split(stream);
                 self.start(reader, writer)
             }
-        })
+        };
+        if let Some(token) = self.fence_token.get() {
+            self.join_fence(&connection, token).await?;
+        }
+        Ok(connection)
+    }
+
+    /// Names this client's fence on a new connection, before anything else is sent on it: a
+    /// server whose last fence was another's (this proxy was fenced off) refuses it.
+    async fn join_fence(
+        &self,
+        connection: &Connection,
+        token: &FenceToken,
+    ) -> Result<(), StorageError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+        let (answer, answered) = oneshot::channel();
+        let job = Job {
+            frame: wire::encode_join(id, token),
+            expected: Expected {
+                id,
+                max_answer: wire::MAX_FENCE_RESPONSE,
+                answer,
+            },
+        };
+        let lost = || StorageError(format!("connection to {} lost", self.addr));
+        connection.jobs.send(job).map_err(|_| lost())?;
+        match tokio::time::timeout(self.timeout, answered).await {
+            Ok(Ok(Ok(StorageReply::Done))) => Ok(()),
+            Ok(Ok(Ok(other))) => Err(StorageError(format!(
+                "storage server {} answered a join with {}",
+                self.addr,
+                other.summary()
+            ))),
+            Ok(Ok(Err(error))) => Err(error),
+            Ok(Err(_)) => Err(lost()),
+            Err(_) => Err(StorageError(format!(
+                "storage server {} did not answer a join within {:?}",
+                self.addr, self.timeout
+            ))),
+        }
     }
 
     /// The reading and writing tasks of a connection that passed its checks.
@@ -211,14 +254,24 @@ impl Storage for TcpStorage {
         self.send(id, frame, max_answer).await
     }
 
-    /// A FENCE request (see the server's `fence` module), sent first, on the one connection
-    /// [`TcpStorage::connect_with`] opened: the server stops every other connection, so any
-    /// of ours opened before would be stopped too. Being first, it has id 0, the id an older
+    /// A FENCE request named by a fresh random token (see the server's `fence` module), sent
+    /// first, on the one connection [`TcpStorage::connect_with`] opened: the server stops every
+    /// other connection, so any of ours opened before would be stopped too. Every connection
+    /// opened after names the token first. Being first, it has id 0, the id an older
     /// server's protocol error carries: so that error reaches it, and is told apart below.
     async fn fence(&self) -> Result<(), StorageError> {
+        let token = match self.fence_token.get() {
+            Some(token) => *token,
+            None => {
+                let mut token = FenceToken::default();
+                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut token)
+                    .map_err(|_| StorageError("no randomness for a fence token".into()))?;
+                *self.fence_token.get_or_init(|| token)
+            }
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
         match self
-            .send(id, wire::encode_fence(id), wire::MAX_FENCE_RESPONSE)
+            .send(id, wire::encode_fence(id, &token), wire::MAX_FENCE_RESPONSE)
             .await
         {
             Ok(StorageReply::Done) => Ok(()),

@@ -8,8 +8,12 @@
 //!   tag 2 WRITE   body = n (u32) ‖ n × (address (u128) ‖ len (u32) ‖ bytes)
 //!   tag 3 DELETE  body = n (u32) ‖ n × address (u128)
 //!   tag 4 SCAN    body = has_after (u8) ‖ after (u128) ‖ limit (u32)
-//!   tag 5 FENCE   body = empty: stop every other connection and wait out what they started
-//!                 (a proxy sends it before it recovers; see the `fence` module), answered DONE
+//!   tag 5 FENCE   body = token (16 bytes, random): stop every other connection, wait out what
+//!                 they started, and from now on refuse a JOIN with any other token (a proxy
+//!                 sends it before it recovers; see the `fence` module), answered DONE
+//!   tag 6 JOIN    body = token: this connection is the proxy's that raised the fence with this
+//!                 token (sent first on every connection it opens after), answered DONE, or
+//!                 ERROR and closed when a later fence has another token
 //! response = id (u64) ‖ tag (u8) ‖ body
 //!   tag 1 VALUES  body = n (u32) ‖ n × (0 | 1 ‖ len (u32) ‖ bytes)
 //!   tag 2 DONE    body = empty
@@ -34,6 +38,7 @@ const WRITE: u8 = 2;
 const DELETE: u8 = 3;
 const SCAN: u8 = 4;
 const FENCE: u8 = 5;
+const JOIN: u8 = 6;
 const VALUES: u8 = 1;
 const DONE: u8 = 2;
 const ERROR: u8 = 3;
@@ -452,33 +457,59 @@ pub fn decode_request(mut frame: Bytes) -> Result<(u64, StorageOp), WireError> {
 pub enum Request {
     /// A storage op.
     Op(StorageOp),
-    /// Stop every other connection and wait out the requests they started (see the `fence`
-    /// module): a proxy sends it before it recovers the store.
-    Fence,
+    /// Stop every other connection and wait out the requests they started, then refuse a
+    /// [`Request::Join`] with any other token (see the `fence` module): a proxy sends it before
+    /// it recovers the store.
+    Fence(FenceToken),
+    /// This connection is the proxy's that raised the fence with this token.
+    Join(FenceToken),
 }
 
-/// The frame of request `id` asking for a fence.
-pub fn encode_fence(id: u64) -> Frame {
-    let mut f = Frame::sized(HEAD, 1);
+/// A random token naming one fence, and so one proxy's run: it says nothing about the store.
+pub type FenceToken = [u8; 16];
+
+/// The frame of request `id` asking for a fence named `token`.
+pub fn encode_fence(id: u64, token: &FenceToken) -> Frame {
+    encode_token(id, FENCE, token)
+}
+
+/// The frame of request `id` joining the fence named `token`.
+pub fn encode_join(id: u64, token: &FenceToken) -> Frame {
+    encode_token(id, JOIN, token)
+}
+
+fn encode_token(id: u64, tag: u8, token: &FenceToken) -> Frame {
+    let mut f = Frame::sized(HEAD + token.len(), 1);
     f.put(|out| {
         out.put_u64_le(id);
-        out.put_u8(FENCE);
+        out.put_u8(tag);
+        out.put_slice(token);
     });
     f.finish()
 }
 
-/// The longest answer a fence allows: DONE, or an error.
+/// The longest answer a fence or a join allows: DONE, or an error.
 pub const MAX_FENCE_RESPONSE: usize = HEAD + MAX_ERROR_MESSAGE;
 
 /// The request id and request a frame sent to `cloak server` carries.
 pub fn decode_server_request(frame: Bytes) -> Result<(u64, Request), WireError> {
     let mut body = frame.clone();
-    if let (id, FENCE) = header(&mut body)? {
-        done(&body)?;
-        return Ok((id, Request::Fence));
+    let (id, tag) = header(&mut body)?;
+    let token = |body: &mut Bytes| -> Result<FenceToken, WireError> {
+        need(body, 16)?;
+        let mut token = [0; 16];
+        body.copy_to_slice(&mut token);
+        done(body)?;
+        Ok(token)
+    };
+    match tag {
+        FENCE => Ok((id, Request::Fence(token(&mut body)?))),
+        JOIN => Ok((id, Request::Join(token(&mut body)?))),
+        _ => {
+            let (id, op) = decode_request(frame)?;
+            Ok((id, Request::Op(op)))
+        }
     }
-    let (id, op) = decode_request(frame)?;
-    Ok((id, Request::Op(op)))
 }
 
 /// The request id and result a frame carries.

@@ -608,3 +608,39 @@ async fn a_peer_that_does_not_read_its_answers_does_not_hold_a_fence_up() {
         fencing.elapsed()
     );
 }
+
+/// Found by review: the fence ended a proxy's connections, but a proxy still running (a paused
+/// machine that comes back, a rolling update that overlaps) connected again and its writes went
+/// on landing in the store another proxy had fenced. Its new connection names its own fence's
+/// token, and is refused by name; a tool that never fences is served as before.
+#[tokio::test]
+async fn a_proxy_fenced_off_by_a_later_one_is_refused_when_it_connects_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let _stop = start_server(listener).await;
+    let write = |value: &'static [u8]| StorageOp::Write(vec![(1, Bytes::from_static(value))]);
+    let old = TcpStorage::connect(&addr, 1).await.unwrap();
+    old.fence().await.unwrap();
+    old.call(write(b"before")).await.unwrap();
+
+    let new = TcpStorage::connect(&addr, 1).await.unwrap();
+    new.fence().await.unwrap();
+    let mut refusal = None;
+    for _ in 0..3 {
+        // The first try may find its connection closed without knowing it yet.
+        match old.call(write(b"late")).await {
+            Ok(_) => panic!("a fenced-off proxy's write was applied"),
+            Err(error) if error.0.contains("fenced off") => {
+                refusal = Some(error);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    let refusal = refusal.expect("refused by name");
+    assert!(refusal.0.contains("must stop"), "{refusal}");
+    let before = StorageReply::Values(vec![Some(Bytes::from_static(b"before"))]);
+    assert_eq!(new.call(StorageOp::Read(vec![1])).await.unwrap(), before);
+    let tool = TcpStorage::connect(&addr, 1).await.unwrap();
+    assert_eq!(tool.call(StorageOp::Read(vec![1])).await.unwrap(), before);
+}
