@@ -262,6 +262,43 @@ async fn a_fence_ends_the_connections_of_the_proxy_before_and_only_those() {
     drop(old);
 }
 
+/// Found by review: on Redis a proxy still running when another fenced it off (a paused
+/// machine that comes back) connected again, and its writes went on landing in the other's
+/// store. Its new connection finds another token under the store's fence key, and is refused
+/// by name.
+#[tokio::test]
+async fn a_proxy_fenced_off_on_redis_is_refused_when_it_connects_again() {
+    let redis = RedisServer::start();
+    let t = target(&redis.url());
+    let old = RedisStorage::connect(t.clone(), None).await.unwrap();
+    old.fence().await.unwrap();
+    old.call(StorageOp::Write(vec![(1, value(1, 1))]))
+        .await
+        .unwrap();
+    let new = RedisStorage::connect(t.clone(), None).await.unwrap();
+    new.fence().await.unwrap();
+    let mut refusal = None;
+    for _ in 0..3 {
+        // The first try may find its connection ended without knowing it yet.
+        match old.call(StorageOp::Write(vec![(1, value(1, 2))])).await {
+            Ok(_) => panic!("a fenced-off proxy's write was applied"),
+            Err(error) if error.0.contains("fenced off") => {
+                refusal = Some(error);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    let refusal = refusal.expect("refused by name");
+    assert!(refusal.0.contains("must stop"), "{refusal}");
+    assert_eq!(
+        new.call(StorageOp::Read(vec![1])).await.unwrap(),
+        StorageReply::Values(vec![Some(value(1, 1))])
+    );
+    // The fence key is no element: a scan does not list it.
+    assert_eq!(scan_all(&new, 10).await, vec![(1, value(1, 1))]);
+}
+
 /// A server that lists more connections named as the store's proxies than one pipeline of
 /// kills holds (a tenant of a shared Redis may open them) has them all ended, a thousand at a
 /// time; a server that refuses the fence's commands (an ACL user without them) refuses the

@@ -25,7 +25,12 @@
 //! connections of that name other than its own (`CLIENT KILL ID`): Redis runs one command at a
 //! time and drops a killed client's commands not yet run, so once the kills are answered,
 //! nothing the proxy before it left on its way (a write-back still in the network or in Redis's
-//! input buffer) can land in the middle of the recovery's scan. Redis sees the name, a hash of
+//! input buffer) can land in the middle of the recovery's scan. On a single Redis the fence
+//! also writes a random token under the store's fence key ([`RedisTarget::fence_key`]) before
+//! the kills, and every connection the proxy opens after checks that the key still holds it:
+//! a proxy that is still running when another fences it off (a paused machine that comes back)
+//! connects again, finds another token, and is refused by name instead of writing on. A Redis
+//! Cluster has no such check (the key would live on one master only). Redis sees the name, a hash of
 //! the prefix and the database it already sees in every command. An ACL user needs `CLIENT
 //! SETNAME`, `CLIENT ID`, `CLIENT LIST` and `CLIENT KILL`; without them the proxy says so and
 //! does not start.
@@ -624,7 +629,18 @@ impl Storage for RedisStorage {
     /// it left half done (see the module notes).
     async fn fence(&self) -> Result<(), StorageError> {
         let nodes = match &self.connection {
-            Connection::Single(_) => vec![None],
+            Connection::Single(pipe) => {
+                // The token first: a connection the proxy before opens from now on finds it,
+                // and one it opened before is in the CLIENT LIST below, and ended.
+                let mut token = vec![0; 16];
+                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut token)
+                    .map_err(|_| StorageError("no randomness for a fence token".into()))?;
+                let mut set = redis::cmd("SET");
+                set.arg(self.target.fence_key()).arg(&token);
+                self.query_on::<()>(&None, set, SHORT_ANSWER).await?;
+                pipe.join_fence(self.target.fence_key(), token);
+                vec![None]
+            }
             Connection::Cluster(cluster) => {
                 cluster.masters().await?.into_iter().map(Some).collect()
             }

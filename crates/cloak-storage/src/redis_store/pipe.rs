@@ -57,6 +57,13 @@ pub enum PipeError {
         /// What the server said.
         answer: String,
     },
+    /// A new connection found the store's fence key naming another proxy's fence: a proxy
+    /// started after this one uses the store now.
+    #[error(
+        "fenced off: a proxy started after this one uses the store now (its fence key names \
+         another fence); this proxy must stop, or the two would overwrite each other's elements"
+    )]
+    FencedOff,
     /// Redis did not connect or answer in time.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
@@ -163,6 +170,9 @@ pub struct Pipe {
     tls: Option<ClientTls>,
     /// The name each connection gives itself (`CLIENT SETNAME`), if any.
     name: Option<String>,
+    /// Once this proxy has fenced: the store's fence key and the token it must hold, checked
+    /// by every connection opened after (see [`Pipe::join_fence`]).
+    fence: std::sync::OnceLock<(Vec<u8>, Vec<u8>)>,
     connect_timeout: Duration,
     response_timeout: Duration,
     open: tokio::sync::Mutex<Option<Open>>,
@@ -186,6 +196,7 @@ impl Pipe {
             info,
             tls,
             name,
+            fence: std::sync::OnceLock::new(),
             connect_timeout,
             response_timeout,
             open: tokio::sync::Mutex::new(None),
@@ -299,6 +310,7 @@ impl Pipe {
             let deadline = tokio::time::Instant::now() + self.connect_timeout;
             let answer = match wait(answered, deadline, self.connect_timeout).await {
                 Ok(answer) if answer == expected => continue,
+                Ok(_) if step == FENCE_STEP => return Err(PipeError::FencedOff),
                 Ok(other) => format!("{other:?}"),
                 Err(PipeError::Answer(error)) => error,
                 Err(error) => return Err(error),
@@ -336,6 +348,11 @@ impl Pipe {
                 Value::Okay,
             ));
         }
+        if let Some((key, token)) = self.fence.get() {
+            let mut get = redis::cmd("GET");
+            get.arg(key);
+            greeting.push((FENCE_STEP, get, Value::BulkString(token.clone())));
+        }
         greeting.push((
             "PING",
             redis::cmd("PING"),
@@ -343,7 +360,17 @@ impl Pipe {
         ));
         greeting
     }
+
+    /// From now on every connection this opens first checks that `key` holds `token`, the
+    /// fence this proxy raised: a proxy fenced off by a later one (which wrote its own token
+    /// there) has its connections refused, [`PipeError::FencedOff`], instead of writing on.
+    pub fn join_fence(&self, key: Vec<u8>, token: Vec<u8>) {
+        let _ = self.fence.set((key, token));
+    }
 }
+
+/// The greeting's step that checks the fence (see [`Pipe::join_fence`]).
+const FENCE_STEP: &str = "checking the store's fence";
 
 /// `commands` packed one after another, and each one's bound on its answer: what
 /// [`Pipe::request_all`] takes.

@@ -158,6 +158,14 @@ impl RedisTarget {
         key
     }
 
+    /// The key that names the last fence raised on a single Redis (see `RedisStorage::fence`):
+    /// not an element's (no 32 hex digits), so a scan never lists it.
+    pub fn fence_key(&self) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key.extend_from_slice(b"fence");
+        key
+    }
+
     /// The URL of a cluster node at `host:port`, with the scheme and credentials of the seeds
     /// (every node of a cluster takes the same).
     pub fn node_url(&self, host: &str, port: u16) -> String {
