@@ -23,7 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::admission::{Admission, Handshaking, RateLimited};
@@ -31,7 +31,7 @@ use crate::fence::{FENCE_WAIT, Fences, Lease};
 use crate::handshake::{self, HandshakeError, StorageSecret};
 use crate::tls::{ServerTls, TlsError};
 use crate::wire::{self, Request, WireError};
-use crate::{Storage, StorageError, StorageReply};
+use crate::{Storage, StorageError, StorageOp, StorageReply};
 
 /// Who may use the server.
 #[derive(Clone, Default)]
@@ -247,6 +247,12 @@ async fn serve_connection(
             }
         };
         let result = match request {
+            // Reads and scans change nothing, however late.
+            Request::Op(StorageOp::Write(_) | StorageOp::Delete(_))
+                if peer_left(&mut reader, &mut input).await? =>
+            {
+                return Ok(());
+            }
             Request::Op(op) => storage.call(op).await,
             // A fence waits for any fence in progress, which stops this connection meanwhile.
             Request::Fence(token) => tokio::select! {
@@ -280,6 +286,23 @@ async fn serve_connection(
             }
             answers.clear();
         }
+    }
+}
+
+/// Whether the peer has closed the connection with nothing more to send, seen without waiting:
+/// a proxy closes a connection it gives up on (an answer that did not come in time), and it
+/// sends a request again on another connection. A request still unstarted here, behind a slow
+/// one, would then be applied after the one that replaced it, and after what the proxy wrote
+/// next: dropped instead, as if it had never arrived. Bytes that are there are read into
+/// `input`, as the next frame's read would have.
+async fn peer_left(
+    reader: &mut (impl AsyncRead + Unpin),
+    input: &mut BytesMut,
+) -> Result<bool, WireError> {
+    match futures::FutureExt::now_or_never(reader.read_buf(input)) {
+        Some(Ok(0)) => Ok(true),
+        Some(Ok(_)) | None => Ok(false),
+        Some(Err(error)) => Err(error.into()),
     }
 }
 

@@ -644,3 +644,53 @@ async fn a_proxy_fenced_off_by_a_later_one_is_refused_when_it_connects_again() {
     let tool = TcpStorage::connect(&addr, 1).await.unwrap();
     assert_eq!(tool.call(StorageOp::Read(vec![1])).await.unwrap(), before);
 }
+
+/// A proxy gives up on a request that is not answered in time, closes its connection and sends
+/// the request again on another, then goes on. A request still unstarted on the closed
+/// connection (queued behind a slow one) was applied once the slow one was done: after the
+/// requests that replaced it, overwriting them. It is now dropped unstarted.
+#[tokio::test]
+async fn a_request_on_a_connection_its_peer_closed_is_not_applied_after_its_replacement() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let storage: Arc<dyn Storage> = Arc::new(SlowWrites {
+        inner: MemoryStorage::new(),
+        delay: Duration::from_millis(400),
+    });
+    let (_stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server::serve(listener, storage, async {
+        let _ = stopped.await;
+    }));
+    let write = |id: u64, addr: u128, value: &'static [u8]| {
+        wire::encode_request(
+            id,
+            &StorageOp::Write(vec![(addr, Bytes::from_static(value))]),
+        )
+        .to_bytes()
+    };
+    let mut given_up = TcpStream::connect(&addr).await.unwrap();
+    cloak_storage::handshake::join(&mut given_up, None)
+        .await
+        .unwrap();
+    // A slow write, and one behind it.
+    let both = [write(1, 1, b"slow"), write(2, 2, b"stale")].concat();
+    given_up.write_all(&both).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    given_up.shutdown().await.unwrap();
+    drop(given_up);
+
+    let retry = TcpStorage::connect(&addr, 1).await.unwrap();
+    retry
+        .call(StorageOp::Write(vec![(2, Bytes::from_static(b"newer"))]))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        retry.call(StorageOp::Read(vec![1, 2])).await.unwrap(),
+        StorageReply::Values(vec![
+            Some(Bytes::from_static(b"slow")),
+            Some(Bytes::from_static(b"newer"))
+        ]),
+        "the started write is applied, the one behind it never"
+    );
+}
