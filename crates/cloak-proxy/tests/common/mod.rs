@@ -254,10 +254,16 @@ impl TestProxy {
         format!("redis://{}/", self.addr)
     }
 
+    /// A client connection that waits up to 10 s for an answer: the `redis` crate's default,
+    /// half a second, was once too short for a command behind slow storage writes while the
+    /// whole suite ran on two cores (`clean_stop::pancake`, a GET, timed out). Tests here check
+    /// answers, not latency.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        let patient = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(Some(std::time::Duration::from_secs(10)));
         redis::Client::open(self.url())
             .unwrap()
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&patient)
             .await
             .unwrap()
     }
