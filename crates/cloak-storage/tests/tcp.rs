@@ -262,11 +262,7 @@ async fn idle_sockets_that_never_handshake_cannot_keep_a_proxy_out() {
     );
     // The oldest idle socket was closed to make room for newer handshakes.
     let mut oldest = idle.swap_remove(0);
-    let mut greeting = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), oldest.read_to_end(&mut greeting))
-        .await
-        .expect("the oldest handshaking socket is closed")
-        .unwrap();
+    common::closed_by_peer(&mut oldest, "the oldest handshaking socket is closed").await;
 }
 
 #[tokio::test]
@@ -482,6 +478,41 @@ async fn a_retired_tls_connection_is_closed() {
     );
 }
 
+/// A server over a [`SlowWrites`] storage taking 400 ms a write, on a free port: its address,
+/// and what stops it once dropped.
+async fn serve_slow_writes() -> (String, oneshot::Sender<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let storage: Arc<dyn Storage> = Arc::new(SlowWrites {
+        inner: MemoryStorage::new(),
+        delay: Duration::from_millis(400),
+    });
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server::serve(listener, storage, async {
+        let _ = stopped.await;
+    }));
+    (addr, stop)
+}
+
+/// A raw connection to the server at `addr`, past its handshake: a proxy's as the server sees
+/// it.
+async fn admitted(addr: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    cloak_storage::handshake::join(&mut stream, None)
+        .await
+        .unwrap();
+    stream
+}
+
+/// The frame of request `id`, a write of `value` at `addr`.
+fn write_frame(id: u64, addr: u128, value: &'static [u8]) -> Bytes {
+    wire::encode_request(
+        id,
+        &StorageOp::Write(vec![(addr, Bytes::from_static(value))]),
+    )
+    .to_bytes()
+}
+
 /// A storage that takes `delay` to apply each write, as a durable server does until its fsync.
 struct SlowWrites {
     inner: MemoryStorage,
@@ -516,30 +547,11 @@ impl Storage for SlowWrites {
 /// after the fence sees the store as it stays.
 #[tokio::test]
 async fn a_fence_waits_out_what_another_connection_started_and_drops_the_rest() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let storage: Arc<dyn Storage> = Arc::new(SlowWrites {
-        inner: MemoryStorage::new(),
-        delay: Duration::from_millis(400),
-    });
-    let (_stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server::serve(listener, storage, async {
-        let _ = stopped.await;
-    }));
+    let (addr, _stop) = serve_slow_writes().await;
 
     // The proxy about to die: two writes in one go; the server starts the first.
-    let mut old = TcpStream::connect(&addr).await.unwrap();
-    cloak_storage::handshake::join(&mut old, None)
-        .await
-        .unwrap();
-    let write = |id: u64, addr: u128, value: &'static [u8]| {
-        wire::encode_request(
-            id,
-            &StorageOp::Write(vec![(addr, Bytes::from_static(value))]),
-        )
-        .to_bytes()
-    };
-    let both = [write(1, 1, b"started"), write(2, 2, b"queued")].concat();
+    let mut old = admitted(&addr).await;
+    let both = [write_frame(1, 1, b"started"), write_frame(2, 2, b"queued")].concat();
     old.write_all(&both).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
 
@@ -560,12 +572,7 @@ async fn a_fence_waits_out_what_another_connection_started_and_drops_the_rest() 
         after_fence,
         "the write queued behind it is never applied"
     );
-    // And the old connection is closed.
-    let mut rest = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), old.read_to_end(&mut rest))
-        .await
-        .expect("closed by the fence")
-        .ok();
+    common::closed_by_peer(&mut old, "the fence closed the old connection").await;
 }
 
 /// Found by review: a peer that stops reading its answers (the old proxy's host paused or cut
@@ -585,10 +592,7 @@ async fn a_peer_that_does_not_read_its_answers_does_not_hold_a_fence_up() {
     drop(writer);
 
     // 64 reads of 4 MiB each, never read: the server's answers fill the socket and wait.
-    let mut deaf = TcpStream::connect(&addr).await.unwrap();
-    cloak_storage::handshake::join(&mut deaf, None)
-        .await
-        .unwrap();
+    let mut deaf = admitted(&addr).await;
     let reads: Vec<u8> = (0..64)
         .flat_map(|id| wire::encode_request(id, &StorageOp::Read(vec![1])).to_bytes())
         .collect();
@@ -625,20 +629,7 @@ async fn a_proxy_fenced_off_by_a_later_one_is_refused_when_it_connects_again() {
 
     let new = TcpStorage::connect(&addr, 1).await.unwrap();
     new.fence().await.unwrap();
-    let mut refusal = None;
-    for _ in 0..3 {
-        // The first try may find its connection closed without knowing it yet.
-        match old.call(write(b"late")).await {
-            Ok(_) => panic!("a fenced-off proxy's write was applied"),
-            Err(error) if error.0.contains("fenced off") => {
-                refusal = Some(error);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-    let refusal = refusal.expect("refused by name");
-    assert!(refusal.0.contains("must stop"), "{refusal}");
+    common::fenced_off(|| old.call(write(b"late"))).await;
     let before = StorageReply::Values(vec![Some(Bytes::from_static(b"before"))]);
     assert_eq!(new.call(StorageOp::Read(vec![1])).await.unwrap(), before);
     let tool = TcpStorage::connect(&addr, 1).await.unwrap();
@@ -651,29 +642,10 @@ async fn a_proxy_fenced_off_by_a_later_one_is_refused_when_it_connects_again() {
 /// requests that replaced it, overwriting them. It is now dropped unstarted.
 #[tokio::test]
 async fn a_request_on_a_connection_its_peer_closed_is_not_applied_after_its_replacement() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let storage: Arc<dyn Storage> = Arc::new(SlowWrites {
-        inner: MemoryStorage::new(),
-        delay: Duration::from_millis(400),
-    });
-    let (_stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server::serve(listener, storage, async {
-        let _ = stopped.await;
-    }));
-    let write = |id: u64, addr: u128, value: &'static [u8]| {
-        wire::encode_request(
-            id,
-            &StorageOp::Write(vec![(addr, Bytes::from_static(value))]),
-        )
-        .to_bytes()
-    };
-    let mut given_up = TcpStream::connect(&addr).await.unwrap();
-    cloak_storage::handshake::join(&mut given_up, None)
-        .await
-        .unwrap();
+    let (addr, _stop) = serve_slow_writes().await;
+    let mut given_up = admitted(&addr).await;
     // A slow write, and one behind it.
-    let both = [write(1, 1, b"slow"), write(2, 2, b"stale")].concat();
+    let both = [write_frame(1, 1, b"slow"), write_frame(2, 2, b"stale")].concat();
     given_up.write_all(&both).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     given_up.shutdown().await.unwrap();

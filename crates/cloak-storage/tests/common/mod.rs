@@ -38,3 +38,35 @@ pub fn quick_start_tls(dir: &std::path::Path) -> (QuickStart, ServerTls) {
     .unwrap();
     (files, tls)
 }
+
+/// What a proxy fenced off by a later one gets when it writes on: `write` (made anew for each
+/// try) fails, within three tries, with an error saying the proxy was fenced off and must stop
+/// (the first may only find its connection closed). Panics if a write is applied.
+pub async fn fenced_off<F>(write: impl Fn() -> F) -> StorageError
+where
+    F: std::future::Future<Output = Result<StorageReply, StorageError>>,
+{
+    for _ in 0..3 {
+        match write().await {
+            Ok(_) => panic!("a fenced-off proxy's write was applied"),
+            Err(error) if error.0.contains("fenced off") => {
+                assert!(error.0.contains("must stop"), "{error}");
+                return error;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    panic!("not refused by name within three tries")
+}
+
+/// Waits until the peer of `stream` closes it, at most 5 s (`what` says who should have).
+pub async fn closed_by_peer(stream: &mut tokio::net::TcpStream, what: &str) {
+    use tokio::io::AsyncReadExt;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        stream.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(closed.is_ok(), "{what}");
+}
