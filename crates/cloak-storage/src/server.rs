@@ -228,6 +228,9 @@ async fn serve_connection(
 ) -> Result<(), Ended> {
     let mut input = BytesMut::with_capacity(64 * 1024);
     let mut answers = Vec::new();
+    // Whether the last request took long enough for the proxy to have given up on the ones
+    // behind it (see `peer_left`).
+    let mut after_slow = false;
     loop {
         // The fence first: a frame already buffered when it came is dropped unstarted.
         let frame = tokio::select! {
@@ -249,11 +252,16 @@ async fn serve_connection(
         let result = match request {
             // Reads and scans change nothing, however late.
             Request::Op(StorageOp::Write(_) | StorageOp::Delete(_))
-                if peer_left(&mut reader, &mut input).await? =>
+                if after_slow && peer_left(&mut reader, &mut input).await? =>
             {
                 return Ok(());
             }
-            Request::Op(op) => storage.call(op).await,
+            Request::Op(op) => {
+                let started = std::time::Instant::now();
+                let result = storage.call(op).await;
+                after_slow = started.elapsed() >= SLOW_REQUEST;
+                result
+            }
             // A fence waits for any fence in progress, which stops this connection meanwhile.
             Request::Fence(token) => tokio::select! {
                 fenced = lease.fence(token, FENCE_WAIT) => match fenced {
@@ -289,12 +297,18 @@ async fn serve_connection(
     }
 }
 
+/// A request that takes this long may have outlasted its proxy's patience with the requests
+/// queued behind it: the next write is checked with [`peer_left`] first. Checking every write
+/// would cost a read call for each, and `unsafe` sends one per SET.
+const SLOW_REQUEST: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Whether the peer has closed the connection with nothing more to send, seen without waiting:
 /// a proxy closes a connection it gives up on (an answer that did not come in time), and it
 /// sends a request again on another connection. A request still unstarted here, behind a slow
 /// one, would then be applied after the one that replaced it, and after what the proxy wrote
 /// next: dropped instead, as if it had never arrived. Bytes that are there are read into
-/// `input`, as the next frame's read would have.
+/// `input`, as the next frame's read would have. Not seen: a request queued while the whole
+/// server stood still (a paused machine), behind no slow request of its own connection.
 async fn peer_left(
     reader: &mut (impl AsyncRead + Unpin),
     input: &mut BytesMut,
