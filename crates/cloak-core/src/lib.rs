@@ -55,8 +55,8 @@ pub use scheme::{
 };
 pub use sim::Simulator;
 pub use storage::{
-    Addr, ExpectedReply, RequestId, STORE_MARKER, StorageError, StorageOp, StorageReply,
-    StorageRequest,
+    Addr, ExpectedReply, FENCED_OFF, RequestId, STORE_MARKER, StorageError, StorageOp,
+    StorageReply, StorageRequest,
 };
 pub use trace::{AccessKind, Observed, Trace};
 pub use update::Update;

@@ -192,10 +192,24 @@ impl ExpectedReply {
 }
 
 /// Storage could not serve a request. The message is for people; schemes treat every failure
-/// alike (the request had no effect they can rely on) and retry or report.
+/// alike (the request had no effect they can rely on) and retry or report. One failure is for
+/// the proxy instead: [`StorageError::is_fenced_off`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct StorageError(pub String);
+
+/// How a storage backend's refusal of a proxy fenced off by a later one begins (see
+/// `Storage::fence` in `cloak-storage`).
+pub const FENCED_OFF: &str = "fenced off: a proxy started after this one uses the store now";
+
+impl StorageError {
+    /// Whether storage refused this proxy because a proxy started after it fenced it off: no
+    /// request of this proxy's will be served again, and what it acknowledges from now on
+    /// would never reach the store, so the proxy must stop.
+    pub fn is_fenced_off(&self) -> bool {
+        self.0.contains(FENCED_OFF)
+    }
+}
 
 #[cfg(test)]
 mod tests {

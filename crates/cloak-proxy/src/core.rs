@@ -350,6 +350,21 @@ impl Core {
                     self.fire_timeout(&done_tx, &committed_tx);
                 }
                 Some((id, result, received)) = done.recv() => {
+                    if let Err(error) = &result
+                        && error.is_fenced_off()
+                    {
+                        // Storage serves another proxy now: whatever this one acknowledged
+                        // from here on would never reach the store. Stop, so every command
+                        // gets an error instead; what was acknowledged and not written is
+                        // lost to the proxy that fenced this one off, and the log says so.
+                        tracing::error!(
+                            %error,
+                            unwritten = self.engine.scheme_stats().unwritten,
+                            "fenced off by a proxy started since: stopping; every command is \
+                             refused from now on"
+                        );
+                        return;
+                    }
                     self.io.bytes_received += received;
                     self.record_health(&result);
                     self.engine.handle_storage(Instant::now(), id, result);

@@ -12,12 +12,11 @@
 //! are still handshaking: a flood of connections (refused or not) cannot make the server hold
 //! more than that many buffers and tasks, nor keep a proxy that proves itself out.
 //!
-//! A proxy raises a [`fence`] before it recovers the store: every other connection is stopped
+//! A proxy raises a fence (the `fence` module) before it recovers the store: every other connection is stopped
 //! and what it started waited out, so nothing a killed proxy left on its way lands in the
 //! middle of the new one's scan.
 //!
 //! [`admission`]: crate::admission
-//! [`fence`]: crate::fence
 
 use std::future::Future;
 use std::sync::Arc;
@@ -72,14 +71,18 @@ enum Ended {
     Full,
     #[error("closed by a fence: a proxy is starting on this store")]
     Fenced,
-    #[error("refused: {FENCED_OFF}")]
+    #[error("refused: {}", fenced_off())]
     FencedOff,
 }
 
 /// What a proxy fenced off by a later one is told when it connects again.
-const FENCED_OFF: &str = "fenced off: a proxy started after this one uses the store now (its \
-                          fence named another token); this proxy must stop, or the two would \
-                          overwrite each other's elements";
+fn fenced_off() -> String {
+    format!(
+        "{} (its fence named another token); this proxy stops, or the two would overwrite each \
+         other's elements",
+        cloak_core::FENCED_OFF
+    )
+}
 
 /// Accepts connections from anyone until `shutdown` completes, then closes every connection.
 pub async fn serve(
@@ -218,7 +221,7 @@ async fn while_handshaking<T>(
 
 /// Serves one admitted connection's requests in order until its peer leaves or a fence stops
 /// it. A fence is checked before each request starts, never during one: a request started is
-/// applied whole, and the fence waits for it (see [`crate::fence`]). Writing answers is no
+/// applied whole, and the fence waits for it (see the `fence` module). Writing answers is no
 /// request: a fence stops it, so a peer that does not read cannot hold a fence up.
 async fn serve_connection(
     mut reader: impl AsyncRead + Unpin,
@@ -228,8 +231,8 @@ async fn serve_connection(
 ) -> Result<(), Ended> {
     let mut input = BytesMut::with_capacity(64 * 1024);
     let mut answers = Vec::new();
-    // Whether the last request took long enough for the proxy to have given up on the ones
-    // behind it (see `peer_left`).
+    // Whether a request took long enough for the proxy to have given up on the ones queued
+    // behind it, and they are not all served yet (see `peer_left`).
     let mut after_slow = false;
     loop {
         // The fence first: a frame already buffered when it came is dropped unstarted.
@@ -254,12 +257,17 @@ async fn serve_connection(
             Request::Op(StorageOp::Write(_) | StorageOp::Delete(_))
                 if after_slow && peer_left(&mut reader, &mut input).await? =>
             {
+                // What was applied is still answered, for a peer that only half closed.
+                wire::write_frames(&mut writer, &answers)
+                    .await
+                    .map_err(WireError::from)?;
                 return Ok(());
             }
             Request::Op(op) => {
                 let started = std::time::Instant::now();
                 let result = storage.call(op).await;
-                after_slow = started.elapsed() >= SLOW_REQUEST;
+                // Until the backlog behind a slow request is served, whatever comes between.
+                after_slow = (after_slow || started.elapsed() >= SLOW_REQUEST) && has_frame(&input);
                 result
             }
             // A fence waits for any fence in progress, which stops this connection meanwhile.
@@ -275,7 +283,7 @@ async fn serve_connection(
             },
             Request::Join(token) if lease.may_join(&token) => Ok(StorageReply::Done),
             Request::Join(_) => {
-                let refused = Err(StorageError(FENCED_OFF.into()));
+                let refused = Err(StorageError(fenced_off()));
                 answers.push(wire::encode_response(id, &refused));
                 wire::write_frames(&mut writer, &answers)
                     .await
@@ -307,8 +315,12 @@ const SLOW_REQUEST: std::time::Duration = std::time::Duration::from_millis(100);
 /// sends a request again on another connection. A request still unstarted here, behind a slow
 /// one, would then be applied after the one that replaced it, and after what the proxy wrote
 /// next: dropped instead, as if it had never arrived. Bytes that are there are read into
-/// `input`, as the next frame's read would have. Not seen: a request queued while the whole
-/// server stood still (a paused machine), behind no slow request of its own connection.
+/// `input`, as the next frame's read would have. Not seen: a close behind bytes still to
+/// read (the end of a stream shows only once everything before it is read, and one read is
+/// all this takes: a large write queued behind the stale one hides the close), and requests
+/// queued while the whole server stood still (a paused machine), behind no slow request of
+/// their own connection. A mitigation, then, not a guarantee: a guarantee would have the
+/// connection that replaces one name it, for the server to stop the old one as a fence does.
 async fn peer_left(
     reader: &mut (impl AsyncRead + Unpin),
     input: &mut BytesMut,

@@ -266,15 +266,21 @@ impl Storage for TcpStorage {
                 let mut token = FenceToken::default();
                 ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut token)
                     .map_err(|_| StorageError("no randomness for a fence token".into()))?;
-                *self.fence_token.get_or_init(|| token)
+                token
             }
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+        // The token is kept once the fence is answered, not before: a connection opened for
+        // the fence itself (the first one died) must not JOIN, with a token the server does
+        // not know yet, ahead of it.
         match self
             .send(id, wire::encode_fence(id, &token), wire::MAX_FENCE_RESPONSE)
             .await
         {
-            Ok(StorageReply::Done) => Ok(()),
+            Ok(StorageReply::Done) => {
+                let _ = self.fence_token.set(token);
+                Ok(())
+            }
             Ok(other) => Err(StorageError(format!(
                 "storage server {} answered a fence with {}",
                 self.addr,

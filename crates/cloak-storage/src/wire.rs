@@ -12,8 +12,11 @@
 //!                 they started, and from now on refuse a JOIN with any other token (a proxy
 //!                 sends it before it recovers; see the `fence` module), answered DONE
 //!   tag 6 JOIN    body = token: this connection is the proxy's that raised the fence with this
-//!                 token (sent first on every connection it opens after), answered DONE, or
-//!                 ERROR and closed when a later fence has another token
+//!                 token (sent first on every connection it opens after), answered DONE (also by
+//!                 a server that knows no token, restarted since), or ERROR and closed when a
+//!                 later fence has another token
+//! A write or delete may go unanswered, and unapplied, when its peer has already closed the
+//! connection (see `server::peer_left`).
 //! response = id (u64) ‖ tag (u8) ‖ body
 //!   tag 1 VALUES  body = n (u32) ‖ n × (0 | 1 ‖ len (u32) ‖ bytes)
 //!   tag 2 DONE    body = empty

@@ -283,6 +283,53 @@ async fn a_proxy_fenced_off_on_redis_is_refused_when_it_connects_again() {
     assert_eq!(scan_all(&new, 10).await, vec![(1, value(1, 1))]);
 }
 
+/// Found by a review: a proxy that fenced twice kept the first token while Redis held the
+/// second, and its own next connection was refused as fenced off; and a fence key lost with
+/// Redis's data (a restart without persistence) refused every connection of the proxy. Its
+/// reconnects now survive both.
+#[tokio::test]
+async fn a_proxy_survives_its_own_second_fence_and_a_lost_fence_key() {
+    let redis = RedisServer::start();
+    let t = target(&redis.url());
+    let storage = RedisStorage::connect(t.clone(), None).await.unwrap();
+    storage.fence().await.unwrap();
+    storage.fence().await.unwrap();
+    let mut owner = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let end_its_connections = |owner: &mut redis::Connection| {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(owner).unwrap();
+        let name = format!("name={}", t.client_name());
+        for line in list
+            .lines()
+            .filter(|line| line.split(' ').any(|f| f == name))
+        {
+            let id = line.split(' ').next().unwrap().trim_start_matches("id=");
+            let _: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(id)
+                .query(owner)
+                .unwrap();
+        }
+    };
+    let read_again = async |storage: &RedisStorage| {
+        // The first try may find its connection ended without knowing it yet.
+        if storage.call(StorageOp::Read(vec![1])).await.is_err() {
+            storage.call(StorageOp::Read(vec![1])).await.unwrap();
+        }
+    };
+    end_its_connections(&mut owner);
+    read_again(&storage).await;
+    let _: () = redis::cmd("DEL")
+        .arg(t.fence_key())
+        .query(&mut owner)
+        .unwrap();
+    end_its_connections(&mut owner);
+    read_again(&storage).await;
+}
+
 /// A server that lists more connections named as the store's proxies than one pipeline of
 /// kills holds (a tenant of a shared Redis may open them) has them all ended, a thousand at a
 /// time; a server that refuses the fence's commands (an ACL user without them) refuses the

@@ -312,6 +312,74 @@ fn a_write_back_a_killed_proxy_left_in_the_server_does_not_land_in_the_next_scan
     );
 }
 
+/// Found by a review: a proxy fenced off by a later one (a paused machine that came back) had
+/// its storage requests refused, but went on acknowledging clients' writes into its journal and
+/// retrying them forever: writes acknowledged and never in the store. It now stops at its first
+/// refusal, and every command gets an error. Shown failing without the stop: writes were still
+/// acknowledged 5 s after the second proxy started.
+#[test]
+fn a_proxy_fenced_off_by_a_later_one_stops_acknowledging_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("key");
+    common::write_private(
+        &key_file,
+        cloak_crypto::MasterKey::from_bytes([9; 32]).to_hex(),
+    );
+    let storage_addr = format!("127.0.0.1:{}", free_port());
+    let _server = start(
+        &["server".into(), "--listen".into(), storage_addr.clone()],
+        "listening",
+    );
+    let proxy = |name: &str, port: u16| {
+        let mut args = proxy_args(
+            &format!("tcp://{storage_addr}"),
+            port,
+            &dir.path().join(name),
+        );
+        args.extend(["--key-file".into(), key_file.display().to_string()]);
+        args
+    };
+    let (first_port, second_port) = (free_port(), free_port());
+    let _first = start(&proxy("first", first_port), "listening");
+    let mut first = connect(first_port);
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query(&mut first)
+        .unwrap();
+    common::wait_until_stored(&mut first, Duration::from_secs(30));
+
+    let _second = start(&proxy("second", second_port), "listening");
+    let fenced = Instant::now();
+    let error = loop {
+        match redis::cmd("SET")
+            .arg("late")
+            .arg("v")
+            .query::<()>(&mut first)
+        {
+            Err(error) => break error,
+            Ok(()) => {
+                assert!(
+                    fenced.elapsed() < Duration::from_secs(5),
+                    "the fenced-off proxy still acknowledges writes 5 s after the next one started"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    };
+    assert!(error.to_string().contains("shutting down"), "{error}");
+    for _ in 0..3 {
+        let later = redis::cmd("SET")
+            .arg("later")
+            .arg("v")
+            .query::<()>(&mut first);
+        assert!(later.is_err(), "every command is refused from then on");
+    }
+    let mut second = connect(second_port);
+    let got: Option<String> = redis::cmd("GET").arg("k").query(&mut second).unwrap();
+    assert_eq!(got.as_deref(), Some("v"));
+}
+
 #[test]
 fn a_redis_crash_with_aof_always_loses_no_acknowledged_write() {
     let mut redis = RedisServer::start();

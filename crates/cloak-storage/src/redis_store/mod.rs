@@ -514,8 +514,9 @@ impl RedisStorage {
 
     /// Ends, on one Redis (a master of a cluster when `node` is given), every connection named
     /// as this store's proxies name theirs other than this proxy's own: the proxy before it
-    /// (see the module notes). Returns how many it ended.
-    async fn fence_node(&self, node: Option<Node>) -> Result<usize, StorageError> {
+    /// (see the module notes). Returns how many it ended. With `end` false, only checks that
+    /// Redis lets this proxy run the commands: lists the connections and ends none.
+    async fn fence_node(&self, node: Option<Node>, end: bool) -> Result<usize, StorageError> {
         let mut own = redis::cmd("CLIENT");
         own.arg("ID");
         let mut list = redis::cmd("CLIENT");
@@ -530,7 +531,7 @@ impl RedisStorage {
         let list: String = redis::from_redis_value(list).map_err(|e| self.error(e.into()))?;
         let name = self.target.client_name();
         let others: Vec<u64> = clients_named(&list, &name)
-            .filter(|id| *id != own)
+            .filter(|id| *id != own && end)
             .collect();
         // In pipelines of a bounded size: a hostile Redis may list as many as its answer's
         // bound allows (some 500,000), and a tenant of a shared one may open that many
@@ -630,11 +631,25 @@ impl Storage for RedisStorage {
     async fn fence(&self) -> Result<(), StorageError> {
         let nodes = match &self.connection {
             Connection::Single(pipe) => {
+                // Whether Redis lets this proxy fence at all, before the token is written: a
+                // token written by a start that then fails would lock the running proxy out
+                // with none to take its place.
+                self.fence_node(None, false).await?;
                 // The token first: a connection the proxy before opens from now on finds it,
-                // and one it opened before is in the CLIENT LIST below, and ended.
-                let mut token = vec![0; 16];
-                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut token)
-                    .map_err(|_| StorageError("no randomness for a fence token".into()))?;
+                // and one it opened before is in the CLIENT LIST below, and ended. A second
+                // fence of this proxy's writes the same token again.
+                let token = match pipe.fence_token() {
+                    Some(token) => token,
+                    None => {
+                        let mut token = vec![0; 16];
+                        ring::rand::SecureRandom::fill(
+                            &ring::rand::SystemRandom::new(),
+                            &mut token,
+                        )
+                        .map_err(|_| StorageError("no randomness for a fence token".into()))?;
+                        token
+                    }
+                };
                 let mut set = redis::cmd("SET");
                 set.arg(self.target.fence_key()).arg(&token);
                 self.query_on::<()>(&None, set, SHORT_ANSWER).await?;
@@ -647,7 +662,7 @@ impl Storage for RedisStorage {
         };
         let mut ended = 0;
         for node in nodes {
-            ended += self.fence_node(node).await?;
+            ended += self.fence_node(node, true).await?;
         }
         if ended > 0 {
             tracing::info!(

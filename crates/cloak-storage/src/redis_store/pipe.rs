@@ -60,8 +60,9 @@ pub enum PipeError {
     /// A new connection found the store's fence key naming another proxy's fence: a proxy
     /// started after this one uses the store now.
     #[error(
-        "fenced off: a proxy started after this one uses the store now (its fence key names \
-         another fence); this proxy must stop, or the two would overwrite each other's elements"
+        "{} (its fence key names another fence); this proxy stops, or the two would overwrite \
+         each other's elements",
+        cloak_core::FENCED_OFF
     )]
     FencedOff,
     /// Redis did not connect or answer in time.
@@ -310,6 +311,9 @@ impl Pipe {
             let deadline = tokio::time::Instant::now() + self.connect_timeout;
             let answer = match wait(answered, deadline, self.connect_timeout).await {
                 Ok(answer) if answer == expected => continue,
+                // No key: lost with Redis's data (a restart without persistence, a replica
+                // behind): as a `cloak server` restarted knows no token, let the proxy in.
+                Ok(Value::Nil) if step == FENCE_STEP => continue,
                 Ok(_) if step == FENCE_STEP => return Err(PipeError::FencedOff),
                 Ok(other) => format!("{other:?}"),
                 Err(PipeError::Answer(error)) => error,
@@ -366,6 +370,11 @@ impl Pipe {
     /// there) has its connections refused, [`PipeError::FencedOff`], instead of writing on.
     pub fn join_fence(&self, key: Vec<u8>, token: Vec<u8>) {
         let _ = self.fence.set((key, token));
+    }
+
+    /// The token [`Pipe::join_fence`] was given, if it was.
+    pub fn fence_token(&self) -> Option<Vec<u8>> {
+        self.fence.get().map(|(_, token)| token.clone())
     }
 }
 

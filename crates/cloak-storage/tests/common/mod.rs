@@ -40,8 +40,9 @@ pub fn quick_start_tls(dir: &std::path::Path) -> (QuickStart, ServerTls) {
 }
 
 /// What a proxy fenced off by a later one gets when it writes on: `write` (made anew for each
-/// try) fails, within three tries, with an error saying the proxy was fenced off and must stop
-/// (the first may only find its connection closed). Panics if a write is applied.
+/// try) fails, within three tries, with the error saying the proxy was fenced off
+/// ([`StorageError::is_fenced_off`]; the first try may only find its connection closed).
+/// Panics if a write is applied.
 pub async fn fenced_off<F>(write: impl Fn() -> F) -> StorageError
 where
     F: std::future::Future<Output = Result<StorageReply, StorageError>>,
@@ -49,10 +50,7 @@ where
     for _ in 0..3 {
         match write().await {
             Ok(_) => panic!("a fenced-off proxy's write was applied"),
-            Err(error) if error.0.contains("fenced off") => {
-                assert!(error.0.contains("must stop"), "{error}");
-                return error;
-            }
+            Err(error) if error.is_fenced_off() => return error,
             Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
         }
     }
