@@ -14,12 +14,16 @@
 //! paused machine that comes back, a rolling update that overlaps) connects again, and its JOIN
 //! names an older token: it is refused by name, so its writes cannot land in the new proxy's
 //! store. Connections that never JOIN (tools, proxies older than the fence) are served as
-//! before; and a restarted server knows no token until the next fence, so it takes any JOIN.
+//! before. With a place to keep it (`cloak server --data-dir`), the token is written there,
+//! synced, before the fence stops anything, and read back at start, so a restarted server
+//! still refuses the proxy fenced off before the restart; without one, a restarted server
+//! knows no token until the next fence, and takes any JOIN.
 //!
 //! The fence leaves the server nothing to learn: it says that a proxy is starting, which the
 //! new connection and the full scan after it say anyway, and its token is random.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,6 +47,8 @@ pub(crate) struct Fences {
     one_at_a_time: tokio::sync::Mutex<()>,
     /// The last fence's token: a JOIN that names another is refused.
     token: Mutex<Option<FenceToken>>,
+    /// Where the token is kept across restarts, if anywhere.
+    token_file: Option<PathBuf>,
 }
 
 /// What a fence needs of a connection: a way to stop it, and to learn that it stopped.
@@ -65,13 +71,46 @@ pub(crate) struct Lease {
 
 /// Why a fence could not be raised.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "{0} other connection(s) still had a request in progress {FENCE_WAIT:?} after the fence \
-     stopped them (is the server's disk stuck?); the next fence waits for them again"
-)]
-pub(crate) struct FenceTimeout(usize);
+pub(crate) enum FenceError {
+    /// Connections still inside a request when the wait ran out.
+    #[error(
+        "{0} other connection(s) still had a request in progress {FENCE_WAIT:?} after the fence \
+         stopped them (is the server's disk stuck?); the next fence waits for them again"
+    )]
+    Timeout(usize),
+    /// The token could not be kept where the server keeps it.
+    #[error("the fence's token could not be kept in {0}: {1}")]
+    Keep(String, std::io::Error),
+}
 
 impl Fences {
+    /// Fences that keep their token in `token_file` (read now, if it is there), or in memory
+    /// only.
+    pub(crate) fn open(token_file: Option<PathBuf>) -> std::io::Result<Self> {
+        let token = match &token_file {
+            Some(path) => match std::fs::read(path) {
+                Ok(bytes) => Some(FenceToken::try_from(bytes.as_slice()).map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "{} holds {} bytes, not a fence's token of 16",
+                            path.display(),
+                            bytes.len()
+                        ),
+                    )
+                })?),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+                Err(error) => return Err(error),
+            },
+            None => None,
+        };
+        Ok(Self {
+            token: Mutex::new(token),
+            token_file,
+            ..Self::default()
+        })
+    }
+
     /// Registers a newly accepted connection.
     pub(crate) fn lease(self: &Arc<Self>) -> Lease {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -101,8 +140,15 @@ impl Fences {
         own: u64,
         token: FenceToken,
         wait: Duration,
-    ) -> Result<usize, FenceTimeout> {
+    ) -> Result<usize, FenceError> {
         let _turn = self.one_at_a_time.lock().await;
+        if let Some(path) = &self.token_file {
+            let (path, kept) = (path.clone(), path.display().to_string());
+            tokio::task::spawn_blocking(move || crate::dir::write_synced(&path, &token))
+                .await
+                .map_err(|e| FenceError::Keep(kept.clone(), std::io::Error::other(e)))?
+                .map_err(|e| FenceError::Keep(kept, e))?;
+        }
         *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some(token);
         let others: Vec<watch::Receiver<()>> = self
             .lock()
@@ -124,7 +170,7 @@ impl Fences {
         };
         match tokio::time::timeout(wait, all_ended).await {
             Ok(()) => Ok(count),
-            Err(_) => Err(FenceTimeout(waiting)),
+            Err(_) => Err(FenceError::Timeout(waiting)),
         }
     }
 
@@ -143,7 +189,7 @@ impl Lease {
         &self,
         token: FenceToken,
         wait: Duration,
-    ) -> impl std::future::Future<Output = Result<usize, FenceTimeout>> + use<> {
+    ) -> impl std::future::Future<Output = Result<usize, FenceError>> + use<> {
         let (fences, own) = (self.fences.clone(), self.id);
         async move { fences.fence(own, token, wait).await }
     }
@@ -233,6 +279,19 @@ mod tests {
         assert!(!next.is_finished(), "waits for the stuck connection again");
         drop(stuck);
         assert_eq!(next.await.unwrap(), Some(1));
+    }
+
+    /// A token file that is not a token is refused by name at start, not taken for no fence.
+    #[test]
+    fn a_token_file_that_is_not_a_token_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fence-token");
+        assert!(Fences::open(Some(path.clone())).is_ok(), "no file yet");
+        std::fs::write(&path, b"abc").unwrap();
+        let error = Fences::open(Some(path))
+            .err()
+            .expect("3 bytes are no token");
+        assert!(error.to_string().contains("not a fence's token"), "{error}");
     }
 
     /// A proxy fenced off that connects again names its own fence's token: refused, while the

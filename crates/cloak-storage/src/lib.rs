@@ -68,7 +68,7 @@ pub trait Storage: Send + Sync + 'static {
     ///
     /// A proxy that is still running is another matter. `cloak server` refuses it when it
     /// connects again (its connections name its own fence's token, no longer the last one),
-    /// except after the server restarted, when it knows no token until the next fence. A
+    /// also after a restart when the server keeps its token in `--data-dir`. A
     /// single Redis does the same through a key holding the last fence's token, which every
     /// connection checks when it opens. On a Redis Cluster its connections are ended, but it
     /// connects again and its writes go on. Two proxies on one store are not supported.

@@ -39,6 +39,9 @@ pub struct Guard {
     pub tls: Option<Arc<ServerTls>>,
     /// A secret every proxy must prove it knows.
     pub secret: Option<StorageSecret>,
+    /// Where the last fence's token is kept across restarts (`None`: in memory only; see the
+    /// `fence` module).
+    pub fence_token_file: Option<std::path::PathBuf>,
     /// At most this many admitted connections (past TLS and the handshake) at once (`None`:
     /// no limit). While they are all taken, a new connection is greeted as "full" and closed at
     /// once (on TLS, just closed: a plaintext greeting would be garbage to a TLS client).
@@ -105,7 +108,7 @@ pub async fn serve_guarded(
     // Dropping the set when we return aborts the connection tasks.
     let mut connections = tokio::task::JoinSet::new();
     let admission = Admission::new(guard.max_connections);
-    let fences = Arc::new(Fences::default());
+    let fences = Arc::new(Fences::open(guard.fence_token_file.clone())?);
     let mut turned_away = RateLimited::default();
     loop {
         tokio::select! {

@@ -223,6 +223,7 @@ async fn start_guarded(
         tls,
         secret: Some(secret.clone()),
         max_connections: Some(max_connections),
+        ..Default::default()
     };
     let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
     tokio::spawn(server::serve_guarded(
@@ -664,5 +665,54 @@ async fn a_request_on_a_connection_its_peer_closed_is_not_applied_after_its_repl
             Some(Bytes::from_static(b"newer"))
         ]),
         "the started write is applied, the one behind it never"
+    );
+}
+
+/// Found by a review: a restarted `cloak server` knew no fence, and let a proxy fenced off
+/// before the restart back in. With a place to keep the token (`--data-dir`), it still refuses
+/// it; the proxy that fenced it off joins as before.
+#[tokio::test]
+async fn a_server_restarted_with_its_token_file_still_refuses_the_fenced_off_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let guard = server::Guard {
+        fence_token_file: Some(dir.path().join("fence-token")),
+        ..Default::default()
+    };
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let serve = |listener: TcpListener| {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(server::serve_guarded(
+            listener,
+            storage.clone(),
+            guard.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        (stop, server)
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, server) = serve(listener);
+    let old = TcpStorage::connect(&addr, 1).await.unwrap();
+    old.fence().await.unwrap();
+    let new = TcpStorage::connect(&addr, 1).await.unwrap();
+    new.fence().await.unwrap();
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+
+    let (_stop, _server) = serve(TcpListener::bind(&addr).await.unwrap());
+    let write = || old.call(StorageOp::Write(vec![(1, Bytes::from_static(b"late"))]));
+    common::fenced_off(write).await;
+    let read = || new.call(StorageOp::Read(vec![1]));
+    // The first try may find its connection gone with the old server.
+    let got = match read().await {
+        Ok(got) => got,
+        Err(_) => read().await.unwrap(),
+    };
+    assert_eq!(
+        got,
+        StorageReply::Values(vec![None]),
+        "the late write never landed"
     );
 }

@@ -38,6 +38,8 @@ pub async fn run(args: ServerArgs, config: &ConfigFile) -> anyhow::Result<()> {
         tls: tls.clone(),
         secret,
         max_connections: Some(args.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS) as usize),
+        // Kept with the elements, so a restart still refuses a proxy fenced off before it.
+        fence_token_file: args.data_dir.as_ref().map(|dir| dir.join("fence-token")),
     };
     let (storage, held): (Arc<dyn Storage>, String) = match &args.data_dir {
         Some(dir) => {
