@@ -30,7 +30,16 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::StorageError;
 use crate::wire::FenceToken;
+
+/// A fresh random token for a fence a proxy raises (in `cloak server` or a Redis).
+pub(crate) fn fresh_token() -> Result<FenceToken, StorageError> {
+    let mut token = FenceToken::default();
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut token)
+        .map_err(|_| StorageError("no randomness for a fence token".into()))?;
+    Ok(token)
+}
 
 /// How long a fence waits for the other connections' started requests: a durable server's
 /// fsync, or a read of a whole batch, takes well under this.
@@ -149,7 +158,7 @@ impl Fences {
                 .map_err(|e| FenceError::Keep(kept.clone(), std::io::Error::other(e)))?
                 .map_err(|e| FenceError::Keep(kept, e))?;
         }
-        *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some(token);
+        *unpoisoned(&self.token) = Some(token);
         let others: Vec<watch::Receiver<()>> = self
             .lock()
             .iter()
@@ -175,8 +184,7 @@ impl Fences {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Fenceable>> {
-        // Every update is a single insert or remove: a poisoned map is still consistent.
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
+        unpoisoned(&self.open)
     }
 }
 
@@ -197,7 +205,7 @@ impl Lease {
     /// Whether a connection may join the fence named `token`: it is the last fence's, or no
     /// fence was raised since the server started.
     pub(crate) fn may_join(&self, token: &FenceToken) -> bool {
-        let current = self.fences.token.lock().unwrap_or_else(|e| e.into_inner());
+        let current = unpoisoned(&self.fences.token);
         current.is_none_or(|current| current == *token)
     }
 
@@ -206,6 +214,12 @@ impl Lease {
         // Err: the sender is gone, which only the server's end does.
         let _ = self.stop.wait_for(|stopped| *stopped).await;
     }
+}
+
+/// `mutex` locked, poisoned or not: every update under these locks is a single insert, remove
+/// or assignment, so a panic elsewhere cannot leave one half done.
+fn unpoisoned<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Drop for Lease {

@@ -78,6 +78,12 @@ enum Ended {
     FencedOff,
 }
 
+impl From<std::io::Error> for Ended {
+    fn from(error: std::io::Error) -> Self {
+        Ended::Wire(error.into())
+    }
+}
+
 /// What a proxy fenced off by a later one is told when it connects again.
 fn fenced_off() -> String {
     format!(
@@ -178,7 +184,7 @@ async fn serve_peer(
     admission: &Arc<Admission>,
     fences: &Arc<Fences>,
 ) -> Result<(), Ended> {
-    stream.set_nodelay(true).map_err(WireError::from)?;
+    stream.set_nodelay(true)?;
     let secret = guard.secret.as_ref();
     // Fenceable from its accept: a fence stops a connection still handshaking too, so none
     // slips past it between its handshake and its first request.
@@ -249,9 +255,7 @@ async fn serve_connection(
             Err(error) => {
                 let answer = Err(StorageError(format!("protocol error: {error}")));
                 answers.push(wire::encode_response(0, &answer));
-                wire::write_frames(&mut writer, &answers)
-                    .await
-                    .map_err(WireError::from)?;
+                wire::write_frames(&mut writer, &answers).await?;
                 return Err(error.into());
             }
         };
@@ -261,9 +265,7 @@ async fn serve_connection(
                 if after_slow && peer_left(&mut reader, &mut input).await? =>
             {
                 // What was applied is still answered, for a peer that only half closed.
-                wire::write_frames(&mut writer, &answers)
-                    .await
-                    .map_err(WireError::from)?;
+                wire::write_frames(&mut writer, &answers).await?;
                 return Ok(());
             }
             Request::Op(op) => {
@@ -288,9 +290,7 @@ async fn serve_connection(
             Request::Join(_) => {
                 let refused = Err(StorageError(fenced_off()));
                 answers.push(wire::encode_response(id, &refused));
-                wire::write_frames(&mut writer, &answers)
-                    .await
-                    .map_err(WireError::from)?;
+                wire::write_frames(&mut writer, &answers).await?;
                 return Err(Ended::FencedOff);
             }
         };
@@ -299,7 +299,7 @@ async fn serve_connection(
         if !has_frame(&input) {
             tokio::select! {
                 written = wire::write_frames(&mut writer, &answers) => {
-                    written.map_err(WireError::from)?;
+                    written?;
                 }
                 () = lease.fenced() => return Err(Ended::Fenced),
             }

@@ -203,17 +203,23 @@ impl TcpStorage {
         let lost = || StorageError(format!("connection to {} lost", self.addr));
         connection.jobs.send(job).map_err(|_| lost())?;
         match tokio::time::timeout(self.timeout, answered).await {
-            Ok(Ok(Ok(StorageReply::Done))) => Ok(()),
-            Ok(Ok(Ok(other))) => Err(StorageError(format!(
-                "storage server {} answered a join with {}",
-                self.addr,
-                other.summary()
-            ))),
-            Ok(Ok(Err(error))) => Err(error),
+            Ok(Ok(answer)) => self.done("join", answer),
             Ok(Err(_)) => Err(lost()),
             Err(_) => Err(StorageError(format!(
                 "storage server {} did not answer a join within {:?}",
                 self.addr, self.timeout
+            ))),
+        }
+    }
+
+    /// `answer` to a fence or a join (`what`), which calls for DONE.
+    fn done(&self, what: &str, answer: Answer) -> Result<(), StorageError> {
+        match answer? {
+            StorageReply::Done => Ok(()),
+            other => Err(StorageError(format!(
+                "storage server {} answered a {what} with {}",
+                self.addr,
+                other.summary()
             ))),
         }
     }
@@ -262,30 +268,20 @@ impl Storage for TcpStorage {
     async fn fence(&self) -> Result<(), StorageError> {
         let token = match self.fence_token.get() {
             Some(token) => *token,
-            None => {
-                let mut token = FenceToken::default();
-                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut token)
-                    .map_err(|_| StorageError("no randomness for a fence token".into()))?;
-                token
-            }
+            None => crate::fence::fresh_token()?,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
         // The token is kept once the fence is answered, not before: a connection opened for
         // the fence itself (the first one died) must not JOIN, with a token the server does
         // not know yet, ahead of it.
-        match self
+        let answer = self
             .send(id, wire::encode_fence(id, &token), wire::MAX_FENCE_RESPONSE)
-            .await
-        {
-            Ok(StorageReply::Done) => {
+            .await;
+        match self.done("fence", answer) {
+            Ok(()) => {
                 let _ = self.fence_token.set(token);
                 Ok(())
             }
-            Ok(other) => Err(StorageError(format!(
-                "storage server {} answered a fence with {}",
-                self.addr,
-                other.summary()
-            ))),
             Err(StorageError(message)) if message.contains("unknown request tag") => {
                 Err(StorageError(format!(
                     "storage server {} is older than this proxy and cannot fence off the proxy \

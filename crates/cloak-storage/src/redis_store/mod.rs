@@ -512,31 +512,34 @@ impl RedisStorage {
         }
     }
 
-    /// Ends, on one Redis (a master of a cluster when `node` is given), every connection named
-    /// as this store's proxies name theirs other than this proxy's own: the proxy before it
-    /// (see the module notes). Returns how many it ended. With `end` false, only checks that
-    /// Redis lets this proxy run the commands: lists the connections and ends none.
-    async fn fence_node(&self, node: Option<Node>, end: bool) -> Result<usize, StorageError> {
+    /// The ids of the connections, on one Redis (a master of a cluster when `node` is given),
+    /// named as this store's proxies name theirs, other than this proxy's own: the proxy before
+    /// it (see the module notes).
+    async fn other_proxies(&self, node: &Option<Node>) -> Result<Vec<u64>, StorageError> {
         let mut own = redis::cmd("CLIENT");
         own.arg("ID");
         let mut list = redis::cmd("CLIENT");
         list.arg("LIST").arg("TYPE").arg("normal");
         // Pipelined, so both are answered on one connection: the one CLIENT ID names.
         let answers = self
-            .query_all_on(&node, &[(own, SHORT_ANSWER), (list, CLIENT_LIST_ANSWER)])
+            .query_all_on(node, &[(own, SHORT_ANSWER), (list, CLIENT_LIST_ANSWER)])
             .await
             .map_err(|e| self.fence_refused(e))?;
         let [own, list] = <[Value; 2]>::try_from(answers).expect("two answers to two commands");
         let own: u64 = redis::from_redis_value(own).map_err(|e| self.error(e.into()))?;
         let list: String = redis::from_redis_value(list).map_err(|e| self.error(e.into()))?;
         let name = self.target.client_name();
-        let others: Vec<u64> = clients_named(&list, &name)
-            .filter(|id| *id != own && end)
-            .collect();
+        Ok(clients_named(&list, &name)
+            .filter(|id| *id != own)
+            .collect())
+    }
+
+    /// Ends the connections `ids` on one Redis (a master of a cluster when `node` is given).
+    async fn end_connections(&self, node: &Option<Node>, ids: &[u64]) -> Result<(), StorageError> {
         // In pipelines of a bounded size: a hostile Redis may list as many as its answer's
         // bound allows (some 500,000), and a tenant of a shared one may open that many
         // connections under the store's name, which must not keep a proxy from starting.
-        for ids in others.chunks(KILLS_AT_ONCE) {
+        for ids in ids.chunks(KILLS_AT_ONCE) {
             let kills: Vec<(Cmd, usize)> = ids
                 .iter()
                 .map(|id| {
@@ -546,11 +549,11 @@ impl RedisStorage {
                 })
                 .collect();
             // Each answers how many it killed: 0 for a client that left meanwhile.
-            self.query_all_on(&node, &kills)
+            self.query_all_on(node, &kills)
                 .await
                 .map_err(|e| self.fence_refused(e))?;
         }
-        Ok(others.len())
+        Ok(())
     }
 
     /// A fence's command failed: said so, and when Redis refused the command (an ACL user
@@ -634,21 +637,13 @@ impl Storage for RedisStorage {
                 // Whether Redis lets this proxy fence at all, before the token is written: a
                 // token written by a start that then fails would lock the running proxy out
                 // with none to take its place.
-                self.fence_node(None, false).await?;
+                self.other_proxies(&None).await?;
                 // The token first: a connection the proxy before opens from now on finds it,
                 // and one it opened before is in the CLIENT LIST below, and ended. A second
                 // fence of this proxy's writes the same token again.
                 let token = match pipe.fence_token() {
                     Some(token) => token,
-                    None => {
-                        let mut token = vec![0; 16];
-                        ring::rand::SecureRandom::fill(
-                            &ring::rand::SystemRandom::new(),
-                            &mut token,
-                        )
-                        .map_err(|_| StorageError("no randomness for a fence token".into()))?;
-                        token
-                    }
+                    None => crate::fence::fresh_token()?.to_vec(),
                 };
                 let mut set = redis::cmd("SET");
                 set.arg(self.target.fence_key()).arg(&token);
@@ -662,7 +657,9 @@ impl Storage for RedisStorage {
         };
         let mut ended = 0;
         for node in nodes {
-            ended += self.fence_node(node, true).await?;
+            let others = self.other_proxies(&node).await?;
+            self.end_connections(&node, &others).await?;
+            ended += others.len();
         }
         if ended > 0 {
             tracing::info!(

@@ -153,17 +153,18 @@ impl RedisTarget {
 
     /// The key that holds a cluster write in progress (see `redis`'s module notes).
     pub fn intent_key(&self) -> Vec<u8> {
-        let mut key = self.prefix.clone();
-        key.extend_from_slice(b"write-in-progress");
-        key
+        self.prefixed(b"write-in-progress")
     }
 
     /// The key that names the last fence raised on a single Redis (see `RedisStorage::fence`):
     /// not an element's (no 32 hex digits), so a scan never lists it.
     pub fn fence_key(&self) -> Vec<u8> {
-        let mut key = self.prefix.clone();
-        key.extend_from_slice(b"fence");
-        key
+        self.prefixed(b"fence")
+    }
+
+    /// The key `name` under this store's prefix.
+    fn prefixed(&self, name: &[u8]) -> Vec<u8> {
+        [self.prefix.as_slice(), name].concat()
     }
 
     /// The URL of a cluster node at `host:port`, with the scheme and credentials of the seeds
@@ -225,11 +226,8 @@ impl RedisTarget {
             hash.update(part);
         }
         let digest = hash.finish();
-        let hex: String = digest.as_ref()[..8]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        format!("cloak-{hex}")
+        let first = u64::from_be_bytes(digest.as_ref()[..8].try_into().expect("8 of 32 bytes"));
+        format!("cloak-{first:016x}")
     }
 
     /// The URL without its password, for logs and `INFO`.
