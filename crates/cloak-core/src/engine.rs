@@ -2,9 +2,10 @@
 //!
 //! It owns the [`KeyDirectory`] and turns each [`Command`] into slot operations for the
 //! [`Scheme`], then gathers their replies into one [`Outcome`] per command. It also enforces the
-//! ordering the schemes rely on: two ops of one client on one slot never sit in the scheme at the
-//! same time (the later waits in a *lane*), so pipelined commands of a connection take effect in
-//! the order they were sent, while different clients stay concurrent.
+//! ordering the schemes rely on: a client's later op on a slot waits in a *lane* until its earlier
+//! ones have left the scheme (reads may join them in a scheme that allows it: see [`lanes`]), so
+//! pipelined commands of a connection take effect in the order they were sent, while different
+//! clients stay concurrent.
 //!
 //! Schemes whose every op makes storage traffic of its own ([`Scheme::traffic_per_op`]: tree
 //! ORAMs, Pancake, `encrypted`) would show storage whether a key exists if the engine answered
@@ -41,6 +42,7 @@
 //! design and so shows that this label was written at that time).
 
 mod gate;
+mod lanes;
 mod listing;
 mod unit;
 mod watch;
@@ -55,6 +57,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use hashbrown::{HashMap, HashSet};
 
 use self::gate::{Gate, Waiter};
+use self::lanes::Lanes;
 use self::unit::Unit;
 use self::watch::Watches;
 use crate::acknowledged::Acknowledged;
@@ -194,8 +197,8 @@ pub struct Engine {
     next_command: u64,
     routes: HashMap<OpId, Route>,
     commands: HashMap<u64, Waiting>,
-    /// Ops held back per (client, slot) behind the one in the scheme.
-    lanes: HashMap<(ClientId, Slot), VecDeque<(OpId, Op)>>,
+    /// Ops held back per (client, slot) behind earlier ones in the scheme.
+    lanes: Lanes,
     /// Ops created and not yet answered, per slot: a deleted key's slot is reused only at zero,
     /// so no late write of the old key can land on the new one.
     slot_refs: HashMap<Slot, u32>,
@@ -240,6 +243,7 @@ impl Engine {
             "the scheme has fewer slots than the directory's capacity"
         );
         let scheme_needs_cover = scheme.traffic_per_op();
+        let lanes = Lanes::new(scheme.reads_join_earlier_ops());
         let db_sizes = listing::count_by_db(&directory, limits.max_key);
         let acknowledged = Some(Acknowledged::new(directory.capacity()));
         Self {
@@ -251,7 +255,7 @@ impl Engine {
             next_command: 0,
             routes: HashMap::new(),
             commands: HashMap::new(),
-            lanes: HashMap::new(),
+            lanes,
             slot_refs: HashMap::new(),
             releasing: HashSet::new(),
             in_flight: HashMap::new(),
@@ -1104,7 +1108,7 @@ impl Engine {
         let mut draw = || ((u128::from(rng.next_u64()) * capacity) >> 64) as Slot;
         let mut slot = draw();
         for _ in 0..64 {
-            if !self.lanes.contains_key(&(client, slot)) {
+            if !self.lanes.busy(client, slot) {
                 break;
             }
             slot = draw();
@@ -1158,12 +1162,8 @@ impl Engine {
             },
         );
         *self.slot_refs.entry(slot).or_default() += 1;
-        match self.lanes.get_mut(&(client, slot)) {
-            Some(lane) => lane.push_back((id, op)),
-            None => {
-                self.lanes.insert((client, slot), VecDeque::new());
-                self.scheme.submit(now, id, op);
-            }
+        if let Some((id, op)) = self.lanes.arrive(client, id, op) {
+            self.scheme.submit(now, id, op);
         }
     }
 
@@ -1186,31 +1186,25 @@ impl Engine {
             return;
         };
 
-        // Let the next op of this client on this slot into the scheme. A write gets its version
+        // Let the next ops of this client on this slot into the scheme. A write gets its version
         // now: versions must follow the order writes reach the scheme (the order they take
         // effect), since the journal and recovery keep the newest version; another client's
         // write may have reached the scheme while this one waited.
-        let lane_key = (route.client, route.slot);
-        match self.lanes.get_mut(&lane_key).and_then(VecDeque::pop_front) {
-            Some((next, op)) => {
-                let op = match op {
-                    Op::Write(slot, record) => Op::Write(
-                        slot,
-                        Record {
-                            version: self.version(),
-                            ..record
-                        },
-                    ),
-                    read => read,
-                };
-                if let Some(route) = self.routes.get_mut(&next) {
-                    route.version = written_version(&op);
-                }
-                self.scheme.submit(now, next, op)
+        for (next, op) in self.lanes.leave(route.client, route.slot) {
+            let op = match op {
+                Op::Write(slot, record) => Op::Write(
+                    slot,
+                    Record {
+                        version: self.version(),
+                        ..record
+                    },
+                ),
+                read => read,
+            };
+            if let Some(route) = self.routes.get_mut(&next) {
+                route.version = written_version(&op);
             }
-            None => {
-                self.lanes.remove(&lane_key);
-            }
+            self.scheme.submit(now, next, op)
         }
         let refs = self.slot_refs.entry(route.slot).or_default();
         *refs -= 1;

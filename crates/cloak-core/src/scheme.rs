@@ -223,6 +223,20 @@ pub trait Scheme: Send {
         false
     }
 
+    /// Whether a read may join ops of its client on its slot that are still in the scheme,
+    /// instead of waiting for them in the engine's lane. That holds when the scheme answers a
+    /// read with the slot's newest value as of its submission or a newer one, and never with an
+    /// older value than it answered an op submitted before it: what a client pipelining
+    /// reads then writes then reads of one key must see. Cloak's pending table does: a read
+    /// joins the read already waiting, or takes the pending write's value. A read that waited
+    /// in the lane instead waits for a whole batch more whenever its client reads one key twice
+    /// within a batch (on a replayed trace with strong temporal locality, a third of all ops).
+    /// Writes always wait for every earlier op of their client on the slot (a write answers the
+    /// reads waiting on its slot with its own value). Default: `false`.
+    fn reads_join_earlier_ops(&self) -> bool {
+        false
+    }
+
     /// Backpressure: while `false`, the driver stops submitting (it stops reading from clients)
     /// until some storage reply arrives.
     fn accepts(&self) -> bool;

@@ -32,6 +32,8 @@ struct ByHand {
     epoch: Instant,
     desk: Arc<Mutex<Desk>>,
     out: Outbox,
+    /// What [`Scheme::reads_join_earlier_ops`] says.
+    reads_join: bool,
 }
 
 impl Scheme for ByHand {
@@ -75,6 +77,10 @@ impl Scheme for ByHand {
         &mut self.out
     }
 
+    fn reads_join_earlier_ops(&self) -> bool {
+        self.reads_join
+    }
+
     fn accepts(&self) -> bool {
         true
     }
@@ -97,6 +103,11 @@ struct Bench {
 
 impl Bench {
     fn new(capacity: usize) -> Self {
+        Self::with_reads_joining(capacity, false)
+    }
+
+    /// Over a scheme that says whether reads may join earlier ops of their client.
+    fn with_reads_joining(capacity: usize, reads_join: bool) -> Self {
         let desk = Arc::new(Mutex::new(Desk::default()));
         let now = Instant::now();
         let scheme = ByHand {
@@ -104,6 +115,7 @@ impl Bench {
             epoch: now,
             desk: desk.clone(),
             out: Outbox::default(),
+            reads_join,
         };
         let master = MasterKey::from_bytes([1; 32]);
         let directory = KeyDirectory::new(KeyHasher::new(&master), capacity);
@@ -203,6 +215,61 @@ fn a_clients_ops_on_one_slot_enter_the_scheme_one_at_a_time_in_order() {
             (first, Outcome::Ok),
             (second, Outcome::Ok),
             (read, Outcome::Value(Some(Bytes::from_static(b"two")))),
+        ]
+    );
+}
+
+/// Stores `key` (its write answered), so that reads of it reach the scheme; returns the record.
+fn stored(bench: &mut Bench, key: &str, value: &str) -> Record {
+    bench.submit(1, set(key, value));
+    let (op, write) = bench.taken().remove(0);
+    bench.reply(op, Reply::Written);
+    bench.outcomes();
+    written(&write).clone()
+}
+
+#[test]
+fn a_clients_second_read_of_a_slot_waits_unless_the_scheme_lets_reads_join() {
+    let mut bench = Bench::new(4);
+    stored(&mut bench, "k", "v");
+    bench.submit(1, get("k"));
+    bench.submit(1, get("k"));
+    assert_eq!(bench.taken().len(), 1, "the second read waits in the lane");
+
+    let mut bench = Bench::with_reads_joining(4, true);
+    stored(&mut bench, "k", "v");
+    bench.submit(1, get("k"));
+    bench.submit(1, get("k"));
+    assert_eq!(bench.taken().len(), 2, "the second read joins the first");
+}
+
+#[test]
+fn joining_reads_never_pass_a_write_of_their_client() {
+    let mut bench = Bench::with_reads_joining(4, true);
+    let old = stored(&mut bench, "k", "old");
+    let before = bench.submit(1, get("k"));
+    let write = bench.submit(1, set("k", "new"));
+    let after = bench.submit(1, get("k"));
+    let taken = bench.taken();
+    assert!(
+        matches!(taken.as_slice(), [(_, Op::Read(_))]),
+        "the write waits for the read before it, the read after waits for the write: {taken:?}"
+    );
+    bench.reply(taken[0].0, Reply::Value(old));
+
+    // The write enters once the read left, and the read behind it right with it.
+    let taken = bench.taken();
+    assert_eq!(taken.len(), 2, "{taken:?}");
+    let record = written(&taken[0].1).clone();
+    assert!(matches!(taken[1].1, Op::Read(_)), "{taken:?}");
+    bench.reply(taken[0].0, Reply::Written);
+    bench.reply(taken[1].0, Reply::Value(record));
+    assert_eq!(
+        bench.outcomes(),
+        vec![
+            (before, Outcome::Value(Some(Bytes::from_static(b"old")))),
+            (write, Outcome::Ok),
+            (after, Outcome::Value(Some(Bytes::from_static(b"new")))),
         ]
     );
 }

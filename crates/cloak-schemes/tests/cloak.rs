@@ -494,6 +494,40 @@ fn reads_of_one_slot_share_one_server_read() {
 }
 
 #[test]
+fn one_clients_pipelined_reads_of_one_slot_share_one_server_read() {
+    let mut sim = simulator(options(0, None), 4);
+    assert_eq!(sim.execute(1, set("x", "1")), Some(Outcome::Ok));
+    sim.run_for(10 * DELTA);
+    let before = sim.engine().scheme_stats();
+    let tokens: Vec<u64> = (0..4).map(|_| sim.submit(2, get("x"))).collect();
+    assert!(sim.run_until(10 * DELTA, |s| tokens.iter().all(|&t| s.has_outcome(t))));
+    let answered = sim.drain_outcomes();
+    assert_eq!(answered.len(), 4);
+    for (_, at, outcome) in &answered {
+        assert_eq!(Some(outcome.clone()), value("1"));
+        assert_eq!(*at, answered[0].1, "answered by one batch: {answered:?}");
+    }
+    let after = sim.engine().scheme_stats();
+    assert_eq!(after.real_accesses - before.real_accesses, 1);
+}
+
+#[test]
+fn one_clients_pipelined_read_write_read_see_the_write_in_order() {
+    let mut sim = simulator(options(0, None), 5);
+    assert_eq!(sim.execute(1, set("x", "old")), Some(Outcome::Ok));
+    sim.run_for(20 * DELTA);
+    let before = sim.submit(2, get("x"));
+    let write = sim.submit(2, set("x", "new"));
+    let after = sim.submit(2, get("x"));
+    let again = sim.submit(2, get("x"));
+    assert!(sim.run_until(10 * DELTA, |s| s.has_outcome(again)));
+    assert_eq!(sim.outcome(before), value("old"));
+    assert_eq!(sim.outcome(write), Some(Outcome::Ok));
+    assert_eq!(sim.outcome(after), value("new"));
+    assert_eq!(sim.outcome(again), value("new"));
+}
+
+#[test]
 fn a_pending_write_answers_reads_at_once() {
     let mut sim = simulator(options(0, None), 5);
     assert_eq!(sim.execute(1, set("x", "old")), Some(Outcome::Ok));

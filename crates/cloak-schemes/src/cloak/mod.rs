@@ -775,6 +775,15 @@ impl Algorithm for Cloak {
         self.settled = true;
     }
 
+    /// A read takes the pending write's value, or joins the read waiting on its slot (queued, or
+    /// in flight when none is queued), or finds the slot in the cache, which then holds its
+    /// newest value: no read waits on a cached slot, since the cache takes a slot's value only
+    /// from a write (which answers the reads waiting there) or from the batch answering them.
+    /// So no read gets an older value than an op submitted before it.
+    fn reads_join_earlier_ops(&self) -> bool {
+        true
+    }
+
     fn accepts(&self) -> bool {
         self.queued < self.max_pending
     }

@@ -121,6 +121,11 @@ pub trait Algorithm: Send {
         false
     }
 
+    /// See [`Scheme::reads_join_earlier_ops`].
+    fn reads_join_earlier_ops(&self) -> bool {
+        false
+    }
+
     /// See [`Scheme::accepts`].
     fn accepts(&self) -> bool {
         true
@@ -289,6 +294,10 @@ impl<A: Algorithm> Scheme for Shell<A> {
 
     fn traffic_per_op(&self) -> bool {
         self.algorithm.traffic_per_op()
+    }
+
+    fn reads_join_earlier_ops(&self) -> bool {
+        self.algorithm.reads_join_earlier_ops()
     }
 
     fn accepts(&self) -> bool {
