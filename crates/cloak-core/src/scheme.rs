@@ -17,7 +17,9 @@
 //!
 //! Ordering contract: the driver ([`crate::Engine`]) never has two ops of one client on one slot
 //! inside the scheme at once, so a scheme may reorder ops of *different* clients on a slot (they
-//! are concurrent) but each client sees its own ops in order.
+//! are concurrent) but each client sees its own ops in order. The one exception is a scheme that
+//! opts in with [`Scheme::reads_join_earlier_ops`]: its reads may come while earlier ops of their
+//! client on the slot are still inside (never a write, and never a read behind a waiting write).
 //!
 //! Crash safety: a record the scheme holds only at the proxy (an acknowledged write not yet
 //! written back, a block in a stash or cache that storage no longer has) would die with the
