@@ -739,6 +739,29 @@ fn a_read_queued_behind_a_batch_that_found_the_slot_corrupted_fails_too() {
 }
 
 #[test]
+fn a_write_queued_while_a_batch_found_its_slot_corrupt_is_read_once_it_lands() {
+    let mut sim = simulator(options(0, None), 12);
+    assert_eq!(sim.execute(1, set("x", "old")), Some(Outcome::Ok));
+    sim.run_for(20 * DELTA);
+    corrupt_every_element(&mut sim, |e| flip_last_byte(e));
+    let seen = sim.observed().len();
+    let read = sim.submit(2, get("x"));
+    let read_sent = |s: &Simulator| {
+        s.observed()[seen..]
+            .iter()
+            .any(|o| o.kind == AccessKind::Read)
+    };
+    assert!(sim.run_until(2 * DELTA, read_sent));
+    assert!(!sim.has_outcome(read), "the read is in flight");
+    // The write is queued behind the batch that finds the element corrupt.
+    assert_eq!(sim.execute(3, set("x", "new")), Some(Outcome::Ok));
+    assert_eq!(sim.outcome(read), value("new"));
+    // Long after the write landed, the slot reads as written, not as lost.
+    sim.run_for(40 * DELTA);
+    assert_eq!(sim.execute(3, get("x")), value("new"));
+}
+
+#[test]
 fn acknowledged_writes_are_counted_until_written_back() {
     let mut sim = simulator(options(8, None), 13);
     assert_eq!(sim.engine().scheme_stats().unwritten, 0);

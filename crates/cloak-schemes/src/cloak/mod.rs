@@ -605,6 +605,9 @@ impl Cloak {
             );
             let content = match (waiting, opened) {
                 (Some(Waiting::Write(record)), _) => {
+                    // The write replaces whatever the element held: a slot an earlier batch
+                    // found corrupt (while this write waited) holds data again.
+                    self.corrupt.remove(&slot);
                     written.push((slot, record.version));
                     Plaintext::Record(Slot::from(slot), record)
                 }
