@@ -204,6 +204,9 @@ pub struct Engine {
     slot_refs: HashMap<Slot, u32>,
     /// Slots of deleted keys waiting for their last op.
     releasing: HashSet<Slot>,
+    /// A deleted key's write of an empty record, waiting for the ops taken before it on its slot
+    /// (from any client) to leave the scheme: see [`Engine::delete_slot`].
+    deletes_waiting: HashMap<Slot, (ClientId, OpId, Op)>,
     /// What answers each storage request the scheme has sent and storage not yet answered.
     in_flight: HashMap<RequestId, ExpectedReply>,
     /// Set by [`Engine::drain`]: the proxy is stopping.
@@ -258,6 +261,7 @@ impl Engine {
             lanes,
             slot_refs: HashMap::new(),
             releasing: HashSet::new(),
+            deletes_waiting: HashMap::new(),
             in_flight: HashMap::new(),
             stopping: false,
             outcomes: VecDeque::new(),
@@ -871,6 +875,13 @@ impl Engine {
 
     /// Deletes the element of a key already gone from the directory; its slot comes free once
     /// every op on it is done.
+    ///
+    /// The delete reaches the scheme only after every op taken before it on the slot, whichever
+    /// client sent them. Another client's write waiting in its lane there took effect before the
+    /// delete: had the delete gone first, the scheme would answer reads taken before it with its
+    /// empty record, and that write would land after it on a slot no key maps to any more (and
+    /// come back at the next restart's scan). No op can be taken on the slot after the delete:
+    /// the key is gone from the directory and the slot is not given out until released.
     fn delete_slot(
         &mut self,
         now: Instant,
@@ -881,16 +892,22 @@ impl Engine {
     ) {
         self.keyspace.clear(slot);
         self.releasing.insert(slot);
+        let earlier_ops = self.slot_refs.contains_key(&slot);
         let version = self.version();
-        self.start_op(now, client, command, slot, expect, |_| {
-            Op::Write(
-                slot,
-                Record {
-                    version,
-                    ..Record::empty()
-                },
-            )
-        });
+        let op = Op::Write(
+            slot,
+            Record {
+                version,
+                ..Record::empty()
+            },
+        );
+        let id = self.route_op(client, command, slot, expect, &op);
+        if earlier_ops {
+            let waiting = self.deletes_waiting.insert(slot, (client, id, op));
+            debug_assert!(waiting.is_none(), "a released slot is deleted once");
+        } else if let Some((id, op)) = self.lanes.arrive(client, id, op) {
+            self.scheme.submit(now, id, op);
+        }
     }
 
     /// Deletes keys (DEL, UNLINK, FLUSHDB): a write of an empty record to each existing key's
@@ -1148,9 +1165,24 @@ impl Engine {
         expect: Expect,
         op: impl FnOnce(Slot) -> Op,
     ) {
+        let op = op(slot);
+        let id = self.route_op(client, command, slot, expect, &op);
+        if let Some((id, op)) = self.lanes.arrive(client, id, op) {
+            self.scheme.submit(now, id, op);
+        }
+    }
+
+    /// Gives `op` an id whose reply goes to `command`, and counts it on its slot.
+    fn route_op(
+        &mut self,
+        client: ClientId,
+        command: u64,
+        slot: Slot,
+        expect: Expect,
+        op: &Op,
+    ) -> OpId {
         let id = OpId(self.next_op);
         self.next_op += 1;
-        let op = op(slot);
         self.routes.insert(
             id,
             Route {
@@ -1158,13 +1190,32 @@ impl Engine {
                 client,
                 slot,
                 expect,
-                version: written_version(&op),
+                version: written_version(op),
             },
         );
         *self.slot_refs.entry(slot).or_default() += 1;
-        if let Some((id, op)) = self.lanes.arrive(client, id, op) {
-            self.scheme.submit(now, id, op);
+        id
+    }
+
+    /// `op` as it enters the scheme after waiting: a write gets its version now. Versions must
+    /// follow the order writes reach the scheme (the order they take effect), since the journal
+    /// and recovery keep the newest version; another client's write may have reached the scheme
+    /// while this one waited.
+    fn versioned_now(&mut self, id: OpId, op: Op) -> Op {
+        let op = match op {
+            Op::Write(slot, record) => Op::Write(
+                slot,
+                Record {
+                    version: self.version(),
+                    ..record
+                },
+            ),
+            read => read,
+        };
+        if let Some(route) = self.routes.get_mut(&id) {
+            route.version = written_version(&op);
         }
+        op
     }
 
     fn drain_replies(&mut self, now: Instant) {
@@ -1186,28 +1237,23 @@ impl Engine {
             return;
         };
 
-        // Let the next ops of this client on this slot into the scheme. A write gets its version
-        // now: versions must follow the order writes reach the scheme (the order they take
-        // effect), since the journal and recovery keep the newest version; another client's
-        // write may have reached the scheme while this one waited.
+        // Let the next ops of this client on this slot into the scheme.
         for (next, op) in self.lanes.leave(route.client, route.slot) {
-            let op = match op {
-                Op::Write(slot, record) => Op::Write(
-                    slot,
-                    Record {
-                        version: self.version(),
-                        ..record
-                    },
-                ),
-                read => read,
-            };
-            if let Some(route) = self.routes.get_mut(&next) {
-                route.version = written_version(&op);
-            }
+            let op = self.versioned_now(next, op);
             self.scheme.submit(now, next, op)
         }
         let refs = self.slot_refs.entry(route.slot).or_default();
         *refs -= 1;
+        // A delete waiting for the slot's earlier ops goes in once it is the last op there.
+        if *refs == 1
+            && let Some((client, next, op)) = self.deletes_waiting.remove(&route.slot)
+        {
+            let op = self.versioned_now(next, op);
+            if let Some((next, op)) = self.lanes.arrive(client, next, op) {
+                self.scheme.submit(now, next, op);
+            }
+        }
+        let refs = self.slot_refs.entry(route.slot).or_default();
         if *refs == 0 {
             self.slot_refs.remove(&route.slot);
             self.gate_moved = true;

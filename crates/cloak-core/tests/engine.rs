@@ -275,6 +275,48 @@ fn joining_reads_never_pass_a_write_of_their_client() {
 }
 
 #[test]
+fn a_delete_enters_the_scheme_after_every_op_taken_before_it_on_the_slot() {
+    for reads_join in [false, true] {
+        let mut bench = Bench::with_reads_joining(4, reads_join);
+        let old = stored(&mut bench, "k", "old");
+        let read = bench.submit(1, get("k"));
+        let write = bench.submit(1, set("k", "new"));
+        let taken = bench.taken();
+        assert!(matches!(taken.as_slice(), [(_, Op::Read(_))]), "{taken:?}");
+        // Another client deletes the key while client 1's write waits in its lane.
+        let delete = bench.submit(2, Command::Del(vec![Bytes::from_static(b"k")]));
+        assert!(
+            bench.taken().is_empty(),
+            "the delete waits for the read and the write taken before it"
+        );
+        bench.reply(taken[0].0, Reply::Value(old));
+        let taken = bench.taken();
+        assert_eq!(data(written(&taken[0].1)), "new", "{taken:?}");
+        let write_version = written(&taken[0].1).version;
+        bench.reply(taken[0].0, Reply::Written);
+        let taken = bench.taken();
+        let deleted = written(&taken[0].1);
+        assert!(
+            deleted.value.is_empty(),
+            "the delete goes in last: {taken:?}"
+        );
+        assert!(
+            deleted.version > write_version,
+            "its version follows the write's"
+        );
+        bench.reply(taken[0].0, Reply::Written);
+        assert_eq!(
+            bench.outcomes(),
+            vec![
+                (read, Outcome::Value(Some(Bytes::from_static(b"old")))),
+                (write, Outcome::Ok),
+                (delete, Outcome::Integer(1)),
+            ]
+        );
+    }
+}
+
+#[test]
 fn other_clients_and_other_slots_do_not_wait() {
     let mut bench = Bench::new(4);
     bench.submit(1, set("k", "one"));
@@ -307,9 +349,7 @@ fn a_deleted_keys_slot_serves_another_key_only_after_its_last_op() {
     bench.submit(1, set("a", "x"));
     let (late_write, _) = bench.taken().remove(0);
     let del = bench.submit(2, Command::Del(vec![Bytes::from_static(b"a")]));
-    let (delete, _) = bench.taken().remove(0);
-    bench.reply(delete, Reply::Written);
-    assert_eq!(bench.outcomes(), vec![(del, Outcome::Integer(1))]);
+    assert!(bench.taken().is_empty(), "the delete waits for the write");
 
     // The old key's write is still in the scheme: a new key must not get its slot yet, or that
     // write could land on the new key's record.
@@ -321,8 +361,13 @@ fn a_deleted_keys_slot_serves_another_key_only_after_its_last_op() {
     );
     assert!(bench.taken().is_empty());
 
+    // Nor while the delete, in once the write is answered, is.
     bench.reply(late_write, Reply::Written);
-    bench.outcomes();
+    let (delete, _) = bench.taken().remove(0);
+    let refused = bench.submit(3, set("b", "y"));
+    assert!(matches!(bench.outcomes().as_slice(), [_, (t, Outcome::Error(_))] if *t == refused));
+    bench.reply(delete, Reply::Written);
+    assert_eq!(bench.outcomes(), vec![(del, Outcome::Integer(1))]);
     let accepted = bench.submit(3, set("b", "y"));
     let taken = bench.taken();
     assert_eq!(taken.len(), 1, "the slot is free once no op holds it");

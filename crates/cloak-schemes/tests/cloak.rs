@@ -528,6 +528,26 @@ fn one_clients_pipelined_read_write_read_see_the_write_in_order() {
 }
 
 #[test]
+fn another_clients_delete_comes_after_a_write_waiting_in_its_lane() {
+    let mut sim = simulator(options(0, None), 5);
+    assert_eq!(sim.execute(1, set("k", "old")), Some(Outcome::Ok));
+    sim.run_for(20 * DELTA);
+    let before = sim.submit(2, get("k"));
+    let write = sim.submit(2, set("k", "new"));
+    let after = sim.submit(2, get("k"));
+    assert!(!sim.has_outcome(before), "the read waits for a batch");
+    let delete = sim.submit(3, Command::Del(vec![Bytes::from_static(b"k")]));
+    assert!(sim.run_until(10 * DELTA, |s| s.has_outcome(delete)));
+    // In the order the proxy took them: client 2's read, write and read, then the delete.
+    assert_eq!(sim.outcome(before), value("old"));
+    assert_eq!(sim.outcome(write), Some(Outcome::Ok));
+    assert_eq!(sim.outcome(after), value("new"));
+    assert_eq!(sim.outcome(delete), Some(Outcome::Integer(1)));
+    sim.run_for(20 * DELTA);
+    assert_eq!(sim.execute(2, get("k")), Some(Outcome::Value(None)));
+}
+
+#[test]
 fn a_pending_write_answers_reads_at_once() {
     let mut sim = simulator(options(0, None), 5);
     assert_eq!(sim.execute(1, set("x", "old")), Some(Outcome::Ok));
