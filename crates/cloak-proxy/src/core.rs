@@ -373,7 +373,11 @@ impl Core {
                 Some((ids, result)) = committed.recv() => {
                     self.journal_busy = false;
                     if let Err(error) = &result {
-                        tracing::error!(%error, "journal commit failed; the writes it carried are refused");
+                        tracing::error!(
+                            %error,
+                            "journal commit failed; the writes it carried are answered with an error \
+                             (they may or may not take effect: the scheme still holds them)"
+                        );
                     }
                     let now = Instant::now();
                     for id in ids {
