@@ -239,6 +239,14 @@ pub trait Scheme: Send {
         false
     }
 
+    /// Whether ops wait for batches sent on a fixed schedule (Cloak), so that a client's reply
+    /// held behind one of its requests still in the scheme may wait a whole batch interval. The
+    /// proxy then writes a connection's ready replies as soon as the next one is not ready,
+    /// instead of gathering them until none is queued. Default: `false`.
+    fn answers_on_a_schedule(&self) -> bool {
+        false
+    }
+
     /// Backpressure: while `false`, the driver stops submitting (it stops reading from clients)
     /// until some storage reply arrives.
     fn accepts(&self) -> bool;

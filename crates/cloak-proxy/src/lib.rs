@@ -225,6 +225,10 @@ pub struct FrontEnd {
     /// Request limits once a client is authenticated (before, [`RequestLimits::UNAUTHENTICATED`]).
     request_limits: RequestLimits,
     reply_limit: usize,
+    /// Write a connection's ready replies as soon as the next is not ready (see
+    /// [`cloak_core::Scheme::answers_on_a_schedule`]); otherwise gather them until none is
+    /// queued.
+    replies_early: bool,
     /// Request bytes held by every connection together.
     pending: budget::Budget,
     /// The longest stored key (`--key-size`), for the databases' key encoding.
@@ -321,6 +325,11 @@ async fn serve(
         (None, None) => return Err(std::io::Error::other("the proxy has no store to serve")),
     };
     let request_limits = RequestLimits::for_store(&engine_limits);
+    // The partitions share the store settings: the first one's scheme is every one's. A cluster
+    // proxy that starts with none gathers replies, as for a scheme without a schedule.
+    let replies_early = stores
+        .first()
+        .is_some_and(|(_, store)| store.engine.scheme().answers_on_a_schedule());
     let storage_io = options
         .storage_io
         .clone()
@@ -380,6 +389,7 @@ async fn serve(
         auth_timeout: options.auth_timeout,
         request_limits,
         reply_limit: options.reply_limit,
+        replies_early,
         pending: budget::Budget::new(options.pending_limit),
         max_key: engine_limits.max_key,
         listen,

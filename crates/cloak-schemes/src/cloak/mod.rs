@@ -787,6 +787,11 @@ impl Algorithm for Cloak {
         true
     }
 
+    /// A read that misses waits for the next batch on the grid.
+    fn answers_on_a_schedule(&self) -> bool {
+        true
+    }
+
     fn accepts(&self) -> bool {
         self.queued < self.max_pending
     }

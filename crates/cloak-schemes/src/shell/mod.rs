@@ -126,6 +126,11 @@ pub trait Algorithm: Send {
         false
     }
 
+    /// See [`Scheme::answers_on_a_schedule`].
+    fn answers_on_a_schedule(&self) -> bool {
+        false
+    }
+
     /// See [`Scheme::accepts`].
     fn accepts(&self) -> bool {
         true
@@ -298,6 +303,10 @@ impl<A: Algorithm> Scheme for Shell<A> {
 
     fn reads_join_earlier_ops(&self) -> bool {
         self.algorithm.reads_join_earlier_ops()
+    }
+
+    fn answers_on_a_schedule(&self) -> bool {
+        self.algorithm.answers_on_a_schedule()
     }
 
     fn accepts(&self) -> bool {
