@@ -879,8 +879,9 @@ impl Engine {
     /// The delete reaches the scheme only after every op taken before it on the slot, whichever
     /// client sent them. Another client's write waiting in its lane there took effect before the
     /// delete: had the delete gone first, the scheme would answer reads taken before it with its
-    /// empty record, and that write would land after it on a slot no key maps to any more (and
-    /// come back at the next restart's scan). No op can be taken on the slot after the delete:
+    /// empty record, and that write would land after it on a slot no key maps to any more
+    /// (its record left in storage for a restart's scan). No op can be taken on the slot after
+    /// the delete:
     /// the key is gone from the directory and the slot is not given out until released.
     fn delete_slot(
         &mut self,
