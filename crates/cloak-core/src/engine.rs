@@ -881,8 +881,8 @@ impl Engine {
     /// delete: had the delete gone first, the scheme would answer reads taken before it with its
     /// empty record, and that write would land after it on a slot no key maps to any more
     /// (its record left in storage for a restart's scan). No op can be taken on the slot after
-    /// the delete:
-    /// the key is gone from the directory and the slot is not given out until released.
+    /// the delete: the key is gone from the directory and the slot is not given out until
+    /// released.
     fn delete_slot(
         &mut self,
         now: Instant,
