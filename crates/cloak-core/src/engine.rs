@@ -73,6 +73,18 @@ use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeSt
 use crate::storage::{ExpectedReply, RequestId, StorageError, StorageReply, StorageRequest};
 use crate::update::Update;
 
+/// A deleted key's write of an empty record, parked until the ops taken before it on its slot
+/// have left the scheme (see [`Engine::delete_slot`]).
+struct ParkedDelete {
+    client: ClientId,
+    id: OpId,
+    op: Op,
+    /// Ops taken before it on the slot that have not left the scheme.
+    earlier: u32,
+    /// Ops taken on the slot after it, in order: they go in right behind it.
+    after: Vec<(ClientId, OpId, Op)>,
+}
+
 /// Identifies a client (a connection) for per-client ordering.
 pub type ClientId = u64;
 
@@ -204,9 +216,8 @@ pub struct Engine {
     slot_refs: HashMap<Slot, u32>,
     /// Slots of deleted keys waiting for their last op.
     releasing: HashSet<Slot>,
-    /// A deleted key's write of an empty record, waiting for the ops taken before it on its slot
-    /// (from any client) to leave the scheme: see [`Engine::delete_slot`].
-    deletes_waiting: HashMap<Slot, (ClientId, OpId, Op)>,
+    /// Deletes waiting for the ops taken before them on their slot: see [`Engine::delete_slot`].
+    deletes_waiting: HashMap<Slot, ParkedDelete>,
     /// What answers each storage request the scheme has sent and storage not yet answered.
     in_flight: HashMap<RequestId, ExpectedReply>,
     /// Set by [`Engine::drain`]: the proxy is stopping.
@@ -876,13 +887,13 @@ impl Engine {
     /// Deletes the element of a key already gone from the directory; its slot comes free once
     /// every op on it is done.
     ///
-    /// The delete reaches the scheme only after every op taken before it on the slot, whichever
-    /// client sent them. Another client's write waiting in its lane there took effect before the
-    /// delete: had the delete gone first, the scheme would answer reads taken before it with its
-    /// empty record, and that write would land after it on a slot no key maps to any more
-    /// (its record left in storage for a restart's scan). No op can be taken on the slot after
-    /// the delete: the key is gone from the directory and the slot is not given out until
-    /// released.
+    /// The delete reaches the scheme only after every op taken before it on the slot has left
+    /// it, whichever client sent them, and the ops taken on the slot after it wait behind it (a
+    /// key designated this slot gets it back at once: see [`KeyDirectory::designate`]). Another
+    /// client's write waiting in its lane there took effect before the delete: had the delete
+    /// gone first, the scheme would answer reads taken before it with its empty record, and that
+    /// write would land after it on a slot no key maps to any more (its record left in storage
+    /// for a restart's scan).
     fn delete_slot(
         &mut self,
         now: Instant,
@@ -893,7 +904,7 @@ impl Engine {
     ) {
         self.keyspace.clear(slot);
         self.releasing.insert(slot);
-        let earlier_ops = self.slot_refs.contains_key(&slot);
+        let earlier = self.slot_refs.get(&slot).copied().unwrap_or(0);
         let version = self.version();
         let op = Op::Write(
             slot,
@@ -903,11 +914,18 @@ impl Engine {
             },
         );
         let id = self.route_op(client, command, slot, expect, &op);
-        if earlier_ops {
-            let waiting = self.deletes_waiting.insert(slot, (client, id, op));
-            debug_assert!(waiting.is_none(), "a released slot is deleted once");
-        } else if let Some((id, op)) = self.lanes.arrive(client, id, op) {
-            self.scheme.submit(now, id, op);
+        if earlier > 0 && !self.deletes_waiting.contains_key(&slot) {
+            let parked = ParkedDelete {
+                client,
+                id,
+                op,
+                earlier,
+                after: Vec::new(),
+            };
+            self.deletes_waiting.insert(slot, parked);
+        } else {
+            // A delete behind one already parked waits behind it like any op.
+            self.enter(now, client, id, op);
         }
     }
 
@@ -1168,8 +1186,39 @@ impl Engine {
     ) {
         let op = op(slot);
         let id = self.route_op(client, command, slot, expect, &op);
-        if let Some((id, op)) = self.lanes.arrive(client, id, op) {
+        self.enter(now, client, id, op);
+    }
+
+    /// Hands `op` to the scheme through its client's lane, or holds it behind a delete parked on
+    /// its slot.
+    fn enter(&mut self, now: Instant, client: ClientId, id: OpId, op: Op) {
+        if let Some(parked) = self.deletes_waiting.get_mut(&op.slot()) {
+            parked.after.push((client, id, op));
+        } else if let Some((id, op)) = self.lanes.arrive(client, id, op) {
             self.scheme.submit(now, id, op);
+        }
+    }
+
+    /// An op on `slot` left the scheme. A delete parked there counts it (every op in the scheme
+    /// or a lane on a slot with a parked delete was taken before it) and, once none taken before
+    /// it is left, goes in, followed in order by the ops taken after it.
+    fn release_parked_delete(&mut self, now: Instant, slot: Slot) {
+        let Some(parked) = self.deletes_waiting.get_mut(&slot) else {
+            return;
+        };
+        parked.earlier -= 1;
+        if parked.earlier > 0 {
+            return;
+        }
+        let Some(parked) = self.deletes_waiting.remove(&slot) else {
+            return;
+        };
+        let delete = (parked.client, parked.id, parked.op);
+        for (client, id, op) in std::iter::once(delete).chain(parked.after) {
+            let op = self.versioned_now(id, op);
+            if let Some((id, op)) = self.lanes.arrive(client, id, op) {
+                self.scheme.submit(now, id, op);
+            }
         }
     }
 
@@ -1243,18 +1292,9 @@ impl Engine {
             let op = self.versioned_now(next, op);
             self.scheme.submit(now, next, op)
         }
+        self.release_parked_delete(now, route.slot);
         let refs = self.slot_refs.entry(route.slot).or_default();
         *refs -= 1;
-        // A delete waiting for the slot's earlier ops goes in once it is the last op there.
-        if *refs == 1
-            && let Some((client, next, op)) = self.deletes_waiting.remove(&route.slot)
-        {
-            let op = self.versioned_now(next, op);
-            if let Some((next, op)) = self.lanes.arrive(client, next, op) {
-                self.scheme.submit(now, next, op);
-            }
-        }
-        let refs = self.slot_refs.entry(route.slot).or_default();
         if *refs == 0 {
             self.slot_refs.remove(&route.slot);
             self.gate_moved = true;

@@ -108,6 +108,11 @@ impl Bench {
 
     /// Over a scheme that says whether reads may join earlier ops of their client.
     fn with_reads_joining(capacity: usize, reads_join: bool) -> Self {
+        Self::with(capacity, reads_join, &[])
+    }
+
+    /// With slots designated for `designated` keys before any exists (as Pancake does).
+    fn with(capacity: usize, reads_join: bool, designated: &[&str]) -> Self {
         let desk = Arc::new(Mutex::new(Desk::default()));
         let now = Instant::now();
         let scheme = ByHand {
@@ -118,7 +123,10 @@ impl Bench {
             reads_join,
         };
         let master = MasterKey::from_bytes([1; 32]);
-        let directory = KeyDirectory::new(KeyHasher::new(&master), capacity);
+        let mut directory = KeyDirectory::new(KeyHasher::new(&master), capacity);
+        for key in designated {
+            directory.designate(key.as_bytes()).unwrap();
+        }
         let limits = Limits {
             max_key: 16,
             max_value: 16,
@@ -313,6 +321,65 @@ fn a_delete_enters_the_scheme_after_every_op_taken_before_it_on_the_slot() {
                 (delete, Outcome::Integer(1)),
             ]
         );
+    }
+}
+
+#[test]
+fn ops_on_a_designated_slot_taken_after_a_parked_delete_go_in_behind_it() {
+    // A designated key gets its slot back at once after a delete, while the delete still waits.
+    let mut bench = Bench::with(4, true, &["hot"]);
+    let old = stored(&mut bench, "hot", "old");
+    let read = bench.submit(1, get("hot"));
+    let (read_op, _) = bench.taken().remove(0);
+    let delete = bench.submit(2, Command::Del(vec![Bytes::from_static(b"hot")]));
+    let write = bench.submit(2, set("hot", "new"));
+    let again = bench.submit(3, Command::Del(vec![Bytes::from_static(b"hot")]));
+    let last = bench.submit(4, set("hot", "last"));
+    assert!(bench.taken().is_empty(), "all wait for the read");
+    bench.reply(read_op, Reply::Value(old));
+    // In the order taken: the delete, then the write (in its client's lane behind the delete),
+    // the second delete and the last write.
+    let taken = bench.taken();
+    let values: Vec<_> = taken.iter().map(|(_, op)| data_or_empty(op)).collect();
+    assert_eq!(values, ["", "", "last"], "{taken:?}");
+    let versions: Vec<_> = taken.iter().map(|(_, op)| written(op).version).collect();
+    assert!(
+        versions.is_sorted(),
+        "versions follow the order they go in: {versions:?}"
+    );
+    for (op, _) in &taken {
+        bench.reply(*op, Reply::Written);
+    }
+    let taken = bench.taken();
+    assert_eq!(
+        taken.len(),
+        1,
+        "the write behind the first delete: {taken:?}"
+    );
+    assert_eq!(data(written(&taken[0].1)), "new");
+    bench.reply(taken[0].0, Reply::Written);
+    let outcomes = bench.outcomes();
+    for (token, outcome) in [
+        (read, Outcome::Value(Some(Bytes::from_static(b"old")))),
+        (delete, Outcome::Integer(1)),
+        (write, Outcome::Ok),
+        (again, Outcome::Integer(1)),
+        (last, Outcome::Ok),
+    ] {
+        assert!(
+            outcomes.contains(&(token, outcome.clone())),
+            "{token}: {outcomes:?}"
+        );
+    }
+}
+
+/// A write's client data, or "" for a delete's empty record.
+fn data_or_empty(op: &Op) -> String {
+    let record = written(op);
+    if record.value.is_empty() {
+        String::new()
+    } else {
+        String::from_utf8(data(record).to_vec()).unwrap()
     }
 }
 
