@@ -372,6 +372,25 @@ mod tests {
         }
     }
 
+    /// A writer of `queue`'s replies into `writes`, with no reply limit.
+    fn spawn_writer(
+        writes: &Writes,
+        queue: mpsc::Receiver<Queued>,
+        early: bool,
+    ) -> tokio::task::JoinHandle<()> {
+        let list = Arc::new(crate::clients::ClientList::new(1, usize::MAX));
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+        let client = list.register(1, addr, addr, true).client.clone();
+        let unread = Unread::new(list.clone(), client);
+        tokio::spawn(write_replies(
+            writes.clone(),
+            queue,
+            usize::MAX,
+            early,
+            unread,
+        ))
+    }
+
     #[tokio::test]
     async fn replies_go_out_while_the_client_keeps_sending() {
         // A full queue stands for a client that never pauses: replies must not wait for it
@@ -388,17 +407,7 @@ mod tests {
                 .unwrap();
         }
         let writes = Writes::default();
-        let list = Arc::new(crate::clients::ClientList::new(1, usize::MAX));
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
-        let client = list.register(1, addr, addr, true).client.clone();
-        let unread = Unread::new(list.clone(), client);
-        let writer = tokio::spawn(write_replies(
-            writes.clone(),
-            queue,
-            usize::MAX,
-            false,
-            unread,
-        ));
+        let writer = spawn_writer(&writes, queue, false);
         drop(replies);
         writer.await.unwrap();
         let sizes = writes.0.lock().unwrap().clone();
@@ -422,17 +431,7 @@ mod tests {
             .await
             .unwrap();
         let writes = Writes::default();
-        let list = Arc::new(crate::clients::ClientList::new(1, usize::MAX));
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
-        let client = list.register(1, addr, addr, true).client.clone();
-        let unread = Unread::new(list.clone(), client);
-        let writer = tokio::spawn(write_replies(
-            writes.clone(),
-            queue,
-            usize::MAX,
-            early,
-            unread,
-        ));
+        let writer = spawn_writer(&writes, queue, early);
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let ahead = writes.0.lock().unwrap().iter().sum();
         outcome

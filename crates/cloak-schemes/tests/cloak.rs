@@ -567,6 +567,21 @@ fn a_pending_write_answers_reads_at_once() {
     assert_eq!(sim.execute(4, get("x")), value("newer"));
 }
 
+/// Submits `client`'s read of `key` and runs until the batch carrying it is at the server;
+/// returns the read's token.
+fn read_in_flight(sim: &mut Simulator, client: u64, key: &str) -> u64 {
+    let seen = sim.observed().len();
+    let read = sim.submit(client, get(key));
+    let read_sent = |s: &Simulator| {
+        s.observed()[seen..]
+            .iter()
+            .any(|o| o.kind == AccessKind::Read)
+    };
+    assert!(sim.run_until(2 * DELTA, read_sent));
+    assert!(!sim.has_outcome(read), "the read is in flight");
+    read
+}
+
 #[test]
 fn a_write_during_a_batch_read_is_not_overwritten_by_the_read() {
     // A cache large enough that a stale entry would survive to be read.
@@ -577,16 +592,8 @@ fn a_write_during_a_batch_read_is_not_overwritten_by_the_read() {
         sim.submit(1, set(&format!("f{i}"), "v"));
     }
     sim.run_for(200 * DELTA);
-    let seen = sim.observed().len();
-    let read = sim.submit(2, get("x"));
-    // Run until the batch carrying the read is at the server, then write.
-    let read_sent = |s: &Simulator| {
-        s.observed()[seen..]
-            .iter()
-            .any(|o| o.kind == AccessKind::Read)
-    };
-    assert!(sim.run_until(2 * DELTA, read_sent));
-    assert!(!sim.has_outcome(read), "the read is in flight");
+    // Once the batch carrying the read is at the server, write.
+    let read = read_in_flight(&mut sim, 2, "x");
     assert_eq!(sim.execute(3, set("x", "new")), Some(Outcome::Ok));
     assert_eq!(sim.outcome(read), value("new"));
     sim.run_for(20 * DELTA);
@@ -764,15 +771,7 @@ fn a_write_queued_while_a_batch_found_its_slot_corrupt_is_read_once_it_lands() {
     assert_eq!(sim.execute(1, set("x", "old")), Some(Outcome::Ok));
     sim.run_for(20 * DELTA);
     corrupt_every_element(&mut sim, |e| flip_last_byte(e));
-    let seen = sim.observed().len();
-    let read = sim.submit(2, get("x"));
-    let read_sent = |s: &Simulator| {
-        s.observed()[seen..]
-            .iter()
-            .any(|o| o.kind == AccessKind::Read)
-    };
-    assert!(sim.run_until(2 * DELTA, read_sent));
-    assert!(!sim.has_outcome(read), "the read is in flight");
+    let read = read_in_flight(&mut sim, 2, "x");
     // The write is queued behind the batch that finds the element corrupt.
     assert_eq!(sim.execute(3, set("x", "new")), Some(Outcome::Ok));
     assert_eq!(sim.outcome(read), value("new"));
