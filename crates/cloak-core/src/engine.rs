@@ -1210,14 +1210,12 @@ impl Engine {
         if parked.earlier > 0 {
             return;
         }
-        let Some(parked) = self.deletes_waiting.remove(&slot) else {
-            return;
-        };
-        let delete = (parked.client, parked.id, parked.op);
-        for (client, id, op) in std::iter::once(delete).chain(parked.after) {
-            let op = self.versioned_now(id, op);
-            if let Some((id, op)) = self.lanes.arrive(client, id, op) {
-                self.scheme.submit(now, id, op);
+        if let Some(parked) = self.deletes_waiting.remove(&slot) {
+            let delete = (parked.client, parked.id, parked.op);
+            // No delete is parked on the slot now: each goes through its client's lane.
+            for (client, id, op) in std::iter::once(delete).chain(parked.after) {
+                let op = self.versioned_now(id, op);
+                self.enter(now, client, id, op);
             }
         }
     }
