@@ -194,9 +194,14 @@ impl KeyDirectory {
     /// Makes a removed key's slot free again (see [`KeyDirectory::remove`]).
     pub fn release(&mut self, slot: Slot) {
         // A designated slot waits for its own key.
-        if !self.designated_slots.contains(&(slot as u32)) {
+        if !self.is_designated(slot) {
             self.free.push(slot as u32);
         }
+    }
+
+    /// Whether `slot` is kept for a designated key (see [`KeyDirectory::designate`]).
+    pub fn is_designated(&self, slot: Slot) -> bool {
+        self.designated_slots.contains(&(slot as u32))
     }
 
     /// The slot `key` has or will have: its slot if it exists, else one set aside for it now

@@ -974,10 +974,19 @@ impl Engine {
     }
 
     /// Gives a key a slot (a new key counts in its database).
+    ///
+    /// A designated key that expired gets its slot back at once, maybe before the reaper has
+    /// deleted the expired element there: the reaper then leaves the slot alone. The new key's
+    /// write replaces that element anyway, and the delete, going in after the write, would wipe
+    /// the new value and clear its type and deadline. (Other slots come back only from the free
+    /// list, which takes an expired key's slot only once its delete is done.)
     fn insert_key(&mut self, key: &[u8]) -> Option<(Slot, bool)> {
         let inserted = self.directory.get_or_insert(key);
-        if let Some((_, true)) = inserted {
+        if let Some((slot, true)) = inserted {
             self.count_key(key, true);
+            if self.directory.is_designated(slot) {
+                self.expired.retain(|expired| *expired != slot);
+            }
         }
         inserted
     }
