@@ -76,13 +76,21 @@ use crate::update::Update;
 /// A deleted key's write of an empty record, parked until the ops taken before it on its slot
 /// have left the scheme (see [`Engine::delete_slot`]).
 struct ParkedDelete {
+    delete: HeldOp,
+    /// Ops taken before it on the slot that have not left the scheme.
+    earlier: u32,
+    /// Ops taken on the slot after it, in order: they go in behind it, and a delete among them
+    /// parks in its turn.
+    after: Vec<HeldOp>,
+}
+
+/// An op held back behind a parked delete.
+struct HeldOp {
     client: ClientId,
     id: OpId,
     op: Op,
-    /// Ops taken before it on the slot that have not left the scheme.
-    earlier: u32,
-    /// Ops taken on the slot after it, in order: they go in right behind it.
-    after: Vec<(ClientId, OpId, Op)>,
+    /// A delete's write, which waits for every op taken before it to leave the scheme.
+    is_delete: bool,
 }
 
 /// Identifies a client (a connection) for per-client ordering.
@@ -914,18 +922,24 @@ impl Engine {
             },
         );
         let id = self.route_op(client, command, slot, expect, &op);
-        if earlier > 0 && !self.deletes_waiting.contains_key(&slot) {
+        let delete = HeldOp {
+            client,
+            id,
+            op,
+            is_delete: true,
+        };
+        if let Some(parked) = self.deletes_waiting.get_mut(&slot) {
+            // Behind a parked delete: it parks in its turn once that one goes in.
+            parked.after.push(delete);
+        } else if earlier > 0 {
             let parked = ParkedDelete {
-                client,
-                id,
-                op,
+                delete,
                 earlier,
                 after: Vec::new(),
             };
             self.deletes_waiting.insert(slot, parked);
         } else {
-            // A delete behind one already parked waits behind it like any op.
-            self.enter(now, client, id, op);
+            self.enter(now, client, id, delete.op);
         }
     }
 
@@ -1202,15 +1216,27 @@ impl Engine {
     /// its slot.
     fn enter(&mut self, now: Instant, client: ClientId, id: OpId, op: Op) {
         if let Some(parked) = self.deletes_waiting.get_mut(&op.slot()) {
-            parked.after.push((client, id, op));
+            parked.after.push(HeldOp {
+                client,
+                id,
+                op,
+                is_delete: false,
+            });
         } else if let Some((id, op)) = self.lanes.arrive(client, id, op) {
             self.scheme.submit(now, id, op);
         }
     }
 
-    /// An op on `slot` left the scheme. A delete parked there counts it (every op in the scheme
-    /// or a lane on a slot with a parked delete was taken before it) and, once none taken before
-    /// it is left, goes in, followed in order by the ops taken after it.
+    /// An op on `slot` left the scheme (and no longer counts in `slot_refs`). A delete parked
+    /// there counts it (every op in the scheme or a lane on a slot with a parked delete was taken
+    /// before it) and, once none taken before it is left, goes in, followed in order by the ops
+    /// taken after it up to the next delete among them, which parks in its turn with the rest
+    /// behind it.
+    ///
+    /// Each op goes through its client's lane, where it may wait for that client's earlier op
+    /// (the delete itself, say) while another client's later op goes in: without the next
+    /// delete waiting for all of them, a write of the deleting client could land after a later
+    /// DEL of its key, bringing back on the slot (a designated key's, say) a value no key has.
     fn release_parked_delete(&mut self, now: Instant, slot: Slot) {
         let Some(parked) = self.deletes_waiting.get_mut(&slot) else {
             return;
@@ -1219,13 +1245,34 @@ impl Engine {
         if parked.earlier > 0 {
             return;
         }
-        if let Some(parked) = self.deletes_waiting.remove(&slot) {
-            let delete = (parked.client, parked.id, parked.op);
-            // No delete is parked on the slot now: each goes through its client's lane.
-            for (client, id, op) in std::iter::once(delete).chain(parked.after) {
-                let op = self.versioned_now(id, op);
-                self.enter(now, client, id, op);
-            }
+        let Some(ParkedDelete {
+            delete, mut after, ..
+        }) = self.deletes_waiting.remove(&slot)
+        else {
+            return;
+        };
+        let behind_next_delete = match after.iter().position(|held| held.is_delete) {
+            Some(next) => after.split_off(next),
+            None => Vec::new(),
+        };
+        for HeldOp { client, id, op, .. } in std::iter::once(delete).chain(after) {
+            let op = self.versioned_now(id, op);
+            self.enter(now, client, id, op);
+        }
+        let mut behind_next_delete = behind_next_delete.into_iter();
+        if let Some(delete) = behind_next_delete.next() {
+            let after: Vec<HeldOp> = behind_next_delete.collect();
+            // Every op on the slot but this delete and those behind it was taken before it
+            // (the delete just released among them, so there is at least one).
+            let on_slot = self.slot_refs.get(&slot).copied().unwrap_or(0);
+            let earlier = on_slot - 1 - after.len() as u32;
+            debug_assert!(earlier > 0);
+            let parked = ParkedDelete {
+                delete,
+                earlier,
+                after,
+            };
+            self.deletes_waiting.insert(slot, parked);
         }
     }
 
@@ -1299,7 +1346,6 @@ impl Engine {
             let op = self.versioned_now(next, op);
             self.scheme.submit(now, next, op)
         }
-        self.release_parked_delete(now, route.slot);
         let refs = self.slot_refs.entry(route.slot).or_default();
         *refs -= 1;
         if *refs == 0 {
@@ -1309,6 +1355,7 @@ impl Engine {
                 self.directory.release(route.slot);
             }
         }
+        self.release_parked_delete(now, route.slot);
 
         if matches!(reply, Reply::Written)
             && let Some(version) = route.version
