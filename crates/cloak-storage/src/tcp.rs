@@ -424,7 +424,7 @@ async fn read_loop(mut reader: impl AsyncRead + Unpin, waiting: Waiting, addr: S
         // doubling, copied at each step and up to twice as large. Once the answer's values
         // are gone (a batch's are, as soon as it is opened), the next answer of that size
         // reuses the buffer rather than allocating another.
-        buf.reserve((4 + len).saturating_sub(buf.len()));
+        wire::make_room_for_frame(&mut buf, 4 + len);
         let frame = match wire::read_frame_payload(&mut reader, &mut buf, len).await {
             Ok(frame) => frame,
             Err(error) => break format!("storage server {addr}: {error}"),
