@@ -203,23 +203,24 @@ mod restart {
             with_restart(name, 1, |restart, mut sim| {
                 sim.run_for(Duration::from_millis(20));
                 let first = sim.submit(1, set("x", "1"));
-                // Waits in client 1's lane until its first write is answered, so it reaches the
-                // scheme after client 2's write below and takes effect last.
-                let last = sim.submit(1, set("x", "2"));
-                let other = sim.submit(2, set("x", "3"));
+                // Waits in client 1's lane until its first write is answered; client 2's write,
+                // taken after it, waits for it in turn, so it reaches the scheme and takes effect
+                // last, after a restart too (versions are given as writes reach the scheme).
+                let waiting = sim.submit(1, set("x", "2"));
+                let last = sim.submit(2, set("x", "3"));
                 assert!(sim.run_until(Duration::from_secs(5), |s| {
-                    [first, last, other].iter().all(|&t| s.has_outcome(t))
+                    [first, waiting, last].iter().all(|&t| s.has_outcome(t))
                 }));
                 assert_eq!(
                     sim.execute(3, get("x")),
-                    value("2"),
+                    value("3"),
                     "{name} before the restart"
                 );
                 sim.run_for(Duration::from_secs(1));
                 let (mut sim, _) = restart.recover(sim.crash(), 1);
                 assert_eq!(
                     sim.execute(3, get("x")),
-                    value("2"),
+                    value("3"),
                     "{name} after the restart"
                 );
             });

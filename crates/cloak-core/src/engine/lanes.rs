@@ -1,8 +1,13 @@
-//! Per-client order on a slot: a client's ops on one slot take effect in the order it sent them.
+//! Per-client order on a slot: a client's ops on one slot take effect in the order it sent them,
+//! and writes on a slot take effect in the order they were taken, whichever clients sent them.
 //!
 //! A *lane* holds the ops of one client on one slot that may not enter the scheme yet. An op
 //! enters at once when its client has nothing on the slot; otherwise it waits until every op of
-//! that client on the slot before it has left the scheme. Different clients stay concurrent.
+//! that client on the slot before it has left the scheme. Different clients stay concurrent,
+//! except that a write never passes another client's write taken before it that still waits in
+//! its lane: the engine records a key's type and deadline when it takes a write, so the writes
+//! must reach the scheme (and storage) in that same order, or a key could hold one client's
+//! value under another client's deadline.
 //!
 //! Reads need not wait in a scheme that answers a read with a value no older than what it
 //! answered any op submitted before it ([`crate::Scheme::reads_join_earlier_ops`]): they enter
@@ -23,6 +28,9 @@ use crate::scheme::{Op, OpId};
 /// Every client's lanes, and whether reads may join earlier ops.
 pub(super) struct Lanes {
     lanes: HashMap<(ClientId, Slot), Lane>,
+    /// The writes waiting in lanes, by slot, in the order they were taken: a write enters only
+    /// from the front.
+    held_writes: HashMap<Slot, VecDeque<(ClientId, OpId)>>,
     reads_join: bool,
 }
 
@@ -38,6 +46,7 @@ impl Lanes {
     pub fn new(reads_join: bool) -> Self {
         Self {
             lanes: HashMap::new(),
+            held_writes: HashMap::new(),
             reads_join,
         }
     }
@@ -49,41 +58,87 @@ impl Lanes {
 
     /// An op of `client` arrives: returned if it enters the scheme now, held otherwise.
     pub fn arrive(&mut self, client: ClientId, id: OpId, op: Op) -> Option<(OpId, Op)> {
-        let lane = self.lanes.entry((client, op.slot())).or_insert(Lane {
+        let slot = op.slot();
+        let is_write = matches!(op, Op::Write(..));
+        let lane = self.lanes.entry((client, slot)).or_insert(Lane {
             in_scheme: 0,
             waiting: VecDeque::new(),
         });
-        let joins = lane.in_scheme == 0
-            || (self.reads_join && lane.waiting.is_empty() && matches!(op, Op::Read(_)));
-        if joins {
+        let lane_lets_in =
+            lane.waiting.is_empty() && (lane.in_scheme == 0 || (self.reads_join && !is_write));
+        if lane_lets_in && !(is_write && self.held_writes.contains_key(&slot)) {
             lane.in_scheme += 1;
-            Some((id, op))
-        } else {
-            lane.waiting.push_back((id, op));
-            None
+            return Some((id, op));
         }
+        if is_write {
+            self.held_writes
+                .entry(slot)
+                .or_default()
+                .push_back((client, id));
+        }
+        lane.waiting.push_back((id, op));
+        None
     }
 
-    /// An op of `client` on `slot` left the scheme: the ops that enter now, in order (the next
-    /// one once none is left in the scheme, and the reads right behind it when reads join).
+    /// An op of `client` on `slot` left the scheme: the ops that enter now, in order. From this
+    /// lane, the next one once none is left in the scheme, and the reads right behind it when
+    /// reads join; then, for each write among them, the other clients' writes it held back.
     pub fn leave(&mut self, client: ClientId, slot: Slot) -> Vec<(OpId, Op)> {
-        let key = (client, slot);
-        let Some(lane) = self.lanes.get_mut(&key) else {
+        let Some(lane) = self.lanes.get_mut(&(client, slot)) else {
             return Vec::new();
         };
         lane.in_scheme -= 1;
         let mut entering = Vec::new();
-        if lane.in_scheme == 0 {
-            entering.extend(lane.waiting.pop_front());
-            while self.reads_join && matches!(lane.waiting.front(), Some((_, Op::Read(_)))) {
-                entering.extend(lane.waiting.pop_front());
-            }
-        }
-        lane.in_scheme += entering.len() as u32;
-        if lane.in_scheme == 0 {
-            self.lanes.remove(&key);
+        let mut next = Some(client);
+        while let Some(client) = next {
+            next = self.admit(client, slot, &mut entering);
         }
         entering
+    }
+
+    /// Lets the ops at the front of `client`'s lane on `slot` into the scheme, if nothing holds
+    /// them: its ops in the scheme, or a write taken earlier still waiting elsewhere. Returns the
+    /// client whose waiting write may enter now, when a write entered.
+    fn admit(
+        &mut self,
+        client: ClientId,
+        slot: Slot,
+        entering: &mut Vec<(OpId, Op)>,
+    ) -> Option<ClientId> {
+        let key = (client, slot);
+        let lane = self.lanes.get_mut(&key)?;
+        if lane.in_scheme > 0 {
+            return None;
+        }
+        let Some((id, op)) = lane.waiting.front() else {
+            self.lanes.remove(&key);
+            return None;
+        };
+        let write_entered = matches!(op, Op::Write(..));
+        if write_entered {
+            let writes = self.held_writes.get_mut(&slot)?;
+            if writes.front() != Some(&(client, *id)) {
+                return None;
+            }
+            writes.pop_front();
+            if writes.is_empty() {
+                self.held_writes.remove(&slot);
+            }
+        }
+        entering.extend(lane.waiting.pop_front());
+        lane.in_scheme += 1;
+        while self.reads_join && matches!(lane.waiting.front(), Some((_, Op::Read(_)))) {
+            entering.extend(lane.waiting.pop_front());
+            lane.in_scheme += 1;
+        }
+        match write_entered {
+            true => self
+                .held_writes
+                .get(&slot)
+                .and_then(|writes| writes.front())
+                .map(|&(next, _)| next),
+            false => None,
+        }
     }
 }
 
@@ -161,5 +216,31 @@ mod tests {
         assert!(lanes.leave(A, 7).is_empty());
         assert!(lanes.leave(A, 7).is_empty());
         assert!(!lanes.busy(A, 7));
+    }
+
+    #[test]
+    fn a_write_waits_for_another_clients_write_taken_before_it() {
+        const C: ClientId = 3;
+        for reads_join in [false, true] {
+            let mut lanes = Lanes::new(reads_join);
+            assert!(arrive(&mut lanes, A, write(1)));
+            assert!(!arrive(&mut lanes, A, write(2)));
+            assert!(
+                !arrive(&mut lanes, B, write(3)),
+                "taken after A's waiting write"
+            );
+            assert!(!arrive(&mut lanes, B, read(4)), "behind its client's write");
+            assert!(
+                arrive(&mut lanes, C, read(5)),
+                "another client's read is not held"
+            );
+            // A's second write goes in, and B's right behind it (with B's read when reads join).
+            let entering = ids(&lanes.leave(A, 7));
+            match reads_join {
+                true => assert_eq!(entering, [2, 3, 4]),
+                false => assert_eq!(entering, [2, 3]),
+            }
+            assert!(lanes.held_writes.is_empty());
+        }
     }
 }
