@@ -1335,6 +1335,19 @@ impl Engine {
         }
     }
 
+    /// Whether `record` holds a key whose deadline has passed, which no command may see. The
+    /// keyspace forgets such keys as commands name them, but storage may still hold the record:
+    /// the reaper had not deleted it yet when a read was taken, or a write that was to replace
+    /// it failed (a designated key written again after it expired takes its slot back before
+    /// the reaper deletes the old record, and the reaper then leaves the slot to that write).
+    fn past_its_deadline(&self, record: &Record, now: Instant) -> bool {
+        !record.is_empty()
+            && Entry::open(&record.value)
+                .ok()
+                .and_then(|entry| entry.deadline)
+                .is_some_and(|at| at <= self.clock.unix_ms(now))
+    }
+
     fn complete_op(&mut self, now: Instant, id: OpId, reply: Reply) {
         let Some(route) = self.routes.remove(&id) else {
             tracing::error!(?id, "scheme replied to an op it was never given");
@@ -1374,6 +1387,12 @@ impl Engine {
                 }
             }
             _ => route,
+        };
+        let reply = match reply {
+            Reply::Value(record) if self.past_its_deadline(&record, now) => {
+                Reply::Value(Record::empty())
+            }
+            reply => reply,
         };
         let Some(waiting) = self.commands.get_mut(&route.command) else {
             return;

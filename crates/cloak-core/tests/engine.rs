@@ -513,3 +513,93 @@ fn a_designated_key_written_again_after_it_expired_is_not_reaped() {
         "the reaper deleted the key written again: {taken:?}"
     );
 }
+
+/// Each op as the test reads it: "read", or a write's data ("" for a delete).
+fn labels(taken: &[(OpId, Op)]) -> Vec<String> {
+    taken
+        .iter()
+        .map(|(_, op)| match op {
+            Op::Read(_) => "read".to_string(),
+            write => data_or_empty(write),
+        })
+        .collect()
+}
+
+/// The engine records a key's type and deadline when it takes a write, so writes on a slot must
+/// reach the scheme in the order they were taken: another client's later write must not pass a
+/// write waiting in its client's lane, or storage would keep the earlier value under the later
+/// write's deadline. Reads of other clients still go in at once.
+#[test]
+fn a_write_never_passes_another_clients_write_taken_before_it() {
+    let mut bench = Bench::with(4, true, &[]);
+    bench.submit(1, set("k", "a1"));
+    bench.submit(1, set("k", "a2"));
+    let later = bench.submit(2, set("k", "b"));
+    bench.submit(2, get("k"));
+    bench.submit(3, get("k"));
+    let taken = bench.taken();
+    let values = labels(&taken);
+    assert_eq!(
+        values,
+        ["a1", "read"],
+        "client 2's write and its read wait: {taken:?}"
+    );
+    bench.reply(taken[0].0, Reply::Written);
+    let taken = bench.taken();
+    let values = labels(&taken);
+    assert_eq!(values, ["a2", "b", "read"], "{taken:?}");
+    assert!(written(&taken[0].1).version < written(&taken[1].1).version);
+    for (op, _) in &taken[..2] {
+        bench.reply(*op, Reply::Written);
+    }
+    assert!(bench.outcomes().contains(&(later, Outcome::Ok)));
+}
+
+/// A designated key written again after it expired takes its slot back, and the reaper leaves
+/// the slot to that write. Should the write fail, storage still holds the expired record there,
+/// which must never be answered.
+#[test]
+fn a_record_past_its_deadline_is_never_answered() {
+    let mut bench = Bench::with(4, false, &["hot"]);
+    bench.submit(
+        1,
+        Command::SetExpiring {
+            key: Bytes::from_static(b"hot"),
+            value: Bytes::from_static(b"expired"),
+            condition: SetCondition::Always,
+            expiry: SetExpiry::At(Deadline::In(20)),
+            name: "set",
+        },
+    );
+    let (op, write) = bench.taken().remove(0);
+    let expired = written(&write).clone();
+    bench.reply(op, Reply::Written);
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    bench.now = Instant::now();
+    let gone = bench.submit(1, get("hot"));
+    let write = bench.submit(2, set("hot", "new"));
+    let (op, _) = bench.taken().remove(0);
+    bench.reply(
+        op,
+        Reply::Failed(cloak_core::SchemeError::Overloaded("refused".into())),
+    );
+    let read = bench.submit(3, get("hot"));
+    let (op, _) = bench.taken().remove(0);
+    bench.reply(op, Reply::Value(expired));
+    let outcomes = bench.outcomes();
+    assert!(
+        outcomes.contains(&(gone, Outcome::Value(None))),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(
+            outcomes.iter().find(|(t, _)| *t == write),
+            Some((_, Outcome::Error(_)))
+        ),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes.contains(&(read, Outcome::Value(None))),
+        "the expired value came back: {outcomes:?}"
+    );
+}
