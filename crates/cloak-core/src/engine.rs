@@ -242,8 +242,12 @@ pub struct Engine {
     keyspace: Keyspace,
     clock: WallClock,
     /// Slots of expired keys, gone from the directory, whose elements the reaper has yet to
-    /// delete (their slots come free once it has).
+    /// delete (their slots come free once it has), in the order they expired; a slot no longer
+    /// in `reaping` is skipped.
     expired: VecDeque<Slot>,
+    /// The slots in `expired` the reaper is still to delete: a designated key created again
+    /// takes its slot out (see [`Engine::insert_key`]) without a search through `expired`.
+    reaping: HashSet<Slot>,
     /// Commands waiting for keys that units hold (see [`gate`]).
     gate: Gate,
     /// Set when a unit ended or a slot went idle: waiting commands may start now.
@@ -295,6 +299,7 @@ impl Engine {
                     .map_or(0, |d| d.as_millis() as u64),
             },
             expired: VecDeque::new(),
+            reaping: HashSet::new(),
             gate: Gate::default(),
             gate_moved: false,
             units: HashMap::new(),
@@ -553,7 +558,9 @@ impl Engine {
             let Some(slot) = self.expired.pop_front() else {
                 break;
             };
-            self.delete_slot(now, REAPER, NO_COMMAND, slot, Expect::Written);
+            if self.reaping.remove(&slot) {
+                self.delete_slot(now, REAPER, NO_COMMAND, slot, Expect::Written);
+            }
         }
     }
 
@@ -571,7 +578,9 @@ impl Engine {
             self.watches.touched(key);
         }
         self.keyspace.clear(slot);
-        self.expired.push_back(slot);
+        if self.reaping.insert(slot) {
+            self.expired.push_back(slot);
+        }
     }
 
     /// Forgets every key whose deadline has passed (but those units hold).
@@ -999,7 +1008,7 @@ impl Engine {
         if let Some((slot, true)) = inserted {
             self.count_key(key, true);
             if self.directory.is_designated(slot) {
-                self.expired.retain(|expired| *expired != slot);
+                self.reaping.remove(&slot);
             }
         }
         inserted
