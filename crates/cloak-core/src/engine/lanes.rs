@@ -1,13 +1,14 @@
 //! Per-client order on a slot: a client's ops on one slot take effect in the order it sent them,
-//! and writes on a slot take effect in the order they were taken, whichever clients sent them.
+//! and no op passes a write taken before it on its slot, whichever clients sent them.
 //!
 //! A *lane* holds the ops of one client on one slot that may not enter the scheme yet. An op
 //! enters at once when its client has nothing on the slot; otherwise it waits until every op of
 //! that client on the slot before it has left the scheme. Different clients stay concurrent,
-//! except that a write never passes another client's write taken before it that still waits in
-//! its lane: the engine records a key's type and deadline when it takes a write, so the writes
-//! must reach the scheme (and storage) in that same order, or a key could hold one client's
-//! value under another client's deadline.
+//! except that no op passes another client's write taken before it that still waits in its
+//! lane. The engine records a key's type and deadline when it takes a write, and answers TTL,
+//! EXISTS or TYPE from them at once: so a later write must not reach the scheme (and storage)
+//! first, or a key could hold one client's value under another's deadline; and a later read must
+//! not either, or it could answer a value older than what such an answer already showed.
 //!
 //! Reads need not wait in a scheme that answers a read with a value no older than what it
 //! answered any op submitted before it ([`crate::Scheme::reads_join_earlier_ops`]): they enter
@@ -29,16 +30,29 @@ use crate::scheme::{Op, OpId};
 pub(super) struct Lanes {
     lanes: HashMap<(ClientId, Slot), Lane>,
     /// The writes waiting in lanes, by slot, in the order they were taken: a write enters only
-    /// from the front.
-    held_writes: HashMap<Slot, VecDeque<(ClientId, OpId)>>,
+    /// from the front, and an op only once every write taken before it has.
+    held_writes: HashMap<Slot, VecDeque<Held>>,
+    /// The clients whose lane on a slot holds a read behind another client's held write: looked
+    /// at again whenever a write on the slot enters.
+    read_waiters: HashMap<Slot, Vec<ClientId>>,
+    /// The order ops arrive in, across clients.
+    arrivals: u64,
     reads_join: bool,
+}
+
+/// A write held in its lane: whose, which, and when it arrived.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Held {
+    client: ClientId,
+    id: OpId,
+    arrival: u64,
 }
 
 /// One client's ops on one slot that are in the scheme, and those waiting.
 struct Lane {
     in_scheme: u32,
-    /// Empty, or led by a write when reads join (a read behind it waits for it).
-    waiting: VecDeque<(OpId, Op)>,
+    /// The ops waiting, with when they arrived.
+    waiting: VecDeque<(OpId, Op, u64)>,
 }
 
 impl Lanes {
@@ -47,6 +61,8 @@ impl Lanes {
         Self {
             lanes: HashMap::new(),
             held_writes: HashMap::new(),
+            read_waiters: HashMap::new(),
+            arrivals: 0,
             reads_join,
         }
     }
@@ -60,85 +76,129 @@ impl Lanes {
     pub fn arrive(&mut self, client: ClientId, id: OpId, op: Op) -> Option<(OpId, Op)> {
         let slot = op.slot();
         let is_write = matches!(op, Op::Write(..));
+        let arrival = self.arrivals;
+        self.arrivals += 1;
+        let writes_held = self.held_writes.contains_key(&slot);
         let lane = self.lanes.entry((client, slot)).or_insert(Lane {
             in_scheme: 0,
             waiting: VecDeque::new(),
         });
         let lane_lets_in =
             lane.waiting.is_empty() && (lane.in_scheme == 0 || (self.reads_join && !is_write));
-        if lane_lets_in && !(is_write && self.held_writes.contains_key(&slot)) {
+        if lane_lets_in && !writes_held {
             lane.in_scheme += 1;
             return Some((id, op));
         }
+        lane.waiting.push_back((id, op, arrival));
         if is_write {
-            self.held_writes
-                .entry(slot)
-                .or_default()
-                .push_back((client, id));
+            let held = Held {
+                client,
+                id,
+                arrival,
+            };
+            self.held_writes.entry(slot).or_default().push_back(held);
+        } else if writes_held {
+            self.read_waiters.entry(slot).or_default().push(client);
         }
-        lane.waiting.push_back((id, op));
         None
     }
 
     /// An op of `client` on `slot` left the scheme: the ops that enter now, in order. From this
     /// lane, the next one once none is left in the scheme, and the reads right behind it when
-    /// reads join; then, for each write among them, the other clients' writes it held back.
+    /// reads join; then, for each write among them, the other clients' ops it held back.
     pub fn leave(&mut self, client: ClientId, slot: Slot) -> Vec<(OpId, Op)> {
         let Some(lane) = self.lanes.get_mut(&(client, slot)) else {
             return Vec::new();
         };
         lane.in_scheme -= 1;
         let mut entering = Vec::new();
-        let mut next = Some(client);
-        while let Some(client) = next {
-            next = self.admit(client, slot, &mut entering);
+        let mut to_admit = VecDeque::from([client]);
+        while let Some(client) = to_admit.pop_front() {
+            if self.admit(client, slot, &mut entering) {
+                // A write entered: the next held write, and the reads it may have held back.
+                to_admit.extend(
+                    self.held_writes
+                        .get(&slot)
+                        .and_then(|w| w.front())
+                        .map(|h| h.client),
+                );
+                to_admit.extend(self.read_waiters.remove(&slot).into_iter().flatten());
+            }
         }
         entering
     }
 
+    /// Whether an op that arrived at `arrival` may pass the writes held on `slot`: only when it
+    /// arrived before all of them.
+    fn no_write_held_before(&self, slot: Slot, arrival: u64) -> bool {
+        self.held_writes
+            .get(&slot)
+            .and_then(|writes| writes.front())
+            .is_none_or(|held| held.arrival > arrival)
+    }
+
     /// Lets the ops at the front of `client`'s lane on `slot` into the scheme, if nothing holds
-    /// them: its ops in the scheme, or a write taken earlier still waiting elsewhere. Returns the
-    /// client whose waiting write may enter now, when a write entered.
-    fn admit(
-        &mut self,
-        client: ClientId,
-        slot: Slot,
-        entering: &mut Vec<(OpId, Op)>,
-    ) -> Option<ClientId> {
+    /// them: its ops in the scheme, or a write taken before them still waiting elsewhere.
+    /// Returns whether a write entered.
+    fn admit(&mut self, client: ClientId, slot: Slot, entering: &mut Vec<(OpId, Op)>) -> bool {
         let key = (client, slot);
-        let lane = self.lanes.get_mut(&key)?;
-        if lane.in_scheme > 0 {
-            return None;
-        }
-        let Some((id, op)) = lane.waiting.front() else {
-            self.lanes.remove(&key);
-            return None;
+        let reads_join = self.reads_join;
+        let Some(lane) = self.lanes.get(&key) else {
+            return false;
         };
-        let write_entered = matches!(op, Op::Write(..));
-        if write_entered {
-            let writes = self.held_writes.get_mut(&slot)?;
-            if writes.front() != Some(&(client, *id)) {
-                return None;
+        let Some(&(id, ref op, arrival)) = lane.waiting.front() else {
+            if lane.in_scheme == 0 {
+                self.lanes.remove(&key);
             }
+            return false;
+        };
+        let is_write = matches!(op, Op::Write(..));
+        let lane_lets_in = lane.in_scheme == 0 || (reads_join && !is_write);
+        let order_lets_in = match is_write {
+            true => self
+                .held_writes
+                .get(&slot)
+                .and_then(|writes| writes.front())
+                .is_some_and(|held| held.client == client && held.id == id),
+            false => self.no_write_held_before(slot, arrival),
+        };
+        if !(lane_lets_in && order_lets_in) {
+            if !is_write && lane_lets_in {
+                self.read_waiters.entry(slot).or_default().push(client);
+            }
+            return false;
+        }
+        if is_write && let Some(writes) = self.held_writes.get_mut(&slot) {
             writes.pop_front();
             if writes.is_empty() {
                 self.held_writes.remove(&slot);
             }
         }
-        entering.extend(lane.waiting.pop_front());
+        let lane = self.lanes.get_mut(&key).expect("looked up above");
+        let (id, op, _) = lane.waiting.pop_front().expect("looked at above");
+        entering.push((id, op));
         lane.in_scheme += 1;
-        while self.reads_join && matches!(lane.waiting.front(), Some((_, Op::Read(_)))) {
-            entering.extend(lane.waiting.pop_front());
-            lane.in_scheme += 1;
+        // Reads right behind a write go in with it, as far as no other client's write taken
+        // before them waits.
+        if reads_join {
+            loop {
+                let lane = self.lanes.get(&key).expect("looked up above");
+                match lane.waiting.front() {
+                    Some(&(_, Op::Read(_), arrival))
+                        if reads_join && self.no_write_held_before(slot, arrival) => {}
+                    Some((_, Op::Read(_), _)) if reads_join => {
+                        self.read_waiters.entry(slot).or_default().push(client);
+                        break;
+                    }
+                    _ => break,
+                }
+                let lane = self.lanes.get_mut(&key).expect("looked up above");
+                let (id, op, _) = lane.waiting.pop_front().expect("looked at above");
+                entering.push((id, op));
+                lane.in_scheme += 1;
+            }
         }
-        match write_entered {
-            true => self
-                .held_writes
-                .get(&slot)
-                .and_then(|writes| writes.front())
-                .map(|&(next, _)| next),
-            false => None,
-        }
+        is_write
     }
 }
 
@@ -171,9 +231,9 @@ mod tests {
         let mut lanes = Lanes::new(false);
         assert!(arrive(&mut lanes, A, read(1)));
         assert!(!arrive(&mut lanes, A, read(2)));
-        assert!(!arrive(&mut lanes, A, write(3)));
-        // Another client is not held.
+        // Another client is not held by A's ops.
         assert!(arrive(&mut lanes, B, read(4)));
+        assert!(!arrive(&mut lanes, A, write(3)));
         assert_eq!(ids(&lanes.leave(A, 7)), [2]);
         assert_eq!(ids(&lanes.leave(A, 7)), [3]);
         assert!(lanes.busy(A, 7));
@@ -231,16 +291,18 @@ mod tests {
             );
             assert!(!arrive(&mut lanes, B, read(4)), "behind its client's write");
             assert!(
-                arrive(&mut lanes, C, read(5)),
-                "another client's read is not held"
+                !arrive(&mut lanes, C, read(5)),
+                "another client's read taken after the held writes waits for them"
             );
-            // A's second write goes in, and B's right behind it (with B's read when reads join).
+            // A's second write goes in, B's right behind it (with B's read when reads join),
+            // and C's read after both.
             let entering = ids(&lanes.leave(A, 7));
             match reads_join {
-                true => assert_eq!(entering, [2, 3, 4]),
-                false => assert_eq!(entering, [2, 3]),
+                true => assert_eq!(entering, [2, 3, 4, 5]),
+                false => assert_eq!(entering, [2, 3, 5]),
             }
             assert!(lanes.held_writes.is_empty());
+            assert!(lanes.read_waiters.is_empty());
         }
     }
 }
