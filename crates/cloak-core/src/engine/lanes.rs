@@ -18,7 +18,7 @@
 //! read with a value the client wrote after it. Nothing here reaches storage: it only delays
 //! when ops are handed to the scheme.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use hashbrown::HashMap;
 
@@ -32,6 +32,10 @@ pub(super) struct Lanes {
     /// The writes waiting in lanes, by slot, in the order they were taken: a write enters only
     /// from the front, and an op only once every write taken before it has.
     held_writes: HashMap<Slot, VecDeque<Held>>,
+    /// When the reads waiting in lanes arrived, by slot: no write passes a read taken before it
+    /// either, or a client's later TTL (answered at once) could show an older state than the
+    /// value its earlier GET, passed by later writes, answers.
+    held_reads: HashMap<Slot, BTreeSet<u64>>,
     /// The clients whose lane on a slot holds a read behind another client's held write: looked
     /// at again whenever a write on the slot enters.
     read_waiters: HashMap<Slot, Vec<ClientId>>,
@@ -62,6 +66,7 @@ impl Lanes {
             lanes: HashMap::new(),
             held_writes: HashMap::new(),
             read_waiters: HashMap::new(),
+            held_reads: HashMap::new(),
             arrivals: 0,
             reads_join,
         }
@@ -79,13 +84,14 @@ impl Lanes {
         let arrival = self.arrivals;
         self.arrivals += 1;
         let writes_held = self.held_writes.contains_key(&slot);
+        let reads_held = self.held_reads.contains_key(&slot);
         let lane = self.lanes.entry((client, slot)).or_insert(Lane {
             in_scheme: 0,
             waiting: VecDeque::new(),
         });
         let lane_lets_in =
             lane.waiting.is_empty() && (lane.in_scheme == 0 || (self.reads_join && !is_write));
-        if lane_lets_in && !writes_held {
+        if lane_lets_in && !writes_held && !(is_write && reads_held) {
             lane.in_scheme += 1;
             return Some((id, op));
         }
@@ -97,8 +103,11 @@ impl Lanes {
                 arrival,
             };
             self.held_writes.entry(slot).or_default().push_back(held);
-        } else if writes_held {
-            self.read_waiters.entry(slot).or_default().push(client);
+        } else {
+            self.held_reads.entry(slot).or_default().insert(arrival);
+            if writes_held {
+                self.read_waiters.entry(slot).or_default().push(client);
+            }
         }
         None
     }
@@ -114,15 +123,18 @@ impl Lanes {
         let mut entering = Vec::new();
         let mut to_admit = VecDeque::from([client]);
         while let Some(client) = to_admit.pop_front() {
-            if self.admit(client, slot, &mut entering) {
-                // A write entered: the next held write, and the reads it may have held back.
+            if let Some(write_entered) = self.admit(client, slot, &mut entering) {
+                // The next held write, which the ops that entered may have held back, and when
+                // a write entered, the reads it may have held back.
                 to_admit.extend(
                     self.held_writes
                         .get(&slot)
                         .and_then(|w| w.front())
                         .map(|h| h.client),
                 );
-                to_admit.extend(self.read_waiters.remove(&slot).into_iter().flatten());
+                if write_entered {
+                    to_admit.extend(self.read_waiters.remove(&slot).into_iter().flatten());
+                }
             }
         }
         entering
@@ -137,36 +149,61 @@ impl Lanes {
             .is_none_or(|held| held.arrival > arrival)
     }
 
+    /// Whether a write that arrived at `arrival` may pass the reads held on `slot`: only when it
+    /// arrived before all of them.
+    fn no_read_held_before(&self, slot: Slot, arrival: u64) -> bool {
+        self.held_reads
+            .get(&slot)
+            .and_then(|reads| reads.first())
+            .is_none_or(|&first| first > arrival)
+    }
+
+    /// A held read that arrived at `arrival` enters.
+    fn release_read(&mut self, slot: Slot, arrival: u64) {
+        if let Some(reads) = self.held_reads.get_mut(&slot) {
+            reads.remove(&arrival);
+            if reads.is_empty() {
+                self.held_reads.remove(&slot);
+            }
+        }
+    }
+
     /// Lets the ops at the front of `client`'s lane on `slot` into the scheme, if nothing holds
-    /// them: its ops in the scheme, or a write taken before them still waiting elsewhere.
-    /// Returns whether a write entered.
-    fn admit(&mut self, client: ClientId, slot: Slot, entering: &mut Vec<(OpId, Op)>) -> bool {
+    /// them: its ops in the scheme, or an op taken before them still waiting elsewhere (a write
+    /// for any op, a read for a write). Returns `None` if nothing entered, else whether a write
+    /// did.
+    fn admit(
+        &mut self,
+        client: ClientId,
+        slot: Slot,
+        entering: &mut Vec<(OpId, Op)>,
+    ) -> Option<bool> {
         let key = (client, slot);
         let reads_join = self.reads_join;
-        let Some(lane) = self.lanes.get(&key) else {
-            return false;
-        };
+        let lane = self.lanes.get(&key)?;
         let Some(&(id, ref op, arrival)) = lane.waiting.front() else {
             if lane.in_scheme == 0 {
                 self.lanes.remove(&key);
             }
-            return false;
+            return None;
         };
         let is_write = matches!(op, Op::Write(..));
         let lane_lets_in = lane.in_scheme == 0 || (reads_join && !is_write);
         let order_lets_in = match is_write {
-            true => self
-                .held_writes
-                .get(&slot)
-                .and_then(|writes| writes.front())
-                .is_some_and(|held| held.client == client && held.id == id),
+            true => {
+                self.held_writes
+                    .get(&slot)
+                    .and_then(|writes| writes.front())
+                    .is_some_and(|held| held.client == client && held.id == id)
+                    && self.no_read_held_before(slot, arrival)
+            }
             false => self.no_write_held_before(slot, arrival),
         };
         if !(lane_lets_in && order_lets_in) {
             if !is_write && lane_lets_in {
                 self.read_waiters.entry(slot).or_default().push(client);
             }
-            return false;
+            return None;
         }
         if is_write && let Some(writes) = self.held_writes.get_mut(&slot) {
             writes.pop_front();
@@ -178,6 +215,9 @@ impl Lanes {
         let (id, op, _) = lane.waiting.pop_front().expect("looked at above");
         entering.push((id, op));
         lane.in_scheme += 1;
+        if !is_write {
+            self.release_read(slot, arrival);
+        }
         // Reads right behind a write go in with it, as far as no other client's write taken
         // before them waits.
         if reads_join {
@@ -193,12 +233,13 @@ impl Lanes {
                     _ => break,
                 }
                 let lane = self.lanes.get_mut(&key).expect("looked up above");
-                let (id, op, _) = lane.waiting.pop_front().expect("looked at above");
+                let (id, op, arrival) = lane.waiting.pop_front().expect("looked at above");
                 entering.push((id, op));
                 lane.in_scheme += 1;
+                self.release_read(slot, arrival);
             }
         }
-        is_write
+        Some(is_write)
     }
 }
 
@@ -303,6 +344,22 @@ mod tests {
             }
             assert!(lanes.held_writes.is_empty());
             assert!(lanes.read_waiters.is_empty());
+            // Without joining, B's read still waits for B's write.
+            assert_eq!(lanes.held_reads.is_empty(), reads_join);
         }
+    }
+
+    #[test]
+    fn a_write_waits_for_another_clients_read_taken_before_it() {
+        let mut lanes = Lanes::new(false);
+        assert!(arrive(&mut lanes, A, write(1)));
+        assert!(!arrive(&mut lanes, A, read(2)), "behind its client's write");
+        assert!(
+            !arrive(&mut lanes, B, write(3)),
+            "taken after A's waiting read"
+        );
+        assert_eq!(ids(&lanes.leave(A, 7)), [2, 3]);
+        assert!(lanes.held_writes.is_empty());
+        assert!(lanes.held_reads.is_empty());
     }
 }
