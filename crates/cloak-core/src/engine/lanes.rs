@@ -1,14 +1,16 @@
-//! Per-client order on a slot: a client's ops on one slot take effect in the order it sent them,
-//! and no op passes a write taken before it on its slot, whichever clients sent them.
+//! Per-client order on a slot: a client's ops on one slot take effect in the order it sent them;
+//! and, whichever clients sent them, no op passes a write taken before it on its slot, nor a
+//! write a read taken before it.
 //!
 //! A *lane* holds the ops of one client on one slot that may not enter the scheme yet. An op
 //! enters at once when its client has nothing on the slot; otherwise it waits until every op of
 //! that client on the slot before it has left the scheme. Different clients stay concurrent,
-//! except that no op passes another client's write taken before it that still waits in its
-//! lane. The engine records a key's type and deadline when it takes a write, and answers TTL,
-//! EXISTS or TYPE from them at once: so a later write must not reach the scheme (and storage)
-//! first, or a key could hold one client's value under another's deadline; and a later read must
-//! not either, or it could answer a value older than what such an answer already showed.
+//! except for ops still waiting in a lane. The engine records a key's type and deadline when it
+//! takes a write, and answers TTL, EXISTS or TYPE from them at once. So a later write must not
+//! reach the scheme (and storage) before a waiting write, or a key could hold one client's value
+//! under another's deadline; a later read must not either, or it could answer a value older than
+//! what such an answer already showed; and a later write must not pass a waiting read, or that
+//! read could answer a value newer than what its own client's later TTL already showed.
 //!
 //! Reads need not wait in a scheme that answers a read with a value no older than what it
 //! answered any op submitted before it ([`crate::Scheme::reads_join_earlier_ops`]): they enter
