@@ -1351,10 +1351,7 @@ impl Engine {
     /// the reaper deletes the old record, and the reaper then leaves the slot to that write).
     fn past_its_deadline(&self, record: &Record, now: Instant) -> bool {
         !record.is_empty()
-            && Entry::open(&record.value)
-                .ok()
-                .and_then(|entry| entry.deadline)
-                .is_some_and(|at| at <= self.clock.unix_ms(now))
+            && Entry::open(&record.value).is_ok_and(|entry| entry.expired(self.clock.unix_ms(now)))
     }
 
     fn complete_op(&mut self, now: Instant, id: OpId, reply: Reply) {

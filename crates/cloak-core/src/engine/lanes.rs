@@ -142,34 +142,6 @@ impl Lanes {
         entering
     }
 
-    /// Whether an op that arrived at `arrival` may pass the writes held on `slot`: only when it
-    /// arrived before all of them.
-    fn no_write_held_before(&self, slot: Slot, arrival: u64) -> bool {
-        self.held_writes
-            .get(&slot)
-            .and_then(|writes| writes.front())
-            .is_none_or(|held| held.arrival > arrival)
-    }
-
-    /// Whether a write that arrived at `arrival` may pass the reads held on `slot`: only when it
-    /// arrived before all of them.
-    fn no_read_held_before(&self, slot: Slot, arrival: u64) -> bool {
-        self.held_reads
-            .get(&slot)
-            .and_then(|reads| reads.first())
-            .is_none_or(|&first| first > arrival)
-    }
-
-    /// A held read that arrived at `arrival` enters.
-    fn release_read(&mut self, slot: Slot, arrival: u64) {
-        if let Some(reads) = self.held_reads.get_mut(&slot) {
-            reads.remove(&arrival);
-            if reads.is_empty() {
-                self.held_reads.remove(&slot);
-            }
-        }
-    }
-
     /// Lets the ops at the front of `client`'s lane on `slot` into the scheme, if nothing holds
     /// them: its ops in the scheme, or an op taken before them still waiting elsewhere (a write
     /// for any op, a read for a write). Returns `None` if nothing entered, else whether a write
@@ -181,67 +153,102 @@ impl Lanes {
         entering: &mut Vec<(OpId, Op)>,
     ) -> Option<bool> {
         let key = (client, slot);
-        let reads_join = self.reads_join;
-        let lane = self.lanes.get(&key)?;
+        let Self {
+            lanes,
+            held_writes,
+            held_reads,
+            read_waiters,
+            reads_join,
+            ..
+        } = self;
+        let lane = lanes.get_mut(&key)?;
         let Some(&(id, ref op, arrival)) = lane.waiting.front() else {
             if lane.in_scheme == 0 {
-                self.lanes.remove(&key);
+                lanes.remove(&key);
             }
             return None;
         };
         let is_write = matches!(op, Op::Write(..));
-        let lane_lets_in = lane.in_scheme == 0 || (reads_join && !is_write);
+        let lane_lets_in = lane.in_scheme == 0 || (*reads_join && !is_write);
         let order_lets_in = match is_write {
             true => {
-                self.held_writes
+                held_writes
                     .get(&slot)
                     .and_then(|writes| writes.front())
                     .is_some_and(|held| held.client == client && held.id == id)
-                    && self.no_read_held_before(slot, arrival)
+                    && no_read_held_before(held_reads, slot, arrival)
             }
-            false => self.no_write_held_before(slot, arrival),
+            false => no_write_held_before(held_writes, slot, arrival),
         };
         if !(lane_lets_in && order_lets_in) {
             if !is_write && lane_lets_in {
-                self.read_waiters.entry(slot).or_default().push(client);
+                read_waiters.entry(slot).or_default().push(client);
             }
             return None;
         }
-        if is_write && let Some(writes) = self.held_writes.get_mut(&slot) {
+        if is_write && let Some(writes) = held_writes.get_mut(&slot) {
             writes.pop_front();
             if writes.is_empty() {
-                self.held_writes.remove(&slot);
+                held_writes.remove(&slot);
             }
         }
-        let lane = self.lanes.get_mut(&key).expect("looked up above");
-        let (id, op, _) = lane.waiting.pop_front().expect("looked at above");
-        entering.push((id, op));
-        lane.in_scheme += 1;
-        if !is_write {
-            self.release_read(slot, arrival);
-        }
-        // Reads right behind a write go in with it, as far as no other client's write taken
-        // before them waits.
-        if reads_join {
-            loop {
-                let lane = self.lanes.get(&key).expect("looked up above");
-                match lane.waiting.front() {
-                    Some(&(_, Op::Read(_), arrival))
-                        if reads_join && self.no_write_held_before(slot, arrival) => {}
-                    Some((_, Op::Read(_), _)) if reads_join => {
-                        self.read_waiters.entry(slot).or_default().push(client);
-                        break;
-                    }
-                    _ => break,
+        // The front op, then, when reads join, the reads right behind it, as far as no other
+        // client's write taken before them waits.
+        while let Some((id, op, arrival)) = lane.waiting.pop_front() {
+            if matches!(op, Op::Read(_)) {
+                release_read(held_reads, slot, arrival);
+            }
+            entering.push((id, op));
+            lane.in_scheme += 1;
+            if !*reads_join {
+                break;
+            }
+            match lane.waiting.front() {
+                Some(&(_, Op::Read(_), next)) if no_write_held_before(held_writes, slot, next) => {}
+                Some((_, Op::Read(_), _)) => {
+                    read_waiters.entry(slot).or_default().push(client);
+                    break;
                 }
-                let lane = self.lanes.get_mut(&key).expect("looked up above");
-                let (id, op, arrival) = lane.waiting.pop_front().expect("looked at above");
-                entering.push((id, op));
-                lane.in_scheme += 1;
-                self.release_read(slot, arrival);
+                _ => break,
             }
         }
         Some(is_write)
+    }
+}
+
+/// Whether an op that arrived at `arrival` may pass the writes held on `slot`: only when it
+/// arrived before all of them.
+fn no_write_held_before(
+    held_writes: &HashMap<Slot, VecDeque<Held>>,
+    slot: Slot,
+    arrival: u64,
+) -> bool {
+    held_writes
+        .get(&slot)
+        .and_then(|writes| writes.front())
+        .is_none_or(|held| held.arrival > arrival)
+}
+
+/// Whether a write that arrived at `arrival` may pass the reads held on `slot`: only when it
+/// arrived before all of them.
+fn no_read_held_before(
+    held_reads: &HashMap<Slot, BTreeSet<u64>>,
+    slot: Slot,
+    arrival: u64,
+) -> bool {
+    held_reads
+        .get(&slot)
+        .and_then(|reads| reads.first())
+        .is_none_or(|&first| first > arrival)
+}
+
+/// A held read that arrived at `arrival` enters.
+fn release_read(held_reads: &mut HashMap<Slot, BTreeSet<u64>>, slot: Slot, arrival: u64) {
+    if let Some(reads) = held_reads.get_mut(&slot) {
+        reads.remove(&arrival);
+        if reads.is_empty() {
+            held_reads.remove(&slot);
+        }
     }
 }
 
