@@ -589,17 +589,22 @@ fn a_full_disk_refuses_writes_and_loses_nothing_once_space_returns() {
     std::thread::sleep(Duration::from_millis(300));
     let writers = Writers::start(proxy_port, 2, 100);
 
-    // Fill the disk to the last byte.
+    // Fill the disk to the last byte, and keep it full: the storage server's compaction may
+    // delete a dead segment just after the fill (a race seen once in CI, where 8 MB freed that
+    // way kept writes going past the test's 10 s), so whatever it frees is taken again.
     let filler = disk.path.join("filler");
     let mut file = std::fs::File::create(&filler).unwrap();
-    let chunk = vec![0u8; 1 << 20];
-    let filled = (0..512).any(|_| std::io::Write::write_all(&mut file, &chunk).is_err());
-    assert!(filled, "the disk filled up");
+    let mut fill_up = || {
+        let chunk = vec![0u8; 64 << 10];
+        (0..8192).any(|_| std::io::Write::write_all(&mut file, &chunk).is_err())
+    };
+    assert!(fill_up(), "the disk filled up");
     let start = Instant::now();
     let error = loop {
         match redis::cmd("GET").arg("probe").query::<String>(&mut con) {
             Err(error) => break error.to_string(),
             Ok(_) => {
+                assert!(fill_up(), "the disk stays full");
                 assert!(
                     start.elapsed() < Duration::from_secs(10),
                     "reads kept working with a full disk"
