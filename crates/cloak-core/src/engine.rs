@@ -73,26 +73,6 @@ use crate::scheme::{JournalId, JournalRequest, Op, OpId, Reply, Scheme, SchemeSt
 use crate::storage::{ExpectedReply, RequestId, StorageError, StorageReply, StorageRequest};
 use crate::update::Update;
 
-/// A deleted key's write of an empty record, parked until the ops taken before it on its slot
-/// have left the scheme (see [`Engine::delete_slot`]).
-struct ParkedDelete {
-    delete: HeldOp,
-    /// Ops taken before it on the slot that have not left the scheme.
-    earlier: u32,
-    /// Ops taken on the slot after it, in order: they go in behind it, and a delete among them
-    /// parks in its turn.
-    after: Vec<HeldOp>,
-}
-
-/// An op held back behind a parked delete.
-struct HeldOp {
-    client: ClientId,
-    id: OpId,
-    op: Op,
-    /// A delete's write, which waits for every op taken before it to leave the scheme.
-    is_delete: bool,
-}
-
 /// Identifies a client (a connection) for per-client ordering.
 pub type ClientId = u64;
 
@@ -217,15 +197,13 @@ pub struct Engine {
     next_command: u64,
     routes: HashMap<OpId, Route>,
     commands: HashMap<u64, Waiting>,
-    /// Ops held back per (client, slot) behind earlier ones in the scheme.
+    /// Ops held back behind earlier ones on their slot: see [`Lanes`].
     lanes: Lanes,
     /// Ops created and not yet answered, per slot: a deleted key's slot is reused only at zero,
     /// so no late write of the old key can land on the new one.
     slot_refs: HashMap<Slot, u32>,
     /// Slots of deleted keys waiting for their last op.
     releasing: HashSet<Slot>,
-    /// Deletes waiting for the ops taken before them on their slot: see [`Engine::delete_slot`].
-    deletes_waiting: HashMap<Slot, ParkedDelete>,
     /// What answers each storage request the scheme has sent and storage not yet answered.
     in_flight: HashMap<RequestId, ExpectedReply>,
     /// Set by [`Engine::drain`]: the proxy is stopping.
@@ -284,7 +262,6 @@ impl Engine {
             lanes,
             slot_refs: HashMap::new(),
             releasing: HashSet::new(),
-            deletes_waiting: HashMap::new(),
             in_flight: HashMap::new(),
             stopping: false,
             outcomes: VecDeque::new(),
@@ -910,7 +887,7 @@ impl Engine {
     /// client's write waiting in its lane there took effect before the delete: had the delete
     /// gone first, the scheme would answer reads taken before it with its empty record, and that
     /// write would land after it on a slot no key maps to any more (its record left in storage
-    /// for a restart's scan).
+    /// for a restart's scan). The lanes keep that order (`Lanes::arrive_delete`).
     fn delete_slot(
         &mut self,
         now: Instant,
@@ -921,7 +898,6 @@ impl Engine {
     ) {
         self.keyspace.clear(slot);
         self.releasing.insert(slot);
-        let earlier = self.slot_refs.get(&slot).copied().unwrap_or(0);
         let version = self.version();
         let op = Op::Write(
             slot,
@@ -931,24 +907,8 @@ impl Engine {
             },
         );
         let id = self.route_op(client, command, slot, expect, &op);
-        let delete = HeldOp {
-            client,
-            id,
-            op,
-            is_delete: true,
-        };
-        if let Some(parked) = self.deletes_waiting.get_mut(&slot) {
-            // Behind a parked delete: it parks in its turn once that one goes in.
-            parked.after.push(delete);
-        } else if earlier > 0 {
-            let parked = ParkedDelete {
-                delete,
-                earlier,
-                after: Vec::new(),
-            };
-            self.deletes_waiting.insert(slot, parked);
-        } else {
-            self.enter(now, client, id, delete.op);
+        if let Some((id, op)) = self.lanes.arrive_delete(client, id, op) {
+            self.scheme.submit(now, id, op);
         }
     }
 
@@ -1221,67 +1181,11 @@ impl Engine {
         self.enter(now, client, id, op);
     }
 
-    /// Hands `op` to the scheme through its client's lane, or holds it behind a delete parked on
-    /// its slot.
+    /// Hands `op` to the scheme, or holds it in its client's lane until the ops before it let it
+    /// in (see [`Lanes`]).
     fn enter(&mut self, now: Instant, client: ClientId, id: OpId, op: Op) {
-        if let Some(parked) = self.deletes_waiting.get_mut(&op.slot()) {
-            parked.after.push(HeldOp {
-                client,
-                id,
-                op,
-                is_delete: false,
-            });
-        } else if let Some((id, op)) = self.lanes.arrive(client, id, op) {
+        if let Some((id, op)) = self.lanes.arrive(client, id, op) {
             self.scheme.submit(now, id, op);
-        }
-    }
-
-    /// An op on `slot` left the scheme (and no longer counts in `slot_refs`). A delete parked
-    /// there counts it (every op in the scheme or a lane on a slot with a parked delete was taken
-    /// before it) and, once none taken before it is left, goes in, followed in order by the ops
-    /// taken after it up to the next delete among them, which parks in its turn with the rest
-    /// behind it.
-    ///
-    /// Each op goes through its client's lane, where it may wait for that client's earlier op
-    /// (the delete itself, say) while another client's later op goes in: without the next
-    /// delete waiting for all of them, a write of the deleting client could land after a later
-    /// DEL of its key, bringing back on the slot (a designated key's, say) a value no key has.
-    fn release_parked_delete(&mut self, now: Instant, slot: Slot) {
-        let Some(parked) = self.deletes_waiting.get_mut(&slot) else {
-            return;
-        };
-        parked.earlier -= 1;
-        if parked.earlier > 0 {
-            return;
-        }
-        let Some(ParkedDelete {
-            delete, mut after, ..
-        }) = self.deletes_waiting.remove(&slot)
-        else {
-            return;
-        };
-        let behind_next_delete = match after.iter().position(|held| held.is_delete) {
-            Some(next) => after.split_off(next),
-            None => Vec::new(),
-        };
-        for HeldOp { client, id, op, .. } in std::iter::once(delete).chain(after) {
-            let op = self.versioned_now(id, op);
-            self.enter(now, client, id, op);
-        }
-        let mut behind_next_delete = behind_next_delete.into_iter();
-        if let Some(delete) = behind_next_delete.next() {
-            let after: Vec<HeldOp> = behind_next_delete.collect();
-            // Every op on the slot but this delete and those behind it was taken before it
-            // (the delete just released among them, so there is at least one).
-            let on_slot = self.slot_refs.get(&slot).copied().unwrap_or(0);
-            let earlier = on_slot - 1 - after.len() as u32;
-            debug_assert!(earlier > 0);
-            let parked = ParkedDelete {
-                delete,
-                earlier,
-                after,
-            };
-            self.deletes_waiting.insert(slot, parked);
         }
     }
 
@@ -1360,7 +1264,7 @@ impl Engine {
             return;
         };
 
-        // Let the next ops of this client on this slot into the scheme.
+        // Let the ops this one held back into the scheme.
         for (next, op) in self.lanes.leave(route.client, route.slot) {
             let op = self.versioned_now(next, op);
             self.scheme.submit(now, next, op)
@@ -1374,7 +1278,6 @@ impl Engine {
                 self.directory.release(route.slot);
             }
         }
-        self.release_parked_delete(now, route.slot);
 
         if matches!(reply, Reply::Written)
             && let Some(version) = route.version

@@ -1,6 +1,7 @@
 //! Per-client order on a slot: a client's ops on one slot take effect in the order it sent them;
 //! and, whichever clients sent them, no op passes a write taken before it on its slot, nor a
-//! write a read taken before it.
+//! write a read taken before it; and a delete enters only once every op taken before it on its
+//! slot has left the scheme.
 //!
 //! A *lane* holds the ops of one client on one slot that may not enter the scheme yet. An op
 //! enters at once when its client has nothing on the slot; otherwise it waits until every op of
@@ -11,6 +12,13 @@
 //! under another's deadline; a later read must not either, or it could answer a value older than
 //! what such an answer already showed; and a later write must not pass a waiting read, or that
 //! read could answer a value newer than what its own client's later TTL already showed.
+//!
+//! A delete (the write of an empty record for a key gone from the directory) waits for more: for
+//! every op taken before it on the slot to leave the scheme, not only to enter it. Had it entered
+//! beside them, the scheme would answer reads taken before it with its empty record; and the slot
+//! comes free for another key once nothing is left on it, so nothing of the old key may still be
+//! on its way. The ops taken after it wait for it like for any write, and a second delete among
+//! them waits in its turn for the first and for whatever entered beside it.
 //!
 //! Reads need not wait in a scheme that answers a read with a value no older than what it
 //! answered any op submitted before it ([`crate::Scheme::reads_join_earlier_ops`]): they enter
@@ -31,6 +39,9 @@ use crate::scheme::{Op, OpId};
 /// Every client's lanes, and whether reads may join earlier ops.
 pub(super) struct Lanes {
     lanes: HashMap<(ClientId, Slot), Lane>,
+    /// How many ops on each slot are in the scheme, whichever client's: a delete enters only
+    /// when none is.
+    in_scheme: HashMap<Slot, u32>,
     /// The writes waiting in lanes, by slot, in the order they were taken: a write enters only
     /// from the front, and an op only once every write taken before it has.
     held_writes: HashMap<Slot, VecDeque<Held>>,
@@ -57,8 +68,17 @@ struct Held {
 /// One client's ops on one slot that are in the scheme, and those waiting.
 struct Lane {
     in_scheme: u32,
-    /// The ops waiting, with when they arrived.
-    waiting: VecDeque<(OpId, Op, u64)>,
+    waiting: VecDeque<Waiting>,
+}
+
+/// An op waiting in its lane.
+struct Waiting {
+    id: OpId,
+    op: Op,
+    /// When it arrived, across clients.
+    arrival: u64,
+    /// A delete, which enters only once nothing on its slot is in the scheme.
+    is_delete: bool,
 }
 
 impl Lanes {
@@ -66,6 +86,7 @@ impl Lanes {
     pub fn new(reads_join: bool) -> Self {
         Self {
             lanes: HashMap::new(),
+            in_scheme: HashMap::new(),
             held_writes: HashMap::new(),
             read_waiters: HashMap::new(),
             held_reads: HashMap::new(),
@@ -81,23 +102,50 @@ impl Lanes {
 
     /// An op of `client` arrives: returned if it enters the scheme now, held otherwise.
     pub fn arrive(&mut self, client: ClientId, id: OpId, op: Op) -> Option<(OpId, Op)> {
+        self.arrive_as(client, id, op, false)
+    }
+
+    /// A delete's write of an empty record arrives: returned if it enters the scheme now (nothing
+    /// on its slot is in the scheme or waiting), held otherwise.
+    pub fn arrive_delete(&mut self, client: ClientId, id: OpId, op: Op) -> Option<(OpId, Op)> {
+        debug_assert!(matches!(op, Op::Write(..)));
+        self.arrive_as(client, id, op, true)
+    }
+
+    fn arrive_as(
+        &mut self,
+        client: ClientId,
+        id: OpId,
+        op: Op,
+        is_delete: bool,
+    ) -> Option<(OpId, Op)> {
         let slot = op.slot();
         let is_write = matches!(op, Op::Write(..));
         let arrival = self.arrivals;
         self.arrivals += 1;
         let writes_held = self.held_writes.contains_key(&slot);
         let reads_held = self.held_reads.contains_key(&slot);
+        let slot_busy = self.in_scheme.contains_key(&slot);
         let lane = self.lanes.entry((client, slot)).or_insert(Lane {
             in_scheme: 0,
             waiting: VecDeque::new(),
         });
         let lane_lets_in =
             lane.waiting.is_empty() && (lane.in_scheme == 0 || (self.reads_join && !is_write));
-        if lane_lets_in && !writes_held && !(is_write && reads_held) {
+        // Other clients' ops may hold it back: a write held before it, a read held before a
+        // write, anything in the scheme before a delete.
+        let held_back = writes_held || (is_write && reads_held) || (is_delete && slot_busy);
+        if lane_lets_in && !held_back {
             lane.in_scheme += 1;
+            *self.in_scheme.entry(slot).or_default() += 1;
             return Some((id, op));
         }
-        lane.waiting.push_back((id, op, arrival));
+        lane.waiting.push_back(Waiting {
+            id,
+            op,
+            arrival,
+            is_delete,
+        });
         if is_write {
             let held = Held {
                 client,
@@ -116,24 +164,28 @@ impl Lanes {
 
     /// An op of `client` on `slot` left the scheme: the ops that enter now, in order. From this
     /// lane, the next one once none is left in the scheme, and the reads right behind it when
-    /// reads join; then, for each write among them, the other clients' ops it held back.
+    /// reads join; a delete held first once nothing is left on the slot; then, for each write
+    /// among them, the other clients' ops it held back.
     pub fn leave(&mut self, client: ClientId, slot: Slot) -> Vec<(OpId, Op)> {
         let Some(lane) = self.lanes.get_mut(&(client, slot)) else {
             return Vec::new();
         };
         lane.in_scheme -= 1;
-        let mut entering = Vec::new();
         let mut to_admit = VecDeque::from([client]);
+        if let Some(count) = self.in_scheme.get_mut(&slot) {
+            *count -= 1;
+            if *count == 0 {
+                self.in_scheme.remove(&slot);
+                // The slot is idle: a delete at the front of the held writes may enter.
+                to_admit.extend(self.front_held_write(slot));
+            }
+        }
+        let mut entering = Vec::new();
         while let Some(client) = to_admit.pop_front() {
             if let Some(write_entered) = self.admit(client, slot, &mut entering) {
                 // The next held write, which the ops that entered may have held back, and when
                 // a write entered, the reads it may have held back.
-                to_admit.extend(
-                    self.held_writes
-                        .get(&slot)
-                        .and_then(|w| w.front())
-                        .map(|h| h.client),
-                );
+                to_admit.extend(self.front_held_write(slot));
                 if write_entered {
                     to_admit.extend(self.read_waiters.remove(&slot).into_iter().flatten());
                 }
@@ -142,10 +194,16 @@ impl Lanes {
         entering
     }
 
+    /// The client of the write held first on `slot`.
+    fn front_held_write(&self, slot: Slot) -> Option<ClientId> {
+        let held = self.held_writes.get(&slot)?.front()?;
+        Some(held.client)
+    }
+
     /// Lets the ops at the front of `client`'s lane on `slot` into the scheme, if nothing holds
     /// them: its ops in the scheme, or an op taken before them still waiting elsewhere (a write
-    /// for any op, a read for a write). Returns `None` if nothing entered, else whether a write
-    /// did.
+    /// for any op, a read for a write), or for a delete any op on the slot in the scheme.
+    /// Returns `None` if nothing entered, else whether a write did.
     fn admit(
         &mut self,
         client: ClientId,
@@ -155,6 +213,7 @@ impl Lanes {
         let key = (client, slot);
         let Self {
             lanes,
+            in_scheme,
             held_writes,
             held_reads,
             read_waiters,
@@ -162,13 +221,14 @@ impl Lanes {
             ..
         } = self;
         let lane = lanes.get_mut(&key)?;
-        let Some(&(id, ref op, arrival)) = lane.waiting.front() else {
+        let Some(front) = lane.waiting.front() else {
             if lane.in_scheme == 0 {
                 lanes.remove(&key);
             }
             return None;
         };
-        let is_write = matches!(op, Op::Write(..));
+        let (id, arrival, is_delete) = (front.id, front.arrival, front.is_delete);
+        let is_write = matches!(front.op, Op::Write(..));
         let lane_lets_in = lane.in_scheme == 0 || (*reads_join && !is_write);
         let order_lets_in = match is_write {
             true => {
@@ -177,6 +237,7 @@ impl Lanes {
                     .and_then(|writes| writes.front())
                     .is_some_and(|held| held.client == client && held.id == id)
                     && no_read_held_before(held_reads, slot, arrival)
+                    && !(is_delete && in_scheme.contains_key(&slot))
             }
             false => no_write_held_before(held_writes, slot, arrival),
         };
@@ -194,18 +255,28 @@ impl Lanes {
         }
         // The front op, then, when reads join, the reads right behind it, as far as no other
         // client's write taken before them waits.
-        while let Some((id, op, arrival)) = lane.waiting.pop_front() {
+        while let Some(Waiting {
+            id, op, arrival, ..
+        }) = lane.waiting.pop_front()
+        {
             if matches!(op, Op::Read(_)) {
                 release_read(held_reads, slot, arrival);
             }
             entering.push((id, op));
             lane.in_scheme += 1;
+            *in_scheme.entry(slot).or_default() += 1;
             if !*reads_join {
                 break;
             }
             match lane.waiting.front() {
-                Some(&(_, Op::Read(_), next)) if no_write_held_before(held_writes, slot, next) => {}
-                Some((_, Op::Read(_), _)) => {
+                Some(
+                    next @ Waiting {
+                        op: Op::Read(_), ..
+                    },
+                ) if no_write_held_before(held_writes, slot, next.arrival) => {}
+                Some(Waiting {
+                    op: Op::Read(_), ..
+                }) => {
                     read_waiters.entry(slot).or_default().push(client);
                     break;
                 }
@@ -356,6 +427,41 @@ mod tests {
             // Without joining, B's read still waits for B's write.
             assert_eq!(lanes.held_reads.is_empty(), reads_join);
         }
+    }
+
+    #[test]
+    fn a_delete_enters_once_every_op_taken_before_it_has_left_and_a_second_one_waits_for_it() {
+        const C: ClientId = 3;
+        const D: ClientId = 4;
+        let mut lanes = Lanes::new(false);
+        let delete = |lanes: &mut Lanes, client, (id, op)| lanes.arrive_delete(client, id, op);
+        assert!(arrive(&mut lanes, A, write(1)));
+        assert!(arrive(&mut lanes, B, read(2)));
+        assert!(
+            delete(&mut lanes, C, write(3)).is_none(),
+            "ops taken before it are in the scheme"
+        );
+        assert!(!arrive(&mut lanes, A, read(4)), "taken after the delete");
+        assert!(
+            lanes.leave(A, 7).is_empty(),
+            "B's read is still in the scheme"
+        );
+        // The delete enters, and the read taken after it right behind it.
+        assert_eq!(ids(&lanes.leave(B, 7)), [3, 4]);
+        assert!(
+            delete(&mut lanes, D, write(5)).is_none(),
+            "the first delete is in the scheme"
+        );
+        assert!(!arrive(&mut lanes, B, write(6)), "behind the second delete");
+        assert!(lanes.leave(C, 7).is_empty(), "A's read is still in");
+        assert_eq!(ids(&lanes.leave(A, 7)), [5, 6]);
+        assert!(lanes.leave(D, 7).is_empty());
+        assert!(lanes.leave(B, 7).is_empty());
+        assert!(lanes.in_scheme.is_empty() && lanes.lanes.is_empty());
+        assert!(
+            delete(&mut lanes, A, write(7)).is_some(),
+            "nothing on the slot: a delete enters at once"
+        );
     }
 
     #[test]
