@@ -36,25 +36,31 @@ use super::ClientId;
 use crate::element::Slot;
 use crate::scheme::{Op, OpId};
 
-/// Every client's lanes, and whether reads may join earlier ops.
+/// Every client's lanes, what is on each slot, and whether reads may join earlier ops.
 pub(super) struct Lanes {
     lanes: HashMap<(ClientId, Slot), Lane>,
-    /// How many ops on each slot are in the scheme, whichever client's: a delete enters only
-    /// when none is.
-    in_scheme: HashMap<Slot, u32>,
-    /// The writes waiting in lanes, by slot, in the order they were taken: a write enters only
-    /// from the front, and an op only once every write taken before it has.
-    held_writes: HashMap<Slot, VecDeque<Held>>,
-    /// When the reads waiting in lanes arrived, by slot: no write passes a read taken before it
-    /// either, or a client's later TTL (answered at once) could show an older state than the
-    /// value its earlier GET, passed by later writes, answers.
-    held_reads: HashMap<Slot, BTreeSet<u64>>,
-    /// The clients whose lane on a slot holds a read behind another client's held write: looked
-    /// at again whenever a write on the slot enters.
-    read_waiters: HashMap<Slot, Vec<ClientId>>,
+    /// The slots with an op in the scheme or waiting, whichever client's.
+    slots: HashMap<Slot, OnSlot>,
     /// The order ops arrive in, across clients.
     arrivals: u64,
     reads_join: bool,
+}
+
+/// What is on one slot, across clients.
+#[derive(Default)]
+struct OnSlot {
+    /// Ops in the scheme: a delete enters only when there is none.
+    in_scheme: u32,
+    /// The writes waiting in lanes, in the order they were taken: a write enters only from the
+    /// front, and an op only once every write taken before it has.
+    held_writes: VecDeque<Held>,
+    /// When the reads waiting in lanes arrived: no write passes a read taken before it either,
+    /// or a client's later TTL (answered at once) could show an older state than the value its
+    /// earlier GET, passed by later writes, answers.
+    held_reads: BTreeSet<u64>,
+    /// The clients whose lane holds a read behind another client's held write: looked at again
+    /// whenever a write enters.
+    read_waiters: Vec<ClientId>,
 }
 
 /// A write held in its lane: whose, which, and when it arrived.
@@ -86,10 +92,7 @@ impl Lanes {
     pub fn new(reads_join: bool) -> Self {
         Self {
             lanes: HashMap::new(),
-            in_scheme: HashMap::new(),
-            held_writes: HashMap::new(),
-            read_waiters: HashMap::new(),
-            held_reads: HashMap::new(),
+            slots: HashMap::new(),
             arrivals: 0,
             reads_join,
         }
@@ -123,9 +126,7 @@ impl Lanes {
         let is_write = matches!(op, Op::Write(..));
         let arrival = self.arrivals;
         self.arrivals += 1;
-        let writes_held = self.held_writes.contains_key(&slot);
-        let reads_held = self.held_reads.contains_key(&slot);
-        let slot_busy = self.in_scheme.contains_key(&slot);
+        let on_slot = self.slots.entry(slot).or_default();
         let lane = self.lanes.entry((client, slot)).or_insert(Lane {
             in_scheme: 0,
             waiting: VecDeque::new(),
@@ -134,12 +135,15 @@ impl Lanes {
             lane.waiting.is_empty() && (lane.in_scheme == 0 || (self.reads_join && !is_write));
         // Other clients' ops may hold it back: a write held before it, a read held before a
         // write, anything in the scheme before a delete.
-        let held_back = writes_held || (is_write && reads_held) || (is_delete && slot_busy);
+        let held_back = !on_slot.held_writes.is_empty()
+            || (is_write && !on_slot.held_reads.is_empty())
+            || (is_delete && on_slot.in_scheme > 0);
         if lane_lets_in && !held_back {
             lane.in_scheme += 1;
-            *self.in_scheme.entry(slot).or_default() += 1;
+            on_slot.in_scheme += 1;
             return Some((id, op));
         }
+        let behind_a_write = !on_slot.held_writes.is_empty();
         lane.waiting.push_back(Waiting {
             id,
             op,
@@ -147,16 +151,15 @@ impl Lanes {
             is_delete,
         });
         if is_write {
-            let held = Held {
+            on_slot.held_writes.push_back(Held {
                 client,
                 id,
                 arrival,
-            };
-            self.held_writes.entry(slot).or_default().push_back(held);
+            });
         } else {
-            self.held_reads.entry(slot).or_default().insert(arrival);
-            if writes_held {
-                self.read_waiters.entry(slot).or_default().push(client);
+            on_slot.held_reads.insert(arrival);
+            if behind_a_write {
+                on_slot.read_waiters.push(client);
             }
         }
         None
@@ -171,33 +174,58 @@ impl Lanes {
             return Vec::new();
         };
         lane.in_scheme -= 1;
+        // Listed since the op entered (a slot leaves the table only with nothing on it).
+        let on_slot = self.slots.entry(slot).or_default();
+        on_slot.in_scheme -= 1;
         let mut to_admit = VecDeque::from([client]);
-        if let Some(count) = self.in_scheme.get_mut(&slot) {
-            *count -= 1;
-            if *count == 0 {
-                self.in_scheme.remove(&slot);
-                // The slot is idle: a delete at the front of the held writes may enter.
-                to_admit.extend(self.front_held_write(slot));
-            }
+        if on_slot.in_scheme == 0 {
+            // The slot is idle: a delete at the front of the held writes may enter.
+            to_admit.extend(on_slot.front_held_write());
         }
         let mut entering = Vec::new();
         while let Some(client) = to_admit.pop_front() {
-            if let Some(write_entered) = self.admit(client, slot, &mut entering) {
+            let lanes = &mut self.lanes;
+            if let Some(write_entered) =
+                on_slot.admit(lanes, self.reads_join, client, slot, &mut entering)
+            {
                 // The next held write, which the ops that entered may have held back, and when
                 // a write entered, the reads it may have held back.
-                to_admit.extend(self.front_held_write(slot));
+                to_admit.extend(on_slot.front_held_write());
                 if write_entered {
-                    to_admit.extend(self.read_waiters.remove(&slot).into_iter().flatten());
+                    to_admit.extend(on_slot.read_waiters.drain(..));
                 }
             }
         }
+        if on_slot.is_idle() {
+            self.slots.remove(&slot);
+        }
         entering
     }
+}
 
-    /// The client of the write held first on `slot`.
-    fn front_held_write(&self, slot: Slot) -> Option<ClientId> {
-        let held = self.held_writes.get(&slot)?.front()?;
-        Some(held.client)
+impl OnSlot {
+    /// Nothing in the scheme or waiting.
+    fn is_idle(&self) -> bool {
+        self.in_scheme == 0 && self.held_writes.is_empty() && self.held_reads.is_empty()
+    }
+
+    /// The client of the write held first.
+    fn front_held_write(&self) -> Option<ClientId> {
+        Some(self.held_writes.front()?.client)
+    }
+
+    /// Whether an op that arrived at `arrival` may pass the held writes: only when it arrived
+    /// before all of them.
+    fn no_write_held_before(&self, arrival: u64) -> bool {
+        self.held_writes
+            .front()
+            .is_none_or(|held| held.arrival > arrival)
+    }
+
+    /// Whether a write that arrived at `arrival` may pass the held reads: only when it arrived
+    /// before all of them.
+    fn no_read_held_before(&self, arrival: u64) -> bool {
+        self.held_reads.first().is_none_or(|&first| first > arrival)
     }
 
     /// Lets the ops at the front of `client`'s lane on `slot` into the scheme, if nothing holds
@@ -206,20 +234,13 @@ impl Lanes {
     /// Returns `None` if nothing entered, else whether a write did.
     fn admit(
         &mut self,
+        lanes: &mut HashMap<(ClientId, Slot), Lane>,
+        reads_join: bool,
         client: ClientId,
         slot: Slot,
         entering: &mut Vec<(OpId, Op)>,
     ) -> Option<bool> {
         let key = (client, slot);
-        let Self {
-            lanes,
-            in_scheme,
-            held_writes,
-            held_reads,
-            read_waiters,
-            reads_join,
-            ..
-        } = self;
         let lane = lanes.get_mut(&key)?;
         let Some(front) = lane.waiting.front() else {
             if lane.in_scheme == 0 {
@@ -229,29 +250,25 @@ impl Lanes {
         };
         let (id, arrival, is_delete) = (front.id, front.arrival, front.is_delete);
         let is_write = matches!(front.op, Op::Write(..));
-        let lane_lets_in = lane.in_scheme == 0 || (*reads_join && !is_write);
+        let lane_lets_in = lane.in_scheme == 0 || (reads_join && !is_write);
         let order_lets_in = match is_write {
             true => {
-                held_writes
-                    .get(&slot)
-                    .and_then(|writes| writes.front())
+                self.held_writes
+                    .front()
                     .is_some_and(|held| held.client == client && held.id == id)
-                    && no_read_held_before(held_reads, slot, arrival)
-                    && !(is_delete && in_scheme.contains_key(&slot))
+                    && self.no_read_held_before(arrival)
+                    && !(is_delete && self.in_scheme > 0)
             }
-            false => no_write_held_before(held_writes, slot, arrival),
+            false => self.no_write_held_before(arrival),
         };
         if !(lane_lets_in && order_lets_in) {
             if !is_write && lane_lets_in {
-                read_waiters.entry(slot).or_default().push(client);
+                self.read_waiters.push(client);
             }
             return None;
         }
-        if is_write && let Some(writes) = held_writes.get_mut(&slot) {
-            writes.pop_front();
-            if writes.is_empty() {
-                held_writes.remove(&slot);
-            }
+        if is_write {
+            self.held_writes.pop_front();
         }
         // The front op, then, when reads join, the reads right behind it, as far as no other
         // client's write taken before them waits.
@@ -260,12 +277,12 @@ impl Lanes {
         }) = lane.waiting.pop_front()
         {
             if matches!(op, Op::Read(_)) {
-                release_read(held_reads, slot, arrival);
+                self.held_reads.remove(&arrival);
             }
             entering.push((id, op));
             lane.in_scheme += 1;
-            *in_scheme.entry(slot).or_default() += 1;
-            if !*reads_join {
+            self.in_scheme += 1;
+            if !reads_join {
                 break;
             }
             match lane.waiting.front() {
@@ -273,53 +290,17 @@ impl Lanes {
                     next @ Waiting {
                         op: Op::Read(_), ..
                     },
-                ) if no_write_held_before(held_writes, slot, next.arrival) => {}
+                ) if self.no_write_held_before(next.arrival) => {}
                 Some(Waiting {
                     op: Op::Read(_), ..
                 }) => {
-                    read_waiters.entry(slot).or_default().push(client);
+                    self.read_waiters.push(client);
                     break;
                 }
                 _ => break,
             }
         }
         Some(is_write)
-    }
-}
-
-/// Whether an op that arrived at `arrival` may pass the writes held on `slot`: only when it
-/// arrived before all of them.
-fn no_write_held_before(
-    held_writes: &HashMap<Slot, VecDeque<Held>>,
-    slot: Slot,
-    arrival: u64,
-) -> bool {
-    held_writes
-        .get(&slot)
-        .and_then(|writes| writes.front())
-        .is_none_or(|held| held.arrival > arrival)
-}
-
-/// Whether a write that arrived at `arrival` may pass the reads held on `slot`: only when it
-/// arrived before all of them.
-fn no_read_held_before(
-    held_reads: &HashMap<Slot, BTreeSet<u64>>,
-    slot: Slot,
-    arrival: u64,
-) -> bool {
-    held_reads
-        .get(&slot)
-        .and_then(|reads| reads.first())
-        .is_none_or(|&first| first > arrival)
-}
-
-/// A held read that arrived at `arrival` enters.
-fn release_read(held_reads: &mut HashMap<Slot, BTreeSet<u64>>, slot: Slot, arrival: u64) {
-    if let Some(reads) = held_reads.get_mut(&slot) {
-        reads.remove(&arrival);
-        if reads.is_empty() {
-            held_reads.remove(&slot);
-        }
     }
 }
 
@@ -422,10 +403,11 @@ mod tests {
                 true => assert_eq!(entering, [2, 3, 4, 5]),
                 false => assert_eq!(entering, [2, 3, 5]),
             }
-            assert!(lanes.held_writes.is_empty());
-            assert!(lanes.read_waiters.is_empty());
+            let on_slot = lanes.slots.get(&7);
+            assert!(on_slot.is_none_or(|s| s.held_writes.is_empty()));
+            assert!(on_slot.is_none_or(|s| s.read_waiters.is_empty()));
             // Without joining, B's read still waits for B's write.
-            assert_eq!(lanes.held_reads.is_empty(), reads_join);
+            assert_eq!(on_slot.is_none_or(|s| s.held_reads.is_empty()), reads_join);
         }
     }
 
@@ -457,7 +439,7 @@ mod tests {
         assert_eq!(ids(&lanes.leave(A, 7)), [5, 6]);
         assert!(lanes.leave(D, 7).is_empty());
         assert!(lanes.leave(B, 7).is_empty());
-        assert!(lanes.in_scheme.is_empty() && lanes.lanes.is_empty());
+        assert!(lanes.slots.is_empty() && lanes.lanes.is_empty());
         assert!(
             delete(&mut lanes, A, write(7)).is_some(),
             "nothing on the slot: a delete enters at once"
@@ -474,7 +456,7 @@ mod tests {
             "taken after A's waiting read"
         );
         assert_eq!(ids(&lanes.leave(A, 7)), [2, 3]);
-        assert!(lanes.held_writes.is_empty());
-        assert!(lanes.held_reads.is_empty());
+        let on_slot = lanes.slots.get(&7);
+        assert!(on_slot.is_none_or(|s| s.held_writes.is_empty() && s.held_reads.is_empty()));
     }
 }
