@@ -7,6 +7,8 @@
 //! as its [`Start`]; over sockets, sealed elements are written straight to the storage server and
 //! the proxy recovers them with its ordinary storage scan, then lays them out afresh. The Redis
 //! baseline gets its keys as a client would write them, with MSET.
+//!
+//! [`Start`]: cloak_schemes::Start
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -42,7 +42,7 @@ pub struct ClusterSecret {
 /// Why a secret cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
-    /// Fewer than [`MIN_SECRET_BYTES`] bytes.
+    /// Fewer than `MIN_SECRET_BYTES` bytes.
     #[error(
         "the cluster secret in {0} is shorter than 16 bytes; make one with `cloak keygen -o FILE`"
     )]

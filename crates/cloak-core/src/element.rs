@@ -215,7 +215,7 @@ impl ElementCodec {
 
     /// Seals a batch of elements, `(seal, binding, plaintext)` each, and returns them in the
     /// same order, encrypting on every core (the elements of a batch are independent). Each
-    /// plaintext is taken (left [`Plaintext::taken`]).
+    /// plaintext is taken (left `Plaintext::taken`).
     ///
     /// Why this shows the server nothing a one-by-one [`ElementCodec::seal`] would not: each
     /// element's nonce and epoch were drawn by [`ElementCodec::prepare`] on the caller's thread,

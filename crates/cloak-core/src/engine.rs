@@ -3,7 +3,7 @@
 //! It owns the [`KeyDirectory`] and turns each [`Command`] into slot operations for the
 //! [`Scheme`], then gathers their replies into one [`Outcome`] per command. It also enforces the
 //! ordering the schemes rely on: a client's later op on a slot waits in a *lane* until its earlier
-//! ones have left the scheme (reads may join them in a scheme that allows it: see [`lanes`]), so
+//! ones have left the scheme (reads may join them in a scheme that allows it: see `lanes`), so
 //! pipelined commands of a connection take effect in the order they were sent, while different
 //! clients stay concurrent.
 //!

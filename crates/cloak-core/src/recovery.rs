@@ -15,7 +15,7 @@
 //! What the server learns: a scan of every element, then the new instance's initial fill. Both
 //! read and write everything, whatever the workload was, so recovery reveals nothing about it.
 //! Each fill request reads back as many spooled elements whatever records it carries (decoy
-//! reads, see [`records`]), the largest part of the work that followed the records. The rest of
+//! reads, see `records`), the largest part of the work that followed the records. The rest of
 //! that work (under a microsecond a record), and the work between the scan's end and the fill's
 //! start (sorting the records, the key directory, the new instance's start), still grow with
 //! the number of records; the fill's public clock hides both from the server

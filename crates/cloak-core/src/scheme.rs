@@ -171,7 +171,7 @@ pub trait Scheme: Send {
     /// Number of logical slots; the key directory hands out slots below this.
     fn slots(&self) -> u64;
 
-    /// Takes a client op; its reply comes later from [`Scheme::poll_reply`].
+    /// Takes a client op; its reply comes later from [`Outbox::poll_reply`].
     fn submit(&mut self, now: Instant, id: OpId, op: Op);
 
     /// Takes storage's answer to a request from [`Scheme::poll_storage`]. Through the

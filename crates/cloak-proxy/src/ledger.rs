@@ -153,7 +153,7 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// The store the ledger remembers; `None` for a new ledger until [`Ledger::bind_store`].
+    /// The store the ledger remembers; `None` for a new ledger until `Ledger::bind_store`.
     pub fn store(&self) -> Option<StoreId> {
         self.store
     }

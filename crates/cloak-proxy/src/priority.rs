@@ -1,5 +1,5 @@
 //! A real-time priority for the threads that put timed requests on the wire: the alarm thread
-//! ([`crate::wake`]) and the storage traffic's thread ([`crate::own_thread`]).
+//! (`crate::wake`) and the storage traffic's thread ([`crate::own_thread`]).
 //!
 //! When every CPU is busy (a client load that keeps both cores of a small host working), a
 //! thread that wakes at a batch's instant waits for a CPU for as long as the kernel's fair

@@ -71,7 +71,7 @@ pub enum StateError {
     EarlierSpool { path: String, problem: Unreadable },
 }
 
-/// What of an earlier start's spool could not be read back (see [`StateDir::add_earlier_spool`]).
+/// What of an earlier start's spool could not be read back (see `StateDir::add_earlier_spool`).
 #[derive(Debug, Default)]
 pub struct Unreadable {
     /// Elements read whole.

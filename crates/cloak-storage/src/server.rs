@@ -1,4 +1,4 @@
-//! `cloak server`: any [`Storage`] backend served over TCP with the [`wire`](crate::wire) protocol.
+//! `cloak server`: any [`Storage`] backend served over TCP with the [`wire`] protocol.
 //!
 //! Each connection is served in order: requests are applied one after another and answered in
 //! the order they came, with answers to pipelined requests written out together. Connections are
@@ -8,15 +8,13 @@
 //! the server's CA signed), and a storage secret proved in the [`handshake`]. Both are checked
 //! before the first frame is read, each bounded by a timeout, so a peer that is refused, or
 //! that stalls, never reaches the store and holds its connection for at most that long. The
-//! guard also caps how many admitted connections are open at once, and [`admission`] how many
+//! guard also caps how many admitted connections are open at once, and `admission` how many
 //! are still handshaking: a flood of connections (refused or not) cannot make the server hold
 //! more than that many buffers and tasks, nor keep a proxy that proves itself out.
 //!
 //! A proxy raises a fence (the `fence` module) before it recovers the store: every other connection is stopped
 //! and what it started waited out, so nothing a killed proxy left on its way lands in the
 //! middle of the new one's scan.
-//!
-//! [`admission`]: crate::admission
 
 use std::future::Future;
 use std::sync::Arc;

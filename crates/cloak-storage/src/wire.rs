@@ -172,7 +172,7 @@ const BY_REFERENCE: usize = 256;
 /// thousands of elements go to the socket without being copied into one big buffer first.
 ///
 /// The small parts' buffer is sized for the whole frame before anything is put in it
-/// ([`Frame::sized`]): every chunk cut from it is then a view of that one allocation. Grown as
+/// (`Frame::sized`): every chunk cut from it is then a view of that one allocation. Grown as
 /// it went, each chunk cut from a buffer shared with the chunks before it needed a new buffer and
 /// a reference count of its own: three allocations for every element of a write-back, thousands
 /// per batch (heaptrack, `cloak bench --scheme cloak --keys 1000000`: the most called allocation

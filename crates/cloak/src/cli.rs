@@ -30,8 +30,8 @@ Deploy:
 #[derive(Parser, Debug)]
 #[command(name = "cloak", version, about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Cli {
-    /// Read settings from this TOML file ([store], [up], [proxy], [server] tables; keys are flag
-    /// names); flags override it
+    /// Read settings from this TOML file (`[store]`, `[up]`, `[proxy]`, `[server]` tables; keys are
+    /// flag names); flags override it
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -505,7 +505,7 @@ pub struct ProxyArgs {
     #[serde(skip)]
     pub store: StoreArgs,
 
-    /// Storage backend: tcp://HOST:PORT (a `cloak server`), redis://[:PASSWORD@]HOST:PORT[/DB]
+    /// Storage backend: tcp://HOST:PORT (a `cloak server`), `redis://[:PASSWORD@]HOST:PORT[/DB]`
     /// (a Redis; run it with appendonly yes and appendfsync always to keep acknowledged writes
     /// across its crashes), redis+cluster://HOST:PORT,HOST:PORT,… (a Redis Cluster), either with
     /// ?prefix=P for the key prefix [default: cloak:], or memory (this process)
@@ -884,7 +884,7 @@ pub struct BenchArgs {
     pub cache_size: Option<usize>,
 
     /// More flags for every `cloak proxy`, e.g. --proxy-arg=--durability=none (repeat for
-    /// each). Store and scheme settings also come from the [store] table of --config
+    /// each). Store and scheme settings also come from the `[store]` table of --config
     #[arg(long = "proxy-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub proxy_args: Vec<String>,
 

@@ -10,7 +10,7 @@
 //! digest is always refused, but only an answer of this proxy's epoch can be held to where this
 //! proxy's map puts each partition, since while a partition moves the proxies learn the new map
 //! one after another. Each probe costs a few bytes on a fixed timer, whatever the workload, and
-//! its memory is bounded: an answer longer than [`MAX_ANSWER`] is refused.
+//! its memory is bounded: an answer longer than `MAX_ANSWER` is refused.
 
 use std::sync::Arc;
 

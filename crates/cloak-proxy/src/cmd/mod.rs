@@ -1,8 +1,8 @@
 //! The commands the proxy understands, parsed from RESP arguments.
 //!
 //! Which commands exist is [`table`]'s one list. Key commands become [`cloak_core::Command`]s
-//! for the engine ([`keys`]); connection, client and server commands are answered by the front
-//! end itself ([`connection`], [`client`], [`server`]). Everything else is refused the way Redis
+//! for the engine (`keys`); connection, client and server commands are answered by the front
+//! end itself (`connection`, `client`, `server`). Everything else is refused the way Redis
 //! refuses an unknown command.
 
 mod admin;
@@ -71,7 +71,7 @@ pub enum Request {
     Discard,
     /// WATCH (a `Command::Watch`), which the connection refuses inside MULTI.
     Watch(Command),
-    /// EVAL and its relatives (run by [`crate::scripting`]).
+    /// EVAL and its relatives (run by `crate::scripting`).
     Eval(Eval),
     /// A `SCRIPT` subcommand.
     Script(ScriptRequest),

@@ -3,14 +3,14 @@
 //!
 //! - *Selective replication* ([`smoothing`]): key `k` has `R(k) = ceil(π̂(k)·n)` replicas, each
 //!   under its own label `PRF(k, j)`, and dummy replicas fill the store up to exactly `2n`
-//!   labels ([`replicas`]).
+//!   labels (`replicas`).
 //! - *Fake accesses and batching*: every client request adds its key to the query queue and
 //!   sends one batch of `B = 3` accesses; each is real with probability `δ = 1/2` (the queue's
 //!   head, or a key drawn from `π̂` when the queue is empty, at a uniformly chosen replica) or
 //!   fake, drawn from `π_f`. Every access reads its label and writes it back re-encrypted.
-//! - *UpdateCache* ([`update_cache`]): a write goes to the cache and reaches each replica on that
+//! - *UpdateCache* (`update_cache`): a write goes to the cache and reaches each replica on that
 //!   replica's next access, never all at once.
-//! - *Adaptation* ([`estimate`], [`adapt`]): a KS test on windows of requests detects that the
+//! - *Adaptation* ([`estimate`], `adapt`): a KS test on windows of requests detects that the
 //!   requests left `π̂`; the replicas are then swapped under a temporary threshold `α′` that keeps
 //!   every label at `1/(2n)` until every swap is done.
 //!

@@ -1,9 +1,9 @@
 //! Path ORAM (Stefanov et al., CCS'13), the tree ORAM the CURIOUS paper evaluates (§3.2: `Z = 4`,
 //! stash 89), as a sans-io [`Scheme`](cloak_core::Scheme).
 //!
-//! Storage holds a binary tree of buckets ([`tree`]), each one sealed element of `Z` padded
-//! records ([`bucket`]). The proxy holds the position map, a leaf per slot ([`position`]), and
-//! the stash ([`stash`]). Every client op is one `Access` of the paper:
+//! Storage holds a binary tree of buckets (`tree`), each one sealed element of `Z` padded
+//! records (`bucket`). The proxy holds the position map, a leaf per slot (`position`), and
+//! the stash (`stash`). Every client op is one `Access` of the paper:
 //!
 //! 1. read the whole path from the root to the leaf of the op's block (for a slot that never held
 //!    a block, a uniformly random leaf), in one storage read;

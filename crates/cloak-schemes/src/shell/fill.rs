@@ -88,7 +88,7 @@ pub struct FillClock {
 impl FillClock {
     /// The clock of a restart whose recovery's last scan request left at `scanned`, at the
     /// default pace scaled by `scale`. `None` (each request leaves when prepared) only in a
-    /// `leak-demo` build with [`crate::LEAK_DEMO_UNPACED_FILL_ENV`] set: the leak of review
+    /// `leak-demo` build with `crate::LEAK_DEMO_UNPACED_FILL_ENV` set: the leak of review
     /// finding 6 that `crates/cloak/tests/fill_timing.rs` must catch.
     pub fn for_restart(scanned: Instant, scale: f64) -> Option<Self> {
         (!leak_demo_unpaced()).then_some(Self { scanned, scale })

@@ -3,10 +3,10 @@
 //! adversary.
 //!
 //! Storage holds every real object the proxy does not cache and `D` dummy objects, each under a
-//! label `PRF(object, ts)` that changes with every access ([`labels`]). Every batch reads exactly
+//! label `PRF(object, ts)` that changes with every access (`labels`). Every batch reads exactly
 //! `B` labels: the `r ≤ R` objects client requests need, `f_D` dummies and `f_R = B − r − f_D`
 //! real objects, fakes taken least recently accessed first from timestamp-ordered trees
-//! ([`trees`]). Every label read is deleted from storage. Real objects read go into an LRU cache
+//! (`trees`). Every label read is deleted from storage. Real objects read go into an LRU cache
 //! of `C` objects, and each one pushes the least recently used object out: it is written back
 //! under a fresh label, so every batch also writes exactly `B` elements (`B − f_D` evicted real
 //! objects and the `f_D` dummies under new labels). The server sees every label written once and

@@ -607,7 +607,7 @@ impl Storage for RedisStorage {
 
     /// Makes the command ready before the release: packed (for a cluster, split by slot and
     /// packed for each master), so the release is followed by its writes of ready bytes, the
-    /// same work whatever the load (see [`pipe`]).
+    /// same work whatever the load (see `pipe`).
     async fn call_at(&self, op: StorageOp, release: Release) -> Result<StorageReply, StorageError> {
         match op {
             StorageOp::Read(addrs) => {

@@ -135,7 +135,7 @@ impl RedisTarget {
     }
 
     /// A SCAN pattern matching this store's keys and no others: the prefix (glob characters
-    /// escaped), then exactly [`ADDR_DIGITS`] hex digits. Every key it matches is
+    /// escaped), then exactly `ADDR_DIGITS` hex digits. Every key it matches is
     /// [`RedisTarget::key_len`] bytes long, which bounds SCAN's answers.
     pub fn pattern(&self) -> Vec<u8> {
         let mut pattern = Vec::with_capacity(2 * self.prefix.len() + ADDR_DIGITS * 8);
