@@ -554,15 +554,18 @@ async fn a_fence_waits_out_what_another_connection_started_and_drops_the_rest() 
     let mut old = admitted(&addr).await;
     let both = [write_frame(1, 1, b"started"), write_frame(2, 2, b"queued")].concat();
     old.write_all(&both).await.unwrap();
+    let sent = std::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     let new = TcpStorage::connect(&addr, 1).await.unwrap();
-    let fencing = std::time::Instant::now();
     new.fence().await.unwrap();
+    // The first write started after it was sent and takes 400 ms: a fence that waited for it
+    // returns no sooner (measured from the send, so a test thread that ran late cannot make a
+    // fence that waited look too quick).
     assert!(
-        fencing.elapsed() >= Duration::from_millis(200),
-        "the fence waited for the write the old connection had started ({:?})",
-        fencing.elapsed()
+        sent.elapsed() >= Duration::from_millis(400),
+        "the fence waited for the write the old connection had started ({:?} after it was sent)",
+        sent.elapsed()
     );
     let read = || new.call(StorageOp::Read(vec![1, 2]));
     let after_fence = StorageReply::Values(vec![Some(Bytes::from_static(b"started")), None]);

@@ -305,6 +305,11 @@ fn wait_until_written(con: &mut redis::Connection) {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    wait_for_two_batches(con, deadline);
+}
+
+/// Waits until two more batches went by, or fails at `deadline`.
+fn wait_for_two_batches(con: &mut redis::Connection, deadline: std::time::Instant) {
     let batches = info_number(con, "batches_sent");
     while info_number(con, "batches_sent") < batches + 2 {
         assert!(std::time::Instant::now() < deadline, "batches stopped");
@@ -323,8 +328,13 @@ fn cloak_up_runs_waffle_on_its_defaults() {
     );
     let mut con = connect(port);
     set_numbered(&mut con, 50, |i| format!("v{i}"));
-    // Long enough for the fill and a few batches, so some keys come back from storage.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The fill over and a few batches gone by, so some keys come back from storage (a sleep was
+    // not enough on a loaded machine: Waffle answers while it fills).
+    common::wait_until_filled(&mut con, Duration::from_secs(60));
+    wait_for_two_batches(
+        &mut con,
+        std::time::Instant::now() + Duration::from_secs(60),
+    );
     expect_numbered(&mut con, 0..50);
     assert_info_shows(
         &mut con,

@@ -30,8 +30,8 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cloak_audit::attack::{self, Auxiliary, Linking};
@@ -63,6 +63,18 @@ const BATCH_INTERVAL: Duration = Duration::from_millis(10);
 const CLIENTS: usize = 4;
 const PIPELINE: usize = 8;
 
+/// One capture at a time: a capture's load windows (four pipelining clients, a proxy and a
+/// Redis) would land in another's idle windows on a small machine, and its timing and volume
+/// would then follow a load that is not its own.
+static CAPTURING: Mutex<()> = Mutex::new(());
+
+fn capturing_alone() -> MutexGuard<'static, ()> {
+    // A capture that panicked holding the lock left nothing shared behind.
+    CAPTURING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The windows of a capture, in order.
 const IDLE: usize = 0;
 const ONE_KEY: usize = 1;
@@ -83,6 +95,7 @@ impl Capture {
     /// Runs `cloak proxy --scheme scheme` over a fresh Redis through the four windows, with
     /// `env` in its environment.
     fn run(scheme: &str, env: &[(&str, &str)]) -> Self {
+        let _alone = capturing_alone();
         let redis = RedisServer::start_with(&["--appendonly", "no"], false);
         let dir = tempfile::tempdir().unwrap();
         let master = MasterKey::from_bytes([7; 32]);
@@ -588,6 +601,7 @@ fn schedules_agree(seen: &[[PartitionWindow; 4]]) -> Result<(), String> {
 /// A one-proxy cluster of two partitions (`scheme`, prefixes `p0:` and `p1:` on one Redis)
 /// through the four windows; what each partition's storage traffic was in each.
 fn cluster_capture(scheme: &str) -> Vec<[PartitionWindow; 4]> {
+    let _alone = capturing_alone();
     let redis = RedisServer::start_with(&["--appendonly", "no"], false);
     let dir = tempfile::tempdir().unwrap();
     let since = unix_now();
