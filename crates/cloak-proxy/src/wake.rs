@@ -165,22 +165,29 @@ mod tests {
     #[tokio::test]
     async fn rings_at_the_instant_not_at_the_next_millisecond() {
         let alarms = Alarms::start().unwrap();
-        let mut late = Vec::new();
-        for _ in 0..20 {
-            let at = Instant::now() + Duration::from_micros(2_300);
-            alarms.at(at).await;
-            let now = Instant::now();
-            assert!(now >= at, "rang {:?} early", at - now);
-            late.push(now - at);
+        // tokio's millisecond timer is late by 0.7 ms on average for this instant, in every
+        // round; this one by tens of microseconds. The median of the best of three rounds of
+        // twenty leaves room for a test machine busy for a while.
+        let mut medians = Vec::new();
+        for _ in 0..3 {
+            let mut late = Vec::new();
+            for _ in 0..20 {
+                let at = Instant::now() + Duration::from_micros(2_300);
+                alarms.at(at).await;
+                let now = Instant::now();
+                assert!(now >= at, "rang {:?} early", at - now);
+                late.push(now - at);
+            }
+            late.sort();
+            medians.push(late[late.len() / 2]);
+            if medians
+                .last()
+                .is_some_and(|m| *m < Duration::from_micros(500))
+            {
+                return;
+            }
         }
-        late.sort();
-        // tokio's millisecond timer is late by 0.7 ms on average for this instant; this one by
-        // tens of microseconds. The median leaves room for a busy test machine.
-        assert!(
-            late[late.len() / 2] < Duration::from_micros(500),
-            "median lateness {:?}",
-            late[late.len() / 2]
-        );
+        panic!("median lateness in three rounds: {medians:?}");
     }
 
     #[tokio::test]

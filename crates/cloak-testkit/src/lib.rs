@@ -5,6 +5,8 @@
 //!   with many clients and pipelining.
 //! - [`linearizability`]: a checker for histories of one shared key written with unique values.
 //! - [`redis_server`]: real `redis-server` processes (standalone with AOF, a local cluster).
+//! - [`ports`]: loopback ports for the processes a test starts, clear of the ones connections
+//!   take.
 //! - [`wire_tap`]: what a real Redis receives and when, captured by a relay with kernel
 //!   receive timestamps, as a server view.
 //! - [`suite`]: the suite itself against the in-process simulator; the proxy's tests run the same
@@ -13,6 +15,7 @@
 
 pub mod commands;
 pub mod linearizability;
+pub mod ports;
 pub mod redis_server;
 pub mod suite;
 pub mod wire_tap;

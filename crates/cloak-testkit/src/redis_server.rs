@@ -5,7 +5,7 @@
 //! say to run `scripts/install-redis`.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,22 +16,6 @@ fn missing(tool: &str) -> ! {
     panic!(
         "{tool} is not installed: run scripts/install-redis (it installs redis-server and redis-tools)"
     )
-}
-
-/// A loopback port nobody listens on (and, for cluster nodes, whose bus port +10000 is free too).
-fn free_port(with_bus: bool) -> u16 {
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
-        if !with_bus {
-            return port;
-        }
-        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
-        }
-    }
 }
 
 /// One `redis-server`.
@@ -52,7 +36,7 @@ impl RedisServer {
     /// A server with extra `redis-server` arguments.
     pub fn start_with(extra: &[&str], cluster_bus: bool) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let port = free_port(cluster_bus);
+        let port = crate::ports::free_port(cluster_bus);
         let mut args: Vec<String> = [
             "--port",
             &port.to_string(),
@@ -203,7 +187,7 @@ impl RedisCluster {
         let nodes = (0..masters)
             .map(|_| {
                 // With `tls-cluster yes` the bus port is named explicitly: the TLS port's +10000.
-                let tls_port = free_port(true);
+                let tls_port = crate::ports::free_port(true);
                 tls_ports.push(tls_port);
                 let tls = [
                     "--tls-port".to_string(),

@@ -3,46 +3,23 @@
 #![allow(dead_code)] // each test binary uses its own part
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub const CLOAK: &str = env!("CARGO_BIN_EXE_cloak");
 
-/// A loopback port nobody listens on now.
-///
-/// Never the same port twice in one test process: the port is released before whoever gets it
-/// binds it, so the system may hand it out again meanwhile, and two proxies of one test were
-/// once given the same address (`DuplicateAddress` from a cluster map).
+/// A loopback port nobody listens on now, never the same twice in one test process, and clear
+/// of the ports outgoing connections take (see [`cloak_testkit::ports`]): two proxies of one
+/// test were once given the same address (`DuplicateAddress` from a cluster map).
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut given = GIVEN
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
-    }
+    cloak_testkit::ports::free_port(false)
 }
 
 /// The first of `count` consecutive free loopback ports (`cloak cluster up` takes consecutive
 /// ports from its `--port`).
 pub fn free_ports(count: u16) -> u16 {
-    loop {
-        let first = free_port();
-        if first < 60_000 && (1..count).all(|i| TcpListener::bind(("127.0.0.1", first + i)).is_ok())
-        {
-            return first;
-        }
-    }
+    cloak_testkit::ports::free_ports(count, false)
 }
 
 /// A running `cloak` process, stopped with SIGTERM when dropped.
