@@ -563,14 +563,16 @@ fn sighup_reloads_the_certificate_for_new_connections() {
             .unwrap()
             .modified()
             .unwrap();
-        std::fs::copy(next.join(name), live.join(name)).unwrap();
         // The same modification time, so only the signal can tell the proxy (a changed file is
         // reloaded without one: `a_certificate_renewed_in_place_is_reloaded_without_a_signal`).
-        let file = std::fs::File::options()
-            .write(true)
-            .open(live.join(name))
-            .unwrap();
+        // Staged beside it and renamed over it, so the proxy's check for changed files never
+        // sees the new file before its time is set back.
+        let staged = live.join(format!("{name}.next"));
+        std::fs::copy(next.join(name), &staged).unwrap();
+        let file = std::fs::File::options().write(true).open(&staged).unwrap();
         file.set_modified(modified).unwrap();
+        drop(file);
+        std::fs::rename(&staged, live.join(name)).unwrap();
     }
     // Past the proxy's check for changed files: the old certificate is still served.
     std::thread::sleep(Duration::from_secs(3));

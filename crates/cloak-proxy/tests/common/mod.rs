@@ -307,13 +307,14 @@ pub async fn raw(proxy: &TestProxy, bytes: &[u8]) -> String {
     read_all(&mut stream).await
 }
 
-/// What comes back on `stream` until the proxy closes it or goes quiet for 300 ms.
+/// What comes back on `stream` until the proxy closes it or goes quiet for a second (long
+/// enough that a loaded machine's stall between two replies does not cut the answer short).
 pub async fn read_all(stream: &mut tokio::net::TcpStream) -> String {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
         let read = tokio::io::AsyncReadExt::read(stream, &mut buf);
-        match tokio::time::timeout(Duration::from_millis(300), read).await {
+        match tokio::time::timeout(Duration::from_secs(1), read).await {
             Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
             Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
         }
