@@ -985,6 +985,12 @@ impl Engine {
 
     /// Size limits, checked before anything changes so a bad command has no effect.
     fn check(&self, command: &Command) -> Result<(), CommandError> {
+        // Before the directory changes: see `Scheme::refuses_every_op`.
+        if command.may_write()
+            && let Some(error) = self.scheme.refuses_every_op()
+        {
+            return Err(CommandError::Scheme(error));
+        }
         let limits = self.limits;
         let key_ok = |key: &Bytes| {
             if key.len() > limits.max_key {

@@ -667,39 +667,8 @@ fn draining_writes_the_eviction_cache_to_storage_in_one_fixed_write() {
         drains.push(drain);
 
         // A new instance from storage alone (no journal) has everything.
-        let build = |records, generation_base| {
-            let start = Start {
-                records,
-                generation_base,
-                fill_clock: None,
-            };
-            let store = StoreSpec {
-                capacity: 300,
-                layout: LAYOUT,
-                seed: Some(seed),
-            };
-            cloak_schemes::build(
-                SchemeName::Curious,
-                &store,
-                &SchemeOptions::default(),
-                &master(),
-                start,
-            )
-            .unwrap()
-        };
-        let format =
-            || ElementFormat::Sealed(ElementCodec::new(LAYOUT, Sealer::new(&master()).unwrap()));
-        let restart = cloak_testkit::suite::Restart {
-            format: &format,
-            hasher: KeyHasher::new(&master()),
-            capacity: 300,
-            limits: limits(),
-            build: &build,
-            journal_delay: Duration::ZERO,
-            storage_delay: RTT,
-        };
         let (store, _) = sim.crash();
-        let (mut sim, _) = restart.recover((store, JournalMap::default()), 1);
+        let mut sim = recovered((store, JournalMap::default()), seed);
         for i in 0..60 {
             assert_eq!(
                 sim.execute(1, get(&format!("k{i}"))),
@@ -751,6 +720,75 @@ fn a_write_in_flight_during_an_outage_is_acknowledged_once_storage_is_back() {
     assert!(sim.run_until(Duration::from_secs(3), |s| s.has_outcome(write)));
     assert_eq!(sim.outcome(write), Some(Outcome::Ok));
     assert_eq!(sim.execute(2, get("x")), value("new"));
+}
+
+/// A new CURIOUS instance (a restart, incarnation 1) over what a crashed one left behind.
+fn recovered(crashed: (cloak_core::MemoryStore, JournalMap), seed: u64) -> Simulator {
+    let build = |records, generation_base| {
+        let start = Start {
+            records,
+            generation_base,
+            fill_clock: None,
+        };
+        let store = StoreSpec {
+            capacity: 300,
+            layout: LAYOUT,
+            seed: Some(seed),
+        };
+        build(
+            SchemeName::Curious,
+            &store,
+            &SchemeOptions::default(),
+            &master(),
+            start,
+        )
+        .unwrap()
+    };
+    let format =
+        || ElementFormat::Sealed(ElementCodec::new(LAYOUT, Sealer::new(&master()).unwrap()));
+    let restart = cloak_testkit::suite::Restart {
+        format: &format,
+        hasher: KeyHasher::new(&master()),
+        capacity: 300,
+        limits: limits(),
+        build: &build,
+        journal_delay: Duration::ZERO,
+        storage_delay: RTT,
+    };
+    restart.recover(crashed, 1).0
+}
+
+/// Found by reading, then reproduced here: CURIOUS refuses every op while storage is down, but
+/// the engine had already taken a DEL's key out of its directory (and listed a SET's new key),
+/// so the key read as deleted though the DEL failed, and a restart brought it back. Commands
+/// that may write now fail before the engine changes anything.
+#[test]
+fn a_write_refused_in_an_outage_changes_nothing_before_or_after_a_restart() {
+    let seed = 12;
+    let mut sim = simulator_with(300, CuriousOptions::default(), seed, &[(0, "x", "old")]);
+    sim.set_storage_down(true);
+    // A read learns of the outage; then a DEL of a stored key and a SET of a new one fail.
+    let unavailable = |outcome: &Option<Outcome>| {
+        matches!(
+            scheme_error(outcome),
+            Some(SchemeError::StorageUnavailable(_))
+        )
+    };
+    assert!(unavailable(&sim.execute(2, get("x"))));
+    let del = sim.execute(2, Command::Del(vec![Bytes::from_static(b"x")]));
+    assert!(unavailable(&del), "{del:?}");
+    let new = sim.execute(2, set("new", "1"));
+    assert!(unavailable(&new), "{new:?}");
+    sim.set_storage_down(false);
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(sim.execute(3, get("x")), value("old"), "the DEL failed");
+    let exists = sim.execute(3, Command::Exists(vec![Bytes::from_static(b"new")]));
+    assert_eq!(exists, Some(Outcome::Integer(0)), "the SET failed");
+
+    let mut sim = recovered(sim.crash(), seed);
+    sim.run_for(Duration::from_secs(3));
+    assert_eq!(sim.execute(4, get("x")), value("old"));
+    assert_eq!(sim.execute(4, get("new")), Some(Outcome::Value(None)));
 }
 
 /// Bytes each op moves to and from storage, and how that grows with the capacity, measured in

@@ -651,7 +651,7 @@ impl Algorithm for Curious {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = crate::shell::slot32(&op);
-        if let Some(error) = self.io.unavailable() {
+        if let Some(error) = self.refuses_every_op() {
             self.io.out.reply(id, Reply::Failed(error));
             return;
         }
@@ -745,6 +745,13 @@ impl Algorithm for Curious {
 
     fn accepts(&self) -> bool {
         self.accesses.len() < self.config.max_in_flight
+    }
+
+    /// While storage is known to be down, every op fails at once without an access. (An op the
+    /// full eviction cache refuses still makes its access, as a dummy, so that refusal is the
+    /// scheme's to make, op by op.)
+    fn refuses_every_op(&self) -> Option<SchemeError> {
+        self.io.unavailable()
     }
 
     fn current_stats(&self, stats: &mut SchemeStats) {

@@ -690,8 +690,7 @@ impl Algorithm for PathOram {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = crate::shell::slot32(&op);
-        if self.overflowing() {
-            let error = self.overflow_error();
+        if let Some(error) = self.refuses_every_op() {
             self.io.out.reply(id, Reply::Failed(error));
             return;
         }
@@ -788,6 +787,11 @@ impl Algorithm for PathOram {
 
     fn accepts(&self) -> bool {
         self.queue.len() < MAX_QUEUED
+    }
+
+    /// While the stash overflows, every op is refused without an access.
+    fn refuses_every_op(&self) -> Option<SchemeError> {
+        self.overflowing().then(|| self.overflow_error())
     }
 
     fn current_stats(&self, stats: &mut SchemeStats) {

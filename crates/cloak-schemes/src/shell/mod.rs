@@ -136,6 +136,11 @@ pub trait Algorithm: Send {
         true
     }
 
+    /// See [`Scheme::refuses_every_op`].
+    fn refuses_every_op(&self) -> Option<SchemeError> {
+        None
+    }
+
     /// Fills in the counters that describe the present (queued, unwritten, schedule misses)
     /// over the running totals the shell hands in.
     fn current_stats(&self, _stats: &mut SchemeStats) {}
@@ -311,6 +316,10 @@ impl<A: Algorithm> Scheme for Shell<A> {
 
     fn accepts(&self) -> bool {
         self.algorithm.accepts()
+    }
+
+    fn refuses_every_op(&self) -> Option<SchemeError> {
+        self.algorithm.refuses_every_op()
     }
 
     fn stats(&self) -> SchemeStats {
