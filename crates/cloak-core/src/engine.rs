@@ -985,9 +985,9 @@ impl Engine {
 
     /// Size limits, checked before anything changes so a bad command has no effect.
     fn check(&self, command: &Command) -> Result<(), CommandError> {
-        // Before the directory changes: see `Scheme::refuses_every_op`.
+        // Before the directory changes: see `Scheme::refusal`.
         if command.may_write()
-            && let Some(error) = self.scheme.refuses_every_op()
+            && let Some(error) = self.scheme.refusal()
         {
             return Err(CommandError::Scheme(error));
         }

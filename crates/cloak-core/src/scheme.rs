@@ -251,13 +251,15 @@ pub trait Scheme: Send {
     /// until some storage reply arrives.
     fn accepts(&self) -> bool;
 
-    /// The error the scheme gives every op it is handed now, without an access, if it refuses
-    /// them all for the moment (storage known to be down, a stash over its limit). The engine
-    /// fails a command that may write with it before changing anything: it changes its key
-    /// directory when it takes a write, so a write the scheme then refused would leave the
-    /// directory saying what storage does not hold (a DEL refused in an outage read as done, and
-    /// a restart brought the key back). Default: `None` (writes are kept and repeated).
-    fn refuses_every_op(&self) -> Option<SchemeError> {
+    /// Why the scheme refuses new ops for the moment, without an access (storage known to be
+    /// down, a stash over its limit). The engine fails a command that may write with it before
+    /// changing anything, and the scheme refuses reads with it; but a write the engine took
+    /// before (held in its client's lane meanwhile) the scheme keeps, and makes once it can. The
+    /// engine changes its key directory when it takes a write, so a write refused after that
+    /// would leave the directory saying what storage does not hold (a DEL refused in an outage
+    /// read as done, and a restart brought the key back). Default: `None` (the scheme keeps
+    /// every op and repeats its storage requests).
+    fn refusal(&self) -> Option<SchemeError> {
         None
     }
 

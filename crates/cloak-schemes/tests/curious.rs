@@ -791,6 +791,38 @@ fn a_write_refused_in_an_outage_changes_nothing_before_or_after_a_restart() {
     assert_eq!(sim.execute(4, get("new")), Some(Outcome::Value(None)));
 }
 
+/// The same for a DEL the engine took before the outage was known, held in its lane behind the
+/// client's GET: the GET's access fails and answers, and the DEL goes in while CURIOUS refuses
+/// new ops. It must still take effect (it waits for storage like any access): refused then, it
+/// read as done and a restart brought the key back.
+#[test]
+fn a_write_taken_before_an_outage_was_known_still_takes_effect() {
+    let seed = 13;
+    let mut sim = simulator_with(300, CuriousOptions::default(), seed, &[(0, "x", "old")]);
+    // Down, but nothing has failed yet: the DEL is taken, and waits behind the GET.
+    sim.set_storage_down(true);
+    let read = sim.submit(1, get("x"));
+    let del = sim.submit(1, Command::Del(vec![Bytes::from_static(b"x")]));
+    assert!(sim.run_until(Duration::from_secs(2), |s| s.has_outcome(read)));
+    assert!(
+        matches!(
+            scheme_error(&sim.outcome(read)),
+            Some(SchemeError::StorageUnavailable(_))
+        ),
+        "the GET learns of the outage"
+    );
+    sim.run_for(Duration::from_secs(1));
+    assert!(!sim.has_outcome(del), "the DEL waits for storage");
+    sim.set_storage_down(false);
+    assert!(sim.run_until(Duration::from_secs(5), |s| s.has_outcome(del)));
+    assert_eq!(sim.outcome(del), Some(Outcome::Integer(1)));
+    assert_eq!(sim.execute(2, get("x")), Some(Outcome::Value(None)));
+
+    let mut sim = recovered(sim.crash(), seed);
+    sim.run_for(Duration::from_secs(3));
+    assert_eq!(sim.execute(3, get("x")), Some(Outcome::Value(None)));
+}
+
 /// Bytes each op moves to and from storage, and how that grows with the capacity, measured in
 /// the simulator on a full store (every key written) under uniform reads and writes. Run with
 /// `cargo test --release -p cloak-schemes --test curious -- --ignored --nocapture`.

@@ -651,7 +651,8 @@ impl Algorithm for Curious {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = crate::shell::slot32(&op);
-        if let Some(error) = self.refuses_every_op() {
+        // A write is one the engine took before the refusal began: kept (see `Scheme::refusal`).
+        if let (Some(error), Op::Read(_)) = (self.refusal(), &op) {
             self.io.out.reply(id, Reply::Failed(error));
             return;
         }
@@ -747,10 +748,10 @@ impl Algorithm for Curious {
         self.accesses.len() < self.config.max_in_flight
     }
 
-    /// While storage is known to be down, every op fails at once without an access. (An op the
-    /// full eviction cache refuses still makes its access, as a dummy, so that refusal is the
-    /// scheme's to make, op by op.)
-    fn refuses_every_op(&self) -> Option<SchemeError> {
+    /// While storage is known to be down, reads and new writes fail at once without an access.
+    /// (An op the full eviction cache refuses still makes its access, as a dummy, so that
+    /// refusal is the scheme's to make, op by op.)
+    fn refusal(&self) -> Option<SchemeError> {
         self.io.unavailable()
     }
 

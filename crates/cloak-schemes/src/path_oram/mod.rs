@@ -690,7 +690,8 @@ impl Algorithm for PathOram {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = crate::shell::slot32(&op);
-        if let Some(error) = self.refuses_every_op() {
+        // A write is one the engine took before the refusal began: kept (see `Scheme::refusal`).
+        if let (Some(error), Op::Read(_)) = (self.refusal(), &op) {
             self.io.out.reply(id, Reply::Failed(error));
             return;
         }
@@ -789,8 +790,8 @@ impl Algorithm for PathOram {
         self.queue.len() < MAX_QUEUED
     }
 
-    /// While the stash overflows, every op is refused without an access.
-    fn refuses_every_op(&self) -> Option<SchemeError> {
+    /// While the stash overflows, reads and new writes are refused without an access.
+    fn refusal(&self) -> Option<SchemeError> {
         self.overflowing().then(|| self.overflow_error())
     }
 

@@ -136,8 +136,8 @@ pub trait Algorithm: Send {
         true
     }
 
-    /// See [`Scheme::refuses_every_op`].
-    fn refuses_every_op(&self) -> Option<SchemeError> {
+    /// See [`Scheme::refusal`].
+    fn refusal(&self) -> Option<SchemeError> {
         None
     }
 
@@ -318,8 +318,8 @@ impl<A: Algorithm> Scheme for Shell<A> {
         self.algorithm.accepts()
     }
 
-    fn refuses_every_op(&self) -> Option<SchemeError> {
-        self.algorithm.refuses_every_op()
+    fn refusal(&self) -> Option<SchemeError> {
+        self.algorithm.refusal()
     }
 
     fn stats(&self) -> SchemeStats {
