@@ -983,7 +983,8 @@ impl Engine {
         removed
     }
 
-    /// Size limits, checked before anything changes so a bad command has no effect.
+    /// What fails a command before anything changes, so it has no effect: a write while the
+    /// scheme refuses new ops, and size limits.
     fn check(&self, command: &Command) -> Result<(), CommandError> {
         // Before the directory changes: see `Scheme::refusal`.
         if command.may_write()

@@ -690,13 +690,7 @@ fn storage_outage_fails_reads_clearly_and_keeps_acknowledged_writes() {
     drive_closed_loop(&mut sim, 1, 1, 100, 11, |_| get("other"));
     sim.set_storage_down(true);
     let outcome = sim.execute(2, get("before"));
-    assert!(
-        matches!(
-            scheme_error(&outcome),
-            Some(SchemeError::StorageUnavailable(_))
-        ),
-        "{outcome:?}"
-    );
+    assert!(unavailable(&outcome), "{outcome:?}");
     // While storage is known to be down, new ops fail at once without an access.
     let outcome = sim.execute(2, set("during", "2"));
     assert!(matches!(outcome, Some(Outcome::Error(_))), "{outcome:?}");
@@ -720,6 +714,14 @@ fn a_write_in_flight_during_an_outage_is_acknowledged_once_storage_is_back() {
     assert!(sim.run_until(Duration::from_secs(3), |s| s.has_outcome(write)));
     assert_eq!(sim.outcome(write), Some(Outcome::Ok));
     assert_eq!(sim.execute(2, get("x")), value("new"));
+}
+
+/// Whether `outcome` is the error of an op refused because storage is down.
+fn unavailable(outcome: &Option<Outcome>) -> bool {
+    matches!(
+        scheme_error(outcome),
+        Some(SchemeError::StorageUnavailable(_))
+    )
 }
 
 /// A new CURIOUS instance (a restart, incarnation 1) over what a crashed one left behind.
@@ -768,12 +770,6 @@ fn a_write_refused_in_an_outage_changes_nothing_before_or_after_a_restart() {
     let mut sim = simulator_with(300, CuriousOptions::default(), seed, &[(0, "x", "old")]);
     sim.set_storage_down(true);
     // A read learns of the outage; then a DEL of a stored key and a SET of a new one fail.
-    let unavailable = |outcome: &Option<Outcome>| {
-        matches!(
-            scheme_error(outcome),
-            Some(SchemeError::StorageUnavailable(_))
-        )
-    };
     assert!(unavailable(&sim.execute(2, get("x"))));
     let del = sim.execute(2, Command::Del(vec![Bytes::from_static(b"x")]));
     assert!(unavailable(&del), "{del:?}");
@@ -805,10 +801,7 @@ fn a_write_taken_before_an_outage_was_known_still_takes_effect() {
     let del = sim.submit(1, Command::Del(vec![Bytes::from_static(b"x")]));
     assert!(sim.run_until(Duration::from_secs(2), |s| s.has_outcome(read)));
     assert!(
-        matches!(
-            scheme_error(&sim.outcome(read)),
-            Some(SchemeError::StorageUnavailable(_))
-        ),
+        unavailable(&sim.outcome(read)),
         "the GET learns of the outage"
     );
     sim.run_for(Duration::from_secs(1));

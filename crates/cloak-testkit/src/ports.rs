@@ -29,19 +29,17 @@ pub fn free_port(bus: bool) -> u16 {
 /// their cluster bus ports are free too.
 pub fn free_ports(count: u16, bus: bool) -> u16 {
     let mut given = given();
+    let free =
+        |port: u16| bindable(port) && (!bus || port.checked_add(BUS_OFFSET).is_some_and(bindable));
     // Below the ephemeral range, bus ports included; each process starts at its own offset, so
     // test processes run side by side rarely probe the same ports.
     let end = ephemeral_start().saturating_sub(BUS_OFFSET);
-    let start = given
+    let mut first = given
         .next
         .unwrap_or(FIRST + (std::process::id() % 16) as u16 * 128);
-    let mut first = start;
     while first.saturating_add(count) <= end {
         let ports = first..first + count;
-        if ports
-            .clone()
-            .all(|p| bindable(p) && (!bus || bindable(p + BUS_OFFSET)))
-        {
+        if ports.clone().all(free) {
             given.next = Some(first + count);
             given.ports.extend(ports);
             return first;
@@ -55,12 +53,8 @@ pub fn free_ports(count: u16, bus: bool) -> u16 {
             .expect("a free loopback port")
             .port();
         let ports = first..first.saturating_add(count);
-        let fits = usize::from(count) == ports.len() && first.checked_add(BUS_OFFSET).is_some();
-        if fits
-            && ports.clone().all(|p| {
-                !given.ports.contains(&p) && bindable(p) && (!bus || bindable(p + BUS_OFFSET))
-            })
-        {
+        let fits = usize::from(count) == ports.len();
+        if fits && ports.clone().all(|p| !given.ports.contains(&p) && free(p)) {
             given.ports.extend(ports);
             return first;
         }

@@ -135,7 +135,8 @@ impl Lanes {
             lane.waiting.is_empty() && (lane.in_scheme == 0 || (self.reads_join && !is_write));
         // Other clients' ops may hold it back: a write held before it, a read held before a
         // write, anything in the scheme before a delete.
-        let held_back = !on_slot.held_writes.is_empty()
+        let writes_held = !on_slot.held_writes.is_empty();
+        let held_back = writes_held
             || (is_write && !on_slot.held_reads.is_empty())
             || (is_delete && on_slot.in_scheme > 0);
         if lane_lets_in && !held_back {
@@ -143,7 +144,6 @@ impl Lanes {
             on_slot.in_scheme += 1;
             return Some((id, op));
         }
-        let behind_a_write = !on_slot.held_writes.is_empty();
         lane.waiting.push_back(Waiting {
             id,
             op,
@@ -158,7 +158,7 @@ impl Lanes {
             });
         } else {
             on_slot.held_reads.insert(arrival);
-            if behind_a_write {
+            if writes_held {
                 on_slot.read_waiters.push(client);
             }
         }

@@ -651,11 +651,6 @@ impl Algorithm for Curious {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = crate::shell::slot32(&op);
-        // A write is one the engine took before the refusal began: kept (see `Scheme::refusal`).
-        if let (Some(error), Op::Read(_)) = (self.refusal(), &op) {
-            self.io.out.reply(id, Reply::Failed(error));
-            return;
-        }
         if self.cache.len() >= self.config.cache_limit && self.adds_to_cache(slot, &op) {
             // Refused, but the access still happens (as a dummy): the server sees one access per
             // op as always, and the evictions it makes are what drains the cache.

@@ -690,11 +690,6 @@ impl Algorithm for PathOram {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = crate::shell::slot32(&op);
-        // A write is one the engine took before the refusal began: kept (see `Scheme::refusal`).
-        if let (Some(error), Op::Read(_)) = (self.refusal(), &op) {
-            self.io.out.reply(id, Reply::Failed(error));
-            return;
-        }
         match op {
             Op::Read(_) => self.read(id, slot),
             Op::Write(_, record) => self.write(id, slot, record),

@@ -235,6 +235,14 @@ impl<A: Algorithm> Scheme for Shell<A> {
             self.algorithm.io().out.reply(id, Reply::Failed(error));
             return;
         }
+        // A write reaching the scheme while it refuses new ops is one the engine took before the
+        // refusal began: the algorithm keeps it (see `Scheme::refusal`).
+        if let Op::Read(_) = op
+            && let Some(error) = self.algorithm.refusal()
+        {
+            self.algorithm.io().out.reply(id, Reply::Failed(error));
+            return;
+        }
         self.algorithm.submit(now, id, op);
         self.set_timers();
     }
