@@ -150,7 +150,7 @@ pub struct ProxyOptions {
     pub script_time_limit: Duration,
     /// Called once by each store's core when its start is over (every recovered record is in
     /// storage again): the binary gives the memory recovery used back to the operating system
-    /// there, which its allocator would otherwise keep for reuse the steady state never needs.
+    /// there at once, rather than whenever its allocator would on its own.
     pub after_start: Option<fn()>,
 }
 

@@ -14,13 +14,6 @@ use tracing_subscriber::EnvFilter;
 use cli::{Cli, Command};
 use config::ConfigFile;
 
-// The proxy and server allocate and free many element-sized buffers per batch; mimalloc keeps
-// that cheap and does not hand large buffers back to the OS between batches (measured: glibc's
-// malloc spent more CPU than AES-GCM did).
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> std::process::ExitCode {
     memory::no_huge_pages();
     let cli = Cli::parse();
@@ -49,24 +42,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         match command {
-            // Recovery runs on this thread, so it gives back what recovery freed here too.
-            Command::Up(args) => with_collection(commands::up::run(args, &config)).await,
+            Command::Up(args) => commands::up::run(args, &config).await,
             Command::Server(args) => commands::server::run(args, &config).await,
-            Command::Proxy(args) => with_collection(commands::proxy::run(args, &config)).await,
+            Command::Proxy(args) => commands::proxy::run(args, &config).await,
             Command::Bench(args) => commands::bench::run(args, &config).await,
             Command::Keygen(_) | Command::Certs(_) => unreachable!("handled above"),
             Command::Audit(args) => commands::audit::run(args, &config),
             Command::Cluster(args) => commands::cluster::run(args, &config).await,
         }
     })
-}
-
-/// Runs `proxy` and, beside it on this thread, [`memory::collect_on_this_thread_after_start`].
-async fn with_collection(
-    proxy: impl std::future::Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<()> {
-    tokio::select! {
-        done = proxy => done,
-        never = memory::collect_on_this_thread_after_start() => match never {},
-    }
 }
