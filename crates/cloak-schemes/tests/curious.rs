@@ -562,24 +562,35 @@ fn replayed_buckets_are_detected_never_returned() {
 }
 
 #[test]
-fn a_full_eviction_cache_refuses_what_would_grow_it_and_drains_by_itself() {
+fn a_full_eviction_cache_refuses_reads_that_would_grow_it_and_drains_by_itself() {
     let options = CuriousOptions {
         cache_limit: Some(3),
         ..CuriousOptions::default()
     };
-    let mut sim = simulator_with(300, options, 8, &[]);
-    let mut refused = 0u64;
-    let mut tokens = Vec::new();
+    let stored: Vec<(Slot, String)> = (0..40).map(|i| (i, format!("s{i}"))).collect();
+    let records: Vec<(Slot, &str, &str)> = stored
+        .iter()
+        .map(|(slot, key)| (*slot, key.as_str(), "old"))
+        .collect();
+    let mut sim = simulator_with(300, options, 8, &records);
+    // Writes of new keys fill the cache; reads of stored keys would add their blocks to it.
+    let mut writes = Vec::new();
+    let mut reads = Vec::new();
     for i in 0..40 {
-        tokens.push(sim.submit(i, set(&format!("k{i}"), "v")));
+        writes.push(sim.submit(i, set(&format!("k{i}"), "v")));
+        reads.push(sim.submit(40 + i, get(&format!("s{i}"))));
     }
     assert!(sim.run_until(Duration::from_secs(1), |s| {
-        tokens.iter().all(|&t| s.has_outcome(t))
+        writes.iter().chain(&reads).all(|&t| s.has_outcome(t))
     }));
-    for token in tokens {
+    for token in writes {
+        assert_eq!(sim.outcome(token), Some(Outcome::Ok), "writes are kept");
+    }
+    let mut refused = 0u64;
+    for token in reads {
         let outcome = sim.outcome(token);
         match scheme_error(&outcome) {
-            None if outcome == Some(Outcome::Ok) => {}
+            None if outcome == value("old") => {}
             Some(SchemeError::Overloaded(message)) => {
                 assert!(message.contains("eviction cache"), "{message}");
                 refused += 1;
@@ -591,10 +602,10 @@ fn a_full_eviction_cache_refuses_what_would_grow_it_and_drains_by_itself() {
     let p = params(&sim);
     assert!(refused > 0 && p.refusals == refused);
     assert!(p.cache_high_water >= 3);
-    // Refused ops still made their access, so the server saw one per op.
+    // Refused reads still made their access, so the server saw one per op.
     let (accesses, _, _) = parse(&sim.take_trace(), &p);
-    assert_eq!(accesses.len(), 40);
-    // The refused ops' evictions keep the cache moving: retrying a moment later succeeds.
+    assert_eq!(accesses.len(), 80);
+    // The accesses' evictions keep the cache moving: retrying a moment later succeeds.
     let retrying = |sim: &mut Simulator, command: Command| {
         for _ in 0..100 {
             let outcome = sim.execute(1, command.clone());
@@ -606,13 +617,8 @@ fn a_full_eviction_cache_refuses_what_would_grow_it_and_drains_by_itself() {
         panic!("the cache never drained");
     };
     for i in 0..40 {
-        assert_eq!(
-            retrying(&mut sim, set(&format!("k{i}"), "w")),
-            Some(Outcome::Ok)
-        );
-    }
-    for i in 0..40 {
-        assert_eq!(retrying(&mut sim, get(&format!("k{i}"))), value("w"));
+        assert_eq!(retrying(&mut sim, get(&format!("s{i}"))), value("old"));
+        assert_eq!(retrying(&mut sim, get(&format!("k{i}"))), value("v"));
     }
 }
 
@@ -893,4 +899,65 @@ fn cost_per_op_from_a_thousand_to_a_million_keys() {
             d["overflowed_blocks"],
         );
     }
+}
+
+/// A write the full eviction cache would have refused: the engine has already changed its key
+/// directory for it (a DEL took the key out, a SET of a new key listed it) when CURIOUS sees it,
+/// so a refusal there left the directory saying what storage does not hold (`EXISTS` 1, `GET`
+/// nil). The cache's limit holds back reads; writes are kept, each making its one access like
+/// any op, and may take the cache past its limit and past the drain area's room, so a clean stop
+/// first makes dummy accesses until the cache fits there: storage alone then holds every key.
+#[test]
+fn a_full_eviction_cache_keeps_writes_so_the_directory_never_disagrees_with_storage() {
+    let seed = 14;
+    let options = CuriousOptions {
+        cache_limit: Some(3),
+        ..CuriousOptions::default()
+    };
+    let mut sim = simulator_with(300, options, seed, &[(0, "x", "old")]);
+    // Forty new keys and a DEL of a stored one, all at once: far more than three blocks.
+    let mut sets = Vec::new();
+    for i in 0..40 {
+        sets.push(sim.submit(i, set(&format!("k{i}"), "v")));
+    }
+    let del = sim.submit(40, Command::Del(vec![Bytes::from_static(b"x")]));
+    assert!(sim.run_until(Duration::from_secs(2), |s| {
+        s.has_outcome(del) && sets.iter().all(|&t| s.has_outcome(t))
+    }));
+    for token in sets {
+        assert_eq!(sim.outcome(token), Some(Outcome::Ok));
+    }
+    assert_eq!(sim.outcome(del), Some(Outcome::Integer(1)));
+    let p = params(&sim);
+    assert_eq!(p.refusals, 0, "no write was refused");
+    let room = p.drain_buckets as usize * 5;
+    assert!(
+        p.cache_blocks as usize > room,
+        "the cache is past the drain area's room ({} blocks)",
+        p.cache_blocks
+    );
+
+    sim.drain();
+    assert!(sim.run_until(Duration::from_secs(2), |s| {
+        s.engine().scheme_stats().unwritten == 0
+    }));
+    let stored = scan(&mut sim);
+    for i in 0..40 {
+        let key = format!("k{i}");
+        assert!(
+            stored
+                .records
+                .iter()
+                .any(|(_, _, k)| k[..] == *key.as_bytes()),
+            "storage alone holds {key}"
+        );
+    }
+    // A new instance from storage alone (no journal).
+    let (store, _) = sim.crash();
+    let mut sim = recovered((store, JournalMap::default()), seed);
+    sim.run_for(Duration::from_secs(3));
+    for i in 0..40 {
+        assert_eq!(sim.execute(42, get(&format!("k{i}"))), value("v"), "k{i}");
+    }
+    assert_eq!(sim.execute(42, get("x")), Some(Outcome::Value(None)));
 }

@@ -275,8 +275,8 @@ pub struct StoreArgs {
     ))]
     pub curious_max_in_flight: Option<usize>,
 
-    /// CURIOUS: most blocks in the eviction cache before ops that would add one are refused
-    /// [default: 4m + 256]
+    /// CURIOUS: most blocks in the eviction cache before reads that would add one are refused
+    /// (writes are kept, and may take it past) [default: 4m + 256]
     #[arg(long, value_name = "N")]
     pub curious_cache_limit: Option<usize>,
 

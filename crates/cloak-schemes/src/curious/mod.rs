@@ -233,8 +233,11 @@ pub struct Curious {
     evicting: usize,
     /// Evicted blocks that did not fit their path, since start.
     overflowed: u64,
-    /// Ops refused because the eviction cache was full.
+    /// Reads refused because the eviction cache was full.
     refused: u64,
+    /// While draining a cache past the drain area's room: the fewest blocks it held, and the
+    /// dummy accesses made since it last held fewer (see `maybe_drain`).
+    drain_progress: (usize, u32),
 }
 
 impl Curious {
@@ -286,6 +289,7 @@ impl Curious {
             evicting: 0,
             overflowed: 0,
             refused: 0,
+            drain_progress: (usize::MAX, 0),
             config,
             layout,
         };
@@ -438,17 +442,11 @@ impl Curious {
         self.start_next(sub);
     }
 
-    /// Whether `op` would add a block to the eviction cache: it fetches one, or writes a slot
-    /// whose block is not cached.
-    fn adds_to_cache(&self, slot: u32, op: &Op) -> bool {
-        match self.positions.get(slot) {
-            Place::Stored { .. } if self.retention.get(slot).is_some() => {
-                matches!(op, Op::Write(..))
-            }
-            Place::Stored { .. } => true,
-            Place::Absent | Place::Lost => matches!(op, Op::Write(..)),
-            Place::Fetching { .. } | Place::Cached => false,
-        }
+    /// Whether a read of `slot` would add a block to the eviction cache: it fetches one that
+    /// neither the cache nor the retention holds.
+    fn read_adds_to_cache(&self, slot: u32) -> bool {
+        matches!(self.positions.get(slot), Place::Stored { .. })
+            && self.retention.get(slot).is_none()
     }
 
     /// The path is read: serve the op, retrieve the target, evict, and write the path back
@@ -651,13 +649,21 @@ impl Algorithm for Curious {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = crate::shell::slot32(&op);
-        if self.cache.len() >= self.config.cache_limit && self.adds_to_cache(slot, &op) {
+        // The limit holds back reads only. A write is never refused here: the engine changed
+        // its key directory for it before handing it over (a DEL took the key out, a SET of a
+        // new key listed it), so a refusal would leave the directory saying what storage does
+        // not hold. Kept writes can take the cache past its limit, each by one block, and each
+        // makes its access like any op, whose evictions drain the cache.
+        if matches!(op, Op::Read(_))
+            && self.cache.len() >= self.config.cache_limit
+            && self.read_adds_to_cache(slot)
+        {
             // Refused, but the access still happens (as a dummy): the server sees one access per
             // op as always, and the evictions it makes are what drains the cache.
             self.refused += 1;
             tracing::error!(
                 limit = self.config.cache_limit,
-                "eviction cache full; refusing ops that would add to it"
+                "eviction cache full; refusing reads that would add to it"
             );
             let error = SchemeError::Overloaded(format!(
                 "the CURIOUS eviction cache holds {} blocks, its limit; raise \
@@ -744,8 +750,8 @@ impl Algorithm for Curious {
     }
 
     /// While storage is known to be down, reads and new writes fail at once without an access.
-    /// (An op the full eviction cache refuses still makes its access, as a dummy, so that
-    /// refusal is the scheme's to make, op by op.)
+    /// (A read the full eviction cache refuses still makes its access, as a dummy, so that
+    /// refusal is the scheme's to make, op by op; writes it keeps, see `submit`.)
     fn refusal(&self) -> Option<SchemeError> {
         self.io.unavailable()
     }

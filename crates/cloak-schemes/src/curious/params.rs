@@ -45,7 +45,8 @@ pub struct CuriousOptions {
     pub evictions: u32,
     /// Most accesses scheduled at once.
     pub max_in_flight: usize,
-    /// Most blocks in the eviction cache before ops are refused; `None`: `4m + 256`.
+    /// Most blocks in the eviction cache before reads that would add one are refused (writes
+    /// are kept, and may take it past); `None`: `4m + 256`.
     pub cache_limit: Option<usize>,
     /// Accesses a block stays readable at the proxy after its subORAM is drawn; `None`: `16m`.
     /// Not in the paper: it keeps a hot key's fetch from following its eviction (see
