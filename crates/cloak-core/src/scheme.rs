@@ -123,6 +123,9 @@ pub struct SchemeStats {
     pub cache_hits: u64,
     /// Reads that needed storage.
     pub cache_misses: u64,
+    /// Of the misses, reads that joined a read of the same slot already waiting for storage:
+    /// answered by that read's access, with none of their own.
+    pub joined_reads: u64,
     /// Client ops waiting for storage right now.
     pub queued: u64,
     /// Writes acknowledged to clients that storage does not hold yet; a proxy may stop only

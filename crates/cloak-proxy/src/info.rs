@@ -241,6 +241,7 @@ fn scheme_fields(s: &Snapshot) -> Fields {
         kv("batch_utilisation", format!("{:.4}", stats.utilisation())),
         kv("cache_hits", stats.cache_hits.to_string()),
         kv("cache_misses", stats.cache_misses.to_string()),
+        kv("cache_misses_joined", stats.joined_reads.to_string()),
         kv(
             "cache_hit_rate",
             format!(

@@ -140,6 +140,12 @@ const METRICS: &[Metric] = &[
         |s| s.stats.cache_misses.to_string(),
     ),
     (
+        "joined_reads_total",
+        "counter",
+        "Of the cache misses, reads that joined a read of the same key waiting for storage (no access of their own).",
+        |s| s.stats.joined_reads.to_string(),
+    ),
+    (
         "queue_depth",
         "gauge",
         "Client ops waiting for storage.",

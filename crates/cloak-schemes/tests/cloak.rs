@@ -491,6 +491,9 @@ fn reads_of_one_slot_share_one_server_read() {
     }
     let after = sim.engine().scheme_stats();
     assert_eq!(after.real_accesses - before.real_accesses, 1);
+    // Four misses, three of which joined the first (the counters say what the access did).
+    assert_eq!(after.cache_misses - before.cache_misses, 4);
+    assert_eq!(after.joined_reads - before.joined_reads, 3);
 }
 
 #[test]

@@ -705,3 +705,30 @@ fn impossible_parameters_are_refused_when_building() {
         .is_ok()
     );
 }
+
+/// Reads of one key that misses the cache, from four clients at once: one fetch serves them
+/// all, and the counters say so (four misses, three of them joined to the first).
+#[test]
+fn reads_of_one_uncached_key_join_one_fetch_and_are_counted_as_joined() {
+    let mut sim = simulator(defaults(), 300, 21);
+    for k in 0..200 {
+        assert_eq!(sim.execute(1, set(k, "v")), Some(Outcome::Ok));
+    }
+    sim.run_for(50 * DELTA);
+    for k in 0..200 {
+        let before = sim.engine().scheme_stats();
+        let tokens: Vec<u64> = (2..6).map(|c| sim.submit(c, get(k))).collect();
+        assert!(sim.run_until(20 * DELTA, |s| tokens.iter().all(|&t| s.has_outcome(t))));
+        for t in tokens {
+            assert_eq!(sim.outcome(t), Some(Outcome::Value(Some(Bytes::from("v")))));
+        }
+        let after = sim.engine().scheme_stats();
+        let joined = after.joined_reads - before.joined_reads;
+        if after.cache_misses - before.cache_misses == 4 {
+            assert_eq!(joined, 3, "key {k}");
+            return;
+        }
+        assert_eq!(joined, 0, "key {k}: hits join nothing");
+    }
+    panic!("no key missed the cache");
+}

@@ -414,7 +414,10 @@ impl Cloak {
             | Some(Pending {
                 queued: None,
                 flight: Some(Waiting::Read(waiters)),
-            }) => waiters.push(id),
+            }) => {
+                self.io.stats.joined_reads += 1;
+                waiters.push(id);
+            }
             _ => self.enqueue(slot, Waiting::Read(vec![id])),
         }
     }

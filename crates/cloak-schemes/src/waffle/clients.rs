@@ -63,7 +63,12 @@ impl Waffle {
             self.io.out.reply(id, Reply::Failed(error));
             return;
         }
-        self.pending.entry(slot).or_default().readers.push(id);
+        let readers = &mut self.pending.entry(slot).or_default().readers;
+        if !readers.is_empty() {
+            // The slot is fetched once for every reader waiting on it.
+            self.io.stats.joined_reads += 1;
+        }
+        readers.push(id);
         self.enqueue(slot);
     }
 
