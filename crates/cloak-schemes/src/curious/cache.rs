@@ -4,8 +4,10 @@
 //! about the requests. Blocks leave only by eviction, oldest first per subORAM.
 //!
 //! The cache has a limit: with at least two evictions per access it stays near two blocks per
-//! subORAM, but a limit turns an unexpected growth into a clear error instead of unbounded
-//! memory. The high-water mark is reported in `INFO`.
+//! subORAM, and past the limit reads that would add a block get a clear error. Writes are kept
+//! (the proxy's key directory already has them), so the limit is not a hard bound on memory: with
+//! buckets of one or two blocks, evictions overflow often and writes can hold the cache far past
+//! it (every slot at most once). The high-water mark is reported in `INFO`.
 //!
 //! `saved` marks blocks whose current record is also in storage's drain area (written when the
 //! proxy drains); what is not saved is counted as unwritten.

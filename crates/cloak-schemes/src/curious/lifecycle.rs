@@ -3,7 +3,8 @@
 //! writes the whole eviction cache to the drain area so storage alone holds every block.
 //!
 //! Both write every bucket of their area whatever the data, so they show the server only that
-//! the proxy started or stopped.
+//! the proxy started or stopped; a drain whose cache is past the drain area's room makes dummy
+//! accesses first (see [`DrainShrink`]).
 
 use std::time::Instant;
 
@@ -102,7 +103,8 @@ impl Curious {
         }
     }
 
-    /// While draining, once no access is in flight, writes the whole cache to the drain area.
+    /// While draining, once no access is in flight, writes the whole cache to the drain area,
+    /// after dummy accesses if it does not fit there (see [`DrainShrink`]).
     pub(super) fn maybe_drain(&mut self) {
         if !self.draining
             || !self.filled
@@ -110,28 +112,27 @@ impl Curious {
             || !self.accesses.is_empty()
             || self.io.repeating()
             || self.unwritten() == 0
+            || self.drain_shrink.gave_up
         {
             return;
         }
         let z = self.config.bucket_size;
         let room = self.layout.drain_buckets as usize * z;
-        // Writes are kept when the cache is full (see `submit`), so it can hold more than the
-        // drain area takes. Dummy accesses first, whose evictions take blocks out of it: the
-        // server sees more accesses before the drain, which shows only that the cache was past
-        // its limit when the proxy stopped. A cache that stops shrinking (paths too full to
-        // take its blocks) drains what fits after four accesses a subORAM without progress.
-        let (fewest, stalled) = &mut self.drain_progress;
-        if self.cache.len() < *fewest {
-            (*fewest, *stalled) = (self.cache.len(), 0);
+        let shrink = &mut self.drain_shrink;
+        if self.cache.len() < shrink.last {
+            shrink.stalled = 0;
         }
-        if self.cache.len() > room && *stalled < 4 * self.config.partitions {
-            *stalled += 1;
+        shrink.last = self.cache.len();
+        if self.cache.len() > room && shrink.stalled < 4 * self.config.partitions {
+            shrink.stalled += 1;
             self.io.stats.dummy_accesses += 1;
             let (sub, leaf) = self.random_position();
             self.start_access(sub, leaf, None, None);
             return;
         }
         if self.cache.len() > room {
+            // Written once: writing the same blocks again would not save the others.
+            shrink.gave_up = true;
             tracing::error!(
                 cached = self.cache.len(),
                 room,
@@ -169,5 +170,33 @@ impl Curious {
         self.drain_in_flight = true;
         self.io
             .send(Purpose::Drain(saved), StorageOp::Write(writes));
+    }
+}
+
+/// A drain's dummy accesses. Writes are kept when the cache is full (see `Curious::submit`), so
+/// it can hold more than the drain area takes; the drain then makes dummy accesses first, one at
+/// a time, whose evictions take blocks out of it. The server sees more accesses before the
+/// drain, and their number shows roughly how far past the drain area's room the cache was,
+/// which can follow the workload's locality (ops on cached keys add no block); with the default
+/// limit the cache stays far below that room. A cache that stops shrinking (paths too full to
+/// take its blocks) gets four accesses a subORAM without progress; then the drain writes what
+/// fits, once, and the rest stays in the journal.
+#[derive(Debug)]
+pub(super) struct DrainShrink {
+    /// The cache's size when the last one was made.
+    last: usize,
+    /// Made since the cache last shrank.
+    stalled: u32,
+    /// It stopped shrinking and the drain wrote what fits: nothing more is written.
+    gave_up: bool,
+}
+
+impl Default for DrainShrink {
+    fn default() -> Self {
+        Self {
+            last: usize::MAX,
+            stalled: 0,
+            gave_up: false,
+        }
     }
 }

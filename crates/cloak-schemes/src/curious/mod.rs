@@ -78,8 +78,10 @@
 //! Graceful shutdown ([`Scheme::drain`](cloak_core::Scheme::drain)): the eviction cache would otherwise only empty while
 //! clients keep sending ops, so once the proxy stops taking them and the accesses in flight are
 //! done, CURIOUS writes the whole cache to a *drain area* of storage: always all of it (room for
-//! the cache limit), so the write shows nothing but that the proxy stopped. Recovery reads it
-//! like any other element; the next run's fill overwrites it.
+//! the cache limit), so the write shows nothing but that the proxy stopped. Kept writes can take
+//! the cache past that room (see `submit`); the drain then first makes dummy accesses until it
+//! fits, whose number shows roughly how far past it was. Recovery reads the drain area like any
+//! other element; the next run's fill overwrites it.
 
 mod bucket;
 mod cache;
@@ -131,7 +133,8 @@ const FILL_CHUNK: u64 = 256;
 struct Access {
     sub: u32,
     leaf: u32,
-    /// The client op that caused it (`None`: the op was refused, the access still happens).
+    /// The client op that caused it (`None`: a dummy, for a refused read, whose access still
+    /// happens, or for a drain shrinking the cache).
     op: Option<OpId>,
     /// The block it retrieves (`None`: a dummy access).
     target: Option<u32>,
@@ -235,9 +238,8 @@ pub struct Curious {
     overflowed: u64,
     /// Reads refused because the eviction cache was full.
     refused: u64,
-    /// While draining a cache past the drain area's room: the fewest blocks it held, and the
-    /// dummy accesses made since it last held fewer (see `maybe_drain`).
-    drain_progress: (usize, u32),
+    /// A drain's dummy accesses, while the cache holds more than the drain area takes.
+    drain_shrink: lifecycle::DrainShrink,
 }
 
 impl Curious {
@@ -289,7 +291,7 @@ impl Curious {
             evicting: 0,
             overflowed: 0,
             refused: 0,
-            drain_progress: (usize::MAX, 0),
+            drain_shrink: lifecycle::DrainShrink::default(),
             config,
             layout,
         };

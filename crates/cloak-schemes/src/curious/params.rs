@@ -106,7 +106,8 @@ pub struct CuriousConfig {
     pub evictions: usize,
     /// Most accesses scheduled at once.
     pub max_in_flight: usize,
-    /// Most blocks in the eviction cache before ops are refused.
+    /// Most blocks in the eviction cache before reads that would add one are refused (writes
+    /// are kept, and may take it past).
     pub cache_limit: usize,
     /// Accesses a block stays readable at the proxy after its subORAM is drawn (`retention`).
     pub retention: u64,
