@@ -124,10 +124,20 @@ impl Curious {
         }
         shrink.last = self.cache.len();
         if self.cache.len() > room && shrink.stalled < 4 * self.config.partitions {
-            shrink.stalled += 1;
-            self.io.stats.dummy_accesses += 1;
-            let (sub, leaf) = self.random_position();
-            self.start_access(sub, leaf, None, None);
+            // A round of them at once, as many as would evict the excess if each evicted its
+            // full share (evictions are at least 2, checked in `params`).
+            let excess = self.cache.len() - room;
+            let round = excess
+                .div_ceil(self.config.evictions)
+                .clamp(1, self.config.max_in_flight);
+            shrink.stalled = shrink
+                .stalled
+                .saturating_add(u32::try_from(round).unwrap_or(u32::MAX));
+            for _ in 0..round {
+                self.io.stats.dummy_accesses += 1;
+                let (sub, leaf) = self.random_position();
+                self.start_access(sub, leaf, None, None);
+            }
             return;
         }
         if self.cache.len() > room {
@@ -174,8 +184,10 @@ impl Curious {
 }
 
 /// A drain's dummy accesses. Writes are kept when the cache is full (see `Curious::submit`), so
-/// it can hold more than the drain area takes; the drain then makes dummy accesses first, one at
-/// a time, whose evictions take blocks out of it. The server sees more accesses before the
+/// it can hold more than the drain area takes; the drain then makes dummy accesses first, in
+/// rounds of as many as would evict the excess (at most the accesses allowed in flight), whose
+/// evictions take blocks out of it. Their subORAMs are drawn independently, so running them
+/// together shows nothing their number does not. The server sees more accesses before the
 /// drain, and their number shows roughly how far past the drain area's room the cache was,
 /// which can follow the workload's locality (ops on cached keys add no block); with the default
 /// limit the cache stays far below that room. A cache that stops shrinking (paths too full to
@@ -185,7 +197,7 @@ impl Curious {
 pub(super) struct DrainShrink {
     /// The cache's size when the last one was made.
     last: usize,
-    /// Made since the cache last shrank.
+    /// Made since a round last left the cache smaller.
     stalled: u32,
     /// It stopped shrinking and the drain wrote what fits: nothing more is written.
     gave_up: bool,
