@@ -153,6 +153,18 @@ impl CuriousConfig {
                 o.bucket_size
             ));
         }
+        if o.bucket_size <= 2 {
+            // Allowed, but measured in the simulator (a review of the kept writes): with one-
+            // or two-block buckets evictions often find no room on their path, and writes,
+            // which the cache keeps past its limit, held it at 340–1,407 blocks against a
+            // limit of 40, refusing reads meanwhile.
+            tracing::warn!(
+                bucket_size = o.bucket_size,
+                "with buckets of one or two blocks the CURIOUS eviction cache overflows often: \
+                 under writes it grows past --curious-cache-limit, and reads that would add to \
+                 it are refused meanwhile; 3 or more is recommended (5 by default)"
+            );
+        }
         if o.evictions < 2 {
             return Err(format!(
                 "--curious-evictions must be at least 2 (got {}): every access that fetches a \
