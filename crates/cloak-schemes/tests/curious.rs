@@ -622,9 +622,14 @@ fn a_full_eviction_cache_refuses_reads_that_would_grow_it_and_drains_by_itself()
     }
 }
 
+/// How this file's stores seal their elements.
+fn element_format() -> ElementFormat {
+    ElementFormat::Sealed(ElementCodec::new(LAYOUT, Sealer::new(&master()).unwrap()))
+}
+
 /// What storage alone holds (no journal), as recovery would find it.
 fn scan(sim: &mut Simulator) -> Recovered {
-    let format = ElementFormat::Sealed(ElementCodec::new(LAYOUT, Sealer::new(&master()).unwrap()));
+    let format = element_format();
     let mut recovery = Recovery::new(format);
     while let Some(op) = recovery.next_request() {
         recovery.handle(sim.store_mut().apply(op)).unwrap();
@@ -752,8 +757,7 @@ fn recovered(crashed: (cloak_core::MemoryStore, JournalMap), seed: u64) -> Simul
         )
         .unwrap()
     };
-    let format =
-        || ElementFormat::Sealed(ElementCodec::new(LAYOUT, Sealer::new(&master()).unwrap()));
+    let format = element_format;
     let restart = cloak_testkit::suite::Restart {
         format: &format,
         hasher: KeyHasher::new(&master()),

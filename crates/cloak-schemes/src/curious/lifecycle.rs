@@ -123,24 +123,24 @@ impl Curious {
             shrink.stalled = 0;
         }
         shrink.last = self.cache.len();
-        if self.cache.len() > room && shrink.stalled < 4 * self.config.partitions {
-            // A round of them at once, as many as would evict the excess if each evicted its
-            // full share (evictions are at least 2, checked in `params`).
-            let excess = self.cache.len() - room;
-            let round = excess
-                .div_ceil(self.config.evictions)
-                .clamp(1, self.config.max_in_flight);
-            shrink.stalled = shrink
-                .stalled
-                .saturating_add(u32::try_from(round).unwrap_or(u32::MAX));
-            for _ in 0..round {
-                self.io.stats.dummy_accesses += 1;
-                let (sub, leaf) = self.random_position();
-                self.start_access(sub, leaf, None, None);
-            }
-            return;
-        }
         if self.cache.len() > room {
+            if shrink.stalled < 4 * self.config.partitions {
+                // A round of them at once, as many as would evict the excess if each evicted
+                // its full share (evictions are at least 2, checked in `params`).
+                let excess = self.cache.len() - room;
+                let round = excess
+                    .div_ceil(self.config.evictions)
+                    .min(self.config.max_in_flight);
+                shrink.stalled = shrink
+                    .stalled
+                    .saturating_add(u32::try_from(round).unwrap_or(u32::MAX));
+                for _ in 0..round {
+                    self.io.stats.dummy_accesses += 1;
+                    let (sub, leaf) = self.random_position();
+                    self.start_access(sub, leaf, None, None);
+                }
+                return;
+            }
             // Written once: writing the same blocks again would not save the others.
             shrink.gave_up = true;
             tracing::error!(
