@@ -117,13 +117,14 @@ pub async fn measure(
         progress.finish();
         proxies.push(started?);
     }
-    // A proxy holds reads until its partitions' fills are done: wait for each to answer one.
+    // Each proxy answers a read of each of its partitions' keys, and its fills are done.
     for (index, proxy) in proxies.iter().enumerate() {
         for partition in map.hosted_by(index) {
             if let Some(&key) = keys_of[partition.index].first() {
                 startup::first_read(proxy.addr.into(), key_name(key).as_bytes()).await?;
             }
         }
+        startup::filled(proxy.addr.into()).await?;
     }
     let route = slot_map(proxies[0].addr).await?;
 

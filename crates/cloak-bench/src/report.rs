@@ -347,6 +347,7 @@ pub fn table(results: &[Measurement]) -> String {
         "scan s",
         "listen s",
         "1st read s",
+        "filled s",
         "errors",
     ];
     let rows: Vec<Vec<String>> = results
@@ -385,6 +386,7 @@ pub fn table(results: &[Measurement]) -> String {
                 opt(m.startup.map(|s| s.scan_floor_seconds), seconds),
                 opt(m.startup.map(|s| s.listening_seconds), seconds),
                 opt(m.startup.map(|s| s.first_read_seconds), seconds),
+                opt(m.startup.map(|s| s.filled_seconds), seconds),
                 m.errors.to_string(),
             ]
         })

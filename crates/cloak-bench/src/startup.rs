@@ -1,7 +1,8 @@
 //! What a proxy's start on a preloaded store costs: the time until it listens, the time until
-//! it answers its first read (a scheme that rewrites the store after recovery holds reads until
-//! that is done), its peak memory meanwhile, and the floor: the time a bare scan of the same
-//! storage takes from outside the proxy, which no recovery can beat.
+//! it answers its first read (a scheme that rewrites the store after recovery may hold reads
+//! until that is done; Cloak answers them from the recovered records meanwhile), the time until
+//! that rewrite (the fill) is done, its peak memory by then, and the floor: the time a bare scan
+//! of the same storage takes from outside the proxy, which no recovery can beat.
 //!
 //! The bench's proxy start is exactly a restart: the preload wrote the store, and the proxy
 //! recovers it with its ordinary storage scan (see [`crate::preload`]).
@@ -27,6 +28,9 @@ pub struct Startup {
     pub listening_seconds: f64,
     /// Seconds from starting the proxy to the answer of its first read.
     pub first_read_seconds: f64,
+    /// Seconds from starting the proxy to the end of its initial fill (`INFO` no longer says
+    /// it is loading): the measured load starts then.
+    pub filled_seconds: f64,
     /// The proxy's peak resident memory (`VmHWM`) by then: recovery's high-water mark.
     pub peak_rss_bytes: Option<u64>,
 }
@@ -59,12 +63,59 @@ pub async fn scan_floor(storage: &dyn Storage) -> Result<(Duration, u64), Storag
 }
 
 /// Reads `key` through the proxy at `target` (over TLS if the bench's clients use it) and waits
-/// for its answer, however long the proxy holds it.
+/// for its answer, however long the proxy holds it; the key was preloaded, so anything but its
+/// value is an error.
 pub async fn first_read(target: Target, key: &[u8]) -> Result<(), ClientError> {
     let addr = target.addr;
     let mut connection = Connection::connect(target).await?;
     match connection.call(&[b"GET", key]).await? {
-        Reply::Error(error) => Err(ClientError::Refused { addr, error }),
-        _ => Ok(()),
+        Reply::Value(Some(_)) => Ok(()),
+        other => Err(ClientError::Refused {
+            addr,
+            error: format!("{other:?} to a read of a preloaded key"),
+        }),
+    }
+}
+
+/// How often [`filled`] asks.
+const LOADING_POLL: Duration = Duration::from_millis(20);
+
+/// Waits until the proxy at `target` no longer says it is loading (`INFO persistence`'s
+/// `loading:0`): its initial fill is done and batches run on their schedule.
+pub async fn filled(target: Target) -> Result<(), ClientError> {
+    let addr = target.addr;
+    let mut connection = Connection::connect(target).await?;
+    loop {
+        match connection.call(&[b"INFO", b"persistence"]).await? {
+            Reply::Value(Some(info)) if loading(&info) == Some(false) => return Ok(()),
+            Reply::Value(Some(info)) if loading(&info) == Some(true) => {}
+            other => {
+                return Err(ClientError::Refused {
+                    addr,
+                    error: format!("{other:?} to INFO persistence, with no loading field"),
+                });
+            }
+        }
+        tokio::time::sleep(LOADING_POLL).await;
+    }
+}
+
+/// The `loading` field of an `INFO` answer.
+fn loading(info: &[u8]) -> Option<bool> {
+    String::from_utf8_lossy(info)
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("loading:").map(|v| v != "0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loading_field_is_read_from_an_info_answer() {
+        let info = b"# Persistence\r\nloading:1\r\nloading_loaded_perc:12.5\r\n";
+        assert_eq!(loading(info), Some(true));
+        assert_eq!(loading(b"# Persistence\r\nloading:0\r\n"), Some(false));
+        assert_eq!(loading(b"# Server\r\n"), None);
     }
 }

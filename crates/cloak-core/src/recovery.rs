@@ -687,7 +687,7 @@ mod tests {
         );
         assert_eq!(recovered.next_version, 8);
         assert_eq!(
-            recovered.records.take(2).unwrap().value,
+            recovered.records.read(2).unwrap().value,
             Bytes::from_static(b"value"),
             "a journaled value is kept in memory"
         );

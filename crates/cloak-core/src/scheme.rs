@@ -126,6 +126,9 @@ pub struct SchemeStats {
     /// Of the misses, reads that joined a read of the same slot already waiting for storage:
     /// answered by that read's access, with none of their own.
     pub joined_reads: u64,
+    /// Of the misses, reads answered while the initial fill ran from the records the restart
+    /// recovered (recovery's spool, on local disk): no storage access.
+    pub recovered_reads: u64,
     /// Client ops waiting for storage right now.
     pub queued: u64,
     /// Writes acknowledged to clients that storage does not hold yet; a proxy may stop only
@@ -149,8 +152,8 @@ pub struct SchemeStats {
     /// lost until a client writes its key again): while any is, the proxy keeps the spool for
     /// the operator instead of deleting it.
     pub fill_losses: u64,
-    /// While the initial fill runs: elements it wrote, of all it writes. Client ops wait until
-    /// it is done, and `INFO` says the proxy is loading.
+    /// While the initial fill runs: elements it wrote, of all it writes. `INFO` says the proxy
+    /// is loading; reads the scheme cannot answer without storage wait until it is done.
     pub filling: Option<(u64, u64)>,
 }
 

@@ -77,7 +77,9 @@ pub fn render(
     sections.push(("Memory", memory));
     // The proxy listens once its recovery scan is done, and the scheme's initial fill runs
     // after that: Redis's `loading` fields (over elements rather than bytes) say how far it got.
-    // Client ops wait for the fill rather than getting Redis's `-LOADING` error.
+    // Clients are served meanwhile rather than getting Redis's `-LOADING` error (reads that
+    // need storage wait for the fill, except where the scheme answers them from the recovered
+    // records).
     // A cluster proxy is loading while any of its partitions fills; the counts add up.
     let filling = stores
         .iter()
@@ -242,6 +244,7 @@ fn scheme_fields(s: &Snapshot) -> Fields {
         kv("cache_hits", stats.cache_hits.to_string()),
         kv("cache_misses", stats.cache_misses.to_string()),
         kv("cache_misses_joined", stats.joined_reads.to_string()),
+        kv("cache_misses_recovered", stats.recovered_reads.to_string()),
         kv(
             "cache_hit_rate",
             format!(

@@ -146,6 +146,12 @@ const METRICS: &[Metric] = &[
         |s| s.stats.joined_reads.to_string(),
     ),
     (
+        "recovered_reads_total",
+        "counter",
+        "Of the cache misses, reads answered during a restart's fill from the recovered records on local disk (no storage access).",
+        |s| s.stats.recovered_reads.to_string(),
+    ),
+    (
         "queue_depth",
         "gauge",
         "Client ops waiting for storage.",

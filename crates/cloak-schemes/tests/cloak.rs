@@ -870,6 +870,45 @@ fn after_a_crash_the_server_sees_one_full_fill_then_the_budgets_again() {
     })
 }
 
+/// After a restart, a read is answered while the fill is still out, from the recovered records
+/// on local disk (recovery's spool): storage is sent the fill and nothing else, and the value is
+/// the recovered one. A write during the fill is still the newest value for reads after it.
+#[test]
+fn reads_during_the_fill_are_answered_from_the_recovered_records_with_no_storage_request() {
+    with_restart(|restart| {
+        let mut sim = simulator(options(8, None), 15);
+        for i in 0..40 {
+            let (key, value) = (format!("k{i}"), format!("v{i}"));
+            assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
+        }
+        sim.run_for(100 * DELTA);
+        let (mut sim, _) = restart.recover(sim.crash(), 1);
+        sim.record();
+        let reads: Vec<u64> = (0..40)
+            .map(|i| sim.submit(9, get(&format!("k{i}"))))
+            .collect();
+        // Storage answers in RTT: the fill's one request is still out.
+        sim.run_for(RTT / 2);
+        let stats = sim.engine().scheme_stats();
+        assert!(stats.filling.is_some(), "the fill is still out");
+        assert_eq!(stats.recovered_reads, 40);
+        let view = sim.take_trace();
+        assert_eq!(view.len(), 1, "storage was sent the fill alone: {view:?}");
+        assert_eq!(view[0].kind, AccessKind::Write);
+        assert_eq!(view[0].addrs.len() as u64, budgets().capacity());
+        for (i, read) in reads.into_iter().enumerate() {
+            assert_eq!(sim.outcome(read), value(&format!("v{i}")), "k{i}");
+        }
+
+        // A write during the fill, then a read of its key: the write's value.
+        let write = sim.submit(9, set("k0", "new"));
+        let read = sim.submit(9, get("k0"));
+        sim.run_for(10 * DELTA);
+        assert_eq!(sim.outcome(write), Some(Outcome::Ok));
+        assert_eq!(sim.outcome(read), value("new"));
+    })
+}
+
 /// A key whose element failed authentication during a run, with no cached copy, is written back
 /// as an empty placeholder (the run answers integrity errors for it). After a restart it must not
 /// pass for a free slot: checked against the versions the run acknowledged, it is missing.

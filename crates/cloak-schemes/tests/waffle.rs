@@ -622,6 +622,49 @@ fn a_restart_leaves_no_element_of_the_earlier_run() {
     reads_back(&mut sim, 200);
 }
 
+/// After a restart, reads are answered before Waffle's own scan and fill are done, from the
+/// recovered records (recovery's spool on local disk, or the cache): storage is sent the scan
+/// and the fill and no read for them, and each value is the recovered one.
+#[test]
+fn reads_during_the_scan_and_fill_are_answered_from_the_recovered_records() {
+    let waffle = defaults();
+    let mut sim = simulator(waffle.clone(), 300, 43);
+    for k in 0..200 {
+        sim.execute(0, set(k, &format!("v{k}")));
+    }
+    sim.run_for(Duration::from_millis(100));
+    let (mut sim, _) = recover(sim.crash(), &waffle, 300);
+    sim.record();
+    let reads: Vec<u64> = (0..200).map(|k| sim.submit(k as u64, get(k))).collect();
+    // Storage answers in RTT: the scan's first request is still out.
+    sim.run_for(RTT / 2);
+    let stats = sim.engine().scheme_stats();
+    assert!(
+        stats.filling.is_some(),
+        "the scan and fill are still to come"
+    );
+    assert!(stats.recovered_reads > 100, "{stats:?}");
+    assert_eq!(stats.recovered_reads + stats.cache_hits, 200, "{stats:?}");
+    for (k, read) in reads.into_iter().enumerate() {
+        let want = Some(Outcome::Value(Some(Bytes::from(format!("v{k}")))));
+        assert_eq!(sim.outcome(read), want, "k{k}");
+    }
+    sim.run_for(Duration::from_millis(200));
+    let view = sim.take_trace();
+    let before_batches: Vec<AccessKind> = view
+        .iter()
+        .take_while(|observed| observed.kind != AccessKind::Read)
+        .map(|observed| observed.kind)
+        .collect();
+    assert!(
+        before_batches
+            .iter()
+            .all(|kind| [AccessKind::Scan, AccessKind::Write].contains(kind)),
+        "only the scan and the fill before the first batch: {before_batches:?}"
+    );
+    reads_back(&mut sim, 200);
+}
+
 /// Shutdown writes the cache back: with no journal at all, storage alone holds every key.
 #[test]
 fn draining_writes_the_cache_to_storage() {

@@ -33,13 +33,14 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use cloak_audit::distinguish::percentiles;
 use cloak_core::recovery::leak_demo::{
-    LIVE_READ_BACK_ENV, SLOW_LIVE_RECORD_ENV, SLOW_READ_BACK_ENV, SLOW_SCANNED_RECORD_ENV,
-    UNPACED_SCAN_ENV,
+    LIVE_READ_BACK_ENV, SLOW_CLIENT_READ_ENV, SLOW_LIVE_RECORD_ENV, SLOW_READ_BACK_ENV,
+    SLOW_SCANNED_RECORD_ENV, UNPACED_SCAN_ENV,
 };
 use cloak_core::{AccessKind, Entry, Record, RecordLayout, STORE_MARKER, StorageOp, Trace};
 use cloak_crypto::{MasterKey, StoreId};
@@ -47,6 +48,7 @@ use cloak_schemes::shell::fill::FILL_WINDOW;
 use cloak_schemes::{LEAK_DEMO_UNPACED_FILL_ENV, SchemeName};
 use cloak_storage::{MemoryStorage, Observing, Storage, TraceHandle, server};
 use common::{Running, connect, free_port};
+use rand::Rng;
 
 const KEY_SIZE: usize = 16;
 
@@ -118,12 +120,44 @@ struct Fill {
     filled: Duration,
     /// Between one of recovery's scan requests and the next.
     scan_gaps: Vec<Duration>,
+    /// Reads a client had answered while the fill ran ([`Store::restart_reading`]).
+    reads: u64,
+}
+
+/// Clients of [`Store::restart_reading`]: each has 32 reads out at a time.
+const READERS: usize = 4;
+
+/// Reads keys `key:0..keys` in random order, 32 at a time, as fast as the proxy on `port`
+/// answers, while `filling` holds; checks every value and returns how many were read.
+fn read_while(filling: &AtomicBool, port: u16, keys: u64) -> u64 {
+    let mut client = connect(port);
+    let mut rng = rand::rng();
+    let mut reads = 0;
+    while filling.load(Ordering::Relaxed) {
+        let mut pipe = redis::pipe();
+        for _ in 0..32 {
+            pipe.get(format!("key:{:012}", rng.random_range(0..keys)));
+        }
+        let values: Vec<Option<Vec<u8>>> = pipe.query(&mut client).unwrap();
+        assert!(
+            values.iter().all(Option::is_some),
+            "a stored key read as missing"
+        );
+        reads += values.len() as u64;
+    }
+    reads
 }
 
 impl Store {
     /// Preloads the store into a fresh server, starts `cloak` (`bin`) on it with `env` and the
     /// `--fill-pace` given, waits for the fill to end, and returns what the server saw of it.
     fn restart(self, bin: &str, env: &[(&str, &str)], fill_pace: &str) -> Fill {
+        self.restart_reading(bin, env, fill_pace, false)
+    }
+
+    /// [`Store::restart`], with [`READERS`] clients reading the store's keys as fast as the
+    /// proxy answers from the moment it listens until its fill is done, if `read` says so.
+    fn restart_reading(self, bin: &str, env: &[(&str, &str)], fill_pace: &str, read: bool) -> Fill {
         // One restart at a time: the tests compare timings, and restarts running side by side
         // on a 2-core host would make each other late.
         let _alone = ONE_AT_A_TIME
@@ -201,11 +235,24 @@ impl Store {
         let spawned = std::time::Instant::now();
         let proxy = Running::start_bin_with_env(bin, &args, env, "listening");
         let mut client = connect(port);
+        let filling = Arc::new(AtomicBool::new(true));
+        let readers: Vec<_> = (0..if read { READERS } else { 0 })
+            .map(|_| {
+                let (filling, keys) = (filling.clone(), self.keys);
+                std::thread::spawn(move || read_while(&filling, port, keys))
+            })
+            .collect();
         common::wait_until_filled(&mut client, Duration::from_secs(120));
         let filled = spawned.elapsed();
+        filling.store(false, Ordering::Relaxed);
+        let reads = readers
+            .into_iter()
+            .map(|reader| reader.join().unwrap())
+            .sum();
         assert!(proxy.stop().success());
         let mut fill = fill_of(&server.trace.take(), &mut format);
         fill.filled = filled;
+        fill.reads = reads;
         fill
     }
 }
@@ -259,6 +306,7 @@ fn fill_of(trace: &Trace, format: &mut cloak_core::ElementFormat) -> Fill {
             .windows(2)
             .map(|w| w[1].at - w[0].at)
             .collect(),
+        reads: 0,
     }
 }
 
@@ -531,6 +579,79 @@ fn path_oram_fill_clock_hides_the_live_records() {
         slow_live_us: 100,
         fill_pace: "20",
     });
+}
+
+/// The mean gap between the fill requests of a full store's restart with no client and with
+/// clients reading its keys throughout the fill (answered from the recovered records, with no
+/// storage request, each read taking `client_read_us` longer), in microseconds.
+fn fill_gaps_idle_and_read(scheme: SchemeName, client_read_us: &str) -> (i128, i128) {
+    let store = Store {
+        scheme,
+        capacity: CLOCK_CAPACITY,
+        keys: CLOCK_CAPACITY,
+        value_size: 64,
+        empty_elements: false,
+    };
+    let env = [
+        (SLOW_READ_BACK_ENV, "20"),
+        (SLOW_CLIENT_READ_ENV, client_read_us),
+    ];
+    let mean = |fill: &Fill| {
+        fill.gaps.iter().sum::<Duration>().as_micros() as i128 / fill.gaps.len() as i128
+    };
+    let idle = store.restart_reading(common::CLOAK, &env, "30", false);
+    let read = store.restart_reading(common::CLOAK, &env, "30", true);
+    assert!(
+        read.reads > 0,
+        "{scheme}: no read was answered during the fill"
+    );
+    println!(
+        "{scheme} {env:?}: mean gap between {} fill requests {} µs idle, {} µs with {} reads \
+         answered during the fill; pause after the scan {} µs idle, {} µs read",
+        idle.gaps.len() + 1,
+        mean(&idle),
+        mean(&read),
+        read.reads,
+        idle.pause.as_micros(),
+        read.pause.as_micros(),
+    );
+    (mean(&idle), mean(&read))
+}
+
+/// How far apart the mean gaps between fill requests may be, idle and read, before the reads
+/// count as moving the fill: with the clock they were measured 1-15 µs apart.
+const READS_MOVE_THE_FILL_US: i128 = 1000;
+
+/// Reads during a restart's fill are answered from the recovered records, on the thread that
+/// prepares the fill's requests: the requests still leave on the fill's public clock, so the
+/// server cannot tell a fill during which clients read from one during which none did (every
+/// read's work is made 200 µs longer, and four clients keep 32 each in flight: tens of
+/// thousands of reads). The same check catches reads whose work overruns the clock (5 ms each:
+/// the requests they delay leave late).
+///
+/// The fill without its clock is no such counterpart: preparing its requests back to back keeps
+/// that thread busy, and the clients' reads wait instead of delaying it (a few hundred were
+/// answered during such a fill, which kept its pace).
+fn assert_reads_during_the_fill_do_not_move_it(scheme: SchemeName) {
+    let moves = |(idle, read): (i128, i128)| (read - idle).abs() > READS_MOVE_THE_FILL_US;
+    assert!(
+        !moves(fill_gaps_idle_and_read(scheme, "200")),
+        "{scheme}: the gaps between fill requests follow the reads during the fill"
+    );
+    assert!(
+        moves(fill_gaps_idle_and_read(scheme, "5000")),
+        "{scheme}: reads that overrun the fill's clock passed for reads that do not move it"
+    );
+}
+
+#[test]
+fn cloak_reads_during_the_fill_do_not_move_it() {
+    assert_reads_during_the_fill_do_not_move_it(SchemeName::Cloak);
+}
+
+#[test]
+fn waffle_reads_during_the_fill_do_not_move_it() {
+    assert_reads_during_the_fill_do_not_move_it(SchemeName::Waffle);
 }
 
 /// Measures what the fill's clock costs in time to the first read: a restart of a sparse store

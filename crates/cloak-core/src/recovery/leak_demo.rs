@@ -18,6 +18,10 @@
 //!   spooling its element, made large, so the test can tell whether the scan's public clock
 //!   ([`super::pace`]) hides it; [`UNPACED_SCAN_ENV`] sends each scan request as soon as the
 //!   chunk before is opened, the leak that clock closes.
+//! - [`SLOW_CLIENT_READ_ENV`] (microseconds) makes each client's read answered from the
+//!   recovered records during the fill take that much longer, on the thread that prepares the
+//!   fill's requests, so the test can tell whether the fill's clock keeps such reads from
+//!   moving its requests.
 
 /// Microseconds added to every read back from the spool (see the module docs).
 pub const SLOW_READ_BACK_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_READ_BACK_US";
@@ -37,6 +41,20 @@ pub const SLOW_SCANNED_RECORD_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_SCANNED_RECORD_U
 /// Set (to anything), recovery's scan requests leave as soon as they can, off its clock (see
 /// the module docs).
 pub const UNPACED_SCAN_ENV: &str = "CLOAK_LEAK_DEMO_UNPACED_SCAN";
+
+/// Set (in microseconds), a client's read of a recovered record during the fill takes that much
+/// longer (see the module docs).
+pub const SLOW_CLIENT_READ_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_CLIENT_READ_US";
+
+/// Waits as long as [`SLOW_CLIENT_READ_ENV`] says, in a leak-demo build.
+pub(super) fn slow_client_read() {
+    #[cfg(feature = "leak-demo")]
+    {
+        static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
+            std::sync::LazyLock::new(|| micros_from(SLOW_CLIENT_READ_ENV));
+        sleep_times(*DELAY, 1);
+    }
+}
 
 /// Waits as long as [`SLOW_SCANNED_RECORD_ENV`] says for each of `records` live records, in a
 /// leak-demo build.

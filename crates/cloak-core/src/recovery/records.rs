@@ -1,22 +1,23 @@
-//! The records a recovery found, handed to the new instance's fill one slot at a time.
+//! The records a recovery found, handed to the new instance's fill one slot at a time, and to
+//! clients' reads until the fill is done.
 //!
 //! In memory: per slot its version, key, the type and deadline from its value's envelope, and
 //! where its element is in the spool (see [`super::spool`]); the value itself stays on disk
-//! until the fill takes the record, so a restart holds the store's keys, not its values. A fill
+//! until the fill reads the record, so a restart holds the store's keys, not its values. A fill
 //! asks for every slot's record once, in the random order of its new layout, a request's worth
-//! at a time ([`RecoveredRecords::take_all`]): the records are a vector sorted by slot (a hash
+//! at a time ([`RecoveredRecords::read_all`]): the records are a vector sorted by slot (a hash
 //! map of them cost about twice their count in buckets) with an index from slot to entry, and
 //! the elements a request needs are read in file order and opened on every core.
 //!
 //! **Every fill request costs the same reads, whatever its slots hold.** The fill sends a
-//! request as soon as its records are taken (and the window has room), so the time between two
+//! request as soon as its records are read (and the window has room), so the time between two
 //! of its requests that storage sees includes the time taking their records took. Reading and
 //! opening an element is most of that time (about 1.3 µs an element of 64-byte values: a full
 //! store's fill requests came 1.8 ms apart against 0.5 ms for an empty one's), and only slots with a
 //! spooled value need one: had the fill read only those, a request's delay would count its live
 //! records, and the server would read off it how many keys the store holds and, chunk by chunk,
 //! where they sit in a layout (review finding 6). So each request reads back as many elements
-//! as the fill asks ([`RecoveredRecords::take_all`]'s `reads`, the request's size, which is
+//! as the fill asks ([`RecoveredRecords::read_all`]'s `reads`, the request's size, which is
 //! public): the elements of its records, and for every slot short of that a decoy, an element
 //! of the spool read and opened the same way, whose records are dropped. Decoys are spread over
 //! the whole spool as the records of a random layout are, so they hit the page cache and the
@@ -169,7 +170,7 @@ impl Found {
 /// Recovered records by slot (see the module docs).
 #[derive(Default)]
 pub struct RecoveredRecords {
-    /// Sorted by slot, one per slot; a taken record is left as a default (version 0) entry.
+    /// Sorted by slot, one per slot.
     found: Vec<(Slot, Found)>,
     /// The position in `found` of every slot up to the highest found ([`NOT_FOUND`] for none),
     /// or empty where the slots are too sparse for one (then a binary search finds them). A
@@ -234,7 +235,7 @@ impl RecoveredRecords {
         self.found.is_empty()
     }
 
-    /// Records some client wrote (version above 0) and no fill took yet.
+    /// Records some client wrote (version above 0).
     pub fn written(&self) -> u64 {
         self.found.iter().filter(|(_, f)| f.version > 0).count() as u64
     }
@@ -257,46 +258,46 @@ impl RecoveredRecords {
         Ok(keyspace)
     }
 
-    /// `slot`'s record, leaving it empty here (see [`RecoveredRecords::take_all`]).
-    pub fn take(&mut self, slot: Slot) -> Result<Record, RecoveryError> {
-        self.take_all(&[slot], 1)
+    /// `slot`'s record (see [`RecoveredRecords::read_all`]), reading no decoy: a client's read
+    /// during the fill, which no storage request waits on.
+    pub fn read(&mut self, slot: Slot) -> Result<Record, RecoveryError> {
+        leak_demo::slow_client_read();
+        self.read_all(&[slot], 0)
             .pop()
             .unwrap_or_else(|| Ok(Record::empty()))
     }
 
-    /// The records of `slots`, in that order, leaving them empty here: a fill takes each slot
-    /// once. Empty for a slot recovery found nothing for. Reads spooled values back, so a slot
-    /// fails if the spool cannot be read or no longer holds what was written to it.
+    /// The records of `slots`, in that order; empty for a slot recovery found nothing for. Reads
+    /// spooled values back, so a slot fails if the spool cannot be read or no longer holds what
+    /// was written to it.
+    ///
+    /// The records stay here: a fill reads each slot's once, and until the fill is done a
+    /// client's read of a key may read it too (storage does not hold every record before then,
+    /// and the spool needs no storage request). Its key is copied for each read, a small
+    /// allocation the table's own copy outlives; the table is dropped when the fill is done.
     ///
     /// Reads `reads` elements of the spool (or more, if `slots` need more), whatever `slots`
     /// hold: a fill passes the size of the request these records go out in, so every request
     /// costs the same reads (see the module docs).
-    pub fn take_all(&mut self, slots: &[Slot], reads: usize) -> Vec<Result<Record, RecoveryError>> {
-        let taken = slots
+    pub fn read_all(&mut self, slots: &[Slot], reads: usize) -> Vec<Result<Record, RecoveryError>> {
+        let positions: Vec<(Slot, Option<usize>)> = slots
             .iter()
-            .map(|&slot| {
-                let found = self
-                    .position(slot)
-                    .map(|i| std::mem::take(&mut self.found[i].1))
-                    .unwrap_or_default();
-                (slot, found)
-            })
+            .map(|&slot| (slot, self.position(slot)))
             .collect();
-        self.values(taken, reads)
+        self.values(&positions, reads)
     }
 
     /// Every record, by slot, a chunk at a time in the order of the spool, so each chunk reads
     /// a stretch of the file and the records of a bucket are mostly opened together.
     pub fn into_vec(mut self) -> Result<Vec<(Slot, Record)>, RecoveryError> {
-        let mut found = std::mem::take(&mut self.found);
-        found.sort_by_key(|(_, f)| f.value.spooled());
-        let mut records = Vec::with_capacity(found.len());
-        let mut rest = found.into_iter().peekable();
-        while rest.peek().is_some() {
-            let chunk: Vec<(Slot, Found)> = rest.by_ref().take(LOAD_CHUNK).collect();
-            let slots: Vec<Slot> = chunk.iter().map(|(slot, _)| *slot).collect();
+        let mut order: Vec<(Slot, Option<usize>)> = (0..self.found.len())
+            .map(|i| (self.found[i].0, Some(i)))
+            .collect();
+        order.sort_by_key(|(_, i)| i.and_then(|i| self.found[i].1.value.spooled()));
+        let mut records = Vec::with_capacity(order.len());
+        for chunk in order.chunks(LOAD_CHUNK) {
             // Before any fill: no request waits on these reads, so they need no decoys.
-            for (slot, record) in slots.into_iter().zip(self.values(chunk, 0)) {
+            for (&(slot, _), record) in chunk.iter().zip(self.values(chunk, 0)) {
                 records.push((slot, record?));
             }
         }
@@ -312,19 +313,19 @@ impl RecoveredRecords {
         (at != NOT_FOUND).then_some(at as usize)
     }
 
-    /// The records of `taken` (slot, what recovery found), in the order given, with their
-    /// values, after reading at least `reads` elements (decoys make up the difference, see the
-    /// module docs). The elements holding them are read in file order (a walk forward through
-    /// the spool, not a seek back and forth) and opened on every core, each once however many
-    /// of its records are asked for.
+    /// The records of `slots` (each with its position in `found`, `None` for a slot nothing was
+    /// found for), in the order given, with their values, after reading at least `reads`
+    /// elements (decoys make up the difference, see the module docs). The elements holding them
+    /// are read in file order (a walk forward through the spool, not a seek back and forth) and
+    /// opened on every core, each once however many of its records are asked for.
     fn values(
         &mut self,
-        taken: Vec<(Slot, Found)>,
+        slots: &[(Slot, Option<usize>)],
         reads: usize,
     ) -> Vec<Result<Record, RecoveryError>> {
-        let mut places: Vec<Spooled> = taken
+        let mut places: Vec<Spooled> = slots
             .iter()
-            .filter_map(|(_, found)| found.value.spooled())
+            .filter_map(|(_, i)| self.found[(*i)?].1.value.spooled())
             .collect();
         places.sort_unstable();
         places.dedup();
@@ -341,24 +342,27 @@ impl RecoveredRecords {
         // the element of a record, read twice: either copy serves the record.
         places.sort_unstable();
         let opened = on_every_core(&places, |&at| self.open(at));
-        taken
-            .into_iter()
-            .map(|(slot, found)| match found.value {
-                Value::Empty => Ok(Record {
+        slots
+            .iter()
+            .map(|&(slot, i)| {
+                let Some(i) = i else {
+                    return Ok(Record::empty());
+                };
+                let found = &self.found[i].1;
+                let with_value = |value: Bytes| Record {
                     version: found.version,
-                    key: found.key.into(),
-                    value: Bytes::new(),
-                }),
-                Value::Kept(value) => Ok(Record {
-                    version: found.version,
-                    key: found.key.into(),
-                    value: *value,
-                }),
-                Value::Spooled(at) => match places.binary_search(&at).map(|i| &opened[i]) {
-                    Ok(Ok(held)) => pick(slot, found, held),
-                    Ok(Err(unread)) => Err(unread.of(slot)),
-                    Err(_) => Err(Unread::Unplaced.of(slot)),
-                },
+                    key: Bytes::copy_from_slice(&found.key),
+                    value,
+                };
+                match &found.value {
+                    Value::Empty => Ok(with_value(Bytes::new())),
+                    Value::Kept(value) => Ok(with_value((**value).clone())),
+                    Value::Spooled(at) => match places.binary_search(at).map(|i| &opened[i]) {
+                        Ok(Ok(held)) => pick(slot, found, held).map(with_value),
+                        Ok(Err(unread)) => Err(unread.of(slot)),
+                        Err(_) => Err(Unread::Unplaced.of(slot)),
+                    },
+                }
             })
             .collect()
     }
@@ -428,15 +432,11 @@ fn index(found: &[(Slot, Found)]) -> Vec<u32> {
     index
 }
 
-/// `found`'s record, with its value from the records of the element it was spooled in.
-fn pick(slot: Slot, found: Found, held: &[(Slot, Record)]) -> Result<Record, RecoveryError> {
+/// `found`'s value, from the records of the element it was spooled in.
+fn pick(slot: Slot, found: &Found, held: &[(Slot, Record)]) -> Result<Bytes, RecoveryError> {
     held.iter()
         .find(|(s, r)| *s == slot && r.version == found.version && r.key[..] == found.key[..])
-        .map(|(_, record)| Record {
-            version: found.version,
-            key: found.key.into(),
-            value: record.value.clone(),
-        })
+        .map(|(_, record)| record.value.clone())
         .ok_or(RecoveryError::Altered {
             slot,
             reason: "its element no longer holds the record read from it",
@@ -504,7 +504,7 @@ mod tests {
     }
 
     #[test]
-    fn each_slot_gives_its_latest_record_once() {
+    fn each_slot_gives_its_latest_record_as_often_as_it_is_read() {
         let mut records = RecoveredRecords::from(vec![
             (9, record(1)),
             (3, record(2)),
@@ -517,18 +517,22 @@ mod tests {
             "slot 9 once, slot 3; not the empty slot 5"
         );
         assert_eq!(
-            records.take(9).unwrap(),
+            records.read(9).unwrap(),
             record(3),
             "the later of two for a slot"
         );
-        assert_eq!(records.take(9).unwrap(), Record::empty(), "taken once");
-        assert_eq!(records.take(3).unwrap(), record(2));
         assert_eq!(
-            records.take(4).unwrap(),
+            records.read(9).unwrap(),
+            record(3),
+            "a fill's read leaves it for a client's"
+        );
+        assert_eq!(records.read(3).unwrap(), record(2));
+        assert_eq!(
+            records.read(4).unwrap(),
             Record::empty(),
             "nothing recovered there"
         );
-        assert_eq!(records.written(), 0);
+        assert_eq!(records.written(), 2);
     }
 
     /// Records 1..=3 spooled as plaintext elements at addresses 100 + slot.
@@ -554,19 +558,19 @@ mod tests {
     fn spooled_values_are_read_back_one_at_a_time_or_all_at_once() {
         let mut records = spooled();
         assert_eq!(records.get(2).map(|(v, _)| v), Some(2));
-        assert_eq!(records.take(2).unwrap(), record(2));
+        assert_eq!(records.read(2).unwrap(), record(2));
         assert_eq!(
             records.into_vec().unwrap(),
-            vec![(1, record(1)), (2, Record::empty()), (3, record(3))]
+            vec![(1, record(1)), (2, record(2)), (3, record(3))]
         );
     }
 
     #[test]
-    fn records_taken_together_come_in_the_order_asked_and_only_an_altered_one_fails() {
+    fn records_read_together_come_in_the_order_asked_and_only_an_altered_one_fails() {
         let mut records = spooled();
         assert!(!records.index.is_empty(), "dense slots are indexed");
         records.found[1].1.version = 7;
-        let taken = records.take_all(&[3, 2, 1, 9], 4);
+        let taken = records.read_all(&[3, 2, 1, 9], 4);
         assert_eq!(taken[0].as_ref().unwrap(), &record(3));
         assert!(matches!(
             taken[1],
@@ -578,7 +582,7 @@ mod tests {
             &Record::empty(),
             "nothing found"
         );
-        assert_eq!(records.take(3).unwrap(), Record::empty(), "taken once");
+        assert_eq!(records.read(3).unwrap(), record(3), "read again");
     }
 
     #[test]
@@ -588,15 +592,20 @@ mod tests {
         };
         let mut records = spooled();
         // Slot 2 holds a value; 7 and 8 hold nothing: two decoys make up a request of three.
-        let taken = records.take_all(&[7, 2, 8], 3);
+        let taken = records.read_all(&[7, 2, 8], 3);
         assert_eq!(taken[1].as_ref().unwrap(), &record(2));
         assert_eq!(read_back(&records), 3);
         // Nothing held at all: as many reads.
-        records.take_all(&[7, 8, 9], 3);
+        records.read_all(&[7, 8, 9], 3);
         assert_eq!(read_back(&records), 6);
+        // A client's read during the fill reads its own element and no decoy.
+        assert_eq!(records.read(2).unwrap(), record(2));
+        assert_eq!(read_back(&records), 7);
+        assert_eq!(records.read(8).unwrap(), Record::empty());
+        assert_eq!(read_back(&records), 7);
         // The values alone when no request waits on them (before any fill).
         let mut loading = spooled();
-        loading.values(Vec::new(), 0);
+        loading.values(&[], 0);
         assert_eq!(read_back(&loading), 0);
     }
 
@@ -605,9 +614,9 @@ mod tests {
         let far = 1 << 40;
         let mut records = RecoveredRecords::from(vec![(far, record(1)), (5, record(2))]);
         assert!(records.index.is_empty(), "an index would cost 2^40 entries");
-        assert_eq!(records.take(far).unwrap(), record(1));
-        assert_eq!(records.take(5).unwrap(), record(2));
-        assert_eq!(records.take(6).unwrap(), Record::empty());
+        assert_eq!(records.read(far).unwrap(), record(1));
+        assert_eq!(records.read(5).unwrap(), record(2));
+        assert_eq!(records.read(6).unwrap(), Record::empty());
     }
 
     #[test]
@@ -615,7 +624,7 @@ mod tests {
         let mut records = spooled();
         // The entry says version 7; the spooled element holds version 2.
         records.found[1].1.version = 7;
-        let error = records.take(2).unwrap_err();
+        let error = records.read(2).unwrap_err();
         assert!(
             matches!(error, RecoveryError::Altered { slot: 2, .. }),
             "{error}"

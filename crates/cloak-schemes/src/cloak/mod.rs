@@ -45,7 +45,7 @@ use write_backs::{WriteBack, WriteBacks};
 use crate::Start;
 use crate::schedule::Schedule;
 use crate::shell::fill::{Fill, Pace};
-use crate::shell::recovered::take_for_fill;
+use crate::shell::recovered::{read_for_client, take_for_fill};
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 
 /// Elements written per request while the store is first filled.
@@ -402,6 +402,10 @@ impl Cloak {
             self.io.out.reply(id, Reply::Failed(error));
             return;
         }
+        if !self.filled() {
+            self.read_recovered(id, slot);
+            return;
+        }
         if let Some(error) = self.io.unavailable() {
             self.io.out.reply(id, Reply::Failed(error));
             return;
@@ -420,6 +424,32 @@ impl Cloak {
             }
             _ => self.enqueue(slot, Waiting::Read(vec![id])),
         }
+    }
+
+    /// Answers a read of `slot` while the initial fill runs, from the records the restart
+    /// recovered: its value is in recovery's spool on local disk, where the fill reads it too,
+    /// so the read needs no storage request and shows the server nothing. Storage may not hold
+    /// the record anywhere until the fill is done (a chunk overwrites its old address before the
+    /// one with its new address lands), so before this such a read waited for the whole fill.
+    /// A write during the fill is pending until the first batch and answers reads itself (see
+    /// [`Cloak::read`]), so the recovered record is the newest value whenever this is reached.
+    ///
+    /// Its cost (one element read back and opened) is on this thread, which also prepares the
+    /// fill's requests; those leave on the fill's public clock whatever the clients do, unless
+    /// a flood of such reads makes one late, which is counted and logged like any late request
+    /// (see `crate::shell::fill`).
+    fn read_recovered(&mut self, id: OpId, slot: u32) {
+        self.io.stats.recovered_reads += 1;
+        let reply = match read_for_client(&mut self.initial, slot) {
+            Ok(record) => {
+                if let Some(cache) = self.cache.as_mut() {
+                    cache.put(slot, record.detached());
+                }
+                Reply::Value(record)
+            }
+            Err(error) => Reply::Failed(error),
+        };
+        self.answer(id, slot, reply);
     }
 
     /// Replies about `slot`, once whatever was written to it is durable.

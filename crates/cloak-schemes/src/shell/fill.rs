@@ -1,6 +1,7 @@
 //! A new scheme instance's initial fill: every element of its storage written once, in chunks
-//! with a few requests in flight, before it serves anything. It writes everything whatever the
-//! data, so it shows the server nothing but the store's size. A large store's fill takes
+//! with a few requests in flight, before its first batch (Cloak and Waffle answer reads
+//! meanwhile from the recovered records, with no storage request). It writes everything
+//! whatever the data, so it shows the server nothing but the store's size. A large store's fill takes
 //! minutes, so it logs how far it got every few seconds ([`Progress`]); only the log sees that.
 //!
 //! **When each request leaves** ([`Pace`]). After a restart the fill carries the recovered

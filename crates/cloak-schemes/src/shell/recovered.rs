@@ -1,17 +1,29 @@
-//! Taking a recovered record for the initial fill.
+//! Reading a recovered record for the initial fill.
 //!
 //! Recovered values wait in recovery's spool on local disk until the fill places them
-//! ([`RecoveredRecords::take_all`]). If one cannot be read back, the fill must still write the
+//! ([`RecoveredRecords::read_all`]). If one cannot be read back, the fill must still write the
 //! slot's element (the fill writes every address whatever the data, so the server sees nothing
 //! of it), but never as a silently empty key: the slot is marked corrupt, so reads of its key
 //! fail with an integrity error until a client writes it again, and the empty record goes out at
 //! version 0, below the version the ledger expects, so the next start names the slot as lost.
 
 use cloak_core::recovery::leak_demo;
-use cloak_core::{Record, RecoveredRecords, Slot};
+use cloak_core::{Record, RecoveredRecords, SchemeError, Slot};
+
+/// `slot`'s recovered record for a client's read before the fill is done: read back from the
+/// spool on local disk, with no storage request (the schemes that call this say why that
+/// shows the server nothing). A record that cannot be read back is an integrity error, as the
+/// fill will find it.
+pub fn read_for_client(initial: &mut RecoveredRecords, slot: u32) -> Result<Record, SchemeError> {
+    initial.read(Slot::from(slot)).map_err(|error| {
+        SchemeError::Integrity(format!(
+            "this key's recovered record cannot be read back: {error}"
+        ))
+    })
+}
 
 /// The recovered records of `slots` for the fill, in that order (read back a request's worth at
-/// a time, see [`RecoveredRecords::take_all`]); a record that cannot be read back is logged, its
+/// a time, see [`RecoveredRecords::read_all`]); a record that cannot be read back is logged, its
 /// slot goes into `corrupt`, `losses` counts it, and the fill writes it empty (see the module
 /// docs).
 ///
@@ -26,7 +38,7 @@ pub fn take_for_fill(
     losses: &mut u64,
 ) -> Vec<Record> {
     let wanted: Vec<Slot> = slots.iter().map(|&slot| Slot::from(slot)).collect();
-    let taken = initial.take_all(&wanted, request);
+    let taken = initial.read_all(&wanted, request);
     leak_demo::slow_live_records(
         taken
             .iter()

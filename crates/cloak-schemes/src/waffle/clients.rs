@@ -3,7 +3,10 @@
 //!
 //! The newest value of a slot is, in order: a pending write, the cache, storage. A read is
 //! answered at once from the first two; otherwise it waits for the batch that reads the slot
-//! (or for a write, which answers it). A write is acknowledged once journaled and waits in the
+//! (or for a write, which answers it). Until a restart's scan and fill are done, storage's
+//! part is the records the restart recovered, which wait on local disk for the fill: a read is
+//! answered from them at once, with no storage request ([`super::startup`] says why that shows
+//! the server nothing). A write is acknowledged once journaled and waits in the
 //! queue for a batch to put it in the cache. Every op queues its slot once, so a batch takes up
 //! to `R` distinct slots in arrival order, and with them at most `R` touches of the LRU order,
 //! which Theorem 7.2's β relies on.
@@ -57,6 +60,17 @@ impl Waffle {
         self.io.stats.cache_misses += 1;
         if self.corrupt.contains(&slot) {
             self.io.out.reply(id, Reply::Failed(lost(slot)));
+            return;
+        }
+        if self.stage != Stage::Running {
+            let reply = match self.startup.read_recovered(slot) {
+                Ok(record) => Reply::Value(record),
+                Err(error) => Reply::Failed(error),
+            };
+            self.io.stats.recovered_reads += 1;
+            self.answer(id, slot, reply);
+            // Like a hit: the slot's batch brings it into the cache.
+            self.enqueue(slot);
             return;
         }
         if let Some(error) = self.io.unavailable() {

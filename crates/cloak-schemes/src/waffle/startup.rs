@@ -14,7 +14,9 @@ use std::mem;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cloak_core::{Addr, ElementCodec, JournalId, NO_SLOT, Record, RecoveredRecords, StorageOp};
+use cloak_core::{
+    Addr, ElementCodec, JournalId, NO_SLOT, Record, RecoveredRecords, SchemeError, StorageOp,
+};
 use hashbrown::{HashMap, HashSet};
 use lru::LruCache;
 use rand::seq::SliceRandom;
@@ -28,7 +30,7 @@ use crate::Start;
 use crate::schedule::Schedule;
 use crate::shell::Io;
 use crate::shell::fill::{Fill, FillClock, FillShape, Pace};
-use crate::shell::recovered::take_for_fill;
+use crate::shell::recovered::{read_for_client, take_for_fill};
 
 /// Elements per scan request.
 const SCAN_CHUNK: u32 = 4096;
@@ -165,6 +167,18 @@ impl Startup {
 }
 
 impl Startup {
+    /// `slot`'s recovered record, for a client's read before the fill is done (the slot is not
+    /// cached: the cached slots' records went to the cache when the scheme was built). It is
+    /// read from recovery's spool on local disk, where the fill reads it too: no storage request,
+    /// so the server sees nothing of it. Storage may not hold it anywhere until the fill is done
+    /// (the fill overwrites the store), so before this such a read waited for the whole fill.
+    /// Its cost is on the thread that prepares the fill's requests, which leave on the fill's
+    /// public clock unless a flood of reads makes one late (counted and logged, see
+    /// [`crate::shell::fill`]).
+    pub(super) fn read_recovered(&mut self, slot: u32) -> Result<Record, SchemeError> {
+        read_for_client(&mut self.initial, slot)
+    }
+
     /// While the fill runs (or the scan before it): elements written, of all it writes.
     pub(super) fn filling(&self) -> Option<(u64, u64)> {
         self.fill.filling()
@@ -258,6 +272,8 @@ impl Waffle {
             "storage filled, batches start"
         );
         self.startup.order = Vec::new();
+        // The fill read every record; the table would keep a restart's peak.
+        self.startup.initial = RecoveredRecords::default();
         self.stage = Stage::Running;
         self.schedule.start(now);
         let slots = mem::take(&mut self.startup.cached_recovered);
