@@ -10,7 +10,8 @@
 //! Memory stays near the steady state's: as the scan goes, recovery keeps per slot only its
 //! newest version, key and envelope, and appends the element holding it to a spool on local
 //! disk ([`spool`]); the new instance's fill reads each value back as it places it
-//! ([`RecoveredRecords::take`]).
+//! ([`RecoveredRecords::read_all`]), and a client's read before the fill is done reads it
+//! from there too ([`RecoveredRecords::read`]).
 //!
 //! What the server learns: a scan of every element, then the new instance's initial fill. Both
 //! read and write everything, whatever the workload was, so recovery reveals nothing about it.

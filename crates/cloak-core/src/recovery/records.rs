@@ -288,16 +288,23 @@ impl RecoveredRecords {
     }
 
     /// Every record, by slot, a chunk at a time in the order of the spool, so each chunk reads
-    /// a stretch of the file and the records of a bucket are mostly opened together.
+    /// a stretch of the file and the records of a bucket are mostly opened together. The table
+    /// is handed over chunk by chunk, so a key is held twice (the table's copy and the record's)
+    /// for one chunk at a time, not for the whole store.
     pub fn into_vec(mut self) -> Result<Vec<(Slot, Record)>, RecoveryError> {
-        let mut order: Vec<(Slot, Option<usize>)> = (0..self.found.len())
-            .map(|i| (self.found[i].0, Some(i)))
-            .collect();
-        order.sort_by_key(|(_, i)| i.and_then(|i| self.found[i].1.value.spooled()));
-        let mut records = Vec::with_capacity(order.len());
-        for chunk in order.chunks(LOAD_CHUNK) {
+        let mut found = std::mem::take(&mut self.found);
+        self.index = Vec::new();
+        found.sort_by_key(|(_, f)| f.value.spooled());
+        let mut records = Vec::with_capacity(found.len());
+        let mut rest = found.into_iter().peekable();
+        while rest.peek().is_some() {
+            // With no index, `position` finds nothing: the chunk's slots go by their place.
+            self.found = rest.by_ref().take(LOAD_CHUNK).collect();
+            let chunk: Vec<(Slot, Option<usize>)> = (self.found.iter().enumerate())
+                .map(|(i, (slot, _))| (*slot, Some(i)))
+                .collect();
             // Before any fill: no request waits on these reads, so they need no decoys.
-            for (&(slot, _), record) in chunk.iter().zip(self.values(chunk, 0)) {
+            for (&(slot, _), record) in chunk.iter().zip(self.values(&chunk, 0)) {
                 records.push((slot, record?));
             }
         }

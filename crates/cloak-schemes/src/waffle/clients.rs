@@ -3,10 +3,11 @@
 //!
 //! The newest value of a slot is, in order: a pending write, the cache, storage. A read is
 //! answered at once from the first two; otherwise it waits for the batch that reads the slot
-//! (or for a write, which answers it). Until a restart's scan and fill are done, storage's
-//! part is the records the restart recovered, which wait on local disk for the fill: a read is
-//! answered from them at once, with no storage request ([`super::startup`] says why that shows
-//! the server nothing). A write is acknowledged once journaled and waits in the
+//! (or for a write, which answers it). Until a restart's fill is done, storage's part is the
+//! records the restart recovered, which wait on local disk for the fill: once the fill is
+//! under way a read is answered from them at once, with no storage request, and the reads
+//! that waited through Waffle's own scan are answered as it starts ([`super::startup`] says
+//! why that shows the server nothing, and why not during the scan). A write is acknowledged once journaled and waits in the
 //! queue for a batch to put it in the cache. Every op queues its slot once, so a batch takes up
 //! to `R` distinct slots in arrival order, and with them at most `R` touches of the LRU order,
 //! which Theorem 7.2's β relies on.
@@ -54,7 +55,7 @@ impl Waffle {
                 false => Reply::Value(record),
             };
             self.answer(id, slot, reply);
-            self.enqueue(slot);
+            self.enqueue_if_running(slot);
             return;
         }
         self.io.stats.cache_misses += 1;
@@ -62,15 +63,10 @@ impl Waffle {
             self.io.out.reply(id, Reply::Failed(lost(slot)));
             return;
         }
-        if self.stage != Stage::Running {
-            let reply = match self.startup.read_recovered(slot) {
-                Ok(record) => Reply::Value(record),
-                Err(error) => Reply::Failed(error),
-            };
+        if self.stage == Stage::Filling {
             self.io.stats.recovered_reads += 1;
+            let reply = self.startup.read_recovered(slot);
             self.answer(id, slot, reply);
-            // Like a hit: the slot's batch brings it into the cache.
-            self.enqueue(slot);
             return;
         }
         if let Some(error) = self.io.unavailable() {
@@ -83,7 +79,8 @@ impl Waffle {
             self.io.stats.joined_reads += 1;
         }
         readers.push(id);
-        self.enqueue(slot);
+        // During Waffle's own scan the read waits, unqueued, to be answered as the fill starts.
+        self.enqueue_if_running(slot);
     }
 
     fn write(&mut self, id: OpId, slot: u32, record: Record) {
@@ -97,6 +94,33 @@ impl Waffle {
             self.answer(reader, slot, Reply::Value(record.clone()));
         }
         self.answer(id, slot, Reply::Written);
+    }
+
+    /// Puts `slot` in the queue for the next batches, once, for a read answered without one,
+    /// so the batch brings it into the cache, unless batches have not started: nothing takes
+    /// from the queue before then, and a queue full of such reads (the scheme accepts no op
+    /// while it holds `max_pending` slots) would stop every client until the fill's end. The read then leaves the slot where it is, as a
+    /// read answered by a write does.
+    fn enqueue_if_running(&mut self, slot: u32) {
+        if self.stage == Stage::Running {
+            self.enqueue(slot);
+        }
+    }
+
+    /// Answers every read waiting through Waffle's own scan from the recovered records, once
+    /// the fill is under way.
+    pub(super) fn answer_waiting_from_recovered(&mut self) {
+        let waiting: Vec<u32> = (self.pending.iter())
+            .filter(|(_, pending)| !pending.readers.is_empty())
+            .map(|(&slot, _)| slot)
+            .collect();
+        for slot in waiting {
+            let reply = self.startup.read_recovered(slot);
+            for reader in self.take_readers(slot) {
+                self.io.stats.recovered_reads += 1;
+                self.answer(reader, slot, reply.clone());
+            }
+        }
     }
 
     /// Puts `slot` in the queue for the next batches, once.

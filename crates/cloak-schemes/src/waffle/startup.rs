@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, ElementCodec, JournalId, NO_SLOT, Record, RecoveredRecords, SchemeError, StorageOp,
+    Addr, ElementCodec, JournalId, NO_SLOT, Record, RecoveredRecords, Reply, StorageOp,
 };
 use hashbrown::{HashMap, HashSet};
 use lru::LruCache;
@@ -175,8 +175,15 @@ impl Startup {
     /// Its cost is on the thread that prepares the fill's requests, which leave on the fill's
     /// public clock unless a flood of reads makes one late (counted and logged, see
     /// [`crate::shell::fill`]).
-    pub(super) fn read_recovered(&mut self, slot: u32) -> Result<Record, SchemeError> {
-        read_for_client(&mut self.initial, slot)
+    ///
+    /// Not during Waffle's own scan of storage: its pages go out as the page before is answered,
+    /// off any clock, so work done between them (a flood of such reads) would show in their
+    /// gaps. Reads wait through the scan and are answered as the fill starts.
+    pub(super) fn read_recovered(&mut self, slot: u32) -> Reply {
+        match read_for_client(&mut self.initial, slot) {
+            Ok(record) => Reply::Value(record),
+            Err(error) => Reply::Failed(error),
+        }
     }
 
     /// While the fill runs (or the scan before it): elements written, of all it writes.
@@ -204,6 +211,8 @@ impl Waffle {
                 .fill
                 .set_pace(pace.unwrap_or_else(Pace::unpaced));
             self.pump_fill(now);
+            // The fill's first requests are prepared: from here on they leave on its clock.
+            self.answer_waiting_from_recovered();
         } else {
             let op = StorageOp::Scan {
                 after: last,
