@@ -10,6 +10,7 @@ mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use cloak_core::{Entry, Kind, Record, Slot};
@@ -80,6 +81,12 @@ async fn the_start_hook_runs_once_after_every_recovered_record_is_stored() {
         let value: Option<String> = con.get("after").await.unwrap();
         assert_eq!(value.as_deref(), Some("the start"), "{scheme}");
 
+        // Cloak answers reads during its fill, from the recovered records: the hook runs when
+        // the fill is done, which the reads above need not wait for.
+        let waited = std::time::Instant::now();
+        while CALLS.load(Ordering::SeqCst) == 0 && waited.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         assert_eq!(CALLS.load(Ordering::SeqCst), 1, "{scheme}: calls");
         // Cloak's fill writes every address; unsafe restores the records it was handed.
         assert!(
