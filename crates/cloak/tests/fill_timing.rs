@@ -310,6 +310,11 @@ fn fill_of(trace: &Trace, format: &mut cloak_core::ElementFormat) -> Fill {
     }
 }
 
+/// The mean of `gaps` in microseconds (0 for none).
+fn mean_micros(gaps: &[Duration]) -> i128 {
+    gaps.iter().sum::<Duration>().as_micros() as i128 / gaps.len().max(1) as i128
+}
+
 fn micros(gaps: &[Duration]) -> impl Iterator<Item = u64> + '_ {
     gaps.iter().map(|gap| gap.as_micros() as u64)
 }
@@ -389,10 +394,7 @@ fn scan_gaps_empty_and_full(env: &[(&str, &str)]) -> (i128, i128) {
     env.push((SLOW_SCANNED_RECORD_ENV, &slow));
     // Slow enough that a full chunk's amplified opening (20 ms, and a test build's own work)
     // fits in the scan's interval (about 9.7 ms a chunk at 1) with room to spare.
-    let mean = |fill: &Fill| {
-        fill.scan_gaps.iter().sum::<Duration>().as_micros() as i128
-            / fill.scan_gaps.len().max(1) as i128
-    };
+    let mean = |fill: &Fill| mean_micros(&fill.scan_gaps);
     let empty = mean(&store(0).restart(common::CLOAK, &env, "10"));
     let full = mean(&store(SCAN_CAPACITY).restart(common::CLOAK, &env, "10"));
     println!("recovery's scan {env:?}: mean gap between requests {empty} µs empty, {full} µs full");
@@ -490,9 +492,7 @@ fn empty_and_full(test: ClockTest, env: &[(&str, &str)]) -> Apart {
     env.push((SLOW_LIVE_RECORD_ENV, &slow));
     let empty = store(0).restart(common::CLOAK, &env, fill_pace);
     let full = store(CLOCK_CAPACITY).restart(common::CLOAK, &env, fill_pace);
-    let mean = |fill: &Fill| {
-        fill.gaps.iter().sum::<Duration>().as_micros() as i128 / fill.gaps.len() as i128
-    };
+    let mean = |fill: &Fill| mean_micros(&fill.gaps);
     let mut live = full.live.clone();
     live.sort_unstable();
     let requests = full.live.len() as i128;
@@ -596,9 +596,7 @@ fn fill_gaps_idle_and_read(scheme: SchemeName, client_read_us: &str) -> (i128, i
         (SLOW_READ_BACK_ENV, "20"),
         (SLOW_CLIENT_READ_ENV, client_read_us),
     ];
-    let mean = |fill: &Fill| {
-        fill.gaps.iter().sum::<Duration>().as_micros() as i128 / fill.gaps.len() as i128
-    };
+    let mean = |fill: &Fill| mean_micros(&fill.gaps);
     let idle = store.restart_reading(common::CLOAK, &env, "30", false);
     let read = store.restart_reading(common::CLOAK, &env, "30", true);
     assert!(

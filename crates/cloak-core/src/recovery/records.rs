@@ -293,12 +293,13 @@ impl RecoveredRecords {
     /// for one chunk at a time, not for the whole store.
     pub fn into_vec(mut self) -> Result<Vec<(Slot, Record)>, RecoveryError> {
         let mut found = std::mem::take(&mut self.found);
+        // It names places in the whole table, which is gone; `values` takes a chunk's entries
+        // by their place in the chunk.
         self.index = Vec::new();
         found.sort_by_key(|(_, f)| f.value.spooled());
         let mut records = Vec::with_capacity(found.len());
         let mut rest = found.into_iter().peekable();
         while rest.peek().is_some() {
-            // With no index, `position` finds nothing: the chunk's slots go by their place.
             self.found = rest.by_ref().take(LOAD_CHUNK).collect();
             let chunk: Vec<(Slot, Option<usize>)> = (self.found.iter().enumerate())
                 .map(|(i, (slot, _))| (*slot, Some(i)))

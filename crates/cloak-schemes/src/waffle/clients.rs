@@ -7,8 +7,8 @@
 //! records the restart recovered, which wait on local disk for the fill: once the fill is
 //! under way a read is answered from them at once, with no storage request, and the reads
 //! that waited through Waffle's own scan are answered as it starts ([`super::startup`] says
-//! why that shows the server nothing, and why not during the scan). A write is acknowledged once journaled and waits in the
-//! queue for a batch to put it in the cache. Every op queues its slot once, so a batch takes up
+//! why that shows the server nothing, and why not during the scan). A write is acknowledged
+//! once journaled and waits in the queue for a batch to put it in the cache. Every op queues its slot once, so a batch takes up
 //! to `R` distinct slots in arrival order, and with them at most `R` touches of the LRU order,
 //! which Theorem 7.2's β relies on.
 
@@ -64,9 +64,7 @@ impl Waffle {
             return;
         }
         if self.stage == Stage::Filling {
-            self.io.stats.recovered_reads += 1;
-            let reply = self.startup.read_recovered(slot);
-            self.answer(id, slot, reply);
+            self.answer_from_recovered(slot, [id]);
             return;
         }
         if let Some(error) = self.io.unavailable() {
@@ -99,8 +97,8 @@ impl Waffle {
     /// Puts `slot` in the queue for the next batches, once, for a read answered without one,
     /// so the batch brings it into the cache, unless batches have not started: nothing takes
     /// from the queue before then, and a queue full of such reads (the scheme accepts no op
-    /// while it holds `max_pending` slots) would stop every client until the fill's end. The read then leaves the slot where it is, as a
-    /// read answered by a write does.
+    /// while it holds `max_pending` slots) would stop every client until the fill's end. The
+    /// read then leaves the slot where it is, as a read answered by a write does.
     fn enqueue_if_running(&mut self, slot: u32) {
         if self.stage == Stage::Running {
             self.enqueue(slot);
@@ -115,11 +113,17 @@ impl Waffle {
             .map(|(&slot, _)| slot)
             .collect();
         for slot in waiting {
-            let reply = self.startup.read_recovered(slot);
-            for reader in self.take_readers(slot) {
-                self.io.stats.recovered_reads += 1;
-                self.answer(reader, slot, reply.clone());
-            }
+            let readers = self.take_readers(slot);
+            self.answer_from_recovered(slot, readers);
+        }
+    }
+
+    /// Answers `readers` of `slot` from its recovered record, read once for all of them.
+    fn answer_from_recovered(&mut self, slot: u32, readers: impl IntoIterator<Item = OpId>) {
+        let reply = self.startup.read_recovered(slot);
+        for reader in readers {
+            self.io.stats.recovered_reads += 1;
+            self.answer(reader, slot, reply.clone());
         }
     }
 
