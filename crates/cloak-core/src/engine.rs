@@ -458,12 +458,17 @@ impl Engine {
         self.gate_moved = false;
     }
 
-    /// Hands storage's answer to the scheme, checked first: a reply of the wrong kind or size
-    /// for its request reaches the scheme as an error (see [`ExpectedReply`]), and a reply to a
-    /// request that is not in flight (never sent, or answered already) is dropped.
+    /// Hands storage's answer, which arrived at `arrived`, to the scheme at `now`, checked
+    /// first: a reply of the wrong kind or size for its request reaches the scheme as an error
+    /// (see [`ExpectedReply`]), and a reply to a request that is not in flight (never sent, or
+    /// answered already) is dropped.
+    ///
+    /// The scheme gets both instants (see [`Scheme::handle_storage`]); the commands the answer
+    /// unblocks run at `now`, like any other (a TTL counts from then).
     pub fn handle_storage(
         &mut self,
         now: Instant,
+        arrived: Instant,
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
@@ -471,7 +476,8 @@ impl Engine {
             tracing::warn!(?id, "dropped a storage reply to no request in flight");
             return;
         };
-        self.scheme.handle_storage(now, id, expected.check(result));
+        self.scheme
+            .handle_storage(now, arrived, id, expected.check(result));
         self.drain_replies(now);
     }
 

@@ -180,13 +180,19 @@ pub trait Scheme: Send {
     /// Takes a client op; its reply comes later from [`Outbox::poll_reply`].
     fn submit(&mut self, now: Instant, id: OpId, op: Op);
 
-    /// Takes storage's answer to a request from [`Scheme::poll_storage`]. Through the
-    /// [`Engine`](crate::Engine), an `Ok` answer is always of the request's kind and size
-    /// (values for each address read, `Done` for a write or delete, at most `limit` scanned
-    /// entries); anything else arrives as an error (see [`crate::ExpectedReply`]).
+    /// Takes storage's answer to a request from [`Scheme::poll_storage`], which arrived at
+    /// `arrived` (at or before `now`). Through the [`Engine`](crate::Engine), an `Ok` answer is
+    /// always of the request's kind and size (values for each address read, `Done` for a write
+    /// or delete, at most `limit` scanned entries); anything else arrives as an error (see
+    /// [`crate::ExpectedReply`]).
+    ///
+    /// A request the scheme times from an answer counts from `arrived`, an instant the server
+    /// caused: `now` comes later the busier the proxy was with clients when the answer came, and
+    /// the server would see that in the request's timing.
     fn handle_storage(
         &mut self,
         now: Instant,
+        arrived: Instant,
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     );

@@ -293,7 +293,7 @@ impl Simulator {
                 Answer::Ready(result) => result,
                 Answer::Lands(write) => Ok(self.store.apply(write)),
             };
-            self.engine.handle_storage(self.now, id, result);
+            self.engine.handle_storage(self.now, self.now, id, result);
         } else if next_release.is_some_and(|at| at <= self.now) {
             let (_, request) = self.scheduled.pop_first().expect("peeked");
             self.transmit(request);

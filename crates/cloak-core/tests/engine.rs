@@ -52,6 +52,7 @@ impl Scheme for ByHand {
     fn handle_storage(
         &mut self,
         _now: Instant,
+        _arrived: Instant,
         _id: RequestId,
         _result: Result<StorageReply, StorageError>,
     ) {

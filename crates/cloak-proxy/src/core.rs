@@ -286,7 +286,8 @@ struct Core {
     started: Instant,
 }
 
-type Done = (RequestId, Result<StorageReply, StorageError>, u64);
+/// A storage request's answer, its bytes received, and when it arrived (on the storage thread).
+type Done = (RequestId, Result<StorageReply, StorageError>, u64, Instant);
 type Committed = (Vec<JournalId>, Result<(), String>);
 
 impl Core {
@@ -349,7 +350,7 @@ impl Core {
                     alarm = None;
                     self.fire_timeout(&done_tx, &committed_tx);
                 }
-                Some((id, result, received)) = done.recv() => {
+                Some((id, result, received, arrived)) = done.recv() => {
                     if let Err(error) = &result
                         && error.is_fenced_off()
                     {
@@ -367,7 +368,9 @@ impl Core {
                     }
                     self.io.bytes_received += received;
                     self.record_health(&result);
-                    self.engine.handle_storage(Instant::now(), id, result);
+                    // When the answer arrived, not only when this loop, perhaps busy with
+                    // clients, got to it (see `Scheme::handle_storage`).
+                    self.engine.handle_storage(Instant::now(), arrived, id, result);
                     self.end_start();
                 }
                 Some((ids, result)) = committed.recv() => {
@@ -493,8 +496,9 @@ impl Core {
                     Some(alarm) => storage.call_at(request.op, Box::pin(alarm)).await,
                     None => storage.call(request.op).await,
                 };
+                let arrived = Instant::now();
                 let received = result.as_ref().map_or(0, StorageReply::received_bytes);
-                let _ = done.send((request.id, result, received));
+                let _ = done.send((request.id, result, received, arrived));
             });
         }
     }

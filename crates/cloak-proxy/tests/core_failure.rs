@@ -30,7 +30,14 @@ impl Scheme for Panicking {
     fn submit(&mut self, _: Instant, _: OpId, _: Op) {
         panic!("a deliberate bug in the scheme");
     }
-    fn handle_storage(&mut self, _: Instant, _: RequestId, _: Result<StorageReply, StorageError>) {}
+    fn handle_storage(
+        &mut self,
+        _: Instant,
+        _: Instant,
+        _: RequestId,
+        _: Result<StorageReply, StorageError>,
+    ) {
+    }
     fn handle_timeout(&mut self, _: Instant) {}
     fn poll_timeout(&self) -> Option<Instant> {
         None

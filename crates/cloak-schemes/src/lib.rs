@@ -279,6 +279,14 @@ pub const LEAK_DEMO_INTAKE_BATCHES_ENV: &str = "CLOAK_LEAK_DEMO_INTAKE_BATCHES";
 #[cfg(feature = "leak-demo")]
 pub const LEAK_DEMO_UNPACED_FILL_ENV: &str = "CLOAK_LEAK_DEMO_UNPACED_FILL";
 
+/// Set in the environment of a process built with the `leak-demo` feature, it makes every
+/// scheme time what follows a storage answer from when the proxy handled the answer instead of
+/// when it arrived (`cloak_core::Scheme::handle_storage`): a restart's fill request that leaves
+/// an interval after an answer the server held then leaves later the busier the proxy was with
+/// clients, the leak `fill_timing` must catch. Builds without the feature never read it.
+#[cfg(feature = "leak-demo")]
+pub const LEAK_DEMO_ANSWERS_HANDLED_ENV: &str = "CLOAK_LEAK_DEMO_ANSWERS_HANDLED";
+
 /// Largest store any scheme supports (slots are 32-bit inside the schemes).
 pub const MAX_CAPACITY: u64 = u32::MAX as u64 - 1;
 

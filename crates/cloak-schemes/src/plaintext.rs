@@ -180,14 +180,15 @@ impl Algorithm for Unsafe {
         }
     }
 
-    fn answered(&mut self, now: Instant, purpose: Purpose, answer: Answer) {
+    fn answered(&mut self, _now: Instant, purpose: Purpose, answer: Answer) {
         match purpose {
             Purpose::Restore(records) => {
                 for (slot, version) in records {
                     self.io.out.release(slot, version);
                 }
                 // Released above: the fill only counts the answer.
-                self.restoring.written(now, Vec::new(), &mut self.io.out);
+                self.restoring
+                    .written(answer.arrived(), Vec::new(), &mut self.io.out);
                 self.pump_restore();
                 if self.restoring.is_done() {
                     for (id, op) in std::mem::take(&mut self.held) {

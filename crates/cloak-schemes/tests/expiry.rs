@@ -30,7 +30,7 @@ fn settle(engine: &mut Engine, store: &mut MemoryStore, now: Instant) -> usize {
                 written += writes.len();
             }
             let reply = store.apply(request.op);
-            engine.handle_storage(now, request.id, Ok(reply));
+            engine.handle_storage(now, now, request.id, Ok(reply));
         }
         while let Some(request) = engine.poll_journal() {
             busy = true;

@@ -795,7 +795,7 @@ fn pipelined_accesses_stay_correct_when_storage_reorders_requests() {
                 }
             } else if !applied.is_empty() {
                 let (id, reply) = applied.remove(rng.random_range(0..applied.len()));
-                oram.handle_storage(now, id, Ok(reply));
+                oram.handle_storage(now, now, id, Ok(reply));
             }
         }
         assert!(reorders > 100, "requests were rarely in flight together");
@@ -847,7 +847,7 @@ fn a_write_back_waits_for_the_journal_even_when_it_fails() {
     let now = Instant::now();
     while let Some(request) = oram.poll_storage() {
         let reply = store.apply(request.op);
-        oram.handle_storage(now, request.id, Ok(reply));
+        oram.handle_storage(now, now, request.id, Ok(reply));
     }
     assert_eq!(
         oram.describe().iter().find(|(k, _)| *k == "storage_filled"),
@@ -862,7 +862,7 @@ fn a_write_back_waits_for_the_journal_even_when_it_fails() {
     let read = oram.poll_storage().expect("its access still reads a path");
     assert!(matches!(read.op, StorageOp::Read(_)));
     let reply = store.apply(read.op);
-    oram.handle_storage(now, read.id, Ok(reply));
+    oram.handle_storage(now, now, read.id, Ok(reply));
     let barrier = oram.outbox().poll_journal().expect("a journal barrier");
     assert!(
         oram.poll_storage().is_none(),

@@ -43,7 +43,7 @@ fn serve_until<T>(
                 StorageOp::Scan { .. } => StorageReply::Entries(Vec::new()),
                 _ => StorageReply::Done,
             };
-            scheme.handle_storage(now, request.id, Ok(reply));
+            scheme.handle_storage(now, now, request.id, Ok(reply));
         }
         while let Some(journal) = scheme.outbox().poll_journal() {
             scheme.handle_journaled(now, journal.id, Ok(()));

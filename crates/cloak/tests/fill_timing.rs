@@ -33,7 +33,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -42,22 +42,55 @@ use cloak_core::recovery::leak_demo::{
     LIVE_READ_BACK_ENV, SLOW_CLIENT_READ_ENV, SLOW_LIVE_RECORD_ENV, SLOW_READ_BACK_ENV,
     SLOW_SCANNED_RECORD_ENV, UNPACED_SCAN_ENV,
 };
-use cloak_core::{AccessKind, Entry, Record, RecordLayout, STORE_MARKER, StorageOp, Trace};
+use cloak_core::{
+    AccessKind, Entry, Record, RecordLayout, STORE_MARKER, StorageError, StorageOp, StorageReply,
+    Trace,
+};
 use cloak_crypto::{MasterKey, StoreId};
 use cloak_schemes::shell::fill::FILL_WINDOW;
-use cloak_schemes::{LEAK_DEMO_UNPACED_FILL_ENV, SchemeName};
+use cloak_schemes::{LEAK_DEMO_ANSWERS_HANDLED_ENV, LEAK_DEMO_UNPACED_FILL_ENV, SchemeName};
 use cloak_storage::{MemoryStorage, Observing, Storage, TraceHandle, server};
 use common::{Running, connect, free_port};
 use rand::Rng;
 
 const KEY_SIZE: usize = 16;
 
-/// A `cloak server` in this process, over a backend that records what it receives.
+/// A `cloak server` in this process, over a backend that records what it receives (and holds
+/// its answers to writes as long as `hold_writes` says, once set).
 struct Server {
     addr: String,
     storage: Arc<dyn Storage>,
     trace: TraceHandle,
+    hold_writes: Arc<AtomicU64>,
     runtime: tokio::runtime::Runtime,
+}
+
+/// Memory storage that answers a write only after the microseconds `hold_us` says: a server
+/// that holds its answers past the fill's clock.
+struct HoldingWrites {
+    inner: MemoryStorage,
+    hold_us: Arc<AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl Storage for HoldingWrites {
+    async fn call(&self, op: StorageOp) -> Result<StorageReply, StorageError> {
+        let hold = Duration::from_micros(self.hold_us.load(Ordering::Relaxed));
+        let holds = matches!(op, StorageOp::Write(_)) && !hold.is_zero();
+        let reply = self.inner.call(op).await;
+        if holds {
+            tokio::time::sleep(hold).await;
+        }
+        reply
+    }
+
+    async fn fence(&self) -> Result<(), StorageError> {
+        self.inner.fence().await
+    }
+
+    fn describe(&self) -> String {
+        "memory, holding write answers".into()
+    }
 }
 
 impl Server {
@@ -67,7 +100,11 @@ impl Server {
             .enable_all()
             .build()
             .unwrap();
-        let (observing, trace) = Observing::new(MemoryStorage::new());
+        let hold_writes = Arc::new(AtomicU64::new(0));
+        let (observing, trace) = Observing::new(HoldingWrites {
+            inner: MemoryStorage::new(),
+            hold_us: hold_writes.clone(),
+        });
         let storage: Arc<dyn Storage> = Arc::new(observing);
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -82,6 +119,7 @@ impl Server {
             addr,
             storage,
             trace,
+            hold_writes,
             runtime,
         }
     }
@@ -120,11 +158,21 @@ struct Fill {
     filled: Duration,
     /// Between one of recovery's scan requests and the next.
     scan_gaps: Vec<Duration>,
-    /// Reads a client had answered while the fill ran ([`Store::restart_reading`]).
+    /// Reads a client had answered while the fill ran ([`Under::read`]).
     reads: u64,
 }
 
-/// Clients of [`Store::restart_reading`]: each has 32 reads out at a time.
+/// What a restart runs under besides its store.
+#[derive(Clone, Copy, Default)]
+struct Under {
+    /// [`READERS`] clients read the store's keys as fast as the proxy answers, from the moment
+    /// it listens until its fill is done.
+    read: bool,
+    /// How long the server holds each answer to a write of the proxy's (none before it starts).
+    hold_writes: Duration,
+}
+
+/// Clients of [`Under::read`]: each has 32 reads out at a time.
 const READERS: usize = 4;
 
 /// Reads keys `key:0..keys` in random order, 32 at a time, as fast as the proxy on `port`
@@ -152,12 +200,11 @@ impl Store {
     /// Preloads the store into a fresh server, starts `cloak` (`bin`) on it with `env` and the
     /// `--fill-pace` given, waits for the fill to end, and returns what the server saw of it.
     fn restart(self, bin: &str, env: &[(&str, &str)], fill_pace: &str) -> Fill {
-        self.restart_reading(bin, env, fill_pace, false)
+        self.restart_under(bin, env, fill_pace, Under::default())
     }
 
-    /// [`Store::restart`], with [`READERS`] clients reading the store's keys as fast as the
-    /// proxy answers from the moment it listens until its fill is done, if `read` says so.
-    fn restart_reading(self, bin: &str, env: &[(&str, &str)], fill_pace: &str, read: bool) -> Fill {
+    /// [`Store::restart`], under what `under` says.
+    fn restart_under(self, bin: &str, env: &[(&str, &str)], fill_pace: &str, under: Under) -> Fill {
         // One restart at a time: the tests compare timings, and restarts running side by side
         // on a 2-core host would make each other late.
         let _alone = ONE_AT_A_TIME
@@ -208,6 +255,8 @@ impl Store {
             store.marker(&master).into(),
         )]));
         server.trace.take();
+        let hold_us = under.hold_writes.as_micros() as u64;
+        server.hold_writes.store(hold_us, Ordering::Relaxed);
 
         let port = free_port();
         let storage = format!("tcp://{}", server.addr);
@@ -236,7 +285,7 @@ impl Store {
         let proxy = Running::start_bin_with_env(bin, &args, env, "listening");
         let mut client = connect(port);
         let filling = Arc::new(AtomicBool::new(true));
-        let readers: Vec<_> = (0..if read { READERS } else { 0 })
+        let readers: Vec<_> = (0..if under.read { READERS } else { 0 })
             .map(|_| {
                 let (filling, keys) = (filling.clone(), self.keys);
                 std::thread::spawn(move || read_while(&filling, port, keys))
@@ -581,31 +630,53 @@ fn path_oram_fill_clock_hides_the_live_records() {
     });
 }
 
+/// How a reads test restarts a full store.
+#[derive(Clone, Copy)]
+struct ReadsTest {
+    scheme: SchemeName,
+    capacity: u64,
+    /// Microseconds each read answered from the recovered records is made to take longer.
+    client_read_us: &'static str,
+    /// Whether each element the fill reads back is made 20 µs longer too (about 70 µs with
+    /// the sleep's granularity: 36 ms a request of 1024 on two cores).
+    slow_read_back: bool,
+    /// How long the server holds each answer to a fill write.
+    hold_writes: Duration,
+}
+
 /// The mean gap between the fill requests of a full store's restart with no client and with
 /// clients reading its keys throughout the fill (answered from the recovered records, with no
-/// storage request, each read taking `client_read_us` longer), in microseconds.
-fn fill_gaps_idle_and_read(scheme: SchemeName, client_read_us: &str) -> (i128, i128) {
+/// storage request), in microseconds, with `env`.
+fn fill_gaps_idle_and_read(test: ReadsTest, env: &[(&str, &str)]) -> (i128, i128) {
+    let scheme = test.scheme;
     let store = Store {
         scheme,
-        capacity: CLOCK_CAPACITY,
-        keys: CLOCK_CAPACITY,
+        capacity: test.capacity,
+        keys: test.capacity,
         value_size: 64,
         empty_elements: false,
     };
-    let env = [
-        (SLOW_READ_BACK_ENV, "20"),
-        (SLOW_CLIENT_READ_ENV, client_read_us),
-    ];
+    let mut env = env.to_vec();
+    env.push((SLOW_CLIENT_READ_ENV, test.client_read_us));
+    if test.slow_read_back {
+        env.push((SLOW_READ_BACK_ENV, "20"));
+    }
     let mean = |fill: &Fill| mean_micros(&fill.gaps);
-    let idle = store.restart_reading(common::CLOAK, &env, "30", false);
-    let read = store.restart_reading(common::CLOAK, &env, "30", true);
+    let under = |read| Under {
+        read,
+        hold_writes: test.hold_writes,
+    };
+    let idle = store.restart_under(common::CLOAK, &env, "30", under(false));
+    let read = store.restart_under(common::CLOAK, &env, "30", under(true));
     assert!(
         read.reads > 0,
         "{scheme}: no read was answered during the fill"
     );
     println!(
-        "{scheme} {env:?}: mean gap between {} fill requests {} µs idle, {} µs with {} reads \
-         answered during the fill; pause after the scan {} µs idle, {} µs read",
+        "{scheme} {env:?}, write answers held {:?}: mean gap between {} fill requests {} µs \
+         idle, {} µs with {} reads answered during the fill; pause after the scan {} µs idle, \
+         {} µs read",
+        test.hold_writes,
         idle.gaps.len() + 1,
         mean(&idle),
         mean(&read),
@@ -620,24 +691,34 @@ fn fill_gaps_idle_and_read(scheme: SchemeName, client_read_us: &str) -> (i128, i
 /// count as moving the fill: with the clock they were measured 1-15 µs apart.
 const READS_MOVE_THE_FILL_US: i128 = 1000;
 
+fn reads_move_the_fill((idle, read): (i128, i128)) -> bool {
+    (read - idle).abs() > READS_MOVE_THE_FILL_US
+}
+
 /// Reads during a restart's fill are answered from the recovered records, on the thread that
 /// prepares the fill's requests: the requests still leave on the fill's public clock, so the
 /// server cannot tell a fill during which clients read from one during which none did (every
-/// read's work is made 200 µs longer, and four clients keep 32 each in flight: tens of
-/// thousands of reads). The same check catches reads whose work overruns the clock (5 ms each:
-/// the requests they delay leave late).
+/// read's work is made 200 µs longer, and four clients keep 32 each in flight: thousands of
+/// reads). The same check catches reads whose work overruns the clock (5 ms each: the requests
+/// they delay leave late).
 ///
 /// The fill without its clock is no such counterpart: preparing its requests back to back keeps
 /// that thread busy, and the clients' reads wait instead of delaying it (a few hundred were
 /// answered during such a fill, which kept its pace).
 fn assert_reads_during_the_fill_do_not_move_it(scheme: SchemeName) {
-    let moves = |(idle, read): (i128, i128)| (read - idle).abs() > READS_MOVE_THE_FILL_US;
+    let test = |client_read_us| ReadsTest {
+        scheme,
+        capacity: CLOCK_CAPACITY,
+        client_read_us,
+        slow_read_back: true,
+        hold_writes: Duration::ZERO,
+    };
     assert!(
-        !moves(fill_gaps_idle_and_read(scheme, "200")),
+        !reads_move_the_fill(fill_gaps_idle_and_read(test("200"), &[])),
         "{scheme}: the gaps between fill requests follow the reads during the fill"
     );
     assert!(
-        moves(fill_gaps_idle_and_read(scheme, "5000")),
+        reads_move_the_fill(fill_gaps_idle_and_read(test("5000"), &[])),
         "{scheme}: reads that overrun the fill's clock passed for reads that do not move it"
     );
 }
@@ -650,6 +731,36 @@ fn cloak_reads_during_the_fill_do_not_move_it() {
 #[test]
 fn waffle_reads_during_the_fill_do_not_move_it() {
     assert_reads_during_the_fill_do_not_move_it(SchemeName::Waffle);
+}
+
+/// A server that holds its answers to the fill's writes past the clock (each 400 ms, longer
+/// than the window's four intervals of 76 ms) paces the fill itself: a request leaves an
+/// interval after the answer that made room for it (`Pace::answered`). That interval counts
+/// from when the answer arrived, so clients reading meanwhile, who keep the proxy's core busy
+/// when answers come, do not move the fill; the same check catches the proxy that counts it
+/// from when the core handled the answer (`LEAK_DEMO_ANSWERS_HANDLED_ENV`). Cloak's fill; the
+/// arrival is handed to every scheme the same way (`Scheme::handle_storage`).
+#[test]
+fn reads_during_a_fill_the_server_holds_do_not_move_it() {
+    let test = ReadsTest {
+        scheme: SchemeName::Cloak,
+        capacity: 4 * CLOCK_CAPACITY,
+        client_read_us: "300",
+        // A request is prepared once the answer before it is handled, and must be ready an
+        // interval after that answer arrived: the reads' delay (up to 128 of them, 45 ms)
+        // and the preparation must fit in it, so the fill's own read-back is not slowed.
+        slow_read_back: false,
+        hold_writes: Duration::from_millis(400),
+    };
+    let leaky = fill_gaps_idle_and_read(test, &[(LEAK_DEMO_ANSWERS_HANDLED_ENV, "1")]);
+    assert!(
+        !reads_move_the_fill(fill_gaps_idle_and_read(test, &[])),
+        "the gaps between the held fill's requests follow the reads during the fill"
+    );
+    assert!(
+        reads_move_the_fill(leaky),
+        "the fill timed from handled answers passed for one timed from their arrival"
+    );
 }
 
 /// Measures what the fill's clock costs in time to the first read: a restart of a sparse store

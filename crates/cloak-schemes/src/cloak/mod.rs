@@ -764,7 +764,8 @@ impl Algorithm for Cloak {
     fn answered(&mut self, now: Instant, purpose: Purpose, answer: Answer) {
         match purpose {
             Purpose::Fill(recovered) => {
-                self.fill.written(now, recovered, &mut self.io.out);
+                self.fill
+                    .written(answer.arrived(), recovered, &mut self.io.out);
                 self.pump_fill(Some(now));
             }
             Purpose::BatchRead => self.finish_read(now, answer.values()),

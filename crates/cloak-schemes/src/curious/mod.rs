@@ -684,7 +684,8 @@ impl Algorithm for Curious {
     fn answered(&mut self, now: Instant, purpose: Purpose, answer: ShellAnswer) {
         match purpose {
             Purpose::Fill(recovered) => {
-                self.fill.written(now, recovered, &mut self.io.out);
+                self.fill
+                    .written(answer.arrived(), recovered, &mut self.io.out);
                 self.pump_fill(Some(now));
             }
             Purpose::Read(access) => self.finish_read(access, answer.values()),

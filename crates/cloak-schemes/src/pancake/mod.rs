@@ -650,7 +650,8 @@ impl Algorithm for Pancake {
         match purpose {
             Purpose::Fill => {
                 // The recovered records are released once the whole fill is in (`pump_fill`).
-                self.fill.written(now, Vec::new(), &mut self.io.out);
+                self.fill
+                    .written(answer.arrived(), Vec::new(), &mut self.io.out);
                 self.pump_fill(Some(now));
             }
             Purpose::Read(batch) => self.finish_read(batch, answer.values()),

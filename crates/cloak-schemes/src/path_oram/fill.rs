@@ -125,10 +125,10 @@ impl Fill {
         Some(StorageOp::Write(writes))
     }
 
-    /// A request of the fill is in storage.
-    pub fn landed(&mut self, now: Instant) {
+    /// A request of the fill is in storage, its answer having arrived at `arrived`.
+    pub fn landed(&mut self, arrived: Instant) {
         self.outstanding -= 1;
-        self.pace.answered(now);
+        self.pace.answered(arrived);
         self.landed.chunk(self.chunk);
         if self.is_done() {
             self.pace.report();

@@ -697,13 +697,13 @@ impl Algorithm for PathOram {
         self.progress();
     }
 
-    fn answered(&mut self, now: Instant, purpose: Purpose, answer: Answer) {
+    fn answered(&mut self, _now: Instant, purpose: Purpose, answer: Answer) {
         match purpose {
             Purpose::Read => self.finish_read(answer.values()),
             Purpose::Write => self.write_landed(),
             Purpose::Fill => {
                 if let Some(fill) = &mut self.filling {
-                    fill.landed(now);
+                    fill.landed(answer.arrived());
                 }
             }
         }

@@ -190,14 +190,15 @@ impl Pace {
         io.send_at(leaves, purpose, op);
     }
 
-    /// Storage answered a request at `now`, which frees its place in the window: the request
-    /// prepared in that place starts now, so it leaves no earlier than an interval from now.
-    /// While answers come on time this changes nothing (that request's instant is later
-    /// already); an answer held back by the server moves the clock by the server's own delay,
-    /// never by how long the next request took to prepare.
-    pub fn answered(&mut self, now: Instant) {
+    /// Storage's answer to a request arrived at `arrived`, which frees its place in the window:
+    /// the request prepared in that place leaves no earlier than an interval after it. While
+    /// answers come on time this changes nothing (that request's instant is later already); an
+    /// answer held back by the server moves the clock by the server's own delay, never by how
+    /// long the next request took to prepare nor by how long the proxy, busy with clients, took
+    /// to get to the answer (which is why this is the arrival, not the handling).
+    pub fn answered(&mut self, arrived: Instant) {
         if let Some(next) = &mut self.next {
-            *next = (*next).max(now + self.interval);
+            *next = (*next).max(arrived + self.interval);
         }
     }
 
@@ -313,11 +314,11 @@ impl Fill {
         Some(range)
     }
 
-    /// A fill request is in storage; the recovered records it carried, as (slot, version), no
-    /// longer need the journal.
-    pub fn written(&mut self, now: Instant, recovered: Vec<(u32, u64)>, out: &mut Outbox) {
+    /// A fill request is in storage, its answer having arrived at `arrived`; the recovered
+    /// records it carried, as (slot, version), no longer need the journal.
+    pub fn written(&mut self, arrived: Instant, recovered: Vec<(u32, u64)>, out: &mut Outbox) {
         self.outstanding -= 1;
-        self.pace.answered(now);
+        self.pace.answered(arrived);
         self.landed.chunk(self.chunk);
         for (slot, version) in recovered {
             out.release(Slot::from(slot), version);

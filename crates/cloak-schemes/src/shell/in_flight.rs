@@ -11,15 +11,26 @@ use cloak_core::{
 use hashbrown::HashMap;
 
 /// Storage's answer to a request, checked against it: one value per address for a read, at most
-/// the limit of entries for a scan, nothing for a write or delete.
+/// the limit of entries for a scan, nothing for a write or delete; and when it arrived.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Answer(StorageReply);
+pub struct Answer {
+    reply: StorageReply,
+    arrived: Instant,
+}
 
 impl Answer {
+    /// When the answer arrived from storage: an instant the server caused, unlike the moment
+    /// the scheme handles it, which comes later the busier the proxy is. What the scheme times
+    /// from an answer and the server sees (the fill's next request, see
+    /// `crate::shell::fill::Pace::answered`) counts from this.
+    pub fn arrived(&self) -> Instant {
+        self.arrived
+    }
+
     /// The values a read brought back, one per address in the order asked (empty for any other
     /// kind of request).
     pub fn values(self) -> Vec<Option<Bytes>> {
-        match self.0 {
+        match self.reply {
             StorageReply::Values(values) => values,
             StorageReply::Done | StorageReply::Entries(_) => Vec::new(),
         }
@@ -27,7 +38,7 @@ impl Answer {
 
     /// The entries a scan listed (empty for any other kind of request).
     pub fn entries(self) -> Vec<(Addr, Bytes)> {
-        match self.0 {
+        match self.reply {
             StorageReply::Entries(entries) => entries,
             StorageReply::Done | StorageReply::Values(_) => Vec::new(),
         }
@@ -104,12 +115,13 @@ impl<P> InFlight<P> {
         self.unanswered.is_empty()
     }
 
-    /// Matches storage's answer to its request; `None` for an id this scheme never sent (or
-    /// already saw answered).
+    /// Matches storage's answer to its request, which arrived at `arrived`; `None` for an id
+    /// this scheme never sent (or already saw answered).
     pub fn answer(
         &mut self,
         id: RequestId,
         result: Result<StorageReply, StorageError>,
+        arrived: Instant,
     ) -> Option<Answered<P>> {
         let Unanswered {
             purpose,
@@ -119,7 +131,9 @@ impl<P> InFlight<P> {
         Some(Answered {
             purpose,
             op,
-            result: expected.check(result).map(Answer),
+            result: expected
+                .check(result)
+                .map(|reply| Answer { reply, arrived }),
         })
     }
 }
@@ -130,6 +144,7 @@ mod tests {
 
     #[test]
     fn answers_are_matched_and_checked_for_kind_and_shape() {
+        let arrived = Instant::now();
         let mut sent = InFlight::default();
         sent.send("read", StorageOp::Read(vec![1, 2]), true, None);
         sent.send(
@@ -147,20 +162,25 @@ mod tests {
         assert!(sent.poll().is_none());
         let values = vec![None, Some(Bytes::from_static(b"v"))];
         let answered = sent
-            .answer(read.id, Ok(StorageReply::Values(values.clone())))
+            .answer(read.id, Ok(StorageReply::Values(values.clone())), arrived)
             .unwrap();
         assert_eq!(answered.purpose, "read");
-        assert_eq!(answered.result.unwrap().values(), values);
+        let answer = answered.result.unwrap();
+        assert_eq!(answer.arrived(), arrived);
+        assert_eq!(answer.values(), values);
         assert!(
-            sent.answer(read.id, Ok(StorageReply::Done)).is_none(),
+            sent.answer(read.id, Ok(StorageReply::Done), arrived)
+                .is_none(),
             "answered once"
         );
         let answered = sent
-            .answer(write.id, Ok(StorageReply::Values(Vec::new())))
+            .answer(write.id, Ok(StorageReply::Values(Vec::new())), arrived)
             .unwrap();
         assert!(answered.result.unwrap_err().0.contains("malformed"));
         assert_eq!(answered.op, Some(write.op), "kept to repeat");
-        let answered = sent.answer(other.id, Ok(StorageReply::Done)).unwrap();
+        let answered = sent
+            .answer(other.id, Ok(StorageReply::Done), arrived)
+            .unwrap();
         assert!(
             answered.result.is_err(),
             "a Done answering a read is a failure, not an empty value"

@@ -76,8 +76,9 @@ impl<P> Io<P> {
         &mut self,
         id: cloak_core::RequestId,
         result: Result<cloak_core::StorageReply, StorageError>,
+        arrived: Instant,
     ) -> Option<Answered<P>> {
-        self.storage.answer(id, result)
+        self.storage.answer(id, result, arrived)
     }
 
     /// Repeats `op` once the (growing) backoff has passed.

@@ -171,6 +171,20 @@ macro_rules! io_in_field {
 }
 pub(crate) use io_in_field;
 
+/// Whether answers count from when they were handled, not when they arrived: only in a
+/// `leak-demo` build with [`crate::LEAK_DEMO_ANSWERS_HANDLED_ENV`] set.
+fn leak_demo_answers_handled() -> bool {
+    #[cfg(feature = "leak-demo")]
+    {
+        static SET: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+            std::env::var_os(crate::LEAK_DEMO_ANSWERS_HANDLED_ENV).is_some()
+        });
+        *SET
+    }
+    #[cfg(not(feature = "leak-demo"))]
+    false
+}
+
 /// A running scheme: an [`Algorithm`] in the shell that implements [`Scheme`] for it.
 pub struct Shell<A> {
     algorithm: A,
@@ -250,10 +264,16 @@ impl<A: Algorithm> Scheme for Shell<A> {
     fn handle_storage(
         &mut self,
         now: Instant,
+        arrived: Instant,
         id: RequestId,
         result: Result<StorageReply, StorageError>,
     ) {
-        let Some(answered) = self.algorithm.io().answer(id, result) else {
+        let arrived = if leak_demo_answers_handled() {
+            now
+        } else {
+            arrived
+        };
+        let Some(answered) = self.algorithm.io().answer(id, result, arrived) else {
             tracing::warn!(?id, "reply to an unknown storage request");
             return;
         };

@@ -238,9 +238,12 @@ impl Algorithm for Waffle {
 
     fn answered(&mut self, now: Instant, purpose: Purpose, answer: Answer) {
         match purpose {
-            Purpose::Scan => self.scanned(now, answer.entries()),
+            Purpose::Scan => {
+                let arrived = answer.arrived();
+                self.scanned(now, arrived, answer.entries());
+            }
             Purpose::BatchRead => self.finish_read(now, answer.values()),
-            Purpose::Fill(recovered) => self.filled_chunk(now, recovered),
+            Purpose::Fill(recovered) => self.filled_chunk(now, answer.arrived(), recovered),
             Purpose::BatchWrite(written) => self.finish_write(written),
             Purpose::Flush(written) => self.stored(written),
             Purpose::Delete => {}

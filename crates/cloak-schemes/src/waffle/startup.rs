@@ -194,7 +194,7 @@ impl Startup {
 
 impl Waffle {
     /// A page of the scan: note this store's elements, then scan on or start the fill.
-    pub(super) fn scanned(&mut self, now: Instant, entries: Vec<(Addr, Bytes)>) {
+    pub(super) fn scanned(&mut self, now: Instant, arrived: Instant, entries: Vec<(Addr, Bytes)>) {
         let complete = entries.len() < SCAN_CHUNK as usize;
         let last = entries.last().map(|(address, _)| *address);
         for (address, element) in entries {
@@ -206,7 +206,12 @@ impl Waffle {
         if complete {
             self.stage = Stage::Filling;
             let shape = self.startup.shape;
-            let pace = self.startup.clock.map(|clock| clock.pace_after(now, shape));
+            // From the last page's arrival, which the server caused, not from when the proxy got
+            // to it (see `Scheme::handle_storage`).
+            let pace = self
+                .startup
+                .clock
+                .map(|clock| clock.pace_after(arrived, shape));
             self.startup
                 .fill
                 .set_pace(pace.unwrap_or_else(Pace::unpaced));
@@ -268,8 +273,15 @@ impl Waffle {
         }
     }
 
-    pub(super) fn filled_chunk(&mut self, now: Instant, recovered: Vec<(u32, u64)>) {
-        self.startup.fill.written(now, recovered, &mut self.io.out);
+    pub(super) fn filled_chunk(
+        &mut self,
+        now: Instant,
+        arrived: Instant,
+        recovered: Vec<(u32, u64)>,
+    ) {
+        self.startup
+            .fill
+            .written(arrived, recovered, &mut self.io.out);
         self.pump_fill(now);
     }
 
