@@ -39,6 +39,11 @@ pub enum ClientError {
     NoReply { addr: SocketAddr, waited: Duration },
     #[error("{addr} answered {error}")]
     Refused { addr: SocketAddr, error: String },
+    #[error(
+        "{addr}'s initial fill wrote nothing for {waited:?} (storage failing? the proxy's log \
+         says)"
+    )]
+    FillStalled { addr: SocketAddr, waited: Duration },
     #[error("{addr}: {error}")]
     Tls {
         addr: SocketAddr,

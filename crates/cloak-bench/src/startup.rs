@@ -80,31 +80,54 @@ pub async fn first_read(target: Target, key: &[u8]) -> Result<(), ClientError> {
 /// How often [`filled`] asks.
 const LOADING_POLL: Duration = Duration::from_millis(20);
 
+/// How long [`filled`] waits for a fill that reports no progress before it gives up: a fill
+/// writes a request every few milliseconds, so this is storage failing, not a slow fill.
+const FILL_STALL: Duration = Duration::from_secs(120);
+
 /// Waits until the proxy at `target` no longer says it is loading (`INFO persistence`'s
-/// `loading:0`): its initial fill is done and batches run on their schedule.
+/// `loading:0`): its initial fill is done and batches run on their schedule. Fails if the fill
+/// reports no progress (`loading_loaded_elements`) for [`FILL_STALL`].
 pub async fn filled(target: Target) -> Result<(), ClientError> {
     let addr = target.addr;
     let mut connection = Connection::connect(target).await?;
+    let (mut loaded, mut since) = (None, Instant::now());
     loop {
-        match connection.call(&[b"INFO", b"persistence"]).await? {
-            Reply::Value(Some(info)) if loading(&info) == Some(false) => return Ok(()),
-            Reply::Value(Some(info)) if loading(&info) == Some(true) => {}
+        let info = match connection.call(&[b"INFO", b"persistence"]).await? {
+            Reply::Value(Some(info)) => String::from_utf8_lossy(&info).into_owned(),
             other => {
                 return Err(ClientError::Refused {
                     addr,
-                    error: format!("{other:?} to INFO persistence, with no loading field"),
+                    error: format!("{other:?} to INFO persistence"),
                 });
             }
+        };
+        match info_field(&info, "loading") {
+            Some("0") => return Ok(()),
+            Some(_) => {}
+            None => {
+                return Err(ClientError::Refused {
+                    addr,
+                    error: "an INFO persistence answer with no loading field".into(),
+                });
+            }
+        }
+        let now_loaded = info_field(&info, "loading_loaded_elements").map(str::to_owned);
+        if now_loaded != loaded {
+            (loaded, since) = (now_loaded, Instant::now());
+        } else if since.elapsed() > FILL_STALL {
+            return Err(ClientError::FillStalled {
+                addr,
+                waited: FILL_STALL,
+            });
         }
         tokio::time::sleep(LOADING_POLL).await;
     }
 }
 
-/// The `loading` field of an `INFO` answer.
-fn loading(info: &[u8]) -> Option<bool> {
-    String::from_utf8_lossy(info)
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("loading:").map(|v| v != "0"))
+/// The value of the field `name` in an `INFO` answer.
+fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
 }
 
 #[cfg(test)]
@@ -112,10 +135,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_loading_field_is_read_from_an_info_answer() {
-        let info = b"# Persistence\r\nloading:1\r\nloading_loaded_perc:12.5\r\n";
-        assert_eq!(loading(info), Some(true));
-        assert_eq!(loading(b"# Persistence\r\nloading:0\r\n"), Some(false));
-        assert_eq!(loading(b"# Server\r\n"), None);
+    fn fields_are_read_from_an_info_answer() {
+        let info = "# Persistence\r\nloading:1\r\nloading_loaded_perc:12.5\r\n\
+                    loading_loaded_elements:2048\r\n";
+        assert_eq!(info_field(info, "loading"), Some("1"));
+        assert_eq!(info_field(info, "loading_loaded_elements"), Some("2048"));
+        assert_eq!(
+            info_field("# Persistence\r\nloading:0\r\n", "loading"),
+            Some("0")
+        );
+        assert_eq!(info_field("# Server\r\n", "loading"), None);
     }
 }

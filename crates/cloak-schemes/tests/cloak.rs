@@ -909,6 +909,49 @@ fn reads_during_the_fill_are_answered_from_the_recovered_records_with_no_storage
     })
 }
 
+/// Reads during the fill next to writes (review of the reads during the fill): a key deleted
+/// during the fill reads as deleted, during it and after; a key read during the fill (its
+/// recovered record then cached) and written afterwards reads the write, also once the cache has
+/// evicted it and the first batches have stored it.
+#[test]
+fn a_delete_or_write_during_the_fill_is_not_undone_by_the_recovered_record() {
+    with_restart(|restart| {
+        let mut sim = simulator(options(8, None), 15);
+        for i in 0..40 {
+            let (key, value) = (format!("k{i}"), format!("v{i}"));
+            assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
+        }
+        sim.run_for(100 * DELTA);
+        let (mut sim, _) = restart.recover(sim.crash(), 1);
+        let cached = sim.submit(9, get("k1"));
+        let delete = sim.submit(9, Command::Del(vec![Bytes::from_static(b"k2")]));
+        let deleted = sim.submit(9, get("k2"));
+        let write = sim.submit(9, set("k1", "newer"));
+        let written = sim.submit(9, get("k1"));
+        sim.run_for(RTT / 2);
+        assert!(
+            sim.engine().scheme_stats().filling.is_some(),
+            "all of it during the fill"
+        );
+        sim.run_for(10 * DELTA);
+        assert_eq!(sim.outcome(cached), value("v1"));
+        assert_eq!(sim.outcome(delete), Some(Outcome::Integer(1)));
+        assert_eq!(sim.outcome(deleted), Some(Outcome::Value(None)));
+        assert_eq!(sim.outcome(write), Some(Outcome::Ok));
+        assert_eq!(sim.outcome(written), value("newer"));
+        // Other keys' reads evict k1 from the cache of 8; the batches store the write.
+        for i in 10..40 {
+            assert_eq!(
+                sim.execute(9, get(&format!("k{i}"))),
+                value(&format!("v{i}"))
+            );
+        }
+        sim.run_for(100 * DELTA);
+        assert_eq!(sim.execute(9, get("k1")), value("newer"));
+        assert_eq!(sim.execute(9, get("k2")), Some(Outcome::Value(None)));
+    })
+}
+
 /// A key whose element failed authentication during a run, with no cached copy, is written back
 /// as an empty placeholder (the run answers integrity errors for it). After a restart it must not
 /// pass for a free slot: checked against the versions the run acknowledged, it is missing.
