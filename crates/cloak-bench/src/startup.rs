@@ -86,7 +86,8 @@ const FILL_STALL: Duration = Duration::from_secs(120);
 
 /// Waits until the proxy at `target` no longer says it is loading (`INFO persistence`'s
 /// `loading:0`): its initial fill is done and batches run on their schedule. Fails if the fill
-/// reports no progress (`loading_loaded_elements`) for [`FILL_STALL`].
+/// reports no progress (`loading_loaded_elements`) for two minutes: storage failing, not a
+/// slow fill.
 pub async fn filled(target: Target) -> Result<(), ClientError> {
     let addr = target.addr;
     let mut connection = Connection::connect(target).await?;

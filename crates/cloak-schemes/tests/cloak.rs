@@ -870,19 +870,25 @@ fn after_a_crash_the_server_sees_one_full_fill_then_the_budgets_again() {
     })
 }
 
+/// A store of [`with_restart`]'s holding `k0..k40` = `v0..v40`, crashed and recovered: the new
+/// instance's fill is out and not yet answered.
+fn restarted_with_40_keys(restart: &cloak_testkit::suite::Restart) -> Simulator {
+    let mut sim = simulator(options(8, None), 15);
+    for i in 0..40 {
+        let (key, value) = (format!("k{i}"), format!("v{i}"));
+        assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
+    }
+    sim.run_for(100 * DELTA);
+    restart.recover(sim.crash(), 1).0
+}
+
 /// After a restart, a read is answered while the fill is still out, from the recovered records
 /// on local disk (recovery's spool): storage is sent the fill and nothing else, and the value is
 /// the recovered one. A write during the fill is still the newest value for reads after it.
 #[test]
 fn reads_during_the_fill_are_answered_from_the_recovered_records_with_no_storage_request() {
     with_restart(|restart| {
-        let mut sim = simulator(options(8, None), 15);
-        for i in 0..40 {
-            let (key, value) = (format!("k{i}"), format!("v{i}"));
-            assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
-        }
-        sim.run_for(100 * DELTA);
-        let (mut sim, _) = restart.recover(sim.crash(), 1);
+        let mut sim = restarted_with_40_keys(restart);
         sim.record();
         let reads: Vec<u64> = (0..40)
             .map(|i| sim.submit(9, get(&format!("k{i}"))))
@@ -916,13 +922,7 @@ fn reads_during_the_fill_are_answered_from_the_recovered_records_with_no_storage
 #[test]
 fn a_delete_or_write_during_the_fill_is_not_undone_by_the_recovered_record() {
     with_restart(|restart| {
-        let mut sim = simulator(options(8, None), 15);
-        for i in 0..40 {
-            let (key, value) = (format!("k{i}"), format!("v{i}"));
-            assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
-        }
-        sim.run_for(100 * DELTA);
-        let (mut sim, _) = restart.recover(sim.crash(), 1);
+        let mut sim = restarted_with_40_keys(restart);
         let cached = sim.submit(9, get("k1"));
         let delete = sim.submit(9, Command::Del(vec![Bytes::from_static(b"k2")]));
         let deleted = sim.submit(9, get("k2"));
