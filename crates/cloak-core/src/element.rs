@@ -115,6 +115,13 @@ impl RecordLayout {
             .saturating_add(SEAL_OVERHEAD)
     }
 
+    /// Whether `len` is the length of an element sealing a whole number of records (one or
+    /// more): no other length can open.
+    pub fn seals_whole_records(&self, len: usize) -> bool {
+        len.checked_sub(SEAL_OVERHEAD)
+            .is_some_and(|sealed| sealed > 0 && sealed.is_multiple_of(self.encoded_len()))
+    }
+
     /// The largest value a record holds: a client value of `max_value` in its envelope.
     pub fn max_stored_value(&self) -> usize {
         self.max_value + ENVELOPE_LEN

@@ -7,18 +7,21 @@
 //! and [`Recovered`] holds the result, from which the proxy rebuilds the key directory and starts
 //! a new scheme instance with a fresh random layout.
 //!
-//! Memory stays near the steady state's: as the scan goes, recovery keeps per slot only its
-//! newest version, key and envelope, and appends the element holding it to a spool on local
-//! disk ([`spool`]); the new instance's fill reads each value back as it places it
-//! ([`RecoveredRecords::read_all`]), and a client's read before the fill is done reads it
-//! from there too ([`RecoveredRecords::read`]).
+//! Memory stays near the steady state's: as the scan goes, recovery appends every element to a
+//! spool on local disk ([`spool`]), as storage sent it; once the scan is done it reads them
+//! back a chunk at a time, opens them, and keeps per slot only its newest version, key,
+//! envelope and where its element is in the spool. The new instance's fill reads each value
+//! back as it places it ([`RecoveredRecords::read_all`]), and a client's read before the fill
+//! is done reads it from there too ([`RecoveredRecords::read`]).
 //!
 //! What the server learns: a scan of every element, then the new instance's initial fill. Both
 //! read and write everything, whatever the workload was, so recovery reveals nothing about it.
-//! Each fill request reads back as many spooled elements whatever records it carries (decoy
-//! reads, see `records`), the largest part of the work that followed the records. The rest of
-//! that work (under a microsecond a record), and the work between the scan's end and the fill's
-//! start (sorting the records, the key directory, the new instance's start), still grow with
+//! The scan's requests wait only for storage and for appending each chunk to the spool, the
+//! same work whatever the chunk holds ([`Recovery::spool`]). Each fill request reads back as
+//! many spooled elements whatever records it carries (decoy reads, see `records`), the largest
+//! part of the work that followed the records. The rest of that work (under a microsecond a
+//! record), and the work between the scan's end and the fill's start (opening the scanned
+//! elements, sorting the records, the key directory, the new instance's start), still grow with
 //! the number of records; the fill's public clock hides both from the server
 //! (`cloak_schemes::shell::fill`): its requests leave at instants counted from the scan's last
 //! request, whatever the work took.
@@ -49,7 +52,7 @@ use crate::storage::{Addr, STORE_MARKER, StorageError, StorageOp, StorageReply};
 use crate::workers::on_every_core;
 pub use records::RecoveredRecords;
 use records::{Found, Value};
-use spool::SpoolWriter;
+use spool::{SpoolWriter, Spooled};
 
 /// Why a recovery stopped, or a recovered record could not be handed over.
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +175,16 @@ impl ElementFormat {
         }
     }
 
+    /// Whether the scan spools an element of `len` bytes as storage sent it (see
+    /// [`Recovery::spool`]): a sealed element of any other length than a whole number of
+    /// records' cannot open; plaintext elements are as long as their records.
+    fn spools_as_read(&self, len: usize) -> bool {
+        match self {
+            ElementFormat::Sealed(codec) => codec.layout.seals_whole_records(len),
+            ElementFormat::Plain(_) => true,
+        }
+    }
+
     /// An element at `address` holding `record` for `slot`, as a store written by an earlier
     /// run (generation 1) would hold it: what recovery reads back. Tools use it to hand a proxy
     /// a ready-made store (the benchmark's preload) through the ordinary recovery path.
@@ -223,6 +236,8 @@ pub struct Recovery {
     /// The element the spool is padded with (no slot, no record), sealed once.
     padding: Option<Bytes>,
     elements: u64,
+    /// Bytes of the spool [`Recovery::open_spooled`] has opened.
+    opened_to: u64,
     damage: Damage,
     max_generation: u64,
 }
@@ -238,6 +253,7 @@ impl Recovery {
             spool: SpoolWriter::default(),
             padding: None,
             elements: 0,
+            opened_to: 0,
             damage: Damage::default(),
             max_generation: 0,
         }
@@ -273,15 +289,16 @@ impl Recovery {
     }
 
     /// Takes storage's answer to the last request from [`Recovery::next_request`]: checks it
-    /// ([`Recovery::accept`]) and opens its elements ([`Recovery::open`]).
+    /// ([`Recovery::accept`]) and spools its elements ([`Recovery::spool`]). They are opened by
+    /// [`Recovery::open_spooled`], or at the latest by [`Recovery::finish`].
     pub fn handle(&mut self, reply: StorageReply) -> Result<(), RecoveryError> {
         let chunk = self.accept(reply)?;
-        self.open(chunk)
+        self.spool(chunk)
     }
 
     /// Checks storage's answer to the last request from [`Recovery::next_request`] and moves the
-    /// scan past it, without opening its elements yet: the next request can then go out while
-    /// [`Recovery::open`] opens these.
+    /// scan past it, without spooling its elements yet: the next request can then go out while
+    /// [`Recovery::spool`] writes these.
     pub fn accept(&mut self, reply: StorageReply) -> Result<ScannedChunk, StorageError> {
         let StorageReply::Entries(mut entries) = reply else {
             return Err(StorageError(format!(
@@ -307,19 +324,76 @@ impl Recovery {
         Ok(ScannedChunk(entries))
     }
 
-    /// Opens the elements of a chunk [`Recovery::accept`] took and keeps the newest record of
-    /// every slot they hold, spooling the element of each value it keeps; an element that does
-    /// not open is recorded as damage. Fails only if the spool cannot be written.
+    /// Appends the elements of a chunk [`Recovery::accept`] took to the spool as storage sent
+    /// them, unopened; [`Recovery::open_spooled`] opens them once the scan is done.
     ///
-    /// Every scanned element adds one element to the spool: its own if it holds a value kept,
-    /// else padding. So the spool grows to the store's size as the scan goes, whatever the
-    /// store holds, and nothing is left to pad between the scan and the fill (see
-    /// [`Recovery::finish`]).
-    pub fn open(&mut self, chunk: ScannedChunk) -> Result<(), RecoveryError> {
-        for (address, error) in self.keep_all(&chunk.0, Padding::EachElement)? {
-            tracing::debug!(address, %error, "an element recovery cannot read");
-            self.damage.record(address, &error);
+    /// This is all the proxy does for a chunk while the scan runs, and the next request waits
+    /// for it, so it is the only work of the proxy's that the times of the scan's requests can
+    /// show the storage server: bytes appended as they came, as many for every element whatever
+    /// it holds. Opening the elements and keeping their records does more for a live record
+    /// than for an empty slot (review finding M2 of the fill-clock work); done here, the gap
+    /// before each request would tell the server how many keys the chunk held. Done after the
+    /// scan, it is part of the pause before the fill's first request, which leaves on a public
+    /// clock (`cloak_schemes::shell::fill`).
+    ///
+    /// An element of a length the format never seals cannot be one of the proxy's: it is
+    /// recorded as damage and the spool gets padding in its place, so that a dense scheme's
+    /// spool keeps one length (the fill's decoy reads find elements by number). Which elements
+    /// those are is the server's own doing. (A foreign element of another whole number of
+    /// records' length is spooled, fails to open after the scan, and leaves the spool of mixed
+    /// lengths: that start, which goes on only if its operator accepts the loss, fills without
+    /// decoy reads, its clock alone hiding the work that follows the records.) Fails only if
+    /// the spool cannot be written.
+    pub fn spool(&mut self, chunk: ScannedChunk) -> Result<(), RecoveryError> {
+        for (address, element) in &chunk.0 {
+            if self.format.spools_as_read(element.len()) {
+                self.spool.append(*address, element)?;
+            } else {
+                if let Err(error) = self.format.records(*address, element) {
+                    self.damage.record(*address, &error);
+                }
+                self.pad()?;
+            }
         }
+        Ok(())
+    }
+
+    /// Opens the elements [`Recovery::spool`] appended since the last call, reading them back
+    /// a chunk at a time, on every core, and keeps the newest record of every slot they hold,
+    /// pointing at its element in the spool; an element that does not open is recorded as
+    /// damage and [discarded](SpoolWriter::discard) in the spool. Fails only if the spool cannot
+    /// be read or written.
+    pub fn open_spooled(&mut self) -> Result<(), RecoveryError> {
+        let mut spooled = self.spool.read_from(self.opened_to)?;
+        loop {
+            let chunk = spooled
+                .by_ref()
+                .take(SCAN_CHUNK as usize)
+                .collect::<std::io::Result<Vec<_>>>()?;
+            if chunk.is_empty() {
+                break;
+            }
+            let format = &self.format;
+            let opened = on_every_core(&chunk, |(_, address, element)| {
+                format.records(*address, element)
+            });
+            let mut live = 0;
+            for ((at, address, element), opened) in chunk.iter().zip(opened) {
+                match opened {
+                    Ok((generation, records)) => {
+                        live += records.iter().filter(|(_, r)| !r.value.is_empty()).count();
+                        self.keep(*address, element, Some(*at), generation, records)?;
+                    }
+                    Err(error) => {
+                        tracing::debug!(address, %error, "an element recovery cannot read");
+                        self.damage.record(*address, &error);
+                        self.spool.discard(*at)?;
+                    }
+                }
+            }
+            leak_demo::slow_scanned_records(live);
+        }
+        self.opened_to = self.spool.len();
         Ok(())
     }
 
@@ -336,61 +410,45 @@ impl Recovery {
     }
 
     /// Adds elements an earlier start spooled, whose fill may not have written them all back
-    /// (read with [`spool::entries`]): kept like scanned ones, but not counted as scanned. Those
-    /// that do not open are returned, with why, not recorded as damage: storage did not do it,
-    /// and the caller decides whether the start goes on without them. Fails only if the spool
-    /// cannot be written.
+    /// (read with [`spool::entries`]): kept like scanned ones (the scan's are opened first), but
+    /// not counted as scanned, and spooled again only if they hold a value kept. Those that do
+    /// not open are returned, with why, not recorded as damage: storage did not do it, and the
+    /// caller decides whether the start goes on without them. Fails only if the spool cannot be
+    /// read or written.
     pub fn add_spooled(
         &mut self,
         elements: Vec<(Addr, Bytes)>,
     ) -> Result<Vec<(Addr, ElementError)>, RecoveryError> {
-        self.keep_all(&elements, Padding::None)
-    }
-
-    /// Opens `elements` on every core (each is independent of the others, and the scan's
-    /// requests are the same whoever opens them), then keeps their records in order, as one by
-    /// one would. Returns the elements that did not open, with why.
-    fn keep_all(
-        &mut self,
-        elements: &[(Addr, Bytes)],
-        padding: Padding,
-    ) -> Result<Vec<(Addr, ElementError)>, RecoveryError> {
+        self.open_spooled()?;
         let format = &self.format;
-        let opened = on_every_core(elements, |(address, element)| {
+        let opened = on_every_core(&elements, |(address, element)| {
             format.records(*address, element)
         });
         let mut unopened = Vec::new();
-        let mut live = 0;
         for ((address, element), opened) in elements.iter().zip(opened) {
-            let spooled = self.spool.elements();
             match opened {
                 Ok((generation, records)) => {
-                    live += records.iter().filter(|(_, r)| !r.value.is_empty()).count();
-                    self.keep(*address, element, generation, records)?
+                    self.keep(*address, element, None, generation, records)?
                 }
                 Err(error) => unopened.push((*address, error)),
             }
-            if padding == Padding::EachElement && self.spool.elements() == spooled {
-                self.pad()?;
-            }
         }
-        if padding == Padding::EachElement {
-            leak_demo::slow_scanned_records(live);
-        }
+        // What they spooled is opened already.
+        self.opened_to = self.spool.len();
         Ok(unopened)
     }
 
-    /// Keeps the records of `element` newer than those held, spooling it once if any of them
-    /// has a value.
+    /// Keeps the records of `element` newer than those held. Its element is at `spooled` in the
+    /// spool, or, if `None`, is appended to it once if any record kept has a value.
     fn keep(
         &mut self,
         address: Addr,
         element: &Bytes,
+        mut spooled: Option<Spooled>,
         generation: u64,
         records: Vec<(Slot, Record)>,
     ) -> Result<(), RecoveryError> {
         self.max_generation = self.max_generation.max(generation);
-        let mut spooled = None;
         for (slot, record) in records {
             if !self.newest.is_newer(slot, record.version) {
                 continue;
@@ -415,6 +473,7 @@ impl Recovery {
         mut self,
         journal: impl IntoIterator<Item = (Slot, Record)>,
     ) -> Result<Recovered, RecoveryError> {
+        self.open_spooled()?;
         // The fill reads decoys from the spool (see `records`) so that a sparse store's fill
         // reads as much as a full one's; decoys spread over a spool as large as a full store's
         // cost what its reads cost (a small spool stays in the fastest caches: an empty store's
@@ -638,15 +697,6 @@ impl Recovered {
     }
 }
 
-/// Whether [`Recovery::keep_all`] pads the spool by one element for every element it does not
-/// spool: scanned elements do, so the spool grows with the scan whatever it holds; elements an
-/// earlier start spooled do not (they were counted when they were scanned).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Padding {
-    EachElement,
-    None,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -731,6 +781,72 @@ mod tests {
             ],
             "by slot, the newest version of each; slot 9's version 0 was never written"
         );
+    }
+
+    /// The scan spools every element as it came and opens none until it is done. One that then
+    /// does not open is damage, never a record: of the format's length it stays in its place in
+    /// the spool, discarded, and a later start reading the spool skips it; of another length
+    /// the spool gets padding in its place (every element of a sealed spool has one length).
+    #[test]
+    fn scanned_elements_are_opened_after_the_scan_and_those_that_do_not_open_are_discarded() {
+        let codec = || {
+            let layout = RecordLayout {
+                max_key: 16,
+                max_value: 32,
+            };
+            let master = cloak_crypto::MasterKey::from_bytes([1; 32]);
+            ElementCodec::new(layout, cloak_crypto::Sealer::new(&master).unwrap())
+        };
+        let mut format = ElementFormat::Sealed(codec());
+        let good = format.encode(1, 0, &record(3, b"a"));
+        let mut altered = format.encode(2, 1, &record(3, b"b")).to_vec();
+        *altered.last_mut().unwrap() ^= 1;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spool");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        let mut recovery = Recovery::new(format).spooling_to(file);
+        let scanned = vec![
+            (1, good.clone()),
+            (2, Bytes::from(altered)),
+            (3, Bytes::from_static(b"short")),
+        ];
+        recovery.handle(StorageReply::Entries(scanned)).unwrap();
+        assert_eq!(
+            recovery.spool.elements(),
+            3,
+            "every element, padding for the short one"
+        );
+        assert!(
+            recovery.newest.get(0).is_none(),
+            "nothing opened during the scan"
+        );
+        let damaged: Vec<Addr> = recovery.damage.addresses().collect();
+        assert_eq!(damaged, [3], "the short one is known without opening it");
+
+        let mut recovered = recovery.finish(Vec::new()).unwrap();
+        let mut damaged: Vec<Addr> = recovered.damage.addresses().collect();
+        damaged.sort_unstable();
+        assert_eq!(damaged, [2, 3]);
+        assert_eq!(
+            recovered.records.read(0).unwrap().key,
+            Bytes::from_static(b"a")
+        );
+        assert!(recovered.records.read(1).unwrap().key.is_empty());
+        let later: Vec<(Addr, Bytes)> = spool::entries(File::open(&path).unwrap())
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let addresses: Vec<Addr> = later.iter().map(|(address, _)| *address).collect();
+        assert_eq!(
+            addresses,
+            [1, 0],
+            "the altered element is skipped, the padding is read"
+        );
+        assert_eq!(later[0].1, good);
     }
 
     #[test]

@@ -28,8 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cloak_core::recovery::leak_demo;
-use cloak_core::recovery::pace::ScanPace;
-use cloak_core::recovery::{Progress, SCAN_CHUNK, spool};
+use cloak_core::recovery::{PROGRESS_TARGET, Progress, spool};
 use cloak_core::{
     Addr, Damage, ElementFormat, Findings, Recovered, Recovery, SlotVersions, StorageOp,
 };
@@ -337,9 +336,7 @@ pub struct RecoveryReport {
 /// storage must hold (from the ledger; empty without one). With a state directory, the
 /// recovered elements are spooled there (see the module docs). An earlier spool that cannot be
 /// read whole refuses the start unless `accept_data_loss`. `slots` is how many slots the store
-/// has, the room recovery makes for their records up front. The scan's requests leave on a
-/// public clock scaled by `pace` (`--fill-pace`; see [`ScanPace`]).
-#[allow(clippy::too_many_arguments)]
+/// has, the room recovery makes for their records up front.
 pub async fn recover(
     storage: &dyn Storage,
     format: ElementFormat,
@@ -348,10 +345,8 @@ pub async fn recover(
     expected: &SlotVersions,
     state: Option<&StateDir>,
     accept_data_loss: bool,
-    pace: f64,
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
-    let mut pace = ScanPace::new(start, SCAN_CHUNK, format.element_len(), pace);
     let mut recovery = Recovery::new(format).expecting(slots);
     if let Some(state) = state {
         recovery = recovery.spooling_to(state.next_spool()?);
@@ -360,58 +355,62 @@ pub async fn recover(
     // as without it, so the server sees nothing new.
     let mut progress = Progress::every(Progress::INTERVAL);
     // A pipeline of two: the next chunk's request goes out before this chunk's elements are
-    // opened, so storage reads and sends one chunk while the proxy decrypts and checks the one
-    // before. The requests are the ones a chunk-by-chunk scan sends, in the same order (each
+    // spooled, so storage reads and sends one chunk while the proxy writes the one before to
+    // local disk. The requests are the ones a chunk-by-chunk scan sends, in the same order (each
     // starts after the last address of the chunk before), so the server sees nothing new.
+    //
+    // When each request leaves, then, follows storage's answers and the spooling of a chunk,
+    // which appends its elements as they came, as many bytes for each whatever it holds
+    // (`Recovery::spool`). The work that follows the records (opening the elements, keeping the
+    // newest record of each slot) waits for the scan's end: had a request waited for the chunk
+    // before to be opened, its time would have told the server how many keys that chunk held
+    // (review finding M2 of the fill-clock work).
     //
     // The instant the last request leaves is the one a restart's fill counts its clock from
     // (see `RecoveryReport::scanned`): the server sees it, and everything the proxy does after
-    // it (opening the last chunks, sorting, the new instance's start) is hidden behind that
-    // clock. Its answer's arrival would do as well, but while a chunk is opened the answer
-    // waits unread, so the instant the proxy would note for it moves with that chunk's work.
-    //
-    // Each request leaves on the scan's public clock ([`ScanPace`]), so how long the chunk
-    // before took to open (longer the more live records it held) does not show; the wait comes
-    // before the request and its chunk's opening, not between them, since opening a chunk holds
-    // this task until it is done.
+    // it (spooling the last chunks, opening every element, sorting, the new instance's start)
+    // is hidden behind that clock. Its answer's arrival would do as well, but while a chunk is
+    // spooled the answer waits unread, so the instant the proxy would note for it moves with
+    // the host's disk.
     let mut scanned = Instant::now();
     let mut reply = match recovery.next_request() {
-        Some(first) => {
-            pace.left(scanned);
-            Some(storage.call(first).await?)
-        }
+        Some(first) => Some(storage.call(first).await?),
         None => None,
     };
     while let Some(answer) = reply.take() {
         let chunk = recovery.accept(answer)?;
         match recovery.next_request() {
             Some(next) => {
-                if !leak_demo::unpaced_scan() {
-                    tokio::time::sleep_until(pace.next().into()).await;
-                }
                 scanned = Instant::now();
-                pace.left(scanned);
-                let (next_answer, opened) = tokio::join!(storage.call(next), async {
-                    let opened = recovery.open(chunk);
-                    (opened, Instant::now())
+                let (next_answer, spooled) = tokio::join!(storage.call(next), async {
+                    recovery.spool(chunk)?;
+                    if leak_demo::opened_scan() {
+                        recovery.open_spooled()?;
+                    }
+                    Ok::<_, cloak_core::RecoveryError>(())
                 });
-                let (opened, done) = opened;
-                opened?;
-                pace.ready(done);
+                spooled?;
                 reply = Some(next_answer?);
             }
-            None => recovery.open(chunk)?,
+            None => recovery.spool(chunk)?,
         }
         progress.scanned(recovery.scanned());
     }
-    if pace.late() > 0 {
-        tracing::warn!(
-            late = pace.late(),
-            "scan requests left after their instant on the scan's public clock (the proxy was \
-             still opening the chunk before): their timing may tell the storage server how many \
-             keys the store holds; raise --fill-pace"
-        );
-    }
+    // Off the server's view from here on (see above): a large store's elements take seconds
+    // to open, so the log says so.
+    let scan_took = start.elapsed();
+    tracing::info!(
+        target: PROGRESS_TARGET,
+        elements = recovery.scanned(),
+        took = ?scan_took,
+        "scanned storage; opening the scanned elements"
+    );
+    recovery.open_spooled()?;
+    tracing::info!(
+        target: PROGRESS_TARGET,
+        took = ?(start.elapsed() - scan_took),
+        "opened the scanned elements"
+    );
     // Read after the scan, so the requests storage sees are the same with or without it.
     if let Some(state) = state {
         state.add_earlier_spool(&mut recovery, accept_data_loss)?;

@@ -148,12 +148,12 @@ pub struct StoreArgs {
     ))]
     pub write_back_at: Option<f64>,
 
-    /// A restart's scan and fill run on public clocks, so that their timing does not tell the
-    /// storage server how many keys the store holds: each scan request leaves a fixed interval
-    /// after the one before, the fill's first request a wait after the scan's last, and each
-    /// one after a fixed interval, all computed from the store's size alone. This scales them
-    /// all (2 is twice as slow, 0.5 twice as fast). Raise it if the log says scan or fill
-    /// requests left late (a host slower than the defaults assume) [default: 1]
+    /// A restart's fill runs on a public clock, so that its timing does not tell the storage
+    /// server how many keys the store holds: its first request leaves a wait after the scan's
+    /// last (time to open every scanned element and rebuild), and each one after a fixed
+    /// interval, all computed from the store's size alone. This scales them all (2 is twice as
+    /// slow, 0.5 twice as fast). Raise it if the log says fill requests left late (a host
+    /// slower than the defaults assume) [default: 1]
     #[arg(long, value_name = "FACTOR")]
     pub fill_pace: Option<f64>,
 

@@ -216,7 +216,6 @@ impl Store {
             ledger.as_ref().map_or(&nothing_expected, |l| &l.expected),
             state,
             accept_data_loss,
-            self.fill_pace,
         )
         .await
         .context("recovering the store from storage")?;
@@ -274,11 +273,15 @@ impl Store {
                 Some(state) => state.incarnation,
                 None => random_incarnation()?,
             }),
-            // Everything since the scan's end (sorting the records, the key directory, the
-            // ledger, the scheme's own start) took time that grows with the records; the fill's
-            // clock counts from the scan's end, so none of it shows (see
+            // Everything since the scan's end (opening the scanned elements, sorting the records,
+            // the key directory, the ledger, the scheme's own start) took time that grows with
+            // the records; the fill's clock counts from the scan's end, so none of it shows (see
             // `cloak_schemes::shell::fill`).
-            fill_clock: FillClock::for_restart(report.scanned, self.fill_pace),
+            fill_clock: FillClock::for_restart(
+                report.scanned,
+                report.recovered.elements,
+                self.fill_pace,
+            ),
         };
         let recovered = &report.recovered;
         let mut options = self.options.clone();

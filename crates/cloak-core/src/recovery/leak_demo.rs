@@ -13,11 +13,11 @@
 //!   decoy evens out (sorting, the key directory, copying values into elements), made large
 //!   enough to show far above a loaded host's noise, so the test can tell whether the fill's
 //!   public clock hides it (`cloak_schemes::shell::fill`).
-//! - [`SLOW_SCANNED_RECORD_ENV`] (microseconds) makes opening each chunk of recovery's scan
-//!   take that much longer for each live record it holds: the work of keeping a record and
-//!   spooling its element, made large, so the test can tell whether the scan's public clock
-//!   ([`super::pace`]) hides it; [`UNPACED_SCAN_ENV`] sends each scan request as soon as the
-//!   chunk before is opened, the leak that clock closes.
+//! - [`SLOW_SCANNED_RECORD_ENV`] (microseconds) makes opening each chunk of recovery's scanned
+//!   elements take that much longer for each live record it holds: the work of keeping a
+//!   record, made large, so the test can tell whether it shows in the times of the scan's
+//!   requests; [`OPENED_SCAN_ENV`] brings back the scan that opened each chunk before the
+//!   request after next (see `super::Recovery::spool`), the leak the test must catch.
 //! - [`SLOW_CLIENT_READ_ENV`] (microseconds) makes each client's read answered from the
 //!   recovered records during the fill take that much longer, on the thread that prepares the
 //!   fill's requests, so the test can tell whether the fill's clock keeps such reads from
@@ -38,9 +38,9 @@ pub const SLOW_LIVE_RECORD_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_LIVE_RECORD_US";
 /// the module docs).
 pub const SLOW_SCANNED_RECORD_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_SCANNED_RECORD_US";
 
-/// Set (to anything), recovery's scan requests leave as soon as they can, off its clock (see
-/// the module docs).
-pub const UNPACED_SCAN_ENV: &str = "CLOAK_LEAK_DEMO_UNPACED_SCAN";
+/// Set (to anything), recovery's scan opens each chunk before its next request leaves (see the
+/// module docs).
+pub const OPENED_SCAN_ENV: &str = "CLOAK_LEAK_DEMO_OPENED_SCAN";
 
 /// Set (in microseconds), a client's read of a recovered record during the fill takes that much
 /// longer (see the module docs).
@@ -69,13 +69,13 @@ pub(super) fn slow_scanned_records(records: usize) {
     let _ = records;
 }
 
-/// Whether recovery's scan runs off its clock: in a leak-demo build with [`UNPACED_SCAN_ENV`]
-/// set.
-pub fn unpaced_scan() -> bool {
+/// Whether recovery's scan opens each chunk before its next request: in a leak-demo build with
+/// [`OPENED_SCAN_ENV`] set.
+pub fn opened_scan() -> bool {
     #[cfg(feature = "leak-demo")]
     {
         use std::sync::LazyLock;
-        static SET: LazyLock<bool> = LazyLock::new(|| std::env::var_os(UNPACED_SCAN_ENV).is_some());
+        static SET: LazyLock<bool> = LazyLock::new(|| std::env::var_os(OPENED_SCAN_ENV).is_some());
         *SET
     }
     #[cfg(not(feature = "leak-demo"))]

@@ -1,38 +1,44 @@
-//! When recovery's scan requests leave: on a public clock, like the fill's
-//! (`cloak_schemes::shell::fill`).
+//! The time a restart's public clock (`cloak_schemes::shell::fill`) gives the proxy's work per
+//! element, from public sizes only: for each fill request, and, before the fill's first
+//! request, for opening every element recovery's scan read.
 //!
-//! The scan is a pipeline of two: a chunk's elements are opened while the next chunk's request
-//! is out, and the request after that waits for both. Opening a chunk does more for each live
-//! record it holds (keeping the record, spooling its element) than for an empty slot's element,
-//! so a scan whose next request left as soon as the chunk before was opened showed the server,
-//! chunk by chunk, how many live records it held, and so, roughly, how many keys the store has
-//! (review finding M2 of the fill-clock work). So each request leaves a fixed interval after the
-//! one before left, an interval computed only from public quantities (the chunk's size in
-//! elements and the element's length), scaled by the operator's `--fill-pace`; the opening work
-//! of a chunk then shows only if it overruns that interval, and such requests are counted
-//! ([`ScanPace::late`]) and logged, so the operator can raise `--fill-pace`.
-//!
-//! Anchoring each interval at the moment the request before really left, rather than at a
-//! fixed grid, keeps a slow server's own delays (an answer that comes late delays the next
-//! request) from being read as the proxy's: the clock moves by what the server did.
+//! The scan itself runs on no clock: its requests wait only for storage's answers and for each
+//! chunk to be appended to the spool as it came, the same work whatever the chunk holds (see
+//! `super::Recovery::spool`). It used to open each chunk before the request after next, work
+//! that follows the live records, and so ran on a clock of these intervals (review finding M2
+//! of the fill-clock work); that clock made a million-key scan take 5.4 s where storage sends
+//! the elements in half a second.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// A request's interval per element, on the scan's clock and the fill's
-/// (`cloak_schemes::shell::fill`): opening or sealing it, reading it back. For the scan, 1.5 µs
-/// an element and 1 ns a byte were too little: a release build on this project's 2-core
-/// machine, lightly loaded, opened 114 of a million 1 KiB elements' 245 chunks after their
-/// instant; this is about twice that interval. For the fill, it has slack over the test
-/// build's work (a full store's 1024-element requests took 3.55 ms at 1 KiB values).
+/// The time given per element of a fill request: reading it back from the spool, sealing it.
+/// It has slack over the test build's work (a full store's 1024-element requests took 3.55 ms
+/// at 1 KiB values). (When the scan opened each chunk and spooled its elements on a clock of
+/// these intervals, 1.5 µs an element and 1 ns a byte had been too little for that.)
 const PER_ELEMENT: Duration = Duration::from_nanos(2_000);
 
-/// A request's interval per byte of its elements (mostly encryption and decryption).
+/// The time given per byte of the elements (mostly encryption and decryption).
 const PER_BYTE: Duration = Duration::from_nanos(3);
 
-/// The time a request of `elements` elements of `element_len` bytes is given, on the scan's
-/// and the fill's clocks, at `--fill-pace` `scale`: from public sizes only, never from a
-/// measurement of the work, which follows the records.
-pub fn request_interval(elements: u64, element_len: usize, scale: f64) -> Duration {
+/// The time given per element for opening it after the scan (and keeping its records), which
+/// the wait before a restart's fill allows for every element the scan read: a release build on
+/// this project's 2-core machine, idle, opened a million 1 KiB elements in 0.94 s, 0.9 µs
+/// each (reading them back from the spool included); with these, 2.1 µs each.
+const OPEN_PER_ELEMENT: Duration = Duration::from_nanos(1_000);
+
+/// The time given per byte of a scanned element for opening it.
+const OPEN_PER_BYTE: Duration = Duration::from_nanos(1);
+
+/// The time opening `elements` scanned elements of `element_len` bytes is given, at
+/// `--fill-pace` `scale`: from public sizes only, as [`time_for_elements`].
+pub fn time_to_open(elements: u64, element_len: usize, scale: f64) -> Duration {
+    let bytes = elements.saturating_mul(element_len as u64);
+    (times(OPEN_PER_ELEMENT, elements) + times(OPEN_PER_BYTE, bytes)).mul_f64(scale)
+}
+
+/// The time `elements` elements of `element_len` bytes are given, at `--fill-pace` `scale`:
+/// from public sizes only, never from a measurement of the work, which follows the records.
+pub fn time_for_elements(elements: u64, element_len: usize, scale: f64) -> Duration {
     let bytes = elements.saturating_mul(element_len as u64);
     (times(PER_ELEMENT, elements) + times(PER_BYTE, bytes)).mul_f64(scale)
 }
@@ -41,82 +47,4 @@ pub fn request_interval(elements: u64, element_len: usize, scale: f64) -> Durati
 /// far from overflowing; saturation only guards against absurd shapes).
 pub fn times(unit: Duration, count: u64) -> Duration {
     unit.saturating_mul(u32::try_from(count).unwrap_or(u32::MAX))
-}
-
-/// When each of a scan's requests leaves (see the module docs).
-#[derive(Debug)]
-pub struct ScanPace {
-    /// The instant the next request leaves.
-    next: Instant,
-    interval: Duration,
-    /// Requests whose chunk before was opened after their instant.
-    late: u64,
-}
-
-impl ScanPace {
-    /// The pace of a scan that starts at `start`, in chunks of `chunk` elements of
-    /// `element_len` bytes, scaled by `scale` (`--fill-pace`: 2 is twice as slow).
-    pub fn new(start: Instant, chunk: u32, element_len: usize, scale: f64) -> Self {
-        Self {
-            next: start,
-            interval: request_interval(u64::from(chunk), element_len, scale),
-            late: 0,
-        }
-    }
-
-    /// The instant the next request leaves.
-    pub fn next(&self) -> Instant {
-        self.next
-    }
-
-    /// The work the next request waited for (the chunk before it, opened) was done at `done`:
-    /// counted late if that was after the request's instant.
-    pub fn ready(&mut self, done: Instant) {
-        if done > self.next {
-            self.late += 1;
-        }
-    }
-
-    /// The next request left at `left`: the one after it leaves an interval later.
-    pub fn left(&mut self, left: Instant) {
-        self.next = left.max(self.next) + self.interval;
-    }
-
-    /// Requests that left after their instant because the proxy was not done.
-    pub fn late(&self) -> u64 {
-        self.late
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_leave_an_interval_apart_from_public_sizes_and_late_work_is_counted() {
-        let start = Instant::now();
-        // 4096 elements of 1,000 bytes: 4096 × (2 µs + 3 µs).
-        let interval = Duration::from_micros(20_480);
-        for scale in [1.0, 3.0] {
-            let mut pace = ScanPace::new(start, 4096, 1000, scale);
-            assert_eq!(pace.next(), start);
-            pace.left(start);
-            assert_eq!(pace.next(), start + interval.mul_f64(scale));
-        }
-        let mut pace = ScanPace::new(start, 4096, 1000, 1.0);
-        pace.ready(start);
-        pace.left(start);
-        // The chunk before was opened in time: no lateness.
-        pace.ready(start + interval / 2);
-        assert_eq!(pace.late(), 0);
-        pace.left(start + interval);
-        // The server answered late: the clock moves by its delay.
-        let answered_late = start + interval * 5;
-        pace.ready(start + interval * 2);
-        pace.left(answered_late);
-        assert_eq!(pace.next(), answered_late + interval);
-        // The proxy opened a chunk after the instant: counted.
-        pace.ready(answered_late + interval * 2);
-        assert_eq!(pace.late(), 1);
-    }
 }

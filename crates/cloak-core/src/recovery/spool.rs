@@ -1,15 +1,17 @@
 //! The scanned elements recovery keeps on local disk until the new layout's fill writes them.
 //!
 //! A restart used to hold every recovered value in memory at once (about the store's size).
-//! Recovery now appends each element it keeps a record of to a spool file as the scan goes, and
-//! keeps in memory only what it needs per slot (version, key, where the element is); the fill
-//! reads each element back when it places its record.
+//! Recovery now appends every scanned element to a spool file as the scan goes, opens them from
+//! there once it is done, and keeps in memory only what it needs per slot (version, key, where
+//! the element is); the fill reads each element back when it places its record.
 //!
 //! What goes to the file: the elements exactly as storage sent them, each after its address and
 //! length. The storage server holds them already, and sealed ones open only with the master key,
 //! so the file tells whoever reads this disk nothing storage does not. Each is opened again when
 //! read back, bound to its address, so a file changed underneath the proxy is an error, never a
-//! wrong value.
+//! wrong value. The scan appends every element before opening any (see `super::Recovery`); one
+//! that then does not open stays in its place, its header given the address [`DISCARDED`], and
+//! a later start reading the file skips it ([`entries`]).
 //!
 //! Without a state directory the spool is an unlinked temporary file (in `TMPDIR`), gone with
 //! the process. With one, the proxy keeps it there, synced before the fill overwrites anything,
@@ -23,7 +25,12 @@ use std::os::unix::fs::FileExt;
 
 use bytes::Bytes;
 
-use crate::storage::Addr;
+use crate::storage::{Addr, STORE_MARKER};
+
+/// The address a discarded element's header is given ([`SpoolWriter::discard`]): the store
+/// marker's, which no scheme's element has, so no element read back from the spool is mistaken
+/// for one that was discarded.
+pub const DISCARDED: Addr = STORE_MARKER;
 
 /// Bytes before each element in the file: its address, which opening it again needs, and its
 /// length, which reading the file from the start needs.
@@ -108,6 +115,29 @@ impl SpoolWriter {
             _ => SameLen::Mixed,
         };
         Ok(spooled)
+    }
+
+    /// The elements appended from byte `at` on, each with where it is, read back from the file
+    /// (what is buffered is written out first). Later appends are not read.
+    pub fn read_from(&mut self, at: u64) -> std::io::Result<Entries> {
+        let Some(writer) = &mut self.file else {
+            return Ok(Entries::empty());
+        };
+        writer.flush()?;
+        let file = writer.get_ref().try_clone()?;
+        Ok(Entries::new(file, at, self.len))
+    }
+
+    /// Gives the element at `at` the address [`DISCARDED`], in place: it stays in the file (the
+    /// places of the others do not move), and a later start reading the file skips it.
+    pub fn discard(&mut self, at: Spooled) -> std::io::Result<()> {
+        let Some(writer) = &mut self.file else {
+            return Err(ErrorKind::NotFound.into());
+        };
+        writer.flush()?;
+        writer
+            .get_ref()
+            .write_all_at(&DISCARDED.to_le_bytes(), at.at)
     }
 
     /// Bytes appended so far.
@@ -195,23 +225,82 @@ impl SpoolReader {
     }
 }
 
-/// Every element of the spool in `file`, from its start, as (address, element). An element cut
-/// short is an error: a spool is only ever read once it was completely written.
+/// Every element of the spool in `file`, from its start, as (address, element), those
+/// [discarded](SpoolWriter::discard) skipped. An element cut short is an error: a spool is only
+/// ever read once it was completely written.
 pub fn entries(file: File) -> impl Iterator<Item = std::io::Result<(Addr, Bytes)>> {
-    let mut reader = BufReader::with_capacity(WRITE_BUFFER, file);
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed {
-            return None;
-        }
-        let entry = match read_header(&mut reader) {
-            Ok(None) => return None,
-            Ok(Some((address, len))) => read_element(&mut reader, len).map(|e| (address, e)),
-            Err(error) => Err(error),
-        };
-        failed = entry.is_err();
-        Some(entry)
+    let end = file.metadata().map_or(u64::MAX, |m| m.len());
+    Entries::new(file, 0, end).filter_map(|entry| match entry {
+        Ok((_, DISCARDED, _)) => None,
+        Ok((_, address, element)) => Some(Ok((address, element))),
+        Err(error) => Some(Err(error)),
     })
+}
+
+/// The elements of a stretch of a spool file, each with where it is, read forward through a
+/// buffer with positioned reads (they leave the file's position, which a writer may share,
+/// alone). Ends after the first error.
+pub struct Entries {
+    reader: Option<BufReader<ReadAt>>,
+    at: u64,
+}
+
+impl Entries {
+    fn new(file: File, at: u64, end: u64) -> Self {
+        let reader = BufReader::with_capacity(WRITE_BUFFER, ReadAt { file, at, end });
+        Self {
+            reader: Some(reader),
+            at,
+        }
+    }
+
+    fn empty() -> Self {
+        Self {
+            reader: None,
+            at: 0,
+        }
+    }
+}
+
+impl Iterator for Entries {
+    type Item = std::io::Result<(Spooled, Addr, Bytes)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let reader = self.reader.as_mut()?;
+        let entry = match read_header(reader) {
+            Ok(None) => None,
+            Ok(Some((address, len))) => Some(read_element(reader, len).map(|element| {
+                let spooled = Spooled { at: self.at, len };
+                self.at += HEADER_LEN + u64::from(len);
+                (spooled, address, element)
+            })),
+            Err(error) => Some(Err(error)),
+        };
+        if !matches!(entry, Some(Ok(_))) {
+            self.reader = None;
+        }
+        entry
+    }
+}
+
+/// A file read from `at` up to `end` with positioned reads.
+struct ReadAt {
+    file: File,
+    at: u64,
+    end: u64,
+}
+
+impl Read for ReadAt {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = usize::try_from(self.end.saturating_sub(self.at)).unwrap_or(usize::MAX);
+        let len = buf.len().min(left);
+        if len == 0 {
+            return Ok(0);
+        }
+        let read = self.file.read_at(&mut buf[..len], self.at)?;
+        self.at += read as u64;
+        Ok(read)
+    }
 }
 
 /// The next header, or `None` at the end of the file.
@@ -246,7 +335,7 @@ mod tests {
     fn three(writer: &mut SpoolWriter) -> [Spooled; 3] {
         [
             writer.append(1, b"first").unwrap(),
-            writer.append(u128::MAX, &[7; 3000]).unwrap(),
+            writer.append(u128::MAX - 1, &[7; 3000]).unwrap(),
             writer.append(3, b"").unwrap(),
         ]
     }
@@ -259,7 +348,7 @@ mod tests {
         let reader = writer.finish().unwrap();
         assert_eq!(
             reader.read(b).unwrap(),
-            (u128::MAX, Bytes::from(vec![7; 3000]))
+            (u128::MAX - 1, Bytes::from(vec![7; 3000]))
         );
         assert_eq!(reader.read(a).unwrap(), (1, Bytes::from_static(b"first")));
         assert_eq!(reader.read(c).unwrap(), (3, Bytes::new()));
@@ -294,6 +383,30 @@ mod tests {
         assert_eq!(SpoolWriter::default().finish().unwrap().nth(0), None);
     }
 
+    /// What was appended reads back from any place on, while appending goes on, and a
+    /// discarded element keeps its place but no longer reads as an element.
+    #[test]
+    fn appended_elements_read_back_from_a_place_and_a_discarded_one_is_skipped() {
+        let mut writer = SpoolWriter::default();
+        assert_eq!(writer.read_from(0).unwrap().count(), 0, "no file yet");
+        let [a, b, c] = three(&mut writer);
+        let from_b: Vec<(Spooled, Addr, Bytes)> = writer
+            .read_from(b.at)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(from_b.len(), 2);
+        assert_eq!((from_b[0].0, from_b[0].1), (b, u128::MAX - 1));
+        assert_eq!((from_b[1].0, from_b[1].1), (c, 3));
+        let d = writer.append(4, b"fourth").unwrap();
+        writer.discard(b).unwrap();
+        let places: Vec<(Spooled, Addr)> = (writer.read_from(a.at).unwrap())
+            .map(|entry| entry.map(|(at, address, _)| (at, address)))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(places, [(a, 1), (b, DISCARDED), (c, 3), (d, 4)]);
+    }
+
     #[test]
     fn an_empty_spool_makes_no_file_and_reads_nothing() {
         let writer = SpoolWriter::default();
@@ -319,7 +432,7 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         let addresses: Vec<Addr> = all.iter().map(|(a, _)| *a).collect();
-        assert_eq!(addresses, [1, u128::MAX, 3]);
+        assert_eq!(addresses, [1, u128::MAX - 1, 3]);
         assert_eq!(all[1].1.len(), 3000);
 
         let length = std::fs::metadata(&path).unwrap().len();

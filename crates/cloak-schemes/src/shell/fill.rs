@@ -33,7 +33,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use cloak_core::recovery::Progress;
-use cloak_core::recovery::pace::{request_interval, times};
+use cloak_core::recovery::pace::{time_for_elements, time_to_open, times};
 use cloak_core::{Outbox, Slot, StorageOp};
 
 use super::{Io, RequestPurpose};
@@ -57,12 +57,13 @@ pub struct FillShape {
     pub request: u64,
 }
 
-/// The default wait after the scan, per unit of a [`FillShape`], at `--fill-pace 1`: chosen
-/// with slack over the work measured in the test build (it covers 750 ms of work after a
-/// million-key scan with 2.2 s), so that a request is rarely prepared after its instant. Each
-/// is a constant: what the pace must never be is a measurement of the work at run time, which
-/// follows the records. A request's interval is the scan's
-/// ([`cloak_core::recovery::pace::request_interval`]).
+/// The default wait after the scan, per unit of a [`FillShape`], at `--fill-pace 1`, beside the
+/// time for opening the scanned elements: chosen with slack over the work measured in the test
+/// build (it covers 750 ms of work after a million-key scan with 2.2 s), so that a request is
+/// rarely prepared after its instant. Each is a constant: what the pace must never be is a
+/// measurement of the work at run time, which follows the records. The time for opening the
+/// scanned elements and a request's interval are recovery's
+/// ([`cloak_core::recovery::pace`]).
 mod default_pace {
     use std::time::Duration;
 
@@ -81,18 +82,26 @@ mod default_pace {
 pub struct FillClock {
     /// When recovery's last scan request left.
     pub scanned: Instant,
+    /// Elements that scan read (the server sent them): recovery opens them all after its last
+    /// request, so the wait before the fill gives them time (see [`FillClock::first_request`]).
+    pub scanned_elements: u64,
     /// `--fill-pace`: scales every wait and interval of the default pace (1 by default; larger
     /// is slower).
     pub scale: f64,
 }
 
 impl FillClock {
-    /// The clock of a restart whose recovery's last scan request left at `scanned`, at the
-    /// default pace scaled by `scale`. `None` (each request leaves when prepared) only in a
-    /// `leak-demo` build with `crate::LEAK_DEMO_UNPACED_FILL_ENV` set: the leak of review
-    /// finding 6 that `crates/cloak/tests/fill_timing.rs` must catch.
-    pub fn for_restart(scanned: Instant, scale: f64) -> Option<Self> {
-        (!leak_demo_unpaced()).then_some(Self { scanned, scale })
+    /// The clock of a restart whose recovery's last scan request left at `scanned`, after
+    /// `scanned_elements` elements, at the default pace scaled by `scale`. `None` (each request
+    /// leaves when prepared) only in a `leak-demo` build with
+    /// `crate::LEAK_DEMO_UNPACED_FILL_ENV` set: the leak of review finding 6 that
+    /// `crates/cloak/tests/fill_timing.rs` must catch.
+    pub fn for_restart(scanned: Instant, scanned_elements: u64, scale: f64) -> Option<Self> {
+        (!leak_demo_unpaced()).then_some(Self {
+            scanned,
+            scanned_elements,
+            scale,
+        })
     }
 
     /// The pace of a fill of `shape` that starts as soon as recovery is done: its first request
@@ -103,11 +112,12 @@ impl FillClock {
 
     /// The instant a fill's first request (or a scheme's first request after the scan, a scan of
     /// its own) leaves: a wait after the scan long enough for what recovery and the new instance
-    /// do before it at the default pace, whatever the records, plus the preparation of the
-    /// requests the window prepares ahead.
+    /// do before it at the default pace, whatever the records (opening every scanned element,
+    /// then the rest), plus the preparation of the requests the window prepares ahead.
     pub fn first_request(&self, shape: FillShape) -> Instant {
         let stored = shape.elements.saturating_mul(shape.element_len as u64);
-        let wait = default_pace::WAIT
+        let wait = time_to_open(self.scanned_elements, shape.element_len, 1.0)
+            + default_pace::WAIT
             + times(default_pace::WAIT_PER_SLOT, shape.slots)
             + times(default_pace::WAIT_PER_BYTE, stored);
         self.scanned + wait.mul_f64(self.scale) + self.interval(shape) * FILL_WINDOW as u32
@@ -122,7 +132,7 @@ impl FillClock {
 
     /// Time between two fill requests of `shape`.
     fn interval(&self, shape: FillShape) -> Duration {
-        request_interval(shape.request, shape.element_len, self.scale)
+        time_for_elements(shape.request, shape.element_len, self.scale)
     }
 
     fn pace_from(&self, first: Instant, shape: FillShape) -> Pace {
@@ -363,16 +373,30 @@ mod tests {
         let interval = Duration::from_nanos(9_200);
         let first = scanned + Duration::from_micros(100_011) + interval * 4;
         for scale in [1.0, 2.0] {
-            let clock = FillClock { scanned, scale };
+            let clock = FillClock {
+                scanned,
+                scanned_elements: 0,
+                scale,
+            };
             assert_eq!(
                 clock.first_request(shape),
                 scanned
                     + Duration::from_micros(100_011).mul_f64(scale)
                     + interval.mul_f64(scale) * 4
             );
+            // A thousand scanned elements of 100 bytes to open first: 1000 × (1 µs + 100 ns).
+            let after_opening = FillClock {
+                scanned_elements: 1000,
+                ..clock
+            };
+            assert_eq!(
+                after_opening.first_request(shape) - clock.first_request(shape),
+                Duration::from_micros(1_100).mul_f64(scale)
+            );
         }
         let mut pace = FillClock {
             scanned,
+            scanned_elements: 0,
             scale: 1.0,
         }
         .pace(shape);
@@ -396,6 +420,7 @@ mod tests {
         let long_ago = Instant::now() - Duration::from_secs(10);
         let mut pace = FillClock {
             scanned: long_ago,
+            scanned_elements: 0,
             scale: 1.0,
         }
         .pace(Fill::shape(10, 10, 100, 4));
@@ -415,11 +440,13 @@ mod tests {
         let interval = Duration::from_nanos(9_200);
         let mut pace = FillClock {
             scanned,
+            scanned_elements: 0,
             scale: 1.0,
         }
         .pace(shape);
         let first = FillClock {
             scanned,
+            scanned_elements: 0,
             scale: 1.0,
         }
         .first_request(shape);
