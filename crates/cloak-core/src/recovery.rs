@@ -467,8 +467,8 @@ impl Recovery {
         Ok(())
     }
 
-    /// Adds the journal's records and settles every slot. Fails only if the spool cannot be
-    /// written out.
+    /// Opens what the scan spooled and is not opened yet, adds the journal's records and
+    /// settles every slot. Fails only if the spool cannot be read or written out.
     pub fn finish(
         mut self,
         journal: impl IntoIterator<Item = (Slot, Record)>,
@@ -479,8 +479,8 @@ impl Recovery {
         // cost what its reads cost (a small spool stays in the fastest caches: an empty store's
         // fill requests came 1.3 ms apart against 1.9 ms for a full one's at 64-byte values).
         // So the spool holds at least as many elements as storage does, which the server
-        // knows: the scan padded it as it went (see `open`), and only an empty store's spool
-        // gets its one element here.
+        // knows: the scan spooled one element for each it read (see `spool`), and only an
+        // empty store's spool gets its one element here.
         for _ in self.spool.elements()..self.elements.max(1) {
             self.pad()?;
         }

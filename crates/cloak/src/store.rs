@@ -1,9 +1,10 @@
 //! From `[store]` settings to a running engine: defaults, validation, and the key.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use cloak_core::recovery::pace::time_to_open;
 use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, Slot, SlotVersions};
 use cloak_crypto::{KeyHasher, MasterKey, StoreId};
 use cloak_proxy::{Journal, Ledger, RecoveryReport, StateDir, StoreManifest};
@@ -208,9 +209,11 @@ impl Store {
                 .context("identifying the store in storage")?;
         let master = &store_id.key(master);
         let nothing_expected = SlotVersions::new();
+        let format = cloak_schemes::element_format(self.scheme, self.spec.layout, master)?;
+        let element_len = format.element_len();
         let mut report = cloak_proxy::recover(
             storage,
-            cloak_schemes::element_format(self.scheme, self.spec.layout, master)?,
+            format,
             self.spec.capacity,
             journal,
             ledger.as_ref().map_or(&nothing_expected, |l| &l.expected),
@@ -233,6 +236,20 @@ impl Store {
                 "--accept-data-loss: starting on what storage holds; this is lost:\n{}",
                 report.findings
             );
+            // The deletes are the first request after the scan, and all recovery did since its
+            // last request (opening every scanned element, sorting the records) took time that
+            // follows the records: they leave at an instant counted from that request, the time
+            // the restart's clock gives the opening later (see `cloak_schemes::shell::fill`).
+            let opened = report.recovered.elements.max(self.spec.capacity);
+            let discard_at = report.scanned + time_to_open(opened, element_len, self.fill_pace);
+            if Instant::now() > discard_at {
+                tracing::warn!(
+                    "the deletes of damaged elements left after their instant on the restart's \
+                     clock: their timing may tell the storage server how many keys the store \
+                     holds; raise --fill-pace"
+                );
+            }
+            tokio::time::sleep_until(discard_at.into()).await;
             cloak_proxy::discard_damaged(storage, &report.findings.damage)
                 .await
                 .context("deleting the damaged elements")?;

@@ -22,8 +22,8 @@
 //! of the spool read and opened the same way, whose records are dropped. Decoys are spread over
 //! the whole spool as the records of a random layout are, so they hit the page cache and the
 //! disk as the real reads would, and the spool always holds as many elements as storage did
-//! (recovery pads it), so decoys of a sparse store read from as large a file as a full store's
-//! records. What is left that depends on the records: parsing the record out of an opened
+//! (recovery spools one element for each it scans), so decoys of a sparse store read from as
+//! large a file as a full store's records. What is left that depends on the records: parsing the record out of an opened
 //! element (a padding element holds none), copying its value into the sealed element and the
 //! allocations around it, measured at 0.3–0.7 µs a record in the test build; and the pause
 //! before the fill, which sorting the records lengthens (see `crate::recovery`). Neither shows:

@@ -6,9 +6,9 @@
 //!
 //! **When each request leaves** ([`Pace`]). After a restart the fill carries the recovered
 //! records, and the work of preparing a request (reading its records back from the spool,
-//! copying them into elements) and the work between the scan and the fill (sorting the records,
-//! the key directory, reading every record back for the schemes that load them) grow with how
-//! many live records there are. Had a request left as soon as it was prepared, the server would
+//! copying them into elements) and the work between the scan and the fill (opening the scanned
+//! elements, sorting the records, the key directory, reading every record back for the schemes
+//! that load them) grow with how many live records there are. Had a request left as soon as it was prepared, the server would
 //! read the key count off the pause after its scan and, request by request, off the gaps
 //! between them (review finding 6: about half a microsecond a record remained after decoy
 //! reads). So a restart's fill runs on a public clock ([`FillClock`]): its first request leaves
@@ -16,9 +16,9 @@
 //! before; a request is prepared ahead (the window of [`FILL_WINDOW`] requests holds prepared
 //! ones too) and handed to the driver with its instant (`StorageRequest::not_before`), so how
 //! long it took to prepare never shows. The wait and the interval are computed from public
-//! quantities only: the store's slots and elements, the element size and the request's size,
-//! scaled by the operator's `--fill-pace` (never from a measured cost, which would follow the
-//! records). What the server sees is then a function of those and of its own answers: a
+//! quantities only: the store's slots and elements, the elements the scan read (the server's
+//! count), the element size and the request's size, scaled by the operator's `--fill-pace`
+//! (never from a measured cost, which would follow the records). What the server sees is then a function of those and of its own answers: a
 //! request whose window is full waits for storage's answer, which the server caused, and then
 //! leaves no earlier than an interval after that answer ([`Pace::answered`]). Without that rule a
 //! server that held its answers past the clock made every later request leave as soon as it was
@@ -116,7 +116,11 @@ impl FillClock {
     /// then the rest), plus the preparation of the requests the window prepares ahead.
     pub fn first_request(&self, shape: FillShape) -> Instant {
         let stored = shape.elements.saturating_mul(shape.element_len as u64);
-        let wait = time_to_open(self.scanned_elements, shape.element_len, 1.0)
+        // The elements the scan read (the server's count, which it knows), and never fewer
+        // than the store's own: a store the server holds only partly (a fresh one, a preload of
+        // live records only) then waits as long as a full one.
+        let opened = self.scanned_elements.max(shape.elements);
+        let wait = time_to_open(opened, shape.element_len, 1.0)
             + default_pace::WAIT
             + times(default_pace::WAIT_PER_SLOT, shape.slots)
             + times(default_pace::WAIT_PER_BYTE, stored);
@@ -367,11 +371,12 @@ mod tests {
     #[test]
     fn a_clocked_fill_leaves_at_instants_from_its_shape_alone() {
         let scanned = Instant::now() + Duration::from_secs(3600);
-        // 10 slots and elements of 100 bytes, 4 a request: a wait of 100 ms + 10 µs + 1 µs, and
+        // 10 slots and elements of 100 bytes, 4 a request: a wait of 11 µs to open the ten
+        // elements, then 100 ms + 10 µs + 1 µs, and
         // an interval of 4 × (2 µs + 300 ns).
         let shape = Fill::shape(10, 10, 100, 4);
         let interval = Duration::from_nanos(9_200);
-        let first = scanned + Duration::from_micros(100_011) + interval * 4;
+        let first = scanned + Duration::from_micros(100_022) + interval * 4;
         for scale in [1.0, 2.0] {
             let clock = FillClock {
                 scanned,
@@ -381,17 +386,18 @@ mod tests {
             assert_eq!(
                 clock.first_request(shape),
                 scanned
-                    + Duration::from_micros(100_011).mul_f64(scale)
+                    + Duration::from_micros(100_022).mul_f64(scale)
                     + interval.mul_f64(scale) * 4
             );
-            // A thousand scanned elements of 100 bytes to open first: 1000 × (1 µs + 100 ns).
+            // A thousand scanned elements of 100 bytes to open first: 1000 × (1 µs + 100 ns),
+            // less the store's ten, which an empty scan is given too.
             let after_opening = FillClock {
                 scanned_elements: 1000,
                 ..clock
             };
             assert_eq!(
                 after_opening.first_request(shape) - clock.first_request(shape),
-                Duration::from_micros(1_100).mul_f64(scale)
+                Duration::from_micros(1_089).mul_f64(scale)
             );
         }
         let mut pace = FillClock {
