@@ -24,7 +24,7 @@
 //! elements, sorting the records, the key directory, the new instance's start), still grow with
 //! the number of records; the fill's public clock hides both from the server
 //! (`cloak_schemes::shell::fill`): its requests leave at instants counted from the scan's last
-//! request, whatever the work took.
+//! answer, whatever the work took.
 //! What recovery trusts: nothing it cannot check. An element that does not open is recorded as
 //! [`Damage`], never skipped, and [`Recovered::findings`] compares every slot with the versions
 //! the proxy last knew storage held, so deleted, rolled-back or resurrected keys show up; the

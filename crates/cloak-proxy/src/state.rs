@@ -323,8 +323,8 @@ pub struct RecoveryReport {
     pub findings: Findings,
     pub journal_records: usize,
     pub took: Duration,
-    /// When the scan's last request left: the last instant of the recovery the storage server
-    /// sees, from which a restart's fill counts its public clock.
+    /// When the proxy took the scan's last answer (after the server sent it, and after the
+    /// chunk before was spooled): the instant a restart's fill counts its public clock from.
     pub scanned: Instant,
     /// The spool this start keeps in the state directory until storage holds every record
     /// again, when the proxy deletes it (see the module docs).
@@ -366,22 +366,23 @@ pub async fn recover(
     // before to be opened, its time would have told the server how many keys that chunk held
     // (review finding M2 of the fill-clock work).
     //
-    // The instant the last request leaves is the one a restart's fill counts its clock from
-    // (see `RecoveryReport::scanned`): the server sees it, and everything the proxy does after
-    // it (spooling the last chunks, opening every element, sorting, the new instance's start)
-    // is hidden behind that clock. Its answer's arrival would do as well, but while a chunk is
-    // spooled the answer waits unread, so the instant the proxy would note for it moves with
-    // the host's disk.
-    let mut scanned = Instant::now();
+    // The instant the proxy takes the last answer is the one a restart's fill counts its clock
+    // from (see `RecoveryReport::scanned`): everything the proxy does after it (spooling the
+    // last chunk, opening every element, sorting, the new instance's start) is hidden behind
+    // that clock. Not the instant the last request left: opening can only start once its
+    // answer is in, so a server that held that answer could have moved the proxy's work past
+    // the clock's wait and read it off the fill's lateness (review M1 of this change). The
+    // answer is taken once the chunk before it is spooled too, work that follows only the
+    // chunk's size and the host's disk.
     let mut reply = match recovery.next_request() {
         Some(first) => Some(storage.call(first).await?),
         None => None,
     };
+    let mut scanned = Instant::now();
     while let Some(answer) = reply.take() {
         let chunk = recovery.accept(answer)?;
         match recovery.next_request() {
             Some(next) => {
-                scanned = Instant::now();
                 let (next_answer, spooled) = tokio::join!(storage.call(next), async {
                     recovery.spool(chunk)?;
                     if leak_demo::opened_scan() {
@@ -391,6 +392,7 @@ pub async fn recover(
                 });
                 spooled?;
                 reply = Some(next_answer?);
+                scanned = Instant::now();
             }
             None => recovery.spool(chunk)?,
         }

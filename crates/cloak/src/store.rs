@@ -238,7 +238,7 @@ impl Store {
             );
             // The deletes are the first request after the scan, and all recovery did since its
             // last request (opening every scanned element, sorting the records) took time that
-            // follows the records: they leave at an instant counted from that request, the time
+            // follows the records: they leave at an instant counted from its last answer, the time
             // the restart's clock gives the opening later (see `cloak_schemes::shell::fill`).
             let opened = report.recovered.elements.max(self.spec.capacity);
             let discard_at = report.scanned + time_to_open(opened, element_len, self.fill_pace);

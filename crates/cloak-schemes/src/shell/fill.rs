@@ -12,7 +12,7 @@
 //! read the key count off the pause after its scan and, request by request, off the gaps
 //! between them (review finding 6: about half a microsecond a record remained after decoy
 //! reads). So a restart's fill runs on a public clock ([`FillClock`]): its first request leaves
-//! a fixed wait after the scan's last request, and each one after a fixed interval after the one
+//! a fixed wait after the scan's last answer, and each one after a fixed interval after the one
 //! before; a request is prepared ahead (the window of [`FILL_WINDOW`] requests holds prepared
 //! ones too) and handed to the driver with its instant (`StorageRequest::not_before`), so how
 //! long it took to prepare never shows. The wait and the interval are computed from public
@@ -77,10 +77,11 @@ mod default_pace {
 }
 
 /// The public clock a restart's fill runs on (see the module docs): counted from the instant
-/// recovery's last scan request left, which the storage server sees.
+/// the proxy took recovery's last scan answer (the server sent it, and the proxy's work up to
+/// then does not follow the records).
 #[derive(Clone, Copy, Debug)]
 pub struct FillClock {
-    /// When recovery's last scan request left.
+    /// When the proxy took recovery's last scan answer.
     pub scanned: Instant,
     /// Elements that scan read (the server sent them): recovery opens them all after its last
     /// request, so the wait before the fill gives them time (see [`FillClock::first_request`]).
@@ -91,7 +92,7 @@ pub struct FillClock {
 }
 
 impl FillClock {
-    /// The clock of a restart whose recovery's last scan request left at `scanned`, after
+    /// The clock of a restart whose recovery took its last scan answer at `scanned`, after
     /// `scanned_elements` elements, at the default pace scaled by `scale`. `None` (each request
     /// leaves when prepared) only in a `leak-demo` build with
     /// `crate::LEAK_DEMO_UNPACED_FILL_ENV` set: the leak of review finding 6 that
