@@ -32,15 +32,32 @@ const OPEN_PER_BYTE: Duration = Duration::from_nanos(1);
 /// The time opening `elements` scanned elements of `element_len` bytes is given, at
 /// `--fill-pace` `scale`: from public sizes only, as [`time_for_elements`].
 pub fn time_to_open(elements: u64, element_len: usize, scale: f64) -> Duration {
-    let bytes = elements.saturating_mul(element_len as u64);
-    (times(OPEN_PER_ELEMENT, elements) + times(OPEN_PER_BYTE, bytes)).mul_f64(scale)
+    per_element_and_byte(
+        OPEN_PER_ELEMENT,
+        OPEN_PER_BYTE,
+        elements,
+        element_len,
+        scale,
+    )
 }
 
 /// The time `elements` elements of `element_len` bytes are given, at `--fill-pace` `scale`:
 /// from public sizes only, never from a measurement of the work, which follows the records.
 pub fn time_for_elements(elements: u64, element_len: usize, scale: f64) -> Duration {
+    per_element_and_byte(PER_ELEMENT, PER_BYTE, elements, element_len, scale)
+}
+
+/// `per_element` for each of `elements` elements and `per_byte` for each of their bytes,
+/// scaled by `scale`.
+fn per_element_and_byte(
+    per_element: Duration,
+    per_byte: Duration,
+    elements: u64,
+    element_len: usize,
+    scale: f64,
+) -> Duration {
     let bytes = elements.saturating_mul(element_len as u64);
-    (times(PER_ELEMENT, elements) + times(PER_BYTE, bytes)).mul_f64(scale)
+    (times(per_element, elements) + times(per_byte, bytes)).mul_f64(scale)
 }
 
 /// `unit` times `count`, saturating (a store of 2^32 slots at a microsecond is over an hour,
