@@ -175,16 +175,6 @@ impl ElementFormat {
         }
     }
 
-    /// Whether the scan spools an element of `len` bytes as storage sent it (see
-    /// [`Recovery::spool`]): a sealed element of any other length than a whole number of
-    /// records' cannot open; plaintext elements are as long as their records.
-    fn spools_as_read(&self, len: usize) -> bool {
-        match self {
-            ElementFormat::Sealed(codec) => codec.layout.seals_whole_records(len),
-            ElementFormat::Plain(_) => true,
-        }
-    }
-
     /// An element at `address` holding `record` for `slot`, as a store written by an earlier
     /// run (generation 1) would hold it: what recovery reads back. Tools use it to hand a proxy
     /// a ready-made store (the benchmark's preload) through the ordinary recovery path.
@@ -223,6 +213,9 @@ impl ElementFormat {
     }
 }
 
+/// An element that does not open: its place in the spool (if it has one), its address, and why.
+type Unopened = (Option<Spooled>, Addr, ElementError);
+
 /// A chunk of the scan, in address order, not opened yet (see [`Recovery::accept`]).
 pub struct ScannedChunk(Vec<(Addr, Bytes)>);
 
@@ -240,6 +233,9 @@ pub struct Recovery {
     opened_to: u64,
     damage: Damage,
     max_generation: u64,
+    /// The length of every element the scheme writes, if the caller said (see
+    /// [`Recovery::sized`]).
+    element_len: Option<usize>,
 }
 
 impl Recovery {
@@ -256,7 +252,18 @@ impl Recovery {
             opened_to: 0,
             damage: Damage::default(),
             max_generation: 0,
+            element_len: None,
         }
+    }
+
+    /// Says that every element the scheme writes is `len` bytes long (each scheme's sealed
+    /// elements have one length, which the server sees): a sealed element of any other length
+    /// is none of the scheme's, and the scan records it as damage at once instead of spooling it
+    /// (see [`Recovery::spool`]). Without it, any length that seals a whole number of records
+    /// is spooled.
+    pub fn sized(mut self, len: usize) -> Self {
+        self.element_len = Some(len);
+        self
     }
 
     /// Makes room now for the records of `slots` slots (the store's size, which the proxy
@@ -336,17 +343,16 @@ impl Recovery {
     /// scan, it is part of the pause before the fill's first request, which leaves on a public
     /// clock (`cloak_schemes::shell::fill`).
     ///
-    /// An element of a length the format never seals cannot be one of the proxy's: it is
+    /// An element of a length the scheme never writes (see [`Recovery::sized`]; without it, a
+    /// length that seals no whole number of records) cannot be one of the proxy's: it is
     /// recorded as damage and the spool gets padding in its place, so that a dense scheme's
-    /// spool keeps one length (the fill's decoy reads find elements by number). Which elements
-    /// those are is the server's own doing. (A foreign element of another whole number of
-    /// records' length is spooled, fails to open after the scan, and leaves the spool of mixed
-    /// lengths: that start, which goes on only if its operator accepts the loss, fills without
-    /// decoy reads, its clock alone hiding the work that follows the records.) Fails only if
-    /// the spool cannot be written.
+    /// spool keeps one length (the fill's decoy reads find elements by number: a spool of mixed
+    /// lengths fills without them, its clock alone hiding the work that follows the records).
+    /// Which elements those are is the server's own doing. Fails only if the spool cannot be
+    /// written.
     pub fn spool(&mut self, chunk: ScannedChunk) -> Result<(), RecoveryError> {
         for (address, element) in &chunk.0 {
-            if self.format.spools_as_read(element.len()) {
+            if self.spools_as_read(element.len()) {
                 self.spool.append(*address, element)?;
             } else {
                 if let Err(error) = self.format.records(*address, element) {
@@ -373,28 +379,32 @@ impl Recovery {
             if chunk.is_empty() {
                 break;
             }
-            let format = &self.format;
-            let opened = on_every_core(&chunk, |(_, address, element)| {
-                format.records(*address, element)
-            });
-            let mut live = 0;
-            for ((at, address, element), opened) in chunk.iter().zip(opened) {
-                match opened {
-                    Ok((generation, records)) => {
-                        live += records.iter().filter(|(_, r)| !r.value.is_empty()).count();
-                        self.keep(*address, element, Some(*at), generation, records)?;
-                    }
-                    Err(error) => {
-                        tracing::debug!(address, %error, "an element recovery cannot read");
-                        self.damage.record(*address, &error);
-                        self.spool.discard(*at)?;
-                    }
+            let chunk = chunk
+                .into_iter()
+                .map(|(at, address, element)| (Some(at), address, element));
+            let (failed, live) = self.open_and_keep(chunk.collect())?;
+            for (at, address, error) in failed {
+                tracing::debug!(address, %error, "an element recovery cannot read");
+                self.damage.record(address, &error);
+                if let Some(at) = at {
+                    self.spool.discard(at)?;
                 }
             }
             leak_demo::slow_scanned_records(live);
         }
         self.opened_to = self.spool.len();
         Ok(())
+    }
+
+    /// Whether the scan spools an element of `len` bytes as storage sent it (see
+    /// [`Recovery::spool`]): plaintext elements are as long as their records; a sealed one of
+    /// any other length than the scheme's cannot open.
+    fn spools_as_read(&self, len: usize) -> bool {
+        match (&self.format, self.element_len) {
+            (ElementFormat::Plain(_), _) => true,
+            (ElementFormat::Sealed(_), Some(exact)) => len == exact,
+            (ElementFormat::Sealed(codec), None) => codec.layout.seals_whole_records(len),
+        }
     }
 
     /// Appends one element of padding to the spool.
@@ -420,22 +430,41 @@ impl Recovery {
         elements: Vec<(Addr, Bytes)>,
     ) -> Result<Vec<(Addr, ElementError)>, RecoveryError> {
         self.open_spooled()?;
-        let format = &self.format;
-        let opened = on_every_core(&elements, |(address, element)| {
-            format.records(*address, element)
-        });
-        let mut unopened = Vec::new();
-        for ((address, element), opened) in elements.iter().zip(opened) {
-            match opened {
-                Ok((generation, records)) => {
-                    self.keep(*address, element, None, generation, records)?
-                }
-                Err(error) => unopened.push((*address, error)),
-            }
-        }
+        let elements = elements
+            .into_iter()
+            .map(|(address, element)| (None, address, element));
+        let (failed, _) = self.open_and_keep(elements.collect())?;
         // What they spooled is opened already.
         self.opened_to = self.spool.len();
-        Ok(unopened)
+        Ok(failed
+            .into_iter()
+            .map(|(_, address, error)| (address, error))
+            .collect())
+    }
+
+    /// Opens `elements` (each with its place in the spool, if it has one) on every core and
+    /// keeps the records of those that open; returns those that do not, with why, and how many
+    /// live records were kept. Fails only if the spool cannot be written.
+    fn open_and_keep(
+        &mut self,
+        elements: Vec<(Option<Spooled>, Addr, Bytes)>,
+    ) -> Result<(Vec<Unopened>, usize), RecoveryError> {
+        let format = &self.format;
+        let opened = on_every_core(&elements, |(_, address, element)| {
+            format.records(*address, element)
+        });
+        let mut failed = Vec::new();
+        let mut live = 0;
+        for ((at, address, element), opened) in elements.into_iter().zip(opened) {
+            match opened {
+                Ok((generation, records)) => {
+                    live += records.iter().filter(|(_, r)| !r.value.is_empty()).count();
+                    self.keep(address, &element, at, generation, records)?;
+                }
+                Err(error) => failed.push((at, address, error)),
+            }
+        }
+        Ok((failed, live))
     }
 
     /// Keeps the records of `element` newer than those held. Its element is at `spooled` in the
@@ -784,9 +813,10 @@ mod tests {
     }
 
     /// The scan spools every element as it came and opens none until it is done. One that then
-    /// does not open is damage, never a record: of the format's length it stays in its place in
+    /// does not open is damage, never a record: of the scheme's length it stays in its place in
     /// the spool, discarded, and a later start reading the spool skips it; of another length
-    /// the spool gets padding in its place (every element of a sealed spool has one length).
+    /// (even one that seals a whole number of records) the spool gets padding in its place
+    /// (every element of a sealed spool has one length).
     #[test]
     fn scanned_elements_are_opened_after_the_scan_and_those_that_do_not_open_are_discarded() {
         let codec = || {
@@ -801,37 +831,42 @@ mod tests {
         let good = format.encode(1, 0, &record(3, b"a"));
         let mut altered = format.encode(2, 1, &record(3, b"b")).to_vec();
         *altered.last_mut().unwrap() ^= 1;
+        // Of a length that seals two records: not this scheme's, whose elements hold one.
+        let two_records = Bytes::from(vec![0; codec().layout.sealed_len(2)]);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("spool");
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
-        let mut recovery = Recovery::new(format).spooling_to(file);
+        let element_len = format.element_len();
+        let mut recovery = Recovery::new(format)
+            .sized(element_len)
+            .spooling_to(spool::tests::new_file(&path));
         let scanned = vec![
             (1, good.clone()),
             (2, Bytes::from(altered)),
             (3, Bytes::from_static(b"short")),
+            (4, two_records),
         ];
         recovery.handle(StorageReply::Entries(scanned)).unwrap();
         assert_eq!(
             recovery.spool.elements(),
-            3,
-            "every element, padding for the short one"
+            4,
+            "every element, padding for those of other lengths"
         );
         assert!(
             recovery.newest.get(0).is_none(),
             "nothing opened during the scan"
         );
-        let damaged: Vec<Addr> = recovery.damage.addresses().collect();
-        assert_eq!(damaged, [3], "the short one is known without opening it");
+        let mut damaged: Vec<Addr> = recovery.damage.addresses().collect();
+        damaged.sort_unstable();
+        assert_eq!(
+            damaged,
+            [3, 4],
+            "those of other lengths are known without opening them"
+        );
 
         let mut recovered = recovery.finish(Vec::new()).unwrap();
         let mut damaged: Vec<Addr> = recovered.damage.addresses().collect();
         damaged.sort_unstable();
-        assert_eq!(damaged, [2, 3]);
+        assert_eq!(damaged, [2, 3, 4]);
         assert_eq!(
             recovered.records.read(0).unwrap().key,
             Bytes::from_static(b"a")
@@ -843,7 +878,7 @@ mod tests {
         let addresses: Vec<Addr> = later.iter().map(|(address, _)| *address).collect();
         assert_eq!(
             addresses,
-            [1, 0],
+            [1, 0, 0],
             "the altered element is skipped, the padding is read"
         );
         assert_eq!(later[0].1, good);

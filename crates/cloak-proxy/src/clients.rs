@@ -7,7 +7,10 @@
 //!
 //! The list also keeps the unauthenticated clients apart (oldest first): they may hold only a
 //! share of the places, and a new one crowds out the oldest once that share is taken, so idle
-//! sockets that never authenticate cannot keep a real client out (see `connection`).
+//! sockets that never authenticate cannot keep a real client out (see `connection`). Clients
+//! are listed as they are accepted, so "oldest" is the order they connected in, not the order
+//! their connections' tasks happened to start; and one crowded out leaves the list at once, so
+//! it no longer holds a place against `--max-clients` while its connection closes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -150,12 +153,12 @@ struct Listed {
 }
 
 /// Keeps a client listed while it lives.
-pub struct Registration<'a> {
-    list: &'a ClientList,
+pub struct Registration {
+    list: Arc<ClientList>,
     pub client: Arc<Client>,
 }
 
-impl Drop for Registration<'_> {
+impl Drop for Registration {
     fn drop(&mut self) {
         let mut listed = self.list.lock();
         listed.all.remove(&self.client.id);
@@ -230,12 +233,12 @@ impl ClientList {
 
     /// Lists a new connection until the returned registration is dropped.
     pub fn register(
-        &self,
+        self: &Arc<Self>,
         id: ClientId,
         addr: SocketAddr,
         laddr: SocketAddr,
         authenticated: bool,
-    ) -> Registration<'_> {
+    ) -> Registration {
         let client = Arc::new(Client {
             id,
             addr,
@@ -249,11 +252,14 @@ impl ClientList {
         });
         self.lock().all.insert(id, client.clone());
         self.set_authenticated(id, authenticated);
-        Registration { list: self, client }
+        Registration {
+            list: self.clone(),
+            client,
+        }
     }
 
     /// Notes whether client `id` is authenticated (`AUTH` makes it so, `RESET` undoes it). One
-    /// more unauthenticated client than allowed crowds out the oldest.
+    /// more unauthenticated client than allowed crowds out the oldest, which leaves the list.
     pub fn set_authenticated(&self, id: ClientId, authenticated: bool) {
         let mut listed = self.lock();
         if authenticated {
@@ -263,12 +269,13 @@ impl ClientList {
         listed.unauthenticated.insert(id);
         if listed.unauthenticated.len() > self.max_unauthenticated
             && let Some(oldest) = listed.unauthenticated.pop_first()
-            && let Some(client) = listed.all.get(&oldest)
+            && let Some(client) = listed.all.remove(&oldest)
         {
             client.crowded_out.notify_one();
         }
     }
 
+    /// Clients listed: those connected, less those crowded out and closing.
     pub fn len(&self) -> usize {
         self.lock().all.len()
     }
@@ -312,7 +319,7 @@ mod tests {
 
     #[test]
     fn lists_kills_and_forgets_clients() {
-        let list = ClientList::new(10, usize::MAX);
+        let list = Arc::new(ClientList::new(10, usize::MAX));
         let first = list.register(1, addr(5001), addr(6380), true);
         let second = list.register(2, addr(5002), addr(6380), true);
         first.client.state().name = Some(Bytes::from_static(b"worker"));
@@ -351,7 +358,7 @@ mod tests {
 
     #[test]
     fn past_the_total_the_client_leaving_most_unread_is_cut() {
-        let list = ClientList::new(10, 1000);
+        let list = Arc::new(ClientList::new(10, 1000));
         let small = list.register(1, addr(5001), addr(6380), true);
         let big = list.register(2, addr(5002), addr(6380), true);
         list.note_unread(&small.client, 300);
@@ -367,7 +374,7 @@ mod tests {
 
     #[test]
     fn a_new_unauthenticated_client_beyond_the_share_crowds_out_the_oldest() {
-        let list = ClientList::new(2, usize::MAX);
+        let list = Arc::new(ClientList::new(2, usize::MAX));
         let oldest = list.register(1, addr(5001), addr(6380), false);
         let _second = list.register(2, addr(5002), addr(6380), false);
         let _authenticated = list.register(3, addr(5003), addr(6380), true);
@@ -383,5 +390,6 @@ mod tests {
             notified(&oldest.client),
             "the oldest unauthenticated client is crowded out"
         );
+        assert_eq!(list.len(), 3, "and no longer holds a place");
     }
 }

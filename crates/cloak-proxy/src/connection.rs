@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::FrontEnd;
 use crate::budget::{self, Budget, CONNECTION_PENDING_BYTES};
+use crate::clients::Registration;
 use crate::resp::{Protocol, Reply, RequestDecoder, RequestLimits};
 use crate::session::{Pending, Session};
 use crate::unread::Unread;
@@ -44,23 +45,35 @@ pub const FLUSH_BYTES: usize = 64 * 1024;
 /// request was read (`HELLO 3`'s own reply is already RESP3).
 type Queued = (Pending, Protocol);
 
-/// Serves one accepted connection; on a TLS listener (`tls`), after its handshake.
-pub async fn serve(stream: TcpStream, tls: Option<Arc<ServerTls>>, front: Arc<FrontEnd>) {
-    let id = front.next_client.fetch_add(1, Ordering::Relaxed) + 1;
+/// Lists a connection the moment it is accepted (see `clients`): `None` if it is already gone.
+pub fn register(stream: &TcpStream, front: &FrontEnd) -> Option<Registration> {
     let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
-        return; // The client is already gone.
+        return None;
     };
-    let registration = front
-        .clients
-        .register(id, addr, laddr, front.password.is_none());
+    let id = front.next_client.fetch_add(1, Ordering::Relaxed) + 1;
+    Some(
+        front
+            .clients
+            .register(id, addr, laddr, front.password.is_none()),
+    )
+}
+
+/// Serves one accepted connection, listed as `registration`; on a TLS listener (`tls`), after
+/// its handshake.
+pub async fn serve(
+    stream: TcpStream,
+    tls: Option<Arc<ServerTls>>,
+    registration: Registration,
+    front: Arc<FrontEnd>,
+) {
     let _ = stream.set_nodelay(true);
+    let client = &registration.client;
     match tls {
         None => {
             let (reader, writer) = stream.into_split();
-            serve_halves(reader, writer, &front, &registration.client).await;
+            serve_halves(reader, writer, &front, client).await;
         }
         Some(tls) => {
-            let client = &registration.client;
             let handshake = tokio::select! {
                 handshake = tls.accept(stream) => handshake,
                 () = client.killed.notified() => return,
@@ -73,11 +86,13 @@ pub async fn serve(stream: TcpStream, tls: Option<Arc<ServerTls>>, front: Arc<Fr
                 }
                 // Debug, not warn: anyone who can reach the port can fail a handshake, and
                 // must not be able to fill the log.
-                Err(error) => tracing::debug!(%addr, %error, "TLS client refused"),
+                Err(error) => {
+                    let addr = client.addr;
+                    tracing::debug!(%addr, %error, "TLS client refused");
+                }
             }
         }
     }
-    drop(registration);
 }
 
 /// Requests in from `reader`, replies out to `writer`, until either side ends.

@@ -437,7 +437,14 @@ async fn serve(
     loop {
         tokio::select! {
             (accepted, tls) = listener::accept_any(&listeners) => match accepted {
-                Ok(stream) if connections.len() >= options.max_clients => {
+                // Clients counted are those listed: one crowded out has left the list though
+                // its task may not have run yet, and must not keep the client that crowded it
+                // out from being admitted. The tasks are bounded all the same: those of clients
+                // on their way out close as soon as they run.
+                Ok(stream)
+                    if front.clients.len() >= options.max_clients
+                        || connections.len() >= 2 * options.max_clients =>
+                {
                     // A fresh socket's send buffer is empty, so this cannot block; if it fails
                     // the client is closed all the same. A TLS client could not read the line
                     // before its handshake, so it is just closed.
@@ -449,7 +456,11 @@ async fn serve(
                     front.rejected.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(stream) => {
-                    connections.spawn(connection::serve(stream, tls, front.clone()));
+                    // Listed here, in the order accepted, not when the task starts.
+                    if let Some(registration) = connection::register(&stream, &front) {
+                        let serving = connection::serve(stream, tls, registration, front.clone());
+                        connections.spawn(serving);
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");

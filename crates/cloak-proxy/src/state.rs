@@ -29,9 +29,7 @@ use std::time::{Duration, Instant};
 
 use cloak_core::recovery::leak_demo;
 use cloak_core::recovery::{PROGRESS_TARGET, Progress, spool};
-use cloak_core::{
-    Addr, Damage, ElementFormat, Findings, Recovered, Recovery, SlotVersions, StorageOp,
-};
+use cloak_core::{Addr, Damage, Findings, Recovered, Recovery, SlotVersions, StorageOp};
 use cloak_crypto::{KeyError, MasterKey};
 use cloak_storage::Storage;
 use cloak_storage::dir::{DirError, write_synced};
@@ -331,23 +329,21 @@ pub struct RecoveryReport {
     pub spool: Option<PathBuf>,
 }
 
-/// Rebuilds the store's records from storage (a full scan), the spool an interrupted start
-/// left in `state` and the journal, and checks them against `expected`, the slot versions
-/// storage must hold (from the ledger; empty without one). With a state directory, the
-/// recovered elements are spooled there (see the module docs). An earlier spool that cannot be
-/// read whole refuses the start unless `accept_data_loss`. `slots` is how many slots the store
-/// has, the room recovery makes for their records up front.
+/// Rebuilds the store's records with `recovery` (made for the scheme's elements: its format,
+/// and the room and element length it expects) from storage (a full scan), the spool an
+/// interrupted start left in `state` and the journal, and checks them against `expected`, the
+/// slot versions storage must hold (from the ledger; empty without one). With a state
+/// directory, the recovered elements are spooled there (see the module docs). An earlier spool
+/// that cannot be read whole refuses the start unless `accept_data_loss`.
 pub async fn recover(
     storage: &dyn Storage,
-    format: ElementFormat,
-    slots: u64,
+    mut recovery: Recovery,
     journal: Option<&dyn Journal>,
     expected: &SlotVersions,
     state: Option<&StateDir>,
     accept_data_loss: bool,
 ) -> Result<RecoveryReport, StateError> {
     let start = Instant::now();
-    let mut recovery = Recovery::new(format).expecting(slots);
     if let Some(state) = state {
         recovery = recovery.spooling_to(state.next_spool()?);
     }

@@ -26,9 +26,11 @@ const ANNOUNCED: usize = 60_000_000;
 /// toward 60 MB each reach gigabytes within a second; bounded, each holds at most a few KiB.
 const FLOOD_RSS_BOUND: u64 = 64 << 20;
 
-/// Tests that measure this process's memory run one at a time: each one's flood would show in
-/// the other's figures.
-static MEMORY_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The tests here run one at a time. Two measure this process's memory, in which every test's
+/// proxy and clients run: another test's connections would show in their figures (once, 267 MiB
+/// of RSS did). And each test here loads its proxy on purpose; beside another's load, the
+/// timeouts that tell a refused client from a slow one would be measuring that instead.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// This process's resident memory (the proxy under test runs in it).
 fn rss_bytes() -> u64 {
@@ -74,7 +76,7 @@ async fn flood(proxy: std::net::SocketAddr, stop: Arc<AtomicBool>, refused: Arc<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_floods_of_huge_bulks_stay_bounded_and_others_are_served() {
-    let _alone = MEMORY_TESTS.lock().await;
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
     setup.password = Some("s3cret".into());
     let proxy = setup.start().await;
@@ -135,6 +137,7 @@ const IDLE_SOCKETS: usize = 500;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_unauthenticated_sockets_cannot_keep_a_real_client_out() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
     setup.password = Some("s3cret".into());
     setup.max_clients = 64;
@@ -183,6 +186,7 @@ async fn idle_unauthenticated_sockets_cannot_keep_a_real_client_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_does_not_authenticate_in_time_is_told_and_closed() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
     setup.password = Some("s3cret".into());
     setup.auth_timeout = Duration::from_millis(300);
@@ -262,6 +266,7 @@ const TOTAL_REPLY_LIMIT: usize = 2 << 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_never_read_are_cut_at_the_total_reply_limit_and_others_are_served() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
     setup.reply_limit = 256 << 20;
     setup.total_reply_limit = TOTAL_REPLY_LIMIT;
@@ -296,6 +301,7 @@ async fn clients_that_never_read_are_cut_at_the_total_reply_limit_and_others_are
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_disconnected_at_its_reply_limit() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
     setup.reply_limit = REPLY_LIMIT;
     let proxy = setup.start().await;
@@ -318,6 +324,7 @@ async fn a_client_that_never_reads_is_disconnected_at_its_reply_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_reads_gets_far_more_than_the_reply_limit() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
     setup.reply_limit = REPLY_LIMIT;
     let proxy = setup.start().await;
@@ -349,6 +356,7 @@ async fn a_client_that_reads_gets_far_more_than_the_reply_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_over_max_clients_are_told_and_closed() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
     setup.max_clients = 2;
     let proxy = setup.start().await;
@@ -416,7 +424,7 @@ fn large_mset(round: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authenticated_floods_of_large_writes_are_held_to_the_pending_budget() {
-    let _alone = MEMORY_TESTS.lock().await;
+    let _alone = ONE_AT_A_TIME.lock().await;
     // Batches that write a dozen slots every 2 ms take a few hundred of these MSETs a second:
     // the rest wait in the proxy, as long as it keeps reading them.
     let mut setup = Setup::new(SchemeName::Cloak, 100);

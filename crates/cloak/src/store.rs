@@ -4,8 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use cloak_core::recovery::pace::time_to_open;
-use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, Slot, SlotVersions};
+use cloak_core::{Engine, KeyDirectory, Limits, RecordLayout, Recovery, Slot, SlotVersions};
 use cloak_crypto::{KeyHasher, MasterKey, StoreId};
 use cloak_proxy::{Journal, Ledger, RecoveryReport, StateDir, StoreManifest};
 use cloak_schemes::pancake::{DistributionFormat, estimate_for_keys, parse_distribution};
@@ -210,11 +209,15 @@ impl Store {
         let master = &store_id.key(master);
         let nothing_expected = SlotVersions::new();
         let format = cloak_schemes::element_format(self.scheme, self.spec.layout, master)?;
-        let element_len = format.element_len();
+        // Every element the scheme writes is this long (the storage server sees them all): one
+        // of another length is none of this store's, and is damage before it reaches the spool.
+        let element_len = self.options.largest_element(self.scheme, self.spec.layout);
+        let recovery = Recovery::new(format)
+            .expecting(self.spec.capacity)
+            .sized(element_len);
         let mut report = cloak_proxy::recover(
             storage,
-            format,
-            self.spec.capacity,
+            recovery,
             journal,
             ledger.as_ref().map_or(&nothing_expected, |l| &l.expected),
             state,
@@ -222,6 +225,12 @@ impl Store {
         )
         .await
         .context("recovering the store from storage")?;
+        // Everything since the scan's end (opening the scanned elements, sorting the records,
+        // the key directory, the ledger, the scheme's own start) took time that grows with the
+        // records; the restart's clock counts from the scan's end, so none of it shows in when
+        // the first request after the scan leaves (see `cloak_schemes::shell::fill`).
+        let fill_clock =
+            FillClock::for_restart(report.scanned, report.recovered.elements, self.fill_pace);
         if !report.findings.is_clean() {
             if !accept_data_loss {
                 bail!(
@@ -237,11 +246,12 @@ impl Store {
                 report.findings
             );
             // The deletes are the first request after the scan, and all recovery did since its
-            // last request (opening every scanned element, sorting the records) took time that
-            // follows the records: they leave at an instant counted from its last answer, the time
-            // the restart's clock gives the opening later (see `cloak_schemes::shell::fill`).
-            let opened = report.recovered.elements.max(self.spec.capacity);
-            let discard_at = report.scanned + time_to_open(opened, element_len, self.fill_pace);
+            // last answer (opening every scanned element, keeping their records) took time that
+            // follows the records: they leave when the restart's clock says the opening is done
+            // (see `cloak_schemes::shell::fill`), or at once in a build made to leak.
+            let discard_at = fill_clock.map_or_else(Instant::now, |clock| {
+                clock.opened(self.spec.capacity, element_len)
+            });
             if Instant::now() > discard_at {
                 tracing::warn!(
                     "the deletes of damaged elements left after their instant on the restart's \
@@ -290,15 +300,7 @@ impl Store {
                 Some(state) => state.incarnation,
                 None => random_incarnation()?,
             }),
-            // Everything since the scan's end (opening the scanned elements, sorting the records,
-            // the key directory, the ledger, the scheme's own start) took time that grows with
-            // the records; the fill's clock counts from the scan's end, so none of it shows (see
-            // `cloak_schemes::shell::fill`).
-            fill_clock: FillClock::for_restart(
-                report.scanned,
-                report.recovered.elements,
-                self.fill_pace,
-            ),
+            fill_clock,
         };
         let recovered = &report.recovered;
         let mut options = self.options.clone();

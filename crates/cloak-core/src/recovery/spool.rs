@@ -329,8 +329,18 @@ fn read_element(reader: &mut impl Read, len: u32) -> std::io::Result<Bytes> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// A new spool file at `path`, open as a start opens one.
+    pub(in crate::recovery) fn new_file(path: &std::path::Path) -> File {
+        File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .unwrap()
+    }
 
     fn three(writer: &mut SpoolWriter) -> [Spooled; 3] {
         [
@@ -419,13 +429,7 @@ mod tests {
     fn a_durable_spool_reads_back_from_its_start_and_a_cut_one_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("spool");
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
-        let mut writer = SpoolWriter::durable(file);
+        let mut writer = SpoolWriter::durable(new_file(&path));
         three(&mut writer);
         writer.finish().unwrap();
         let all: Vec<(Addr, Bytes)> = entries(File::open(&path).unwrap())

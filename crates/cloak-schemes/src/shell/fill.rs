@@ -117,15 +117,23 @@ impl FillClock {
     /// then the rest), plus the preparation of the requests the window prepares ahead.
     pub fn first_request(&self, shape: FillShape) -> Instant {
         let stored = shape.elements.saturating_mul(shape.element_len as u64);
-        // The elements the scan read (the server's count, which it knows), and never fewer
-        // than the store's own: a store the server holds only partly (a fresh one, a preload of
-        // live records only) then waits as long as a full one.
-        let opened = self.scanned_elements.max(shape.elements);
-        let wait = time_to_open(opened, shape.element_len, 1.0)
-            + default_pace::WAIT
+        let rest = default_pace::WAIT
             + times(default_pace::WAIT_PER_SLOT, shape.slots)
             + times(default_pace::WAIT_PER_BYTE, stored);
-        self.scanned + wait.mul_f64(self.scale) + self.interval(shape) * FILL_WINDOW as u32
+        self.opened(shape.elements, shape.element_len)
+            + rest.mul_f64(self.scale)
+            + self.interval(shape) * FILL_WINDOW as u32
+    }
+
+    /// The instant the time for opening the scanned elements ends, on this clock: no request
+    /// after the scan (the fill's first, the deletes of damaged elements) leaves before it. It
+    /// counts the elements the scan read (the server's count, which it knows), and never fewer
+    /// than `store_elements`, the store's own, of `element_len` bytes: a store the server holds
+    /// only partly (a fresh one, a preload of live records only) then waits as long as a full
+    /// one.
+    pub fn opened(&self, store_elements: u64, element_len: usize) -> Instant {
+        let opened = self.scanned_elements.max(store_elements);
+        self.scanned + time_to_open(opened, element_len, self.scale)
     }
 
     /// The pace of a fill of `shape` whose requests are prepared from `now` on (a scheme that
