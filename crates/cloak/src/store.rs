@@ -209,12 +209,17 @@ impl Store {
         let master = &store_id.key(master);
         let nothing_expected = SlotVersions::new();
         let format = cloak_schemes::element_format(self.scheme, self.spec.layout, master)?;
-        // Every element the scheme writes is this long (the storage server sees them all): one
-        // of another length is none of this store's, and is damage before it reaches the spool.
         let element_len = self.options.largest_element(self.scheme, self.spec.layout);
-        let recovery = Recovery::new(format)
-            .expecting(self.spec.capacity)
-            .sized(element_len);
+        let mut recovery = Recovery::new(format).expecting(self.spec.capacity);
+        // A dense scheme's elements each seal one record, whoever wrote them (the storage server
+        // sees them all): one of another length is none of this store's, and is damage before it
+        // reaches the spool, which so keeps one length (the fill's decoy reads need that). A tree
+        // scheme's buckets seal several, and a tool's preload (`ElementFormat::encode`) seals
+        // one record an element, so any whole number of records may be one of its elements.
+        let one_record = self.spec.layout.sealed_len(1);
+        if element_len == one_record {
+            recovery = recovery.sized(one_record);
+        }
         let mut report = cloak_proxy::recover(
             storage,
             recovery,
