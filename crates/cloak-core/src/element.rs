@@ -90,6 +90,9 @@ pub enum ElementError {
     /// Authentic but not a record of this layout.
     #[error("element decrypted but is malformed: {0}")]
     Malformed(&'static str),
+    /// Of a length no element of this store has (none was opened).
+    #[error("element is {0} bytes long, a length no element of this store has")]
+    WrongLength(usize),
     /// A record of another slot.
     #[error("element belongs to slot {found}, expected slot {expected}")]
     WrongSlot {

@@ -47,7 +47,8 @@ pub struct Damage {
     pub unauthentic: Tally,
     /// Too short to be a sealed element at all.
     pub short: Tally,
-    /// Authentic (or plaintext) but not records of this store's layout: other sizes.
+    /// Not records of this store's layout: authentic (or plaintext) records of other sizes, or
+    /// elements of a length none of this store's has (not opened).
     pub malformed: Tally,
 }
 
@@ -58,7 +59,10 @@ impl Damage {
             ElementError::Crypto(CryptoError::Truncated(_)) => &mut self.short,
             ElementError::Crypto(CryptoError::Tampered | CryptoError::NotThisRun)
             | ElementError::Missing => &mut self.unauthentic,
-            ElementError::Malformed(_) | ElementError::WrongSlot { .. } => &mut self.malformed,
+            ElementError::WrongLength(len) if *len < cloak_crypto::SEAL_OVERHEAD => &mut self.short,
+            ElementError::Malformed(_)
+            | ElementError::WrongSlot { .. }
+            | ElementError::WrongLength(_) => &mut self.malformed,
         };
         tally.addresses.push(address);
     }
@@ -156,8 +160,8 @@ impl Findings {
             "no element opens with this key: the proxy has the wrong key (check --key-file or \
              CLOAK_KEY), or the storage holds another store"
         } else if self.elements > 0 && d.malformed.count() == self.elements {
-            "every element opens but none has this store's record size: the store was written \
-             with another --value-size or --key-size"
+            "no element has this store's record size: the store was written with another \
+             --value-size or --key-size"
         } else if self.elements == 0 {
             "storage is empty: it lost everything, or the proxy points at the wrong storage \
              (check --storage and its key prefix)"
@@ -194,7 +198,7 @@ impl fmt::Display for Findings {
             ),
             (
                 &self.damage.malformed,
-                "open but do not hold records of this store's layout",
+                "do not hold records of this store's layout (another size)",
             ),
         ];
         writeln!(f, "storage does not hold the store as this proxy left it:")?;

@@ -355,9 +355,10 @@ impl Recovery {
             if self.spools_as_read(element.len()) {
                 self.spool.append(*address, element)?;
             } else {
-                if let Err(error) = self.format.records(*address, element) {
-                    self.damage.record(*address, &error);
-                }
+                // Not opened: only storage's own doing decides which elements take this path,
+                // and none of this store's does.
+                let error = ElementError::WrongLength(element.len());
+                self.damage.record(*address, &error);
                 self.pad()?;
             }
         }

@@ -9,8 +9,10 @@
 //! share of the places, and a new one crowds out the oldest once that share is taken, so idle
 //! sockets that never authenticate cannot keep a real client out (see `connection`). Clients
 //! are listed as they are accepted, so "oldest" is the order they connected in, not the order
-//! their connections' tasks happened to start; and one crowded out leaves the list at once, so
-//! it no longer holds a place against `--max-clients` while its connection closes.
+//! their connections' tasks happened to start. One crowded out holds no place from then on
+//! (against `--max-clients` or the unauthenticated share) while its connection closes, but stays
+//! listed until it has: its unread replies still count toward the proxy-wide limit, and that
+//! limit can still cut it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -150,6 +152,8 @@ struct Listed {
     all: BTreeMap<ClientId, Arc<Client>>,
     /// The clients that have not authenticated; ids grow, so the first is the oldest.
     unauthenticated: BTreeSet<ClientId>,
+    /// Clients crowded out and closing: listed, holding no place.
+    crowded_out: BTreeSet<ClientId>,
 }
 
 /// Keeps a client listed while it lives.
@@ -163,6 +167,7 @@ impl Drop for Registration {
         let mut listed = self.list.lock();
         listed.all.remove(&self.client.id);
         listed.unauthenticated.remove(&self.client.id);
+        listed.crowded_out.remove(&self.client.id);
     }
 }
 
@@ -259,9 +264,15 @@ impl ClientList {
     }
 
     /// Notes whether client `id` is authenticated (`AUTH` makes it so, `RESET` undoes it). One
-    /// more unauthenticated client than allowed crowds out the oldest, which leaves the list.
+    /// more unauthenticated client than allowed crowds out the oldest, which holds no place
+    /// from then on, whatever it does before it has closed (an `AUTH` already on its way
+    /// included: it closes at its next read all the same).
     pub fn set_authenticated(&self, id: ClientId, authenticated: bool) {
-        let mut listed = self.lock();
+        let mut guard = self.lock();
+        let listed = &mut *guard;
+        if listed.crowded_out.contains(&id) {
+            return;
+        }
         if authenticated {
             listed.unauthenticated.remove(&id);
             return;
@@ -269,15 +280,17 @@ impl ClientList {
         listed.unauthenticated.insert(id);
         if listed.unauthenticated.len() > self.max_unauthenticated
             && let Some(oldest) = listed.unauthenticated.pop_first()
-            && let Some(client) = listed.all.remove(&oldest)
+            && let Some(client) = listed.all.get(&oldest)
         {
             client.crowded_out.notify_one();
+            listed.crowded_out.insert(oldest);
         }
     }
 
-    /// Clients listed: those connected, less those crowded out and closing.
+    /// Clients holding a place: those connected, less those crowded out and closing.
     pub fn len(&self) -> usize {
-        self.lock().all.len()
+        let listed = self.lock();
+        listed.all.len() - listed.crowded_out.len()
     }
 
     /// `CLIENT LIST`: every client, or those with the given ids, in id order.
@@ -376,7 +389,7 @@ mod tests {
     fn a_new_unauthenticated_client_beyond_the_share_crowds_out_the_oldest() {
         let list = Arc::new(ClientList::new(2, usize::MAX));
         let oldest = list.register(1, addr(5001), addr(6380), false);
-        let _second = list.register(2, addr(5002), addr(6380), false);
+        let second = list.register(2, addr(5002), addr(6380), false);
         let _authenticated = list.register(3, addr(5003), addr(6380), true);
         let notified = |client: &Client| {
             let waiting = client.crowded_out.notified();
@@ -391,5 +404,36 @@ mod tests {
             "the oldest unauthenticated client is crowded out"
         );
         assert_eq!(list.len(), 3, "and no longer holds a place");
+        assert_eq!(
+            list.describe(&[]).lines().count(),
+            4,
+            "but is listed until it has closed"
+        );
+        list.set_authenticated(1, true);
+        list.set_authenticated(1, false);
+        assert_eq!(
+            list.len(),
+            3,
+            "an AUTH or RESET after it gives no place back"
+        );
+        let _fifth = list.register(5, addr(5005), addr(6380), false);
+        assert!(
+            notified(&second.client),
+            "the share is the same two: the next oldest goes"
+        );
+    }
+
+    /// A crowded-out client that does not read keeps its unread replies counted, so the
+    /// proxy-wide limit cuts it, not the clients still holding places.
+    #[test]
+    fn a_crowded_out_client_is_cut_at_the_total_reply_limit() {
+        let list = Arc::new(ClientList::new(1, 1000));
+        let reading = list.register(1, addr(5001), addr(6380), true);
+        let stuck = list.register(2, addr(5002), addr(6380), false);
+        list.note_unread(&stuck.client, 900);
+        let _newer = list.register(3, addr(5003), addr(6380), false);
+        list.note_unread(&reading.client, 200);
+        assert!(stuck.client.cut.load(Ordering::Relaxed));
+        assert!(!reading.client.cut.load(Ordering::Relaxed));
     }
 }

@@ -113,9 +113,19 @@ async fn serve_halves(
     ));
     let mut session = Session::new(front, client.clone());
     tokio::select! {
-        // The client stopped sending (or sent its last request): its replies still go out.
+        // The client stopped sending (or sent its last request, or was closed with an error):
+        // its replies still go out, unless it is killed meanwhile (`CLIENT KILL`, or cut at the
+        // proxy-wide reply limit). An unauthenticated one's get no longer than the time it had
+        // to authenticate: a socket that never reads would otherwise keep its task (which the
+        // accept loop counts) for good, where an authenticated one holds its place in
+        // `--max-clients` and is cut at its reply limits.
         () = read_requests(reader, &mut session, client, replies) => {
-            let _ = writing.await;
+            let limit = (!session.authenticated()).then(|| Instant::now() + front.auth_timeout);
+            tokio::select! {
+                _ = &mut writing => {}
+                () = client.killed.notified() => writing.abort(),
+                () = sleep_until_some(limit) => writing.abort(),
+            }
         }
         // The writer gave up (the client stopped reading, or the socket failed): stop reading
         // too, which drops the read half and so closes the connection.
@@ -137,6 +147,12 @@ async fn read_requests(
     let mut decoder = RequestDecoder::new(limits(session));
     let auth_timeout = session.auth_timeout();
     let mut auth_deadline = Instant::now() + auth_timeout;
+    // Until it authenticates, a client is closed at its deadline or when newer ones crowd it
+    // out, wherever it waits: for its next request, or for room to queue a reply.
+    let closer = |session: &Session, auth_deadline| Closer {
+        deadline: (!session.authenticated()).then_some((auth_deadline, auth_timeout)),
+        client,
+    };
     loop {
         loop {
             let pending = match decoder.decode(&mut buf) {
@@ -157,44 +173,58 @@ async fn read_requests(
                 Err(error) => Pending::Close(Some(Reply::err(error))),
             };
             let last = matches!(pending, Pending::Close(_));
-            if replies.send((pending, session.protocol())).await.is_err() || last {
-                return;
+            let queued = replies.send((pending, session.protocol()));
+            // Closed here without a word: its replies are not being read.
+            match closer(session, auth_deadline).unless_closed(queued).await {
+                Ok(Ok(())) if !last => {}
+                _ => return,
             }
         }
         // `read_buf` grows the buffer only by what arrives (doubling as it fills), never by
         // what a header announces. It is cancel-safe: bytes read are in `buf`.
-        let read = if session.authenticated() {
-            reader.read_buf(&mut buf).await
-        } else {
-            tokio::select! {
-                read = reader.read_buf(&mut buf) => read,
-                () = tokio::time::sleep_until(auth_deadline) => {
-                    let why = format!(
-                        "authentication timeout: no AUTH within {}s of connecting",
-                        auth_timeout.as_secs_f64()
-                    );
-                    return close_with(&replies, session, why).await;
-                }
-                () = client.crowded_out.notified() => {
-                    return close_with(&replies, session, CROWDED_OUT).await;
-                }
+        let read = reader.read_buf(&mut buf);
+        match closer(session, auth_deadline).unless_closed(read).await {
+            Ok(Ok(0) | Err(_)) => return,
+            Ok(Ok(_)) => {}
+            Err(why) => {
+                // The last reply; if there is no room for it, the client is not reading.
+                let last = Pending::Close(Some(Reply::err(why)));
+                let _ = replies.try_send((last, session.protocol()));
+                return;
             }
-        };
-        match read {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
         }
     }
 }
 
-/// Closes the connection after an error saying `why`.
-async fn close_with(
-    replies: &mpsc::Sender<Queued>,
-    session: &Session<'_>,
-    why: impl std::fmt::Display,
-) {
-    let last = Pending::Close(Some(Reply::err(why)));
-    let _ = replies.send((last, session.protocol())).await;
+/// What closes a connection whatever it is waiting for.
+struct Closer<'a> {
+    /// An unauthenticated client's deadline, and the timeout it was given.
+    deadline: Option<(Instant, std::time::Duration)>,
+    client: &'a crate::clients::Client,
+}
+
+impl Closer<'_> {
+    /// `work`'s outcome, or why the connection closes first. Crowding out is watched after
+    /// `AUTH` too: one that was on its way when newer clients crowded this one out does not
+    /// give it back its place (see `clients`).
+    async fn unless_closed<T>(&self, work: impl Future<Output = T>) -> Result<T, String> {
+        tokio::select! {
+            done = work => Ok(done),
+            () = sleep_until_some(self.deadline.map(|(at, _)| at)) => {
+                let timeout = self.deadline.map_or(0.0, |(_, timeout)| timeout.as_secs_f64());
+                Err(format!("authentication timeout: no AUTH within {timeout}s of connecting"))
+            }
+            () = self.client.crowded_out.notified() => Err(CROWDED_OUT.to_string()),
+        }
+    }
+}
+
+/// Waits until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// What an unauthenticated client is told when newer ones crowd it out (the words of Redis's

@@ -184,6 +184,54 @@ async fn idle_unauthenticated_sockets_cannot_keep_a_real_client_out() {
     proxy.shutdown().await;
 }
 
+/// Unauthenticated sockets that pipeline requests and never read their replies, each until
+/// the proxy stops reading it: the proxy waits on them to take a reply, not on their next
+/// request, when their time is up or newer ones crowd them out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_clients_that_never_read_are_closed_in_time() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let mut setup = Setup::new(SchemeName::Cloak, 100);
+    setup.password = Some("s3cret".into());
+    setup.auth_timeout = Duration::from_secs(1);
+    setup.max_clients = 16;
+    let proxy = setup.start().await;
+    let pings = b"PING\r\n".repeat(10_000);
+    let mut stuck = Vec::new();
+    // More than the unauthenticated share (2 here): the first ones are crowded out, the last
+    // ones time out.
+    for _ in 0..6 {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(proxy.addr).await.unwrap();
+        while let Ok(Ok(())) = timeout(Duration::from_millis(300), stream.write_all(&pings)).await {
+        }
+        stuck.push(stream);
+    }
+    // Each one is gone within its timeout and the time its replies then get to be read: 2 s.
+    let client = redis::Client::open(format!("redis://:s3cret@{}/", proxy.addr)).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let closed = timeout(Duration::from_secs(10), async {
+        loop {
+            let listed = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async::<String>(&mut con)
+                .await
+                .unwrap();
+            if listed.lines().count() == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "clients that never read are still connected after 10 s"
+    );
+    drop(stuck);
+    proxy.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_does_not_authenticate_in_time_is_told_and_closed() {
     let _alone = ONE_AT_A_TIME.lock().await;
