@@ -211,6 +211,21 @@ impl SchemeOptions {
             SchemeName::Unsafe => plaintext::largest_element(layout),
         }
     }
+
+    /// The one length of every element `name`'s stores hold for records of `layout`, if there
+    /// is one: a dense scheme's elements each seal one record, whoever wrote them (the proxy,
+    /// or a tool's preload through `ElementFormat::encode`), so recovery takes an element of
+    /// any other length for damage without opening it. A tree scheme's buckets seal several
+    /// records (and a preload's elements one), and `unsafe` writes records as long as they are.
+    pub fn exact_element(&self, name: SchemeName, layout: RecordLayout) -> Option<usize> {
+        match name {
+            SchemeName::Cloak
+            | SchemeName::Waffle
+            | SchemeName::Pancake
+            | SchemeName::Encrypted => Some(layout.sealed_len(1)),
+            SchemeName::PathOram | SchemeName::Curious | SchemeName::Unsafe => None,
+        }
+    }
 }
 
 /// Why a scheme cannot be built with these options.

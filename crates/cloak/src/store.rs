@@ -211,14 +211,11 @@ impl Store {
         let format = cloak_schemes::element_format(self.scheme, self.spec.layout, master)?;
         let element_len = self.options.largest_element(self.scheme, self.spec.layout);
         let mut recovery = Recovery::new(format).expecting(self.spec.capacity);
-        // A dense scheme's elements each seal one record, whoever wrote them (the storage server
-        // sees them all): one of another length is none of this store's, and is damage before it
-        // reaches the spool, which so keeps one length (the fill's decoy reads need that). A tree
-        // scheme's buckets seal several, and a tool's preload (`ElementFormat::encode`) seals
-        // one record an element, so any whole number of records may be one of its elements.
-        let one_record = self.spec.layout.sealed_len(1);
-        if element_len == one_record {
-            recovery = recovery.sized(one_record);
+        // An element of another length than the scheme's only one is none of this store's: it
+        // is damage before it reaches the spool, which so keeps one length (the fill's decoy
+        // reads need that).
+        if let Some(exact) = self.options.exact_element(self.scheme, self.spec.layout) {
+            recovery = recovery.sized(exact);
         }
         let mut report = cloak_proxy::recover(
             storage,
