@@ -196,6 +196,40 @@ mod restart {
         });
     }
 
+    /// `encrypted` answers a read of a recovered key before the restart's rewrite of it has
+    /// landed, from the recovered record, with no storage read; a write taken after the
+    /// restart is still what a later read of its key gets.
+    #[test]
+    fn encrypted_reads_recovered_keys_before_their_rewrite() {
+        use cloak_core::{AccessKind, Outcome};
+        use cloak_testkit::commands::{get, set, value};
+        with_restart(SchemeName::Encrypted, 1, |restart, mut sim| {
+            for i in 0..40 {
+                let (key, value) = (format!("k{i}"), format!("v{i}"));
+                assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
+            }
+            sim.run_for(Duration::from_millis(50));
+            let (mut sim, _) = restart.recover(sim.crash(), 1);
+            sim.record();
+            let reads: Vec<u64> = (0..40)
+                .map(|i| sim.submit(9, get(&format!("k{i}"))))
+                .collect();
+            let write = sim.submit(8, set("k0", "new"));
+            // Less than one storage round trip: no rewrite has been answered yet.
+            sim.run_for(restart.storage_delay / 2);
+            for (i, read) in reads.into_iter().enumerate() {
+                assert_eq!(sim.outcome(read), value(&format!("v{i}")), "k{i}");
+            }
+            assert_eq!(sim.engine().scheme_stats().recovered_reads, 40);
+            assert!(
+                sim.take_trace().iter().all(|a| a.kind == AccessKind::Write),
+                "storage was sent the rewrite alone"
+            );
+            assert!(sim.run_until(Duration::from_secs(5), |s| s.has_outcome(write)));
+            assert_eq!(sim.execute(9, get("k0")), value("new"));
+        });
+    }
+
     #[test]
     fn writes_keep_the_order_they_took_effect_in_across_a_restart() {
         use cloak_testkit::commands::{get, set, value};
