@@ -36,7 +36,8 @@ pub struct Client {
     state: Mutex<ClientState>,
     /// Signalled by `CLIENT KILL`; the connection closes when it sees it.
     pub killed: Notify,
-    /// Signalled when newer unauthenticated clients crowd this one out; it closes with an error.
+    /// Signalled when newer unauthenticated clients crowd this one out; it closes (with an
+    /// error, if it has room for one).
     pub crowded_out: Notify,
     /// Bytes of replies waiting to be written (see `unread`).
     unread: AtomicUsize,
@@ -293,6 +294,17 @@ impl ClientList {
         listed.all.len() - listed.crowded_out.len()
     }
 
+    /// Clients connected, those crowded out and closing included (`INFO`'s count, which agrees
+    /// with `CLIENT LIST`).
+    pub fn connected(&self) -> usize {
+        self.lock().all.len()
+    }
+
+    /// Whether client `id` was crowded out (it holds no place, whatever it did since).
+    pub fn is_crowded_out(&self, id: ClientId) -> bool {
+        self.lock().crowded_out.contains(&id)
+    }
+
     /// `CLIENT LIST`: every client, or those with the given ids, in id order.
     pub fn describe(&self, ids: &[ClientId]) -> String {
         let clients: Vec<Arc<Client>> = self.lock().all.values().cloned().collect();
@@ -404,10 +416,11 @@ mod tests {
             "the oldest unauthenticated client is crowded out"
         );
         assert_eq!(list.len(), 3, "and no longer holds a place");
+        assert!(list.is_crowded_out(1) && !list.is_crowded_out(2));
         assert_eq!(
-            list.describe(&[]).lines().count(),
-            4,
-            "but is listed until it has closed"
+            (list.describe(&[]).lines().count(), list.connected()),
+            (4, 4),
+            "but is listed and counted connected until it has closed"
         );
         list.set_authenticated(1, true);
         list.set_authenticated(1, false);

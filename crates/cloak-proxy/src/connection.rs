@@ -13,7 +13,10 @@
 //! When a password is set, a connection that has not authenticated within `--auth-timeout` of
 //! connecting (or of `RESET`) is told so and closed, and one crowded out by newer
 //! unauthenticated connections (see `clients`) likewise: a socket that never authenticates holds
-//! its place for a bounded time, and only within the share of places left to such sockets.
+//! its place for a bounded time, and only within the share of places left to such sockets. That
+//! holds wherever its connection waits (for a request, for the request budget, for room to queue
+//! a reply); one whose replies are not being read is closed without the error, and its task
+//! ends within a bounded time too (see `serve_halves`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -115,12 +118,17 @@ async fn serve_halves(
     tokio::select! {
         // The client stopped sending (or sent its last request, or was closed with an error):
         // its replies still go out, unless it is killed meanwhile (`CLIENT KILL`, or cut at the
-        // proxy-wide reply limit). An unauthenticated one's get no longer than the time it had
-        // to authenticate: a socket that never reads would otherwise keep its task (which the
-        // accept loop counts) for good, where an authenticated one holds its place in
-        // `--max-clients` and is cut at its reply limits.
+        // proxy-wide reply limit). A socket that never reads would otherwise keep its task
+        // (which the accept loop counts) for good: an unauthenticated one's replies get no
+        // longer than the time it had to authenticate, and a crowded-out one's (authenticated
+        // since or not: it holds no place) a short grace, time to write its error. An
+        // authenticated one holds its place in `--max-clients` and is cut at its reply limits.
         () = read_requests(reader, &mut session, client, replies) => {
-            let limit = (!session.authenticated()).then(|| Instant::now() + front.auth_timeout);
+            let limit = if front.clients.is_crowded_out(client.id) {
+                Some(Instant::now() + CROWDED_OUT_GRACE)
+            } else {
+                (!session.authenticated()).then(|| Instant::now() + front.auth_timeout)
+            };
             tokio::select! {
                 _ = &mut writing => {}
                 () = client.killed.notified() => writing.abort(),
@@ -159,7 +167,13 @@ async fn read_requests(
                 Ok(Some(args)) => {
                     let was_authenticated = session.authenticated();
                     let bytes = args.iter().map(Bytes::len).sum();
-                    let charge = budget::charge(&budget, session.pending(), bytes).await;
+                    // Before `AUTH`, waiting for the proxy-wide budget (which others' requests
+                    // may hold) does not keep a client past its deadline or crowding out.
+                    let charge = budget::charge(&budget, session.pending(), bytes);
+                    let charge = match closer(session, auth_deadline).unless_closed(charge).await {
+                        Ok(charge) => charge,
+                        Err(why) => return close_with(&replies, session, why),
+                    };
                     let pending = session.respond(args, charge).await;
                     // AUTH and HELLO open the store's limits; RESET closes them again.
                     if session.authenticated() != was_authenticated {
@@ -186,14 +200,16 @@ async fn read_requests(
         match closer(session, auth_deadline).unless_closed(read).await {
             Ok(Ok(0) | Err(_)) => return,
             Ok(Ok(_)) => {}
-            Err(why) => {
-                // The last reply; if there is no room for it, the client is not reading.
-                let last = Pending::Close(Some(Reply::err(why)));
-                let _ = replies.try_send((last, session.protocol()));
-                return;
-            }
+            Err(why) => return close_with(&replies, session, why),
         }
     }
+}
+
+/// Closes the connection with an error saying `why`, its last reply; if there is no room for
+/// it, the client is not reading, and is closed without it.
+fn close_with(replies: &mpsc::Sender<Queued>, session: &Session, why: String) {
+    let last = Pending::Close(Some(Reply::err(why)));
+    let _ = replies.try_send((last, session.protocol()));
 }
 
 /// What closes a connection whatever it is waiting for.
@@ -226,6 +242,10 @@ async fn sleep_until_some(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+/// How long a crowded-out client's last replies (its error among them) may take to be written:
+/// it holds no place, so its task must end soon whatever it does.
+const CROWDED_OUT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What an unauthenticated client is told when newer ones crowd it out (the words of Redis's
 /// `maxclients` refusal, which is what this is for unauthenticated clients).

@@ -58,7 +58,7 @@ pub fn render(
     sections.push((
         "Clients",
         vec![
-            kv("connected_clients", front.clients.len().to_string()),
+            kv("connected_clients", front.clients.connected().to_string()),
             kv("maxclients", front.max_clients.to_string()),
             // Request bytes read and not yet answered (see `budget`).
             kv("pending_request_bytes", front.pending.used().to_string()),

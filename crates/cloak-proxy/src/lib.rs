@@ -437,10 +437,11 @@ async fn serve(
     loop {
         tokio::select! {
             (accepted, tls) = listener::accept_any(&listeners) => match accepted {
-                // Clients counted are those listed: one crowded out has left the list though
-                // its task may not have run yet, and must not keep the client that crowded it
-                // out from being admitted. The tasks are bounded all the same: those of clients
-                // on their way out close as soon as they run.
+                // Clients counted are those holding a place: one crowded out holds none, though
+                // its task may not have ended yet, and must not keep the client that crowded it
+                // out from being admitted. The tasks are bounded all the same: a crowded-out
+                // client's ends within `CROWDED_OUT_GRACE` of its reading ending (see
+                // `connection`).
                 Ok(stream)
                     if front.clients.len() >= options.max_clients
                         || connections.len() >= 2 * options.max_clients =>
