@@ -32,6 +32,14 @@ const FLOOD_RSS_BOUND: u64 = 64 << 20;
 /// timeouts that tell a refused client from a slow one would be measuring that instead.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The password of the tests' proxies that ask for one.
+const PASSWORD: &str = "s3cret";
+
+/// A client of `proxy` that authenticates with [`PASSWORD`] as it connects.
+fn client_with_password(proxy: &TestProxy) -> redis::Client {
+    redis::Client::open(format!("redis://:{PASSWORD}@{}/", proxy.addr)).unwrap()
+}
+
 /// This process's resident memory (the proxy under test runs in it).
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -78,9 +86,9 @@ async fn flood(proxy: std::net::SocketAddr, stop: Arc<AtomicBool>, refused: Arc<
 async fn unauthenticated_floods_of_huge_bulks_stay_bounded_and_others_are_served() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
-    setup.password = Some("s3cret".into());
+    setup.password = Some(PASSWORD.into());
     let proxy = setup.start().await;
-    let client = redis::Client::open(format!("redis://:s3cret@{}/", proxy.addr)).unwrap();
+    let client = client_with_password(&proxy);
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
     assert_eq!(run(&mut con, &set("k", "start")).await, Ok(Outcome::Ok));
 
@@ -139,14 +147,14 @@ const IDLE_SOCKETS: usize = 500;
 async fn idle_unauthenticated_sockets_cannot_keep_a_real_client_out() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
-    setup.password = Some("s3cret".into());
+    setup.password = Some(PASSWORD.into());
     setup.max_clients = 64;
     let proxy = setup.start().await;
     let mut idle = Vec::with_capacity(IDLE_SOCKETS);
     for _ in 0..IDLE_SOCKETS {
         idle.push(TcpStream::connect(proxy.addr).await.unwrap());
     }
-    let client = redis::Client::open(format!("redis://:s3cret@{}/", proxy.addr)).unwrap();
+    let client = client_with_password(&proxy);
     let mut con = timeout(
         Duration::from_secs(10),
         client.get_multiplexed_async_connection(),
@@ -191,7 +199,7 @@ async fn idle_unauthenticated_sockets_cannot_keep_a_real_client_out() {
 async fn unauthenticated_clients_that_never_read_are_closed_in_time() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
-    setup.password = Some("s3cret".into());
+    setup.password = Some(PASSWORD.into());
     setup.auth_timeout = Duration::from_secs(1);
     setup.max_clients = 16;
     let proxy = setup.start().await;
@@ -208,7 +216,7 @@ async fn unauthenticated_clients_that_never_read_are_closed_in_time() {
         stuck.push(stream);
     }
     // Each one is gone within its timeout and the time its replies then get to be read: 2 s.
-    let client = redis::Client::open(format!("redis://:s3cret@{}/", proxy.addr)).unwrap();
+    let client = client_with_password(&proxy);
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
     let closed = timeout(Duration::from_secs(10), async {
         loop {
@@ -236,7 +244,7 @@ async fn unauthenticated_clients_that_never_read_are_closed_in_time() {
 async fn a_client_that_does_not_authenticate_in_time_is_told_and_closed() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = Setup::new(SchemeName::Cloak, 100);
-    setup.password = Some("s3cret".into());
+    setup.password = Some(PASSWORD.into());
     setup.auth_timeout = Duration::from_millis(300);
     let proxy = setup.start().await;
     let mut silent = TcpStream::connect(proxy.addr).await.unwrap();
@@ -254,7 +262,7 @@ async fn a_client_that_does_not_authenticate_in_time_is_told_and_closed() {
     );
 
     // An authenticated client stays well past it.
-    let client = redis::Client::open(format!("redis://:s3cret@{}/", proxy.addr)).unwrap();
+    let client = client_with_password(&proxy);
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(run(&mut con, &set("k", "v")).await, Ok(Outcome::Ok));
