@@ -304,6 +304,10 @@ impl Core {
         // Set once a stop has nothing left that a shutdown would lose, and the scheme is told
         // that no op will come again (see `Scheme::settle`).
         let mut settled = false;
+        // A start may have nothing to write to storage (a scheme that restores records in place
+        // and could read none back): it is over before any answer comes.
+        self.flush(&done_tx, &committed_tx);
+        self.end_start();
         loop {
             self.flush(&done_tx, &committed_tx);
             // A stop waits for every acknowledged write, then for every request in flight,
@@ -568,8 +572,9 @@ impl Core {
 
     /// Ends the start once it is over, when storage holds every recovered record again: the
     /// recovery spool is retired, and the start's hook runs (the scheme has dropped what
-    /// recovery handed it). Checked after storage replies only (a start ends with one), and only
-    /// until both are done: `scheme_stats` walks the pending ops.
+    /// recovery handed it). Checked when the core starts and after storage replies only (a
+    /// start that writes anything ends with a reply), and only until both are done:
+    /// `scheme_stats` walks the pending ops.
     fn end_start(&mut self) {
         if self.spool.is_none() && self.after_start.is_none() {
             return;

@@ -13,10 +13,11 @@
 //! more writes to that key waiting.) That needs writes to a slot to land in
 //! order, so each slot has at most one storage access in flight; later ops on it wait their turn
 //! (reads join a read already in flight). Records recovered after a crash are rewritten under
-//! this run's generations before any op on their slot runs; until then a read of one is
-//! answered from the recovered record.
+//! this run's generations before any op on their slot runs, a few requests at a time, each read
+//! back from recovery's spool as it goes out (so a restart holds those, not the store); until
+//! then a read of one is answered from the recovered record.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use hashbrown::HashMap;
 use std::time::Instant;
@@ -27,7 +28,8 @@ use cloak_core::{
 };
 use cloak_crypto::{Binding, Prf};
 
-use crate::Loaded;
+use crate::Start;
+use crate::shell::recovered::Restore;
 use crate::shell::retry::Retry;
 use crate::shell::{Algorithm, Answer, Io, OnFailure, RequestPurpose};
 
@@ -35,6 +37,8 @@ use crate::shell::{Algorithm, Answer, Io, OnFailure, RequestPurpose};
 const REQUEST_LIMIT: usize = 1024;
 /// Room for this many busy slots is kept when none is busy.
 const LANES_KEPT: usize = 1 << 16;
+/// Most recovered records being rewritten at once: a few requests' worth.
+const RESTORING_LIMIT: u64 = 4 * REQUEST_LIMIT as u64;
 
 /// The op a slot has at storage.
 enum Active {
@@ -79,14 +83,24 @@ pub struct Encrypted {
     /// Recovered records whose rewrite failed, to seal again under a new generation and send
     /// (not the failed request: the client ops it carried were answered).
     requeue: Retry<Slot>,
+    /// Recovered records not yet in a lane.
+    restore: Restore,
+    /// Recovered records in a lane, not yet rewritten.
+    restoring: u64,
+    /// Recovered records to rewrite, all told (for `INFO`'s loading progress).
+    recovered: u64,
+    /// Slots whose recovered record could not be read back (see [`crate::shell::recovered`]):
+    /// reads of them fail until a client writes them.
+    corrupt: HashSet<Slot>,
     io: Io<Access>,
 }
 
 impl Encrypted {
     /// A store of `slots` slots under `prf`'s labels whose first requests rewrite `start`'s
     /// records.
-    pub fn new(slots: u64, prf: Prf, codec: ElementCodec, start: Loaded) -> Self {
-        let mut scheme = Self {
+    pub fn new(slots: u64, prf: Prf, codec: ElementCodec, start: Start) -> Self {
+        let restore = Restore::new(start.records);
+        Self {
             prf,
             codec,
             generation_base: start.generation_base,
@@ -95,15 +109,38 @@ impl Encrypted {
             lanes: HashMap::new(),
             unsent: VecDeque::new(),
             requeue: Retry::default(),
+            recovered: restore.left(),
+            restore,
+            restoring: 0,
+            corrupt: HashSet::new(),
             io: Io::default(),
-        };
-        for (slot, record) in start.records {
-            if !record.is_empty() {
-                scheme.lanes.entry(slot).or_default().active = Some(Active::Write(None, record));
-                scheme.unsent.push_back(slot);
-            }
         }
-        scheme
+    }
+
+    /// Puts a recovered record in its slot's lane, to be rewritten ahead of any op on the slot.
+    fn restore_record(&mut self, slot: Slot, record: Record) {
+        self.restoring += 1;
+        self.lanes.entry(slot).or_default().active = Some(Active::Write(None, record));
+        self.unsent.push_back(slot);
+    }
+
+    /// Once the requests queued have gone, the next recovered records join the queue (client
+    /// ops go first), while few enough are being rewritten.
+    fn restore_more(&mut self) {
+        if self.restore.is_done()
+            || !self.unsent.is_empty()
+            || self.restoring + REQUEST_LIMIT as u64 > RESTORING_LIMIT
+        {
+            return;
+        }
+        let chunk = self.restore.next_chunk(
+            REQUEST_LIMIT,
+            &mut self.corrupt,
+            &mut self.io.stats.fill_losses,
+        );
+        for (slot, record) in chunk {
+            self.restore_record(slot, record);
+        }
     }
 
     fn label(&self, slot: Slot) -> Addr {
@@ -155,6 +192,10 @@ impl Encrypted {
         // Nothing written in this run: whatever storage holds there is from an earlier run
         // (recovered slots are rewritten before any op on them), so the slot is empty.
         if generation == 0 {
+            if self.corrupt.contains(&slot) {
+                let error = "this key's recovered record cannot be read back; write it again";
+                return Reply::Failed(SchemeError::Integrity(error.into()));
+            }
             return Reply::Value(Record::empty());
         }
         match self
@@ -176,6 +217,9 @@ impl Encrypted {
             self.generations[slot as usize] = generation;
             if op.is_none() {
                 self.io.out.release(slot, record.version);
+                self.restoring -= 1;
+            } else {
+                self.corrupt.remove(&slot);
             }
         }
         self.advance(slot, Reply::Written);
@@ -214,6 +258,12 @@ impl Algorithm for Encrypted {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = op.slot();
+        // A recovered record whose turn has not come yet goes first.
+        if let Some(record) =
+            (self.restore).take(slot, &mut self.corrupt, &mut self.io.stats.fill_losses)
+        {
+            self.restore_record(slot, record);
+        }
         match self.lanes.get_mut(&slot) {
             None => self.activate(slot, id, op),
             Some(lane) => match (&mut lane.active, &op) {
@@ -266,6 +316,7 @@ impl Algorithm for Encrypted {
     }
 
     fn poll(&mut self) {
+        self.restore_more();
         if self.unsent.is_empty() {
             return;
         }
@@ -303,6 +354,12 @@ impl Algorithm for Encrypted {
 
     fn current_stats(&self, stats: &mut SchemeStats) {
         stats.queued = self.lanes.len() as u64;
+        // Until each is rewritten, so a stop waits for them and the recovery spool (where those
+        // not yet in a lane are read from) is kept.
+        let unwritten = self.restore.left() + self.restoring;
+        stats.unwritten = unwritten;
+        // Loading while they are (reads of them are answered meanwhile, from the spool).
+        stats.filling = (unwritten > 0).then_some((self.recovered - unwritten, self.recovered));
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

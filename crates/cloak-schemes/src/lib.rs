@@ -130,9 +130,10 @@ pub struct StoreSpec {
 /// Where a new scheme instance begins: empty, or with the records recovered after a crash.
 #[derive(Debug, Default)]
 pub struct Start {
-    /// Records the store holds from the start; other slots are empty. Cloak and Waffle take
-    /// them one at a time as their fill places them, so a restart never holds every value at
-    /// once; the other schemes [`Start::load`] them all first.
+    /// Records the store holds from the start; other slots are empty. Cloak, Waffle,
+    /// `encrypted` and `unsafe` take them a chunk at a time as their fill writes them, so a
+    /// restart never holds every value at once; the other schemes [`Start::load`] them all
+    /// first.
     pub records: RecoveredRecords,
     /// Every generation this instance binds into an element is above this, so no element from
     /// an earlier run can pass for a current one. Runs take it from their incarnation number.
@@ -167,8 +168,8 @@ impl Start {
     }
 }
 
-/// A [`Start`] with every recovered record in memory: how Pancake, CURIOUS, Path ORAM and the
-/// baselines begin (a restart of theirs holds the store's values at once).
+/// A [`Start`] with every recovered record in memory: how Pancake, CURIOUS and Path ORAM begin
+/// (a restart of theirs holds the store's values at once).
 #[derive(Clone, Debug, Default)]
 pub struct Loaded {
     /// Records the store holds from the start, by slot; other slots are empty.
@@ -378,13 +379,9 @@ pub fn build(
             store.capacity,
             Prf::new(master, "encrypted"),
             sealed_codec(store, master)?,
-            from.start.load()?,
+            from.start,
         )),
-        SchemeName::Unsafe => running(Unsafe::new(
-            store.capacity,
-            store.layout,
-            from.start.load()?,
-        )),
+        SchemeName::Unsafe => running(Unsafe::new(store.capacity, store.layout, from.start)),
     })
 }
 

@@ -3,19 +3,20 @@
 //! Each op becomes one storage access at address = slot, in the clear, sent as soon as the
 //! driver polls: ops that arrive together go out together (one read request, one write request),
 //! the way any Redis proxy pipelines. No encryption, no padding, no hiding. Records recovered
-//! after a crash are written first, a few requests at a time (each repeated until stored);
-//! client ops wait for that.
+//! after a crash are written first, a few requests at a time (each repeated until stored), each
+//! read back from recovery's spool as its request goes out; client ops wait for that.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    Addr, Op, OpId, Record, RecordLayout, Reply, SchemeError, SchemeStats, Slot, StorageError,
-    StorageOp,
+    Addr, Op, OpId, RecordLayout, Reply, SchemeError, SchemeStats, Slot, StorageError, StorageOp,
 };
 
-use crate::Loaded;
+use crate::Start;
 use crate::shell::fill::{Fill, Pace};
+use crate::shell::recovered::Restore;
 use crate::shell::{Algorithm, Answer, Io, OnFailure, RequestPurpose};
 
 /// Most recovered records in one storage request.
@@ -57,9 +58,14 @@ pub struct Unsafe {
     writes: Vec<(OpId, Addr, Bytes)>,
     /// Client ops sent and not answered.
     in_flight: u64,
-    /// Recovered records not yet written (emptied as they go), and how far writing them got.
-    restore: Vec<(Slot, Record)>,
+    /// Recovered records not yet sent, and how far writing them got.
+    restore: Restore,
     restoring: Fill,
+    /// Recovered records sent and not yet answered.
+    restore_in_flight: u64,
+    /// Slots whose recovered record could not be read back (see
+    /// [`crate::shell::recovered`]): reads of them fail until a client writes them.
+    corrupt: HashSet<Slot>,
     /// Client ops that arrived before the recovered records were stored.
     held: Vec<(OpId, Op)>,
     io: Io<Purpose>,
@@ -67,12 +73,8 @@ pub struct Unsafe {
 
 impl Unsafe {
     /// A pass-through store of `slots` slots whose first requests write `start`'s records.
-    pub fn new(slots: u64, layout: RecordLayout, start: Loaded) -> Self {
-        let restore: Vec<(Slot, Record)> = start
-            .records
-            .into_iter()
-            .filter(|(_, record)| !record.is_empty())
-            .collect();
+    pub fn new(slots: u64, layout: RecordLayout, start: Start) -> Self {
+        let restore = Restore::new(start.records);
         let mut scheme = Self {
             slots,
             layout,
@@ -80,8 +82,10 @@ impl Unsafe {
             writes: Vec::new(),
             in_flight: 0,
             // Unpaced: the restore writes only the records there are, in the clear.
-            restoring: Fill::new(restore.len() as u64, REQUEST_LIMIT as u64, Pace::unpaced()),
+            restoring: Fill::new(restore.left(), REQUEST_LIMIT as u64, Pace::unpaced()),
             restore,
+            restore_in_flight: 0,
+            corrupt: HashSet::new(),
             held: Vec::new(),
             io: Io::default(),
         };
@@ -89,34 +93,41 @@ impl Unsafe {
         scheme
     }
 
-    /// Keeps a few requests of recovered records in flight, each encoded as it goes out: a
-    /// restart holds the records once, not once more as requests, and each value is dropped as
-    /// it is sent.
+    /// Keeps a few requests of recovered records in flight, each read back and encoded as it
+    /// goes out: a restart holds the values of those requests, not the store's.
     fn pump_restore(&mut self) {
+        // The fill keeps a few requests in flight (`shell::fill::FILL_WINDOW`).
         while let Some(chunk) = self.restoring.next_chunk() {
-            let records = &mut self.restore[chunk.start as usize..chunk.end as usize];
+            let records = self.restore.next_chunk(
+                (chunk.end - chunk.start) as usize,
+                &mut self.corrupt,
+                &mut self.io.stats.fill_losses,
+            );
+            self.restore_in_flight += records.len() as u64;
             let versions = records.iter().map(|(slot, r)| (*slot, r.version)).collect();
             let writes = records
-                .iter_mut()
+                .iter()
                 .map(|(slot, record)| {
                     let mut bytes = Vec::new();
-                    self.layout
-                        .encode_compact(*slot, &std::mem::take(record), &mut bytes);
+                    self.layout.encode_compact(*slot, record, &mut bytes);
                     (Addr::from(*slot), Bytes::from(bytes))
                 })
                 .collect();
             self.io
                 .send(Purpose::Restore(versions), StorageOp::Write(writes));
         }
-        if self.restoring.is_done() && !self.restore.is_empty() {
-            self.restore = Vec::new();
-        }
     }
 
     fn accept(&mut self, id: OpId, op: Op) {
         match op {
+            Op::Read(slot) if self.corrupt.contains(&slot) => {
+                let error = "this key's recovered record cannot be read back; write it again";
+                let reply = Reply::Failed(SchemeError::Integrity(error.into()));
+                self.io.out.reply(id, reply);
+            }
             Op::Read(slot) => self.reads.push((id, slot)),
             Op::Write(slot, record) => {
+                self.corrupt.remove(&slot);
                 let mut bytes = Vec::new();
                 self.layout.encode_compact(slot, &record, &mut bytes);
                 self.writes.push((id, Addr::from(slot), Bytes::from(bytes)));
@@ -183,6 +194,7 @@ impl Algorithm for Unsafe {
     fn answered(&mut self, _now: Instant, purpose: Purpose, answer: Answer) {
         match purpose {
             Purpose::Restore(records) => {
+                self.restore_in_flight -= records.len() as u64;
                 for (slot, version) in records {
                     self.io.out.release(slot, version);
                 }
@@ -223,12 +235,10 @@ impl Algorithm for Unsafe {
     fn current_stats(&self, stats: &mut SchemeStats) {
         stats.filling = self.restoring.filling();
         stats.queued = self.in_flight + self.held.len() as u64;
-        // Recovered records count as unwritten until every one is stored (an upper bound: the
-        // vector is dropped whole once the last lands), so a stop waits for them, the recovery
-        // spool is kept, and the proxy's start is not over before they are in storage.
-        if !self.restoring.is_done() {
-            stats.unwritten = self.restore.len() as u64;
-        }
+        // Recovered records count as unwritten until each is stored, so a stop waits for them,
+        // the recovery spool (where those not yet sent are read from) is kept, and the proxy's
+        // start is not over before they are in storage.
+        stats.unwritten = self.restore.left() + self.restore_in_flight;
     }
 
     fn describe(&self) -> Vec<(&'static str, String)> {

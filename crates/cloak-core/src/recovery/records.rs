@@ -235,6 +235,18 @@ impl RecoveredRecords {
         self.found.is_empty()
     }
 
+    /// The slots holding a key, in the order their values sit in the spool (values held in
+    /// memory first): a scheme that reads them back a chunk at a time in this order walks the
+    /// spool forward, as [`RecoveredRecords::into_vec`] does, instead of seeking at random.
+    pub fn live_in_spool_order(&self) -> Vec<Slot> {
+        let mut live: Vec<(Option<Spooled>, Slot)> = (self.found.iter())
+            .filter(|(_, found)| !found.is_empty())
+            .map(|(slot, found)| (found.value.spooled(), *slot))
+            .collect();
+        live.sort_unstable();
+        live.into_iter().map(|(_, slot)| slot).collect()
+    }
+
     /// Records some client wrote (version above 0).
     pub fn written(&self) -> u64 {
         self.found.iter().filter(|(_, f)| f.version > 0).count() as u64
