@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use common::{Running, connect, free_port};
 
-const KEYS: usize = 3000;
+/// More than one chunk of Path ORAM's journal copy of the recovered records (4,096).
+const KEYS: usize = 5000;
 const CAPACITY: &str = "8192";
 const VALUE_SIZE: &str = "64";
 

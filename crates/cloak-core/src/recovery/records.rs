@@ -239,12 +239,21 @@ impl RecoveredRecords {
     /// memory first): a scheme that reads them back a chunk at a time in this order walks the
     /// spool forward, as [`RecoveredRecords::into_vec`] does, instead of seeking at random.
     pub fn live_in_spool_order(&self) -> Vec<Slot> {
-        let mut live: Vec<(Option<Spooled>, Slot)> = (self.found.iter())
-            .filter(|(_, found)| !found.is_empty())
+        self.in_spool_order_if(|found| !found.is_empty())
+    }
+
+    /// Every slot found (freed ones too), in the order of [`RecoveredRecords::live_in_spool_order`].
+    pub fn in_spool_order(&self) -> Vec<Slot> {
+        self.in_spool_order_if(|_| true)
+    }
+
+    fn in_spool_order_if(&self, wanted: impl Fn(&Found) -> bool) -> Vec<Slot> {
+        let mut slots: Vec<(Option<Spooled>, Slot)> = (self.found.iter())
+            .filter(|(_, found)| wanted(found))
             .map(|(slot, found)| (found.value.spooled(), *slot))
             .collect();
-        live.sort_unstable();
-        live.into_iter().map(|(_, slot)| slot).collect()
+        slots.sort_unstable();
+        slots.into_iter().map(|(_, slot)| slot).collect()
     }
 
     /// Records some client wrote (version above 0).

@@ -10,12 +10,18 @@
 //! chunk is sent and released only once the whole fill has landed (a partial fill may have
 //! erased a record's old copy before writing its new one, or written a deleted slot's new empty
 //! record while its old copy still sits in an unwritten bucket).
+//!
+//! Memory: the recovered values stay in recovery's spool on local disk. They are copied into the
+//! journal a chunk at a time in spool order ([`KEEP_CHUNK`], each chunk durable before the next
+//! is read), then read back again as the buckets holding them are sealed, so a restart holds a
+//! few chunks of values at once, never the store's (issue 17). The fill holds each placed
+//! block's bucket and slot, 8 bytes, beside recovery's table of what it found.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::time::Instant;
 
 use cloak_core::recovery::leak_demo;
-use cloak_core::{Addr, Record, StorageOp};
+use cloak_core::{Addr, Outbox, RecoveredRecords, Slot, StorageOp};
 use cloak_crypto::Binding;
 
 use super::Durability;
@@ -23,9 +29,13 @@ use super::bucket::BucketCodec;
 use super::stash::Block;
 use super::tree::Tree;
 use crate::shell::fill::{Fill as ShellFill, FillClock, Landed, Pace};
+use crate::shell::recovered::take_for_fill;
 
 /// Bytes of buckets written per fill request (at least one bucket).
 const CHUNK_BYTES: usize = 8 << 20;
+
+/// Recovered records copied into the journal per journal request.
+const KEEP_CHUNK: usize = 4096;
 
 /// Buckets per fill request: [`CHUNK_BYTES`] of them, at least one.
 fn buckets_per_request(element_len: usize) -> u64 {
@@ -33,60 +43,117 @@ fn buckets_per_request(element_len: usize) -> u64 {
 }
 
 pub struct Fill {
-    /// The blocks placed in each non-empty bucket, until its chunk is sealed.
-    placed: HashMap<Addr, Vec<Block>>,
+    /// Each placed block as (bucket, slot), by bucket; the chunks sent took those before `taken`.
+    placed: Vec<(u32, u32)>,
+    taken: usize,
+    /// The recovered records, read back from the spool for the journal and for each chunk.
+    initial: RecoveredRecords,
+    /// Recovered slots whose record could not be read back: left out of their bucket (their
+    /// leaf stays, so reads of them fail until a client writes them) and kept in the journal.
+    lost: HashSet<u32>,
     buckets: u64,
     next: u64,
     pub outstanding: usize,
     /// Buckets per request: [`CHUNK_BYTES`] of them.
     chunk: u64,
     landed: Landed,
-    /// Whether the recovered records are in the journal; no chunk goes out before they are.
-    pub durability: Durability,
-    /// The recovered records, released from the journal once the fill is complete.
-    pub recovered: Vec<(u32, Record)>,
+    /// Copying the recovered records into the journal; no chunk goes out before it is done.
+    pub keeping: Keeping,
     pub generation: u64,
     /// When each request leaves (see [`crate::shell::fill`]).
     pub pace: Pace,
 }
 
+/// Copying the recovered records into the journal, a chunk at a time.
+pub struct Keeping {
+    /// Every recovered slot (a freed one too: its empty record must outlive old copies), in
+    /// the order their values sit in the spool; the chunk being kept is `order[from..next]`.
+    order: Vec<Slot>,
+    from: usize,
+    next: usize,
+    /// Whether that chunk is durable.
+    pub durability: Durability,
+}
+
+impl Keeping {
+    /// Every chunk is kept and durable.
+    pub fn is_done(&self) -> bool {
+        self.next == self.order.len() && self.durability == Durability::Durable
+    }
+}
+
 impl Fill {
-    /// Places `blocks` (each mapped by `leaf_of`) into an empty tree; returns the fill and the
-    /// blocks that found no room. Its requests leave on `pace`.
+    /// Places `initial`'s records (each slot mapped by `leaf_of`) into an empty tree; returns
+    /// the fill and the blocks that found no room, read back for the stash. Its requests leave
+    /// on `pace`; `losses` counts records that cannot be read back.
     pub fn new(
         tree: &Tree,
         z: usize,
         generation: u64,
-        blocks: Vec<Block>,
-        leaf_of: impl Fn(u32) -> u32,
+        initial: RecoveredRecords,
+        leaf_of: impl Fn(u32) -> Option<u32>,
         pace: Pace,
+        losses: &mut u64,
     ) -> (Self, Vec<Block>) {
-        let recovered = blocks.iter().map(|b| (b.slot, b.record.clone())).collect();
-        let mut placed: HashMap<Addr, Vec<Block>> = HashMap::new();
+        let order: Vec<Slot> = initial
+            .in_spool_order()
+            .into_iter()
+            .filter(|&slot| u32::try_from(slot).ok().and_then(&leaf_of).is_some())
+            .collect();
+        // Fullness by bucket, while placing: a byte a bucket (`z` is far below 256).
+        let mut fullness = vec![0u8; tree.buckets() as usize];
+        let mut placed = Vec::with_capacity(order.len());
         let mut left = Vec::new();
-        'blocks: for block in blocks {
-            let leaf = leaf_of(block.slot);
+        'slots: for (slot, _, _) in initial.iter() {
+            let Some((slot, leaf)) = u32::try_from(slot)
+                .ok()
+                .and_then(|slot| Some((slot, leaf_of(slot)?)))
+            else {
+                continue;
+            };
             for level in (0..tree.levels()).rev() {
-                let bucket = placed.entry(tree.bucket(leaf, level)).or_default();
-                if bucket.len() < z {
-                    bucket.push(block);
-                    continue 'blocks;
+                let bucket = tree.bucket(leaf, level);
+                let full = &mut fullness[bucket as usize];
+                if usize::from(*full) < z {
+                    *full += 1;
+                    placed.push((bucket as u32, slot));
+                    continue 'slots;
                 }
             }
-            left.push(block);
+            left.push(slot);
         }
-        let fill = Self {
+        drop(fullness);
+        placed.sort_unstable();
+        let mut fill = Self {
             placed,
+            taken: 0,
+            initial,
+            lost: HashSet::new(),
             buckets: tree.buckets(),
             next: 0,
             outstanding: 0,
             chunk: 1,
             landed: Landed::new(tree.buckets()),
-            durability: Durability::Durable,
-            recovered,
+            keeping: Keeping {
+                order,
+                from: 0,
+                next: 0,
+                durability: Durability::Durable,
+            },
             generation,
             pace,
         };
+        let stashed = fill.read_back(&left, 0, losses);
+        let left = left
+            .into_iter()
+            .zip(stashed)
+            .filter(|(slot, _)| !fill.lost.contains(slot))
+            .map(|(slot, record)| Block {
+                slot,
+                record,
+                journaled: true,
+            })
+            .collect();
         (fill, left)
     }
 
@@ -98,31 +165,101 @@ impl Fill {
         Pace::new(clock, shape)
     }
 
-    /// The next chunk of sealed buckets to write, if any is left.
-    pub fn next_chunk(&mut self, codec: &mut BucketCodec) -> Option<StorageOp> {
+    /// Once the chunk kept last is durable, keeps the next one in `out`'s journal; whether
+    /// every chunk is kept and durable.
+    pub fn keep_next(&mut self, out: &mut Outbox) -> bool {
+        let keeping = &mut self.keeping;
+        if keeping.durability == Durability::Durable && keeping.next < keeping.order.len() {
+            keeping.from = keeping.next;
+            keeping.next = (keeping.from + KEEP_CHUNK).min(keeping.order.len());
+            self.keep_chunk(out);
+        }
+        self.keeping.is_done()
+    }
+
+    /// Keeps again the chunk the journal refused.
+    pub fn keep_again(&mut self, out: &mut Outbox) {
+        if self.keeping.durability == Durability::Failed {
+            self.keep_chunk(out);
+        }
+    }
+
+    /// Keeps `order[from..next]` and waits for it. A record that cannot be read back is not
+    /// kept; the chunk that should carry it counts it lost.
+    fn keep_chunk(&mut self, out: &mut Outbox) {
+        let keeping = &mut self.keeping;
+        let slots = &keeping.order[keeping.from..keeping.next];
+        for (&slot, record) in slots.iter().zip(self.initial.read_all(slots, 0)) {
+            if let Ok(record) = record {
+                out.keep(slot, record);
+            }
+        }
+        keeping.durability = Durability::Waiting(out.barrier());
+    }
+
+    /// The next chunk of sealed buckets to write, if any is left; `losses` counts the records
+    /// of its blocks that cannot be read back.
+    pub fn next_chunk(&mut self, codec: &mut BucketCodec, losses: &mut u64) -> Option<StorageOp> {
         if self.next == self.buckets {
             return None;
         }
         self.chunk = buckets_per_request(codec.element_len());
         let end = (self.next + self.chunk).min(self.buckets);
-        let mut live = 0;
+        let first = self.taken;
+        while self
+            .placed
+            .get(self.taken)
+            .is_some_and(|&(bucket, _)| u64::from(bucket) < end)
+        {
+            self.taken += 1;
+        }
+        let (buckets, slots): (Vec<u32>, Vec<u32>) =
+            self.placed[first..self.taken].iter().copied().unzip();
+        // As many elements read back as the request has buckets, whatever they hold (see
+        // `take_for_fill`).
+        let records = self.read_back(&slots, (end - self.next) as usize, losses);
+        let mut blocks = buckets
+            .into_iter()
+            .zip(slots)
+            .zip(records)
+            .filter(|((_, slot), _)| !self.lost.contains(slot))
+            .peekable();
+        leak_demo::slow_live_records(self.taken - first);
         let writes = (self.next..end)
             .map(|address| {
+                let mut bucket = Vec::new();
+                while let Some(((_, slot), record)) =
+                    blocks.next_if(|((at, _), _)| u64::from(*at) == address)
+                {
+                    bucket.push(Block {
+                        slot,
+                        record,
+                        journaled: true,
+                    });
+                }
                 let address = Addr::from(address);
-                let blocks = self.placed.remove(&address).unwrap_or_default();
-                live += blocks.len();
                 // Public: every bucket of the fill shows the run's first generation.
                 let binding = Binding {
                     address,
                     generation: self.generation,
                 };
-                (address, codec.seal(binding, &blocks))
+                (address, codec.seal(binding, &bucket))
             })
             .collect();
-        leak_demo::slow_live_records(live);
         self.next = end;
         self.outstanding += 1;
         Some(StorageOp::Write(writes))
+    }
+
+    /// The records of `slots` read back, after at least `reads` reads of the spool; those that
+    /// cannot be read back go into `lost`.
+    fn read_back(
+        &mut self,
+        slots: &[u32],
+        reads: usize,
+        losses: &mut u64,
+    ) -> Vec<cloak_core::Record> {
+        take_for_fill(&mut self.initial, slots, reads, &mut self.lost, losses)
     }
 
     /// A request of the fill is in storage, its answer having arrived at `arrived`.
@@ -140,6 +277,20 @@ impl Fill {
         self.landed.status()
     }
 
+    /// Recovered records the fill carries (for a stop, which waits for them).
+    pub fn recovered(&self) -> usize {
+        self.initial.len()
+    }
+
+    /// The recovered records now in storage, as (slot, version), once the fill is done: the
+    /// journal may drop them (not those lost, which it keeps).
+    pub fn stored(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.initial
+            .iter()
+            .filter_map(|(slot, version, _)| Some((u32::try_from(slot).ok()?, version)))
+            .filter(|(slot, _)| !self.lost.contains(slot))
+    }
+
     /// Every chunk is written and answered.
     pub fn is_done(&self) -> bool {
         self.next == self.buckets && self.outstanding == 0
@@ -149,25 +300,75 @@ impl Fill {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cloak_core::Record;
+    use cloak_core::{JournalOp, Record};
+
+    fn records(slots: std::ops::Range<u64>) -> RecoveredRecords {
+        let record = |slot: u64| Record {
+            version: 1,
+            key: format!("k{slot}").into(),
+            value: format!("v{slot}").into(),
+        };
+        RecoveredRecords::from(slots.map(|s| (s, record(s))).collect::<Vec<_>>())
+    }
 
     #[test]
     fn blocks_take_the_deepest_free_bucket_of_their_path() {
         let tree = Tree::for_capacity(8); // 3 levels, 4 leaves
-        let blocks = (0..7)
-            .map(|slot| Block {
-                slot,
-                record: Record::empty(),
-                journaled: true,
-            })
-            .collect();
         // Every block on leaf 2 with Z = 2: two in the leaf bucket, two above, two in the root,
         // one left over.
-        let (fill, left) = Fill::new(&tree, 2, 1, blocks, |_| 2, Pace::unpaced());
+        let mut losses = 0;
+        let (fill, left) = Fill::new(
+            &tree,
+            2,
+            1,
+            records(0..7),
+            |_| Some(2),
+            Pace::unpaced(),
+            &mut losses,
+        );
         assert_eq!(left.len(), 1);
+        assert_eq!(left[0].record.value, "v6");
         for level in 0..3 {
-            assert_eq!(fill.placed[&tree.bucket(2, level)].len(), 2);
+            let bucket = tree.bucket(2, level) as u32;
+            let held = fill.placed.iter().filter(|(b, _)| *b == bucket).count();
+            assert_eq!(held, 2, "level {level}");
         }
-        assert_eq!(fill.recovered.len(), 7);
+        assert_eq!(fill.recovered(), 7);
+        assert_eq!(losses, 0);
+    }
+
+    /// The recovered records go into the journal a chunk at a time, each chunk once the one
+    /// before is durable, and every chunk is kept before the fill may start.
+    #[test]
+    fn recovered_records_are_kept_a_chunk_at_a_time() {
+        let n = (KEEP_CHUNK + 10) as u64;
+        let tree = Tree::for_capacity(n);
+        let (mut fill, _) = Fill::new(
+            &tree,
+            4,
+            1,
+            records(0..n),
+            |slot| Some(slot % 8),
+            Pace::unpaced(),
+            &mut 0,
+        );
+        let mut out = Outbox::default();
+        let mut kept = 0;
+        for chunk in [KEEP_CHUNK, 10] {
+            assert!(!fill.keep_next(&mut out), "not all kept yet");
+            // The chunk waits for its barrier: nothing more is kept meanwhile.
+            assert!(!fill.keep_next(&mut out));
+            let request = out.poll_journal().expect("a chunk is kept");
+            let JournalOp::Keep(records) = &request.op else {
+                panic!("{:?}", request.op)
+            };
+            assert_eq!(records.len(), chunk);
+            kept += records.len();
+            assert_eq!(fill.keeping.durability, Durability::Waiting(request.id));
+            fill.keeping.durability = Durability::Durable;
+        }
+        assert!(fill.keep_next(&mut out), "every chunk is durable");
+        assert!(out.poll_journal().is_none());
+        assert_eq!(kept as u64, n);
     }
 }

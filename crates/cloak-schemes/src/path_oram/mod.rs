@@ -95,7 +95,7 @@ use cloak_crypto::Binding;
 use hashbrown::HashMap;
 use rand_chacha::ChaCha20Rng;
 
-use crate::Loaded;
+use crate::Start;
 use crate::shell::fill::FILL_WINDOW;
 use crate::shell::retry::Retry;
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
@@ -219,44 +219,30 @@ impl PathOram {
         slots: u64,
         codec: ElementCodec,
         mut rng: ChaCha20Rng,
-        start: Loaded,
+        start: Start,
     ) -> Self {
         let tree = Tree::for_capacity(slots);
         let z = config.bucket_size;
         let mut positions = PositionMap::new(slots as usize, tree);
         let mut io = Io::default();
-        let out = &mut io.out;
         // Generations start above every earlier run's (see `Start::generation_base`).
         let fill_generation = start.generation_base + 1;
-        let mut blocks = Vec::with_capacity(start.records.len());
-        for (slot, record) in start.records {
-            let Some(slot) = u32::try_from(slot).ok().filter(|&s| u64::from(s) < slots) else {
-                continue;
-            };
-            positions.remap(slot, &mut rng);
-            out.keep(Slot::from(slot), record.clone());
-            blocks.push(Block {
-                slot,
-                record,
-                journaled: true,
-            });
+        for (slot, _, _) in start.records.iter() {
+            if let Some(slot) = u32::try_from(slot).ok().filter(|&s| u64::from(s) < slots) {
+                positions.remap(slot, &mut rng);
+            }
         }
-        let durability = if blocks.is_empty() {
-            Durability::Durable
-        } else {
-            Durability::Waiting(out.barrier())
-        };
         let codec = BucketCodec::new(codec, z);
         let pace = Fill::pace(start.fill_clock, &tree, slots, codec.element_len());
-        let (mut fill, left) = Fill::new(
+        let (fill, left) = Fill::new(
             &tree,
             z,
             fill_generation,
-            blocks,
-            |slot| positions.get(slot).expect("mapped above"),
+            start.records,
+            |slot| positions.get(slot),
             pace,
+            &mut io.stats.fill_losses,
         );
-        fill.durability = durability;
         let mut stash = Stash::default();
         stash.put_back(left);
         let mut scheme = Self {
@@ -326,12 +312,12 @@ impl PathOram {
     /// Moves everything along that can move: the fill, the prepared write-back, the next access.
     fn progress(&mut self) {
         if let Some(fill) = &mut self.filling {
-            if fill.durability != Durability::Durable {
+            if !fill.keep_next(&mut self.io.out) {
                 return;
             }
             let mut chunks = Vec::new();
             while fill.outstanding < FILL_WINDOW
-                && let Some(op) = fill.next_chunk(&mut self.codec)
+                && let Some(op) = fill.next_chunk(&mut self.codec, &mut self.io.stats.fill_losses)
             {
                 chunks.push(op);
             }
@@ -343,9 +329,9 @@ impl PathOram {
                 return;
             }
             let fill = self.filling.take().expect("checked above");
-            for (slot, record) in fill.recovered {
+            for (slot, version) in fill.stored() {
                 if !self.stash.contains(slot) {
-                    self.io.out.release(Slot::from(slot), record.version);
+                    self.io.out.release(Slot::from(slot), version);
                 }
             }
             tracing::info!(
@@ -609,13 +595,8 @@ impl PathOram {
 
     /// Keeps again the records a failed journal request carried, and waits for them anew.
     fn journal_again(&mut self) {
-        if let Some(fill) = &mut self.filling
-            && fill.durability == Durability::Failed
-        {
-            for (slot, record) in &fill.recovered {
-                self.io.out.keep(Slot::from(*slot), record.clone());
-            }
-            fill.durability = Durability::Waiting(self.io.out.barrier());
+        if let Some(fill) = &mut self.filling {
+            fill.keep_again(&mut self.io.out);
         }
         if let Some(prepared) = &mut self.prepared
             && prepared.durability == Durability::Failed
@@ -749,9 +730,9 @@ impl Algorithm for PathOram {
         };
         let mut matched = false;
         if let Some(fill) = &mut self.filling
-            && fill.durability == waiting_on
+            && fill.keeping.durability == waiting_on
         {
-            fill.durability = settled;
+            fill.keeping.durability = settled;
             matched = true;
         }
         if let Some(prepared) = &mut self.prepared
@@ -797,7 +778,7 @@ impl Algorithm for PathOram {
             .flatten()
             .map(|w| w.releases.len())
             .sum::<usize>();
-        let filling = self.filling.as_ref().map_or(0, |f| f.recovered.len());
+        let filling = self.filling.as_ref().map_or(0, Fill::recovered);
         stats.filling = self.filling.as_ref().map(Fill::status);
         stats.queued = (self.queue.len() + usize::from(self.reading.is_some())) as u64;
         stats.unwritten = (waiting_writes + self.stash.len() + landing + filling) as u64;

@@ -89,7 +89,7 @@ impl PathOramOptions {
             store.capacity,
             codec,
             from.rng,
-            from.start.load()?,
+            from.start,
         ))
     }
 }
