@@ -570,7 +570,8 @@ impl Core {
         }
     }
 
-    /// Ends the start once it is over, when storage holds every recovered record again: the
+    /// Ends the start once it is over, when storage holds every recovered record again and the
+    /// fill is done: the
     /// recovery spool is retired, and the start's hook runs (the scheme has dropped what
     /// recovery handed it). Checked when the core starts and after storage replies only (a
     /// start that writes anything ends with a reply), and only until both are done:
@@ -580,7 +581,10 @@ impl Core {
             return;
         }
         let stats = self.engine.scheme_stats();
-        if stats.unwritten > 0 {
+        // The fill too: a scheme whose fill writes new places while storage keeps the old ones
+        // (Waffle) has nothing unwritten, yet still reads the spool and may still lose records
+        // it cannot read back, which the spool must then be kept for.
+        if stats.unwritten > 0 || stats.filling.is_some() {
             return;
         }
         tracing::debug!("the start is over");

@@ -35,8 +35,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use cloak_core::{
-    ElementCodec, ElementFormat, Record, RecordLayout, RecoveredRecords, RecoveryError, Scheme,
-    Slot,
+    ElementCodec, ElementFormat, Record, RecordLayout, RecoveredRecords, Scheme, Slot,
 };
 use cloak_crypto::{KeyError, MasterKey, Prf, Sealer};
 use rand::SeedableRng;
@@ -130,10 +129,9 @@ pub struct StoreSpec {
 /// Where a new scheme instance begins: empty, or with the records recovered after a crash.
 #[derive(Debug, Default)]
 pub struct Start {
-    /// Records the store holds from the start; other slots are empty. Cloak, Waffle,
-    /// `encrypted` and `unsafe` take them a chunk at a time as their fill writes them, so a
-    /// restart never holds every value at once; the other schemes [`Start::load`] them all
-    /// first.
+    /// Records the store holds from the start; other slots are empty. Their values wait in
+    /// recovery's spool on local disk: every scheme reads them back a chunk at a time as its
+    /// fill writes them, so a restart never holds every value at once (issue 17).
     pub records: RecoveredRecords,
     /// Every generation this instance binds into an element is above this, so no element from
     /// an earlier run can pass for a current one. Runs take it from their incarnation number.
@@ -157,27 +155,6 @@ impl Start {
             fill_clock: None,
         }
     }
-
-    /// Every recovered value read into memory, for a scheme that places all records at once.
-    pub fn load(self) -> Result<Loaded, RecoveryError> {
-        Ok(Loaded {
-            records: self.records.into_vec()?,
-            generation_base: self.generation_base,
-            fill_clock: self.fill_clock,
-        })
-    }
-}
-
-/// A [`Start`] with every recovered record in memory: how Pancake, CURIOUS and Path ORAM begin
-/// (a restart of theirs holds the store's values at once).
-#[derive(Clone, Debug, Default)]
-pub struct Loaded {
-    /// Records the store holds from the start, by slot; other slots are empty.
-    pub records: Vec<(Slot, Record)>,
-    /// As [`Start::generation_base`].
-    pub generation_base: u64,
-    /// As [`Start::fill_clock`].
-    pub fill_clock: Option<FillClock>,
 }
 
 /// Parameters of every scheme, each used only by its scheme.
@@ -268,9 +245,6 @@ pub enum BuildError {
     /// The key material cannot be derived.
     #[error(transparent)]
     Key(#[from] KeyError),
-    /// The recovered records could not be read back.
-    #[error(transparent)]
-    Recovery(#[from] RecoveryError),
 }
 
 /// Set in the environment of a process built with the `leak-demo` feature (the binary as the

@@ -869,11 +869,15 @@ fn records_the_fill_cannot_read_back_keep_the_spool_and_are_counted() {
     records_not_read_back_keep_the_spool_and_are_counted("cloak");
 }
 
-/// The same for `encrypted`, whose restart reads each record back from the spool as its
-/// rewrite goes out (or as a client's op takes it first), not all at once before it starts.
+/// The same for the other schemes, whose restarts read each record back from the spool as
+/// their fill (or rewrite) writes it, or as a client's op takes it first (`encrypted`), not
+/// all at once before they start; each lost key is counted once, however many replicas
+/// (Pancake) or journal copies (Path ORAM) it has.
 #[test]
-fn records_encrypted_cannot_read_back_keep_the_spool_and_are_counted() {
-    records_not_read_back_keep_the_spool_and_are_counted("encrypted");
+fn records_other_schemes_cannot_read_back_keep_the_spool_and_are_counted() {
+    for scheme in ["waffle", "encrypted", "pancake", "curious", "path-oram"] {
+        records_not_read_back_keep_the_spool_and_are_counted(scheme);
+    }
 }
 
 fn records_not_read_back_keep_the_spool_and_are_counted(scheme: &'static str) {
@@ -929,20 +933,25 @@ fn records_not_read_back_keep_the_spool_and_are_counted(scheme: &'static str) {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("the error names how many records were lost: {kept}"));
-    let failing = (0..KEYS)
-        .filter(|i| {
+    let errors: Vec<String> = (0..KEYS)
+        .filter_map(|i| {
             redis::cmd("GET")
                 .arg(format!("k{i}"))
                 .query::<Option<String>>(&mut connect(proxy.port))
-                .is_err()
+                .err()
+                .map(|error| error.to_string())
         })
-        .count();
-    eprintln!("{kept}\n{failing} of {KEYS} keys fail to read");
+        .collect();
+    let failing = errors.len();
+    eprintln!(
+        "{scheme}: {kept}\n{failing} of {KEYS} keys fail to read, first: {:?}",
+        errors.first()
+    );
     assert!(
         lost > 0,
-        "the damage landed before the fill read everything"
+        "{scheme}: the damage landed before the fill read everything"
     );
-    assert_eq!(lost, failing, "the count names the keys lost");
+    assert_eq!(lost, failing, "{scheme}: the count names the keys lost");
     assert!(!spool.exists());
     assert!(proxy.state.join("recovery.spool.lost-records").exists());
     let _ = child.kill();

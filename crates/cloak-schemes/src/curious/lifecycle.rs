@@ -9,58 +9,84 @@
 use std::time::Instant;
 
 use cloak_core::recovery::leak_demo;
-use cloak_core::{Addr, Record, Slot, StorageOp};
+use cloak_core::{Addr, Record, RecoveredRecords, Slot, StorageOp};
 use cloak_crypto::Binding;
 
 use super::cache::Assignment;
 use super::position::Place;
 use super::{Curious, Gate, Purpose};
+use crate::shell::recovered::take_for_fill;
 
 impl Curious {
     /// Places recovered records in the trees the fill will write, each under a fresh random
     /// subORAM and leaf; the few that fit nowhere go to the cache, and the fill waits until the
-    /// journal holds them (the fill overwrites where the previous run kept them).
-    pub(super) fn stage_recovered(&mut self, records: Vec<(Slot, Record)>) {
+    /// journal holds them (the fill overwrites where the previous run kept them). Only the slots
+    /// are placed: the values stay in recovery's spool until the chunk holding their bucket is
+    /// sealed ([`Curious::pump_fill`]), so a restart never holds the store's values at once.
+    pub(super) fn stage_recovered(&mut self) {
         let z = self.config.bucket_size;
-        let mut cached = Vec::new();
-        for (slot, record) in records {
-            let Some(slot) = u32::try_from(slot)
-                .ok()
-                .filter(|&s| (s as usize) < self.positions.len())
-            else {
-                continue;
-            };
-            if record.version == 0 {
-                continue;
-            }
+        // Blocks placed in each bucket, while placing: a byte a bucket (`z` is far below 256).
+        let mut fullness = vec![0u8; self.generations.len()];
+        let mut staged = Vec::new();
+        let mut overflow = Vec::new();
+        let recovered: Vec<(u32, u64)> = (self.initial.iter())
+            .filter_map(|(slot, version, _)| Some((u32::try_from(slot).ok()?, version)))
+            .filter(|&(slot, version)| (slot as usize) < self.positions.len() && version > 0)
+            .collect();
+        for (slot, _) in recovered {
             let (sub, leaf) = self.random_position();
             let tree = &self.layout.tree;
             let free = (0..=tree.depth()).rev().find_map(|level| {
                 let address = u64::try_from(self.layout.address(sub, tree.bucket(leaf, level)))
                     .expect("addresses are below the element count");
-                let held = self.staged.get(&address).map_or(0, Vec::len);
-                (held < z).then_some(address)
+                let full = &mut fullness[address as usize];
+                (usize::from(*full) < z).then(|| {
+                    *full += 1;
+                    address
+                })
             });
+            // A block whose record cannot be read back stays placed, and so missing from its
+            // path: reads of it fail until a client writes it.
+            self.positions.set(slot, Place::Stored { sub, leaf });
             match free {
-                Some(address) => {
-                    self.recovered += 1;
-                    self.staged.entry(address).or_default().push((slot, record));
-                    self.positions.set(slot, Place::Stored { sub, leaf });
-                }
-                None => {
-                    let to = Assignment {
-                        sub,
-                        leaf,
-                        drawn: 0,
-                    };
-                    self.cache.insert(slot, record, to);
-                    self.positions.set(slot, Place::Cached);
-                    cached.push(slot);
-                }
+                Some(address) => staged.push((address, slot)),
+                None => overflow.push((slot, sub, leaf)),
             }
+        }
+        staged.sort_unstable();
+        self.recovered = staged.len() as u64;
+        self.staged = staged;
+        let slots: Vec<u32> = overflow.iter().map(|&(slot, _, _)| slot).collect();
+        let records = self.read_recovered(&slots, 0);
+        let mut cached = Vec::new();
+        for ((slot, sub, leaf), record) in overflow.into_iter().zip(records) {
+            if self.fill_lost.contains(&slot) {
+                continue;
+            }
+            let to = Assignment {
+                sub,
+                leaf,
+                drawn: 0,
+            };
+            self.cache.insert(slot, record, to);
+            self.positions.set(slot, Place::Cached);
+            cached.push(slot);
         }
         self.fill_gate = Some(cached.clone());
         self.wait_for_journal(Gate::Fill, cached);
+    }
+
+    /// The recovered records of `slots`, read back from the spool after at least `reads`
+    /// reads of it; those that cannot be read back go into `fill_lost` (see
+    /// [`take_for_fill`]).
+    fn read_recovered(&mut self, slots: &[u32], reads: usize) -> Vec<Record> {
+        take_for_fill(
+            &mut self.initial,
+            slots,
+            reads,
+            &mut self.fill_lost,
+            &mut self.io.stats.fill_losses,
+        )
     }
 
     /// Keeps the fill's window of write requests full; once all are answered, accesses start.
@@ -69,20 +95,39 @@ impl Curious {
             return;
         }
         while let Some(chunk) = self.fill.next_chunk() {
+            let first = self.staged_taken;
+            while (self.staged.get(self.staged_taken)).is_some_and(|&(at, _)| at < chunk.end) {
+                self.staged_taken += 1;
+            }
+            let (addresses, slots): (Vec<u64>, Vec<u32>) = self.staged[first..self.staged_taken]
+                .iter()
+                .copied()
+                .unzip();
+            // As many elements read back as the request has buckets, whatever they hold.
+            let records = self.read_recovered(&slots, (chunk.end - chunk.start) as usize);
+            let mut blocks = addresses
+                .into_iter()
+                .zip(slots)
+                .zip(records)
+                .filter(|((_, slot), _)| !self.fill_lost.contains(slot))
+                .peekable();
             let mut recovered = Vec::new();
             let mut writes = Vec::with_capacity((chunk.end - chunk.start) as usize);
             for address in chunk {
-                let blocks = self.staged.remove(&address).unwrap_or_default();
-                recovered.extend(blocks.iter().map(|(slot, r)| (*slot, r.version)));
+                let mut bucket = Vec::new();
+                while let Some(((_, slot), record)) = blocks.next_if(|((at, _), _)| *at == address)
+                {
+                    recovered.push((slot, record.version));
+                    bucket.push((Slot::from(slot), record));
+                }
                 // Public: every bucket of the fill shows the run's first generation.
                 let binding = Binding {
                     address: Addr::from(address),
                     generation: self.generations[address as usize],
                 };
-                let sealed = self.codec.seal(
-                    binding,
-                    blocks.iter().map(|(slot, r)| (Slot::from(*slot), r)),
-                );
+                let sealed = self
+                    .codec
+                    .seal(binding, bucket.iter().map(|(slot, r)| (*slot, r)));
                 writes.push((binding.address, sealed));
             }
             leak_demo::slow_live_records(recovered.len());
@@ -96,6 +141,9 @@ impl Curious {
             let buckets = self.layout.elements();
             tracing::info!(buckets, "storage filled, accesses start");
             self.filled = true;
+            // Every recovered record is in storage: the table would keep its peak size.
+            self.initial = RecoveredRecords::default();
+            self.staged = Vec::new();
             for sub in self.locks.waiting_subs() {
                 self.start_next(sub);
             }

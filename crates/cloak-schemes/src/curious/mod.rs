@@ -95,19 +95,20 @@ mod position;
 mod requests;
 mod retention;
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use bytes::Bytes;
 use cloak_core::{
-    ElementCodec, JournalId, Op, OpId, Record, Reply, SchemeError, SchemeStats, Slot, StorageError,
-    StorageOp,
+    ElementCodec, JournalId, Op, OpId, Record, RecoveredRecords, Reply, SchemeError, SchemeStats,
+    Slot, StorageError, StorageOp,
 };
 use cloak_crypto::Binding;
 use hashbrown::HashMap;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
-use crate::Loaded;
+use crate::Start;
 use crate::shell::fill::{Fill, Pace};
 use crate::shell::retry::Retry;
 use crate::shell::{Algorithm, Answer as ShellAnswer, Io, RequestPurpose};
@@ -213,8 +214,15 @@ pub struct Curious {
     generations: Vec<u64>,
     next_generation: u64,
 
-    /// Recovered blocks the initial fill places, by address.
-    staged: HashMap<u64, Vec<(u32, Record)>>,
+    /// Recovered blocks the initial fill places, as (address, slot) by address; the fill's
+    /// requests took those before `staged_taken`.
+    staged: Vec<(u64, u32)>,
+    staged_taken: usize,
+    /// The recovered records, read back from recovery's spool as the fill seals their buckets.
+    initial: RecoveredRecords,
+    /// Recovered slots whose record could not be read back (left out of their bucket, so
+    /// reads of them fail until a client writes them).
+    fill_lost: HashSet<u32>,
     /// How many recovered records the fill places. Until it is done, storage may hold some of
     /// them nowhere (a fill request overwrote the bucket that held one before the request with
     /// its new bucket landed), so they count as unwritten: a clean stop waits for the fill, and
@@ -250,7 +258,7 @@ impl Curious {
         layout: Layout,
         codec: ElementCodec,
         rng: ChaCha20Rng,
-        start: Loaded,
+        start: Start,
     ) -> Self {
         let slots = usize::try_from(config.capacity).expect("the capacity was checked");
         let elements = usize::try_from(layout.elements()).expect("storage layout fits memory");
@@ -274,7 +282,10 @@ impl Curious {
             next_access: 0,
             generations: vec![fill_generation; elements],
             next_generation: fill_generation + 1,
-            staged: HashMap::new(),
+            staged: Vec::new(),
+            staged_taken: 0,
+            initial: start.records,
+            fill_lost: HashSet::new(),
             recovered: 0,
             fill_gate: None,
             fill: Fill::new(
@@ -295,7 +306,7 @@ impl Curious {
             config,
             layout,
         };
-        scheme.stage_recovered(start.records);
+        scheme.stage_recovered();
         scheme
     }
 

@@ -81,13 +81,7 @@ impl CuriousOptions {
         let config = CuriousConfig::new(store.capacity, self).map_err(BuildError::Invalid)?;
         let layout = config.layout().map_err(BuildError::Invalid)?;
         let codec = crate::sealed_codec(store, master)?;
-        Ok(Curious::new(
-            config,
-            layout,
-            codec,
-            from.rng,
-            from.start.load()?,
-        ))
+        Ok(Curious::new(config, layout, codec, from.rng, from.start))
     }
 }
 

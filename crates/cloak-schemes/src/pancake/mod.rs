@@ -42,7 +42,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cloak_core::recovery::leak_demo;
 use cloak_core::{
-    ElementCodec, Op, OpId, Record, Reply, SchemeError, SchemeStats, Slot, StorageError, StorageOp,
+    ElementCodec, Op, OpId, Record, RecoveredRecords, Reply, SchemeError, SchemeStats, Slot,
+    StorageError, StorageOp,
 };
 use cloak_crypto::{Binding, Prf};
 use hashbrown::{HashMap, HashSet};
@@ -52,8 +53,9 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::weighted::WeightedAliasIndex;
 
-use crate::Loaded;
+use crate::Start;
 use crate::shell::fill::{Fill, Pace};
+use crate::shell::recovered::take_for_fill;
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 pub use estimate::{
     ChangeDetector, DistributionError, DistributionFormat, Estimate, EstimateError, KeyWeights,
@@ -136,8 +138,12 @@ pub struct Pancake {
     locks: Locks,
     /// Batches free to go before storage is filled, oldest first.
     held: Vec<u64>,
-    /// Records the fill writes (recovered after a crash), by slot.
-    initial: HashMap<u32, Record>,
+    /// Records the fill writes (recovered after a crash), read back from recovery's spool as
+    /// the fill seals the labels of their replicas.
+    initial: RecoveredRecords,
+    /// Recovered slots whose record could not be read back: their replicas are written empty
+    /// and their cells marked corrupt (see [`crate::shell::recovered`]).
+    fill_lost: HashSet<u32>,
     /// How many of `initial` some client wrote. Until the fill is done, storage may hold some of
     /// them nowhere (a fill request overwrote a label that held one before the request with its
     /// new labels landed), so they count as unwritten: a clean stop waits for the fill, and the
@@ -164,7 +170,7 @@ impl Pancake {
         prf: Prf,
         codec: ElementCodec,
         mut rng: ChaCha20Rng,
-        start: Loaded,
+        start: Start,
     ) -> Self {
         let keys = estimate.probabilities().len();
         let plan = Plan::new(estimate.probabilities());
@@ -211,13 +217,10 @@ impl Pancake {
             next_batch: 0,
             locks: Locks::default(),
             held: Vec::new(),
-            initial: start
-                .records
-                .into_iter()
-                .filter_map(|(slot, record)| Some((u32::try_from(slot).ok()?, record)))
-                .collect(),
+            recovered: start.records.written(),
+            initial: start.records,
+            fill_lost: HashSet::new(),
             fill,
-            recovered: 0,
             filled: false,
             next_generation: start.generation_base,
             next_tick: None,
@@ -226,7 +229,6 @@ impl Pancake {
             adaptations: 0,
             swaps: 0,
         };
-        scheme.recovered = scheme.initial.values().filter(|r| r.version > 0).count() as u64;
         scheme.phase = scheme.settled_phase(estimate);
         scheme.pump_fill(None);
         scheme
@@ -317,14 +319,17 @@ impl Pancake {
     /// Keeps the fill's window of writes full; once every label is written, batches may go.
     fn pump_fill(&mut self, now: Option<Instant>) {
         while let Some(chunk) = self.fill.next_chunk() {
+            let cells = chunk.start as u32..chunk.end as u32;
+            let records = self.recovered_owners(cells.clone());
             let mut live = 0;
-            let writes = (chunk.start as u32..chunk.end as u32)
+            let writes = cells
                 .map(|cell| {
                     let owner = self.replicas.cell(cell).owner;
-                    let record = match owner {
-                        DUMMY => Record::empty(),
-                        slot => self.initial.get(&slot).cloned().unwrap_or_default(),
-                    };
+                    if self.fill_lost.contains(&owner) {
+                        // Its placeholder fails reads until the key is written again.
+                        self.corrupt.insert(cell);
+                    }
+                    let record = (records.get(&owner).cloned()).unwrap_or_default();
                     live += usize::from(record.version > 0);
                     (self.replicas.label(cell), self.seal(cell, owner, &record))
                 })
@@ -342,15 +347,39 @@ impl Pancake {
                 "storage filled, batches start"
             );
             self.filled = true;
-            for (slot, record) in std::mem::take(&mut self.initial) {
-                if record.version > 0 {
-                    self.io.out.release(Slot::from(slot), record.version);
+            for (slot, version, _) in self.initial.iter() {
+                let lost = u32::try_from(slot).is_ok_and(|s| self.fill_lost.contains(&s));
+                if version > 0 && !lost {
+                    self.io.out.release(slot, version);
                 }
             }
+            // Every recovered record is in storage: the table would keep its peak size.
+            self.initial = RecoveredRecords::default();
             self.next_tick = Some(now + self.interval);
             let held = std::mem::take(&mut self.held);
             self.dispatch(held);
         }
+    }
+
+    /// The recovered records of the keys owning `cells`, read back from the spool, each key's
+    /// once, after as many reads of it as there are cells (see `take_for_fill`); a record that
+    /// cannot be read back is counted once (its key goes into `fill_lost`).
+    fn recovered_owners(&mut self, cells: std::ops::Range<u32>) -> HashMap<u32, Record> {
+        let reads = cells.len();
+        let mut owners: Vec<u32> = cells
+            .map(|cell| self.replicas.cell(cell).owner)
+            .filter(|&owner| owner != DUMMY && !self.fill_lost.contains(&owner))
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        let records = take_for_fill(
+            &mut self.initial,
+            &owners,
+            reads,
+            &mut self.fill_lost,
+            &mut self.io.stats.fill_losses,
+        );
+        owners.into_iter().zip(records).collect()
     }
 
     /// A replica of `slot` that serves reads, chosen uniformly.

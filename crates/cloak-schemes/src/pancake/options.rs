@@ -99,12 +99,7 @@ impl PancakeOptions {
         let prf = Prf::new(master, "pancake");
         let codec = crate::sealed_codec(store, master)?;
         Ok(Pancake::new(
-            self,
-            estimate,
-            prf,
-            codec,
-            from.rng,
-            from.start.load()?,
+            self, estimate, prf, codec, from.rng, from.start,
         ))
     }
 }
