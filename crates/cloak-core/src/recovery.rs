@@ -241,12 +241,13 @@ pub struct Recovery {
 impl Recovery {
     /// A recovery of elements in `format`.
     pub fn new(format: ElementFormat) -> Self {
+        let spool = Self::spool_for(&format, SpoolWriter::default());
         Self {
             format,
             after: None,
             done: false,
             newest: Newest::default(),
-            spool: SpoolWriter::default(),
+            spool,
             padding: None,
             elements: 0,
             opened_to: 0,
@@ -278,8 +279,19 @@ impl Recovery {
     /// A recovery that spools to `file` (empty, open for reading and writing) and syncs it to
     /// disk when finished, instead of to an unlinked temporary file (see [`spool`]).
     pub fn spooling_to(mut self, file: File) -> Self {
-        self.spool = SpoolWriter::durable(file);
+        self.spool = Self::spool_for(&self.format, SpoolWriter::durable(file));
         self
+    }
+
+    /// `spool`, made to find its elements by number whatever their lengths if `format` is
+    /// sealed: its fill reads decoys from it (see `records`), and those stopped at the first
+    /// element of another length (a preload's one-record element in a tree scheme's store, or
+    /// one a hostile server added). A plaintext store hides nothing and reads none.
+    fn spool_for(format: &ElementFormat, spool: SpoolWriter) -> SpoolWriter {
+        match format {
+            ElementFormat::Sealed(_) => spool.listing_mixed(),
+            ElementFormat::Plain(_) => spool,
+        }
     }
 
     /// Elements read so far.
@@ -346,8 +358,8 @@ impl Recovery {
     /// An element of a length the scheme never writes (see [`Recovery::sized`]; without it, a
     /// length that seals no whole number of records) cannot be one of the proxy's: it is
     /// recorded as damage and the spool gets padding in its place, so that a dense scheme's
-    /// spool keeps one length (the fill's decoy reads find elements by number: a spool of mixed
-    /// lengths fills without them, its clock alone hiding the work that follows the records).
+    /// spool keeps one length (the fill's decoy reads find elements by number, which a sealed
+    /// spool of mixed lengths does from a list of their places: see `spool::Places`).
     /// Which elements those are is the server's own doing. Fails only if the spool cannot be
     /// written.
     pub fn spool(&mut self, chunk: ScannedChunk) -> Result<(), RecoveryError> {

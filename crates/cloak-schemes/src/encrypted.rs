@@ -133,13 +133,17 @@ impl Encrypted {
         {
             return;
         }
-        let chunk = self.restore.next_chunk(
-            REQUEST_LIMIT,
-            &mut self.corrupt,
-            &mut self.io.stats.fill_losses,
-        );
-        for (slot, record) in chunk {
-            self.restore_record(slot, record);
+        // A chunk whose records were all lost queues nothing, and no answer would come to
+        // call this again: the next chunk is taken at once.
+        while !self.restore.is_done() && self.unsent.is_empty() {
+            let chunk = self.restore.next_chunk(
+                REQUEST_LIMIT,
+                &mut self.corrupt,
+                &mut self.io.stats.fill_losses,
+            );
+            for (slot, record) in chunk {
+                self.restore_record(slot, record);
+            }
         }
     }
 

@@ -25,7 +25,11 @@
 //!   `CLOAK_LEAK_DEMO_SLOW_READ_BACK_US` every element read back takes so long that the fill
 //!   overruns its clock and requests leave as they are prepared: the decoys still keep their
 //!   pace the same, and the comparison catches the fill that read back live records only
-//!   (`CLOAK_LEAK_DEMO_LIVE_READ_BACK`).
+//!   (`CLOAK_LEAK_DEMO_LIVE_READ_BACK`). A tree scheme's request reads back as many elements
+//!   as its buckets hold blocks, and a spool of mixed lengths finds its decoys all the same
+//!   (`*_fill_reads_do_not_follow_live_records`; shown failing on the fill that read one
+//!   element a bucket, ×1.75 and ×2.13, and on the spool that did not list its places, ×2.07
+//!   and ×2.25).
 //!
 //! `the_fill_pace_by_live_records_measured` (ignored; `--nocapture`) measures without the
 //! amplifiers, for every scheme with a fill, and prints the numbers the README quotes.
@@ -142,6 +146,10 @@ struct Store {
     /// Whether every slot without a key holds an element of an empty record, as a Cloak store
     /// does once filled (else only the keys' elements are preloaded).
     empty_elements: bool,
+    /// Whether the server holds, besides, an element of no record of a length that seals two
+    /// (the store's own seal one, or a tree scheme's bucket several): a hostile server's, which
+    /// made a tree scheme's spool mix lengths, and its fill stop reading decoys.
+    odd_element: bool,
 }
 
 /// What the server saw of a restart's fill.
@@ -250,6 +258,10 @@ impl Store {
                 .collect();
             server.call(StorageOp::Write(elements));
         }
+        if self.odd_element {
+            let odd = Bytes::from(vec![0; layout.sealed_len(2)]);
+            server.call(StorageOp::Write(vec![(u128::from(self.capacity - 1), odd)]));
+        }
         server.call(StorageOp::Write(vec![(
             STORE_MARKER,
             store.marker(&master).into(),
@@ -280,7 +292,11 @@ impl Store {
             &value_size,
             "--fill-pace",
             fill_pace,
-        ];
+        ]
+        .into_iter()
+        // The odd element is damage, which the proxy refuses to start on unless told.
+        .chain(self.odd_element.then_some("--accept-data-loss"))
+        .collect::<Vec<_>>();
         let spawned = std::time::Instant::now();
         let proxy = Running::start_bin_with_env(bin, &args, env, "listening");
         let mut client = connect(port);
@@ -327,6 +343,8 @@ fn fill_of(trace: &Trace, format: &mut cloak_core::ElementFormat) -> Fill {
         .expect("a restart scans storage");
     let writes: Vec<_> = trace[last_scan + 1..]
         .iter()
+        // The deletes of damaged elements come first, if any.
+        .skip_while(|seen| seen.kind != AccessKind::Write)
         .take_while(|seen| seen.kind == AccessKind::Write)
         .collect();
     assert!(writes.len() > 2, "a fill of several requests");
@@ -383,6 +401,7 @@ fn pace_follows_live_records(scheme: SchemeName, env: &[(&str, &str)]) -> bool {
         keys,
         value_size: 64,
         empty_elements: false,
+        odd_element: false,
     };
     let mut env = env.to_vec();
     env.push((SLOW_READ_BACK_ENV, "100"));
@@ -421,6 +440,50 @@ fn waffle_fill_pace_does_not_follow_live_records() {
     assert_fill_pace_independent_of_live_records(SchemeName::Waffle);
 }
 
+/// A tree scheme's fill request may carry more blocks than it has buckets, each from an element
+/// of its own, and a store's spool may mix lengths (a hostile server's element of two records'
+/// length here). With every element read back made slow, the fill overruns its clock and each
+/// request leaves once prepared; past the window prepared ahead, the requests of a full store
+/// must come as far apart as an empty one's. Before each request read back as many elements as
+/// its buckets hold blocks (it read one a bucket), the full store's leaf buckets read about
+/// twice as many; and with the spool of mixed lengths, which found no decoy, an empty store's
+/// fill read nothing at all.
+fn assert_tree_fill_reads_do_not_follow_live_records(scheme: SchemeName) {
+    let store = |keys| Store {
+        scheme,
+        capacity: 8192,
+        keys,
+        value_size: 2048,
+        empty_elements: false,
+        odd_element: true,
+    };
+    let env = [(SLOW_READ_BACK_ENV, "100")];
+    // Each gap past the window is the time the later request took to prepare.
+    let mean_past_window = |fill: Fill| {
+        let gaps = &fill.gaps[FILL_WINDOW.min(fill.gaps.len() - 1)..];
+        mean_micros(gaps).max(1) as f64
+    };
+    let empty = mean_past_window(store(0).restart(common::CLOAK, &env, "1"));
+    let full = mean_past_window(store(8000).restart(common::CLOAK, &env, "1"));
+    let ratio = (full / empty).max(empty / full);
+    println!("{scheme}: mean gap past the window {empty} µs empty, {full} µs full (×{ratio:.2})");
+    assert!(
+        ratio < 1.4,
+        "{scheme}: a full store's fill requests came ×{ratio:.2} as far apart as an empty \
+         one's ({full} against {empty} µs)"
+    );
+}
+
+#[test]
+fn path_oram_fill_reads_do_not_follow_live_records() {
+    assert_tree_fill_reads_do_not_follow_live_records(SchemeName::PathOram);
+}
+
+#[test]
+fn curious_fill_reads_do_not_follow_live_records() {
+    assert_tree_fill_reads_do_not_follow_live_records(SchemeName::Curious);
+}
+
 /// Slots of the store the scan test restarts: sixteen of recovery's scan requests of 4096.
 const SCAN_CAPACITY: u64 = 65536;
 
@@ -437,6 +500,7 @@ fn scan_gaps_empty_and_full(env: &[(&str, &str)]) -> (i128, i128) {
         keys,
         value_size: 64,
         empty_elements: true,
+        odd_element: false,
     };
     let slow = SLOW_SCANNED_US.to_string();
     let mut env = env.to_vec();
@@ -538,6 +602,7 @@ fn empty_and_full(test: ClockTest, env: &[(&str, &str)]) -> Apart {
         keys,
         value_size,
         empty_elements: true,
+        odd_element: false,
     };
     let slow = slow_live_us.to_string();
     let mut env = env.to_vec();
@@ -658,6 +723,7 @@ fn fill_gaps_idle_and_read(test: ReadsTest, env: &[(&str, &str)]) -> (i128, i128
         keys: test.capacity,
         value_size: 64,
         empty_elements: false,
+        odd_element: false,
     };
     let mut env = env.to_vec();
     env.push((SLOW_CLIENT_READ_ENV, test.client_read_us));
@@ -798,6 +864,7 @@ fn the_clocks_cost_in_time_to_the_first_read_measured() {
                 keys,
                 value_size,
                 empty_elements: false,
+                odd_element: false,
             };
             let fill = store.restart(&bin, &[], pace);
             println!(
@@ -872,6 +939,7 @@ fn the_fill_pace_by_live_records_measured() {
                     keys,
                     value_size,
                     empty_elements: false,
+                    odd_element: false,
                 };
                 let fill = store.restart(&bin, &env, "1");
                 let [p10, p50, p90, _] = percentiles(micros(&fill.gaps));

@@ -566,12 +566,20 @@ mod tests {
 
     /// Records 1..=3 spooled as plaintext elements at addresses 100 + slot.
     fn spooled() -> RecoveredRecords {
+        spooled_after(SpoolWriter::default(), &[])
+    }
+
+    /// Records 1..=3 spooled by `writer` as plaintext elements at addresses 100 + slot, after
+    /// `before`, elements of no record.
+    fn spooled_after(mut writer: SpoolWriter, before: &[&[u8]]) -> RecoveredRecords {
         let layout = RecordLayout {
             max_key: 16,
             max_value: 32,
         };
         let mut format = ElementFormat::Plain(layout);
-        let mut writer = SpoolWriter::default();
+        for element in before {
+            writer.append(1, element).unwrap();
+        }
         let found = (1..=3)
             .map(|slot| {
                 let record = record(slot);
@@ -581,6 +589,23 @@ mod tests {
             })
             .collect();
         RecoveredRecords::spooled(found, writer.finish().unwrap(), format)
+    }
+
+    /// A spool of mixed lengths (a tree scheme's store may hold them, and a hostile server can
+    /// add one) reads its decoys all the same when it lists its places, as a sealed store's
+    /// recovery makes it; unlisted, it read none, and a request's time followed its records.
+    #[test]
+    fn decoys_are_read_from_a_spool_of_mixed_lengths_that_lists_its_places() {
+        let read_back = |records: &RecoveredRecords| {
+            records.read_back.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let odd: &[u8] = b"an element of another length";
+        let mut listed = spooled_after(SpoolWriter::default().listing_mixed(), &[odd]);
+        listed.read_all(&[7, 8, 9], 3);
+        assert_eq!(read_back(&listed), 3, "three decoys");
+        let mut unlisted = spooled_after(SpoolWriter::default(), &[odd]);
+        unlisted.read_all(&[7, 8, 9], 3);
+        assert_eq!(read_back(&unlisted), 0, "no decoy found by number");
     }
 
     #[test]

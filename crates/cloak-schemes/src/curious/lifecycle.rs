@@ -103,8 +103,11 @@ impl Curious {
                 .iter()
                 .copied()
                 .unzip();
-            // As many elements read back as the request has buckets, whatever they hold.
-            let records = self.read_recovered(&slots, (chunk.end - chunk.start) as usize);
+            // As many elements read back as the request's buckets could hold blocks, whatever
+            // they hold: each block may come from an element of its own, so fewer would let a
+            // chunk of many blocks read more than one of few (see `take_for_fill`).
+            let reads = (chunk.end - chunk.start) as usize * self.config.bucket_size;
+            let records = self.read_recovered(&slots, reads);
             let mut blocks = addresses
                 .into_iter()
                 .zip(slots)

@@ -52,6 +52,8 @@ pub struct Fill {
     /// leaf stays, so reads of them fail until a client writes them) and kept in the journal.
     lost: HashSet<u32>,
     buckets: u64,
+    /// Blocks a bucket holds.
+    z: usize,
     next: u64,
     pub outstanding: usize,
     /// Buckets per request: [`CHUNK_BYTES`] of them.
@@ -130,6 +132,7 @@ impl Fill {
             initial,
             lost: HashSet::new(),
             buckets: tree.buckets(),
+            z,
             next: 0,
             outstanding: 0,
             chunk: 1,
@@ -174,7 +177,13 @@ impl Fill {
             keeping.next = (keeping.from + KEEP_CHUNK).min(keeping.order.len());
             self.keep_chunk(out);
         }
-        self.keeping.is_done()
+        let done = self.keeping.is_done();
+        if done {
+            // The order is not needed again (8 bytes a recovered slot for the rest of the fill).
+            self.keeping.order = Vec::new();
+            (self.keeping.from, self.keeping.next) = (0, 0);
+        }
+        done
     }
 
     /// Keeps again the chunk the journal refused.
@@ -215,9 +224,12 @@ impl Fill {
         }
         let (buckets, slots): (Vec<u32>, Vec<u32>) =
             self.placed[first..self.taken].iter().copied().unzip();
-        // As many elements read back as the request has buckets, whatever they hold (see
-        // `take_for_fill`).
-        let records = self.read_back(&slots, (end - self.next) as usize, losses);
+        // As many elements read back as the request's buckets could hold blocks, whatever
+        // they hold (see `take_for_fill`): each block may come from an element of its own, so
+        // fewer would let a chunk of many blocks read more than one of few, and its time would
+        // follow the live records.
+        let reads = (end - self.next) as usize * self.z;
+        let records = self.read_back(&slots, reads, losses);
         let mut blocks = buckets
             .into_iter()
             .zip(slots)

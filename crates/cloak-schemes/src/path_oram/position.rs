@@ -31,9 +31,10 @@ impl PositionMap {
         self.leaves.len()
     }
 
-    /// The leaf of `slot`'s block, or `None` if the slot never held one.
+    /// The leaf of `slot`'s block, or `None` if the slot never held one or is past the map
+    /// (a slot a hostile storage server's element named, which no block of this store holds).
     pub fn get(&self, slot: u32) -> Option<u32> {
-        let leaf = self.leaves[slot as usize];
+        let leaf = *self.leaves.get(slot as usize)?;
         (leaf != ABSENT).then_some(leaf)
     }
 
@@ -62,6 +63,7 @@ mod tests {
         let mut map = PositionMap::new(100, tree);
         let mut rng = ChaCha20Rng::seed_from_u64(1);
         assert_eq!(map.get(7), None);
+        assert_eq!(map.get(100), None, "past the map");
         let mut seen = vec![false; tree.leaves() as usize];
         for _ in 0..2000 {
             let leaf = map.remap(7, &mut rng);

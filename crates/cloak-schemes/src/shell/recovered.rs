@@ -28,9 +28,11 @@ pub fn read_for_client(initial: &mut RecoveredRecords, slot: u32) -> Result<Reco
 /// slot goes into `corrupt`, `losses` counts it, and the fill writes it empty (see the module
 /// docs).
 ///
-/// `request` is the number of elements of the storage request these records go out in: so
-/// many elements are read back from the spool whatever the slots hold, so that how long a
-/// request takes to prepare does not tell the server how many of its elements carry records.
+/// `request` is the most elements of the spool the records of the storage request they go out
+/// in could come from, which is public: the request's elements times the records an element
+/// holds (one, or a tree scheme's blocks a bucket). So many elements are read back from the
+/// spool whatever the slots hold, so that how long a request takes to prepare does not tell the
+/// server how many of its elements carry records.
 pub fn take_for_fill(
     initial: &mut RecoveredRecords,
     slots: &[u32],
