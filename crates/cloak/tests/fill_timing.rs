@@ -23,8 +23,8 @@
 //!   (`CLOAK_LEAK_DEMO_UNPACED_FILL`, each request sent as soon as it is prepared).
 //! - *The decoys* (`*_fill_pace_does_not_follow_live_records`): with
 //!   `CLOAK_LEAK_DEMO_SLOW_READ_BACK_US` every element read back takes so long that the fill
-//!   overruns its clock and requests leave as they are prepared: the decoys still keep their
-//!   pace the same, and the comparison catches the fill that read back live records only
+//!   overruns its clock and requests leave on the tick after they are prepared: the decoys
+//!   keep their pace the same, and the comparison catches the fill that read back live records only
 //!   (`CLOAK_LEAK_DEMO_LIVE_READ_BACK`). A tree scheme's request reads back as many elements
 //!   as its buckets hold blocks, and a spool of mixed lengths finds its decoys all the same
 //!   (`*_fill_reads_do_not_follow_live_records`; shown failing on the fill that read one
@@ -443,7 +443,7 @@ fn waffle_fill_pace_does_not_follow_live_records() {
 /// A tree scheme's fill request may carry more blocks than it has buckets, each from an element
 /// of its own, and a store's spool may mix lengths (a hostile server's element of two records'
 /// length here). With every element read back made slow, the fill overruns its clock and each
-/// request leaves once prepared; past the window prepared ahead, the requests of a full store
+/// request leaves on the tick after it is prepared; past the window prepared ahead, the requests of a full store
 /// must come as far apart as an empty one's. Before each request read back as many elements as
 /// its buckets hold blocks (it read one a bucket), the full store's leaf buckets read about
 /// twice as many; and with the spool of mixed lengths, which found no decoy, an empty store's
