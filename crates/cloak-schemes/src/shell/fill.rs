@@ -260,13 +260,16 @@ impl Pace {
 }
 
 /// The least whole number of `interval`s that is at least `late_by` (`late_by` itself without
-/// an interval).
+/// an interval). Counted in nanoseconds: a count of ticks capped at `u32::MAX` fell short of
+/// `late_by` for a tiny interval (`--fill-pace 0.01`, one-element requests) and an overrun of a
+/// minute, and the request left before it was prepared.
 fn ticks_covering(late_by: Duration, interval: Duration) -> Duration {
-    if interval.is_zero() {
+    let step = interval.as_nanos();
+    if step == 0 {
         return late_by;
     }
-    let ticks = late_by.as_nanos().div_ceil(interval.as_nanos());
-    interval.saturating_mul(u32::try_from(ticks).unwrap_or(u32::MAX))
+    let covering = late_by.as_nanos().div_ceil(step) * step;
+    Duration::from_nanos(u64::try_from(covering).unwrap_or(u64::MAX))
 }
 
 /// Where the fill is: which elements are written, and how many requests are unanswered.
@@ -487,6 +490,23 @@ mod tests {
         unpaced.send(&mut io, Write, StorageOp::Write(Vec::new()));
         assert_eq!(leaving(&mut io).last(), Some(&None));
         assert_eq!(unpaced.late, 0);
+    }
+
+    #[test]
+    fn ticks_cover_the_lateness_whatever_the_interval() {
+        let interval = Duration::from_nanos(20);
+        let late_by = Duration::from_secs(90);
+        assert_eq!(
+            ticks_covering(late_by, interval),
+            late_by,
+            "90 s is whole ticks"
+        );
+        let late_by = late_by + Duration::from_nanos(1);
+        assert_eq!(
+            ticks_covering(late_by, interval),
+            late_by + Duration::from_nanos(19)
+        );
+        assert_eq!(ticks_covering(late_by, Duration::ZERO), late_by);
     }
 
     #[test]
