@@ -109,7 +109,7 @@ use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
 use crate::Start;
-use crate::shell::fill::{Fill, Pace};
+use crate::shell::fill::{Fill, FillShape, Pace};
 use crate::shell::retry::Retry;
 use crate::shell::{Algorithm, Answer as ShellAnswer, Io, RequestPurpose};
 
@@ -264,12 +264,16 @@ impl Curious {
         let elements = usize::try_from(layout.elements()).expect("storage layout fits memory");
         let fill_generation = start.generation_base + 1;
         let codec = BucketCodec::new(codec, config.bucket_size);
-        let shape = Fill::shape(
-            config.capacity,
-            layout.elements(),
-            codec.element_len(),
-            FILL_CHUNK,
-        );
+        let shape = FillShape {
+            // Each bucket's blocks are read back, each possibly from an element of its own.
+            reads_per_element: config.bucket_size as u64,
+            ..Fill::shape(
+                config.capacity,
+                layout.elements(),
+                codec.element_len(),
+                FILL_CHUNK,
+            )
+        };
         let mut scheme = Self {
             codec,
             rng,

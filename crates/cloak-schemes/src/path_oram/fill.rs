@@ -28,7 +28,7 @@ use super::Durability;
 use super::bucket::BucketCodec;
 use super::stash::Block;
 use super::tree::Tree;
-use crate::shell::fill::{Fill as ShellFill, FillClock, Landed, Pace};
+use crate::shell::fill::{Fill as ShellFill, FillClock, FillShape, Landed, Pace};
 use crate::shell::recovered::take_for_fill;
 
 /// Bytes of buckets written per fill request (at least one bucket).
@@ -160,11 +160,20 @@ impl Fill {
         (fill, left)
     }
 
-    /// The pace of a fill of `tree`'s buckets of `element_len` bytes for `slots` slots, on
-    /// `clock`.
-    pub fn pace(clock: Option<FillClock>, tree: &Tree, slots: u64, element_len: usize) -> Pace {
+    /// The pace of a fill of `tree`'s buckets of `element_len` bytes, `z` blocks each, for
+    /// `slots` slots, on `clock`.
+    pub fn pace(
+        clock: Option<FillClock>,
+        tree: &Tree,
+        z: usize,
+        slots: u64,
+        element_len: usize,
+    ) -> Pace {
         let request = buckets_per_request(element_len);
-        let shape = ShellFill::shape(slots, tree.buckets(), element_len, request);
+        let shape = FillShape {
+            reads_per_element: z as u64,
+            ..ShellFill::shape(slots, tree.buckets(), element_len, request)
+        };
         Pace::new(clock, shape)
     }
 

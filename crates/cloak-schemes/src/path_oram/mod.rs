@@ -233,7 +233,7 @@ impl PathOram {
             }
         }
         let codec = BucketCodec::new(codec, z);
-        let pace = Fill::pace(start.fill_clock, &tree, slots, codec.element_len());
+        let pace = Fill::pace(start.fill_clock, &tree, z, slots, codec.element_len());
         let (fill, left) = Fill::new(
             &tree,
             z,

@@ -58,6 +58,11 @@ pub struct FillShape {
     pub element_len: usize,
     /// Elements per fill request.
     pub request: u64,
+    /// Elements of the spool each element written reads back (real or decoy): one, or a tree
+    /// scheme's blocks a bucket, each of which may come from an element of its own (see
+    /// `crate::shell::recovered::take_for_fill`). The interval gives the reads past the first
+    /// the time recovery's opening does (the first is in the time per element written).
+    pub reads_per_element: u64,
 }
 
 /// The default wait after the scan, per unit of a [`FillShape`], at `--fill-pace 1`, beside the
@@ -148,7 +153,9 @@ impl FillClock {
 
     /// Time between two fill requests of `shape`.
     fn interval(&self, shape: FillShape) -> Duration {
+        let extra_reads = shape.request * shape.reads_per_element.saturating_sub(1);
         time_for_elements(shape.request, shape.element_len, self.scale)
+            + time_to_open(extra_reads, shape.element_len, self.scale)
     }
 
     fn pace_from(&self, first: Instant, shape: FillShape) -> Pace {
@@ -329,6 +336,7 @@ impl Fill {
             elements,
             element_len,
             request: chunk.min(elements),
+            reads_per_element: 1,
         }
     }
 
@@ -490,6 +498,26 @@ mod tests {
         unpaced.send(&mut io, Write, StorageOp::Write(Vec::new()));
         assert_eq!(leaving(&mut io).last(), Some(&None));
         assert_eq!(unpaced.late, 0);
+    }
+
+    /// A tree scheme reads back several spool elements for each bucket it writes: its clock
+    /// gives those reads recovery's opening time, on top of what every fill's element gets.
+    #[test]
+    fn a_fill_reading_several_elements_an_element_gets_their_time_too() {
+        let clock = FillClock {
+            scanned: Instant::now(),
+            scanned_elements: 0,
+            scale: 1.0,
+        };
+        let one = Fill::shape(1000, 1000, 4000, 100);
+        let four = FillShape {
+            reads_per_element: 4,
+            ..one
+        };
+        assert_eq!(
+            clock.interval(four),
+            clock.interval(one) + time_to_open(300, 4000, 1.0)
+        );
     }
 
     #[test]
