@@ -127,10 +127,7 @@ impl Encrypted {
     /// Once the requests queued have gone, the next recovered records join the queue (client
     /// ops go first), while few enough are being rewritten.
     fn restore_more(&mut self) {
-        if self.restore.is_done()
-            || !self.unsent.is_empty()
-            || self.restoring + REQUEST_LIMIT as u64 > RESTORING_LIMIT
-        {
+        if self.restoring + REQUEST_LIMIT as u64 > RESTORING_LIMIT {
             return;
         }
         // A chunk whose records were all lost queues nothing, and no answer would come to

@@ -443,11 +443,11 @@ fn waffle_fill_pace_does_not_follow_live_records() {
 /// A tree scheme's fill request may carry more blocks than it has buckets, each from an element
 /// of its own, and a store's spool may mix lengths (a hostile server's element of two records'
 /// length here). With every element read back made slow, the fill overruns its clock and each
-/// request leaves on the tick after it is prepared; past the window prepared ahead, the requests of a full store
-/// must come as far apart as an empty one's. Before each request read back as many elements as
-/// its buckets hold blocks (it read one a bucket), the full store's leaf buckets read about
-/// twice as many; and with the spool of mixed lengths, which found no decoy, an empty store's
-/// fill read nothing at all.
+/// request leaves on the tick after it is prepared; past the window prepared ahead, the
+/// requests of a full store must come as far apart as an empty one's. Before each request read
+/// back as many elements as its buckets hold blocks (it read one a bucket), the full store's
+/// leaf buckets read about twice as many; and before the spool of mixed lengths listed its
+/// places, the full store's fill found no decoy and read back its live records alone.
 fn assert_tree_fill_reads_do_not_follow_live_records(scheme: SchemeName) {
     let store = |keys| Store {
         scheme,
@@ -458,7 +458,8 @@ fn assert_tree_fill_reads_do_not_follow_live_records(scheme: SchemeName) {
         odd_element: true,
     };
     let env = [(SLOW_READ_BACK_ENV, "100")];
-    // Each gap past the window is the time the later request took to prepare.
+    // Each gap past the window is the time the later request took to prepare, rounded up to
+    // the clock's ticks.
     let mean_past_window = |fill: Fill| {
         let gaps = &fill.gaps[FILL_WINDOW.min(fill.gaps.len() - 1)..];
         mean_micros(gaps).max(1) as f64

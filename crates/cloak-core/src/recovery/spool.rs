@@ -232,10 +232,11 @@ impl SpoolReader {
     pub fn nth(&self, k: u64) -> Option<Spooled> {
         let k = k.checked_rem(self.elements)?;
         match &self.places {
-            Places::Uniform(len) => Some(Spooled {
-                at: k * (HEADER_LEN + u64::from((*len)?)),
-                len: (*len)?,
-            }),
+            Places::Uniform(len) => {
+                let len = (*len)?;
+                let at = k * (HEADER_LEN + u64::from(len));
+                Some(Spooled { at, len })
+            }
             Places::Listed(places) => places.get(usize::try_from(k).ok()?).copied(),
             Places::Unlisted => None,
         }

@@ -469,8 +469,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_prepared_after_its_instant_is_counted_and_leaves_on_a_later_tick_and_an_unpaced_one_at_once()
-     {
+    fn a_late_request_is_counted_and_leaves_on_a_later_tick_and_an_unpaced_one_at_once() {
         let long_ago = Instant::now() - Duration::from_secs(10);
         let mut pace = FillClock {
             scanned: long_ago,
