@@ -31,6 +31,7 @@
 //! proxy refuses to start on any finding unless its operator accepts the loss (see
 //! [`crate::integrity`]).
 
+mod decoys;
 pub mod leak_demo;
 pub mod pace;
 mod records;
@@ -50,6 +51,7 @@ use crate::element::{ElementCodec, ElementError, NO_SLOT, Record, RecordLayout, 
 use crate::integrity::{Damage, Findings, SlotVersions};
 use crate::storage::{Addr, STORE_MARKER, StorageError, StorageOp, StorageReply};
 use crate::workers::on_every_core;
+use decoys::DecoyPool;
 pub use records::RecoveredRecords;
 use records::{Found, Value};
 use spool::{SpoolWriter, Spooled};
@@ -226,6 +228,8 @@ pub struct Recovery {
     done: bool,
     newest: Newest,
     spool: SpoolWriter,
+    /// The spooled elements the fill's decoys may read: those that opened (see `decoys`).
+    decoys: DecoyPool,
     /// The element the spool is padded with (no slot, no record), sealed once.
     padding: Option<Bytes>,
     elements: u64,
@@ -241,13 +245,13 @@ pub struct Recovery {
 impl Recovery {
     /// A recovery of elements in `format`.
     pub fn new(format: ElementFormat) -> Self {
-        let spool = Self::spool_for(&format, SpoolWriter::default());
         Self {
             format,
             after: None,
             done: false,
             newest: Newest::default(),
-            spool,
+            spool: SpoolWriter::default(),
+            decoys: DecoyPool::default(),
             padding: None,
             elements: 0,
             opened_to: 0,
@@ -279,19 +283,8 @@ impl Recovery {
     /// A recovery that spools to `file` (empty, open for reading and writing) and syncs it to
     /// disk when finished, instead of to an unlinked temporary file (see [`spool`]).
     pub fn spooling_to(mut self, file: File) -> Self {
-        self.spool = Self::spool_for(&self.format, SpoolWriter::durable(file));
+        self.spool = SpoolWriter::durable(file);
         self
-    }
-
-    /// `spool`, made to find its elements by number whatever their lengths if `format` is
-    /// sealed: its fill reads decoys from it (see `records`), and those stopped at the first
-    /// element of another length (a preload's one-record element in a tree scheme's store, or
-    /// one a hostile server added). A plaintext store hides nothing and reads none.
-    fn spool_for(format: &ElementFormat, spool: SpoolWriter) -> SpoolWriter {
-        match format {
-            ElementFormat::Sealed(_) => spool.listing_mixed(),
-            ElementFormat::Plain(_) => spool,
-        }
     }
 
     /// Elements read so far.
@@ -358,9 +351,8 @@ impl Recovery {
     /// An element of a length the scheme never writes (see [`Recovery::sized`]; without it, a
     /// length that seals no whole number of records) cannot be one of the proxy's: it is
     /// recorded as damage and the spool gets padding in its place, so that a dense scheme's
-    /// spool keeps one length (the fill's decoy reads find elements by number, which a sealed
-    /// spool of mixed lengths does from a list of their places: see `spool::Places`).
-    /// Which elements those are is the server's own doing. Fails only if the spool cannot be
+    /// spool keeps one length, and the padding can stand in for it among the fill's decoys
+    /// (see `decoys`). Which elements those are is the server's own doing. Fails only if the spool cannot be
     /// written.
     pub fn spool(&mut self, chunk: ScannedChunk) -> Result<(), RecoveryError> {
         for (address, element) in &chunk.0 {
@@ -401,6 +393,10 @@ impl Recovery {
                 self.damage.record(address, &error);
                 if let Some(at) = at {
                     self.spool.discard(at)?;
+                    // The leak the wire test of a hostile server's elements must catch.
+                    if leak_demo::decoys_from_any_element() {
+                        self.decoys.add(at);
+                    }
                 }
             }
             leak_demo::slow_scanned_records(live);
@@ -420,16 +416,18 @@ impl Recovery {
         }
     }
 
-    /// Appends one element of padding to the spool.
-    fn pad(&mut self) -> Result<(), RecoveryError> {
-        let padding = match &self.padding {
-            Some(padding) => padding,
-            None => self
-                .padding
-                .insert(self.format.encode(0, NO_SLOT, &Record::empty())),
-        };
-        self.spool.append(0, padding)?;
-        Ok(())
+    /// Appends one element of padding to the spool, and says where.
+    fn pad(&mut self) -> Result<Spooled, RecoveryError> {
+        let padding = self.padding();
+        Ok(self.spool.append(0, &padding)?)
+    }
+
+    /// The element the spool is padded with.
+    fn padding(&mut self) -> Bytes {
+        let format = &mut self.format;
+        let padding =
+            (self.padding).get_or_insert_with(|| format.encode(0, NO_SLOT, &Record::empty()));
+        padding.clone()
     }
 
     /// Adds elements an earlier start spooled, whose fill may not have written them all back
@@ -472,7 +470,9 @@ impl Recovery {
             match opened {
                 Ok((generation, records)) => {
                     live += records.iter().filter(|(_, r)| !r.value.is_empty()).count();
-                    self.keep(address, &element, at, generation, records)?;
+                    if let Some(at) = self.keep(address, &element, at, generation, records)? {
+                        self.decoys.add(at);
+                    }
                 }
                 Err(error) => failed.push((at, address, error)),
             }
@@ -481,7 +481,8 @@ impl Recovery {
     }
 
     /// Keeps the records of `element` newer than those held. Its element is at `spooled` in the
-    /// spool, or, if `None`, is appended to it once if any record kept has a value.
+    /// spool, or, if `None`, is appended to it once if any record kept has a value. Returns
+    /// where the element is in the spool, if it is.
     fn keep(
         &mut self,
         address: Addr,
@@ -489,7 +490,7 @@ impl Recovery {
         mut spooled: Option<Spooled>,
         generation: u64,
         records: Vec<(Slot, Record)>,
-    ) -> Result<(), RecoveryError> {
+    ) -> Result<Option<Spooled>, RecoveryError> {
         self.max_generation = self.max_generation.max(generation);
         for (slot, record) in records {
             if !self.newest.is_newer(slot, record.version) {
@@ -506,7 +507,7 @@ impl Recovery {
             };
             self.newest.insert(slot, Found::new(&record, value));
         }
-        Ok(())
+        Ok(spooled)
     }
 
     /// Opens what the scan spooled and is not opened yet, adds the journal's records and
@@ -520,12 +521,19 @@ impl Recovery {
         // reads as much as a full one's; decoys spread over a spool as large as a full store's
         // cost what its reads cost (a small spool stays in the fastest caches: an empty store's
         // fill requests came 1.3 ms apart against 1.9 ms for a full one's at 64-byte values).
-        // So the spool holds at least as many elements as storage does, which the server
-        // knows: the scan spooled one element for each it read (see `spool`), and only an
-        // empty store's spool gets its one element here.
-        for _ in self.spool.elements()..self.elements.max(1) {
-            self.pad()?;
+        // So the decoys' pool holds at least as many elements as storage does, which the
+        // server knows: padding fills it up where padding is as long as its elements (a store
+        // whose elements all opened needs none; an empty store gets its one element here, and
+        // one whose elements the server replaced or added gets one for each). A tree scheme's
+        // pool of buckets takes no padding (one record long), so decoys never read a shorter
+        // element than a record's; if the server deleted some, they spread over fewer.
+        let storage_held = self.elements.max(1);
+        let padding_len = u32::try_from(self.padding().len()).unwrap_or(u32::MAX);
+        while self.decoys.len() < storage_held && self.decoys.takes(padding_len) {
+            let padding = self.pad()?;
+            self.decoys.add(padding);
         }
+        self.decoys.shrink_to_fit();
         for (slot, record) in journal {
             if self.newest.is_newer(slot, record.version) {
                 let value = Value::kept(&record.value);
@@ -536,7 +544,12 @@ impl Recovery {
         let next_version = found.iter().map(|(_, r)| r.version).max().unwrap_or(0) + 1;
         empty_stale_copies(&mut found);
         Ok(Recovered {
-            records: RecoveredRecords::spooled(found, self.spool.finish()?, self.format),
+            records: RecoveredRecords::spooled(
+                found,
+                self.spool.finish()?,
+                self.format,
+                self.decoys,
+            ),
             next_version,
             elements: self.elements,
             damage: self.damage,
@@ -829,7 +842,8 @@ mod tests {
     /// does not open is damage, never a record: of the scheme's length it stays in its place in
     /// the spool, discarded, and a later start reading the spool skips it; of another length
     /// (even one that seals a whole number of records) the spool gets padding in its place
-    /// (every element of a sealed spool has one length).
+    /// (every element of a sealed spool has one length). Padding fills the fill's decoys up to
+    /// the elements storage held; the altered element is none of them.
     #[test]
     fn scanned_elements_are_opened_after_the_scan_and_those_that_do_not_open_are_discarded() {
         let codec = || {
@@ -891,8 +905,9 @@ mod tests {
         let addresses: Vec<Addr> = later.iter().map(|(address, _)| *address).collect();
         assert_eq!(
             addresses,
-            [1, 0, 0],
-            "the altered element is skipped, the padding is read"
+            [1, 0, 0, 0],
+            "the altered element is skipped, the padding is read, and one more padding stands \
+             in for the altered element among the decoys"
         );
         assert_eq!(later[0].1, good);
     }

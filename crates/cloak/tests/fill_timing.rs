@@ -26,10 +26,10 @@
 //!   overruns its clock and requests leave on the tick after they are prepared: the decoys
 //!   keep their pace the same, and the comparison catches the fill that read back live records only
 //!   (`CLOAK_LEAK_DEMO_LIVE_READ_BACK`). A tree scheme's request reads back as many elements
-//!   as its buckets hold blocks, and a spool of mixed lengths finds its decoys all the same
-//!   (`*_fill_reads_do_not_follow_live_records`; shown failing on the fill that read one
-//!   element a bucket, ×1.75 and ×2.13, and on the spool that did not list its places, ×2.07
-//!   and ×2.25).
+//!   as its buckets hold blocks, and its decoys read none of the elements a hostile server
+//!   added (`*_fill_reads_do_not_follow_live_records`, with every read made slow in proportion
+//!   to its element's length; the same comparison catches decoys drawn from any element,
+//!   `CLOAK_LEAK_DEMO_DECOYS_FROM_ANY_ELEMENT`, and failed on two earlier fills).
 //!
 //! `the_fill_pace_by_live_records_measured` (ignored; `--nocapture`) measures without the
 //! amplifiers, for every scheme with a fill, and prints the numbers the README quotes.
@@ -43,8 +43,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use cloak_audit::distinguish::percentiles;
 use cloak_core::recovery::leak_demo::{
-    LIVE_READ_BACK_ENV, OPENED_SCAN_ENV, SLOW_CLIENT_READ_ENV, SLOW_LIVE_RECORD_ENV,
-    SLOW_READ_BACK_ENV, SLOW_SCANNED_RECORD_ENV,
+    DECOYS_FROM_ANY_ELEMENT_ENV, LIVE_READ_BACK_ENV, OPENED_SCAN_ENV, SLOW_CLIENT_READ_ENV,
+    SLOW_LIVE_RECORD_ENV, SLOW_READ_BACK_ENV, SLOW_READ_BACK_PER_KIB_ENV, SLOW_SCANNED_RECORD_ENV,
 };
 use cloak_core::{
     AccessKind, Entry, Record, RecordLayout, STORE_MARKER, StorageError, StorageOp, StorageReply,
@@ -52,7 +52,9 @@ use cloak_core::{
 };
 use cloak_crypto::{MasterKey, StoreId};
 use cloak_schemes::shell::fill::FILL_WINDOW;
-use cloak_schemes::{LEAK_DEMO_ANSWERS_HANDLED_ENV, LEAK_DEMO_UNPACED_FILL_ENV, SchemeName};
+use cloak_schemes::{
+    LEAK_DEMO_ANSWERS_HANDLED_ENV, LEAK_DEMO_UNPACED_FILL_ENV, SchemeName, SchemeOptions,
+};
 use cloak_storage::{MemoryStorage, Observing, Storage, TraceHandle, server};
 use common::{Running, connect, free_port};
 use rand::Rng;
@@ -146,11 +148,15 @@ struct Store {
     /// Whether every slot without a key holds an element of an empty record, as a Cloak store
     /// does once filled (else only the keys' elements are preloaded).
     empty_elements: bool,
-    /// Whether the server holds, besides, an element of no record of a length that seals two
-    /// (the store's own seal one, or a tree scheme's bucket several): a hostile server's, which
-    /// made a tree scheme's spool mix lengths, and its fill stop reading decoys.
-    odd_element: bool,
+    /// Elements the server holds besides, of no record and as long as the scheme's longest (a
+    /// tree scheme's bucket, while its preloaded elements seal one record each): a hostile
+    /// server's, which once made a tree scheme's spool mix lengths and its fill stop reading
+    /// decoys, and then were decoys themselves, dearer to read than a record's.
+    odd_elements: u64,
 }
+
+/// Where a store's odd elements ([`Store::odd_elements`]) are: past any scheme's own.
+const ODD_ADDRESSES: u128 = 1 << 40;
 
 /// What the server saw of a restart's fill.
 struct Fill {
@@ -258,9 +264,17 @@ impl Store {
                 .collect();
             server.call(StorageOp::Write(elements));
         }
-        if self.odd_element {
-            let odd = Bytes::from(vec![0; layout.sealed_len(2)]);
-            server.call(StorageOp::Write(vec![(u128::from(self.capacity - 1), odd)]));
+        let odd_len = SchemeOptions::default().largest_element(self.scheme, layout);
+        let odd = Bytes::from(vec![0; odd_len]);
+        let odd_addresses: Vec<u128> = (0..self.odd_elements)
+            .map(|i| ODD_ADDRESSES + u128::from(i))
+            .collect();
+        for chunk in odd_addresses.chunks(1024) {
+            let elements = chunk
+                .iter()
+                .map(|&address| (address, odd.clone()))
+                .collect();
+            server.call(StorageOp::Write(elements));
         }
         server.call(StorageOp::Write(vec![(
             STORE_MARKER,
@@ -294,8 +308,8 @@ impl Store {
             fill_pace,
         ]
         .into_iter()
-        // The odd element is damage, which the proxy refuses to start on unless told.
-        .chain(self.odd_element.then_some("--accept-data-loss"))
+        // Odd elements are damage, which the proxy refuses to start on unless told.
+        .chain((self.odd_elements > 0).then_some("--accept-data-loss"))
         .collect::<Vec<_>>();
         let spawned = std::time::Instant::now();
         let proxy = Running::start_bin_with_env(bin, &args, env, "listening");
@@ -401,7 +415,7 @@ fn pace_follows_live_records(scheme: SchemeName, env: &[(&str, &str)]) -> bool {
         keys,
         value_size: 64,
         empty_elements: false,
-        odd_element: false,
+        odd_elements: 0,
     };
     let mut env = env.to_vec();
     env.push((SLOW_READ_BACK_ENV, "100"));
@@ -440,24 +454,27 @@ fn waffle_fill_pace_does_not_follow_live_records() {
     assert_fill_pace_independent_of_live_records(SchemeName::Waffle);
 }
 
-/// A tree scheme's fill request may carry more blocks than it has buckets, each from an element
-/// of its own, and a store's spool may mix lengths (a hostile server's element of two records'
-/// length here). With every element read back made slow, the fill overruns its clock and each
-/// request leaves on the tick after it is prepared; past the window prepared ahead, the
-/// requests of a full store must come as far apart as an empty one's. Before each request read
-/// back as many elements as its buckets hold blocks (it read one a bucket), the full store's
-/// leaf buckets read about twice as many; and before the spool of mixed lengths listed its
-/// places, the full store's fill found no decoy and read back its live records alone.
-fn assert_tree_fill_reads_do_not_follow_live_records(scheme: SchemeName) {
+/// Server-added elements in a tree scheme's store of 8,192 slots: few beside the full store's
+/// records, and all the elements of the empty one, so the leaky fill's decoys read them in an
+/// empty store and seldom in a full one.
+const TREE_ODD_ELEMENTS: u64 = 64;
+
+/// How many times as far apart a full tree store's fill requests come as an empty one's (or
+/// the other way round), past the window prepared ahead, with `env`: both stores hold
+/// [`TREE_ODD_ELEMENTS`] of a hostile server's, and every element read back from the spool is
+/// made slow in proportion to its length, so the fill overruns its clock and each request
+/// leaves on the tick after it is prepared.
+fn tree_fill_gaps_full_against_empty(scheme: SchemeName, env: &[(&str, &str)]) -> f64 {
     let store = |keys| Store {
         scheme,
         capacity: 8192,
         keys,
         value_size: 2048,
         empty_elements: false,
-        odd_element: true,
+        odd_elements: TREE_ODD_ELEMENTS,
     };
-    let env = [(SLOW_READ_BACK_ENV, "100")];
+    let mut env = env.to_vec();
+    env.push((SLOW_READ_BACK_PER_KIB_ENV, "50"));
     // Each gap past the window is the time the later request took to prepare, rounded up to
     // the clock's ticks.
     let mean_past_window = |fill: Fill| {
@@ -467,11 +484,38 @@ fn assert_tree_fill_reads_do_not_follow_live_records(scheme: SchemeName) {
     let empty = mean_past_window(store(0).restart(common::CLOAK, &env, "1"));
     let full = mean_past_window(store(8000).restart(common::CLOAK, &env, "1"));
     let ratio = (full / empty).max(empty / full);
-    println!("{scheme}: mean gap past the window {empty} µs empty, {full} µs full (×{ratio:.2})");
+    println!(
+        "{scheme} {env:?}: mean gap past the window {empty} µs empty, {full} µs full \
+         (×{ratio:.2})"
+    );
+    ratio
+}
+
+/// How far apart [`tree_fill_gaps_full_against_empty`] may put the two stores' requests.
+const TREE_APART: f64 = 1.4;
+
+/// A tree scheme's fill request may carry more blocks than it has buckets, each from an
+/// element of its own, and a store's spool may hold elements a hostile server added, as long as
+/// a bucket. Past the window, a full store's fill requests must come as
+/// far apart as an empty one's. What each earlier fill did, in this comparison:
+///
+/// - it read back one element a bucket, while a full store's leaf buckets carry about twice as
+///   many blocks: ×1.75 (Path ORAM) and ×2.13 (CURIOUS), one odd element, fixed slowness;
+/// - its spool of mixed lengths did not list its places, so the full store's fill found no
+///   decoy: ×2.07 and ×2.25, as above;
+/// - its decoys read any spooled element, the server's too, each dearer than a record's
+///   (`CLOAK_LEAK_DEMO_DECOYS_FROM_ANY_ELEMENT`, asserted here): an empty store's requests,
+///   all decoys, read them far more often than a full one's.
+fn assert_tree_fill_reads_do_not_follow_live_records(scheme: SchemeName) {
+    let ratio = tree_fill_gaps_full_against_empty(scheme, &[]);
     assert!(
-        ratio < 1.4,
-        "{scheme}: a full store's fill requests came ×{ratio:.2} as far apart as an empty \
-         one's ({full} against {empty} µs)"
+        ratio < TREE_APART,
+        "{scheme}: a full store's fill requests came ×{ratio:.2} as far apart as an empty one's"
+    );
+    let leaky = tree_fill_gaps_full_against_empty(scheme, &[(DECOYS_FROM_ANY_ELEMENT_ENV, "1")]);
+    assert!(
+        leaky >= TREE_APART,
+        "{scheme}: the fill whose decoys read the server's elements passed (×{leaky:.2})"
     );
 }
 
@@ -501,7 +545,7 @@ fn scan_gaps_empty_and_full(env: &[(&str, &str)]) -> (i128, i128) {
         keys,
         value_size: 64,
         empty_elements: true,
-        odd_element: false,
+        odd_elements: 0,
     };
     let slow = SLOW_SCANNED_US.to_string();
     let mut env = env.to_vec();
@@ -603,7 +647,7 @@ fn empty_and_full(test: ClockTest, env: &[(&str, &str)]) -> Apart {
         keys,
         value_size,
         empty_elements: true,
-        odd_element: false,
+        odd_elements: 0,
     };
     let slow = slow_live_us.to_string();
     let mut env = env.to_vec();
@@ -724,7 +768,7 @@ fn fill_gaps_idle_and_read(test: ReadsTest, env: &[(&str, &str)]) -> (i128, i128
         keys: test.capacity,
         value_size: 64,
         empty_elements: false,
-        odd_element: false,
+        odd_elements: 0,
     };
     let mut env = env.to_vec();
     env.push((SLOW_CLIENT_READ_ENV, test.client_read_us));
@@ -865,7 +909,7 @@ fn the_clocks_cost_in_time_to_the_first_read_measured() {
                 keys,
                 value_size,
                 empty_elements: false,
-                odd_element: false,
+                odd_elements: 0,
             };
             let fill = store.restart(&bin, &[], pace);
             println!(
@@ -940,7 +984,7 @@ fn the_fill_pace_by_live_records_measured() {
                     keys,
                     value_size,
                     empty_elements: false,
-                    odd_element: false,
+                    odd_elements: 0,
                 };
                 let fill = store.restart(&bin, &env, "1");
                 let [p10, p50, p90, _] = percentiles(micros(&fill.gaps));

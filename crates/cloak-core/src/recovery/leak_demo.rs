@@ -5,6 +5,12 @@
 //! - [`SLOW_READ_BACK_ENV`] (microseconds) makes every element the fill reads back from the
 //!   spool take that much longer, so any difference in how many elements a fill request reads
 //!   shows as milliseconds between requests, far above a loaded host's noise.
+//! - [`SLOW_READ_BACK_PER_KIB_ENV`] (microseconds) makes every element read back from the spool
+//!   take that much longer per KiB of its length, as a read does on a slow disk, so an element
+//!   shorter or longer than a record's shows in a request's time.
+//! - [`DECOYS_FROM_ANY_ELEMENT_ENV`] brings back decoys drawn from every element the scan
+//!   spooled, whatever its length and whether it opened (see `super::decoys`): the leak the
+//!   test of a hostile server's elements must catch.
 //! - [`LIVE_READ_BACK_ENV`] brings back the fill that read only the elements of live records
 //!   (no decoys): the leak the test must catch (see `super::records`).
 //! - [`SLOW_LIVE_RECORD_ENV`] (microseconds) makes the work that follows the live records take
@@ -25,6 +31,13 @@
 
 /// Microseconds added to every read back from the spool (see the module docs).
 pub const SLOW_READ_BACK_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_READ_BACK_US";
+
+/// Microseconds added to every read back from the spool for each KiB of its element (see the
+/// module docs).
+pub const SLOW_READ_BACK_PER_KIB_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_READ_BACK_US_PER_KIB";
+
+/// Set (to anything), decoys are drawn from every spooled element (see the module docs).
+pub const DECOYS_FROM_ANY_ELEMENT_ENV: &str = "CLOAK_LEAK_DEMO_DECOYS_FROM_ANY_ELEMENT";
 
 /// Set (to anything), the fill reads back only the elements of live records (see the module
 /// docs).
@@ -82,14 +95,38 @@ pub fn opened_scan() -> bool {
     false
 }
 
-/// Waits as long as [`SLOW_READ_BACK_ENV`] says, in a leak-demo build.
-pub(super) fn slow_read_back() {
+/// Waits as long as [`SLOW_READ_BACK_ENV`] and [`SLOW_READ_BACK_PER_KIB_ENV`] say for an
+/// element of `len` bytes, in a leak-demo build.
+pub(super) fn slow_read_back(len: u32) {
     #[cfg(feature = "leak-demo")]
     {
-        static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
-            std::sync::LazyLock::new(|| micros_from(SLOW_READ_BACK_ENV));
+        use std::sync::LazyLock;
+        use std::time::Duration;
+        static DELAY: LazyLock<Option<Duration>> =
+            LazyLock::new(|| micros_from(SLOW_READ_BACK_ENV));
+        static PER_KIB: LazyLock<Option<Duration>> =
+            LazyLock::new(|| micros_from(SLOW_READ_BACK_PER_KIB_ENV));
         sleep_times(*DELAY, 1);
+        if let Some(per_kib) = *PER_KIB {
+            std::thread::sleep(per_kib.mul_f64(f64::from(len) / 1024.0));
+        }
     }
+    #[cfg(not(feature = "leak-demo"))]
+    let _ = len;
+}
+
+/// Whether decoys are drawn from every spooled element: in a leak-demo build with
+/// [`DECOYS_FROM_ANY_ELEMENT_ENV`] set.
+pub(super) fn decoys_from_any_element() -> bool {
+    #[cfg(feature = "leak-demo")]
+    {
+        use std::sync::LazyLock;
+        static SET: LazyLock<bool> =
+            LazyLock::new(|| std::env::var_os(DECOYS_FROM_ANY_ELEMENT_ENV).is_some());
+        *SET
+    }
+    #[cfg(not(feature = "leak-demo"))]
+    false
 }
 
 /// Waits as long as [`SLOW_LIVE_RECORD_ENV`] says for each of `records` live records, in a

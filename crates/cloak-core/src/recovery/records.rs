@@ -19,19 +19,26 @@
 //! where they sit in a layout (review finding 6). So each request reads back as many elements
 //! as the fill asks ([`RecoveredRecords::read_all`]'s `reads`, the request's size, which is
 //! public): the elements of its records, and for every slot short of that a decoy, an element
-//! of the spool read and opened the same way, whose records are dropped. Decoys are spread over
-//! the whole spool as the records of a random layout are, so they hit the page cache and the
-//! disk as the real reads would, and the spool always holds as many elements as storage did
-//! (recovery spools one element for each it scans), so decoys of a sparse store read from as
-//! large a file as a full store's records. What is left that depends on the records: parsing the record out of an opened
-//! element (a padding element holds none), copying its value into the sealed element and the
-//! allocations around it, measured at 0.3–0.7 µs a record in the test build; and the pause
+//! of the spool read and opened the same way, whose records are dropped. Each decoy is drawn
+//! at random, by a secret generator, from the store's own elements of its longest length (see
+//! [`super::decoys`]), so it costs what a record's element does whatever the server added, and
+//! decoys are spread over the spool as the records of a random layout are, hitting the page
+//! cache and the disk as the real reads would. Recovery pads that pool to as many elements as
+//! storage held where padding is as long, so decoys of a sparse store read from as large a file
+//! as a full store's records. What is left that depends on the records: parsing the record out
+//! of an opened element (a padding element holds none), copying its value into the sealed
+//! element and the allocations around it, measured at 0.3–0.7 µs a record in the test build;
+//! and the pause
 //! before the fill, which sorting the records lengthens (see `crate::recovery`). Neither shows:
 //! the fill's requests leave on a public clock that preparation cannot delay
 //! (`cloak_schemes::shell::fill`), unless a request overruns it, which is counted.
 
 use bytes::Bytes;
 
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::SeedableRng;
+
+use super::decoys::DecoyPool;
 use super::spool::{SpoolReader, Spooled};
 use super::{ElementFormat, RecoveryError, leak_demo};
 use crate::element::{Record, Slot};
@@ -168,7 +175,6 @@ impl Found {
 }
 
 /// Recovered records by slot (see the module docs).
-#[derive(Default)]
 pub struct RecoveredRecords {
     /// Sorted by slot, one per slot.
     found: Vec<(Slot, Found)>,
@@ -180,8 +186,9 @@ pub struct RecoveredRecords {
     spool: SpoolReader,
     /// Opens spooled elements again; `None` when nothing is spooled.
     format: Option<ElementFormat>,
-    /// Decoys read so far: the next decoy is the element this names (see [`decoy_at`]).
-    decoys: u64,
+    /// The elements decoys read, and the secret draw of each (see [`super::decoys`]).
+    decoys: DecoyPool,
+    decoy_draws: ChaCha20Rng,
     /// Elements read back, decoys included (for the tests).
     #[cfg(test)]
     read_back: std::sync::atomic::AtomicU64,
@@ -199,11 +206,12 @@ const LOAD_CHUNK: usize = 4096;
 
 impl RecoveredRecords {
     /// `found`, sorted by slot with one entry a slot, whose spooled values `spool` holds in
-    /// elements of `format`.
+    /// elements of `format`; the fill's decoys read elements of `decoys`.
     pub(super) fn spooled(
         found: Vec<(Slot, Found)>,
         spool: SpoolReader,
         format: ElementFormat,
+        decoys: DecoyPool,
     ) -> Self {
         debug_assert!(found.windows(2).all(|w| w[0].0 < w[1].0));
         leak_demo::slow_live_records(found.iter().filter(|(_, f)| !f.is_empty()).count());
@@ -212,7 +220,8 @@ impl RecoveredRecords {
             found,
             spool,
             format: Some(format),
-            decoys: 0,
+            decoys,
+            decoy_draws: ChaCha20Rng::from_os_rng(),
             #[cfg(test)]
             read_back: Default::default(),
         }
@@ -364,8 +373,7 @@ impl RecoveredRecords {
             reads.saturating_sub(places.len())
         };
         for _ in 0..decoys {
-            self.decoys += 1;
-            places.extend(self.spool.nth(decoy_at(self.decoys)));
+            places.extend(self.decoys.draw(&mut self.decoy_draws));
         }
         // Decoys and records in one walk through the file, as one set of reads. A decoy may be
         // the element of a record, read twice: either copy serves the record.
@@ -398,7 +406,7 @@ impl RecoveredRecords {
 
     /// The records of the element at `at`, opened again bound to the address it was read at.
     fn open(&self, at: Spooled) -> Result<Vec<(Slot, Record)>, Unread> {
-        leak_demo::slow_read_back();
+        leak_demo::slow_read_back(at.len);
         #[cfg(test)]
         self.read_back
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -434,14 +442,6 @@ impl Unread {
         };
         RecoveryError::Altered { slot, reason }
     }
-}
-
-/// Which element of the spool the `n`th decoy reads: Weyl's sequence (`n` times the golden
-/// ratio, as a 64-bit fraction) visits the elements evenly and in no order, as the records of a
-/// random layout do. Where a decoy reads is never seen off this machine, so it needs no secret
-/// randomness.
-fn decoy_at(n: u64) -> u64 {
-    n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// The position in `found` (sorted by slot) of every slot up to the highest, or nothing if the
@@ -481,6 +481,13 @@ impl std::fmt::Debug for RecoveredRecords {
     }
 }
 
+impl Default for RecoveredRecords {
+    /// No record.
+    fn default() -> Self {
+        Self::from(Vec::new())
+    }
+}
+
 impl From<Vec<(Slot, Record)>> for RecoveredRecords {
     /// Records in memory (tests, tools); of two for one slot, the later one counts.
     fn from(mut records: Vec<(Slot, Record)>) -> Self {
@@ -502,7 +509,8 @@ impl From<Vec<(Slot, Record)>> for RecoveredRecords {
             found,
             spool: SpoolReader::default(),
             format: None,
-            decoys: 0,
+            decoys: DecoyPool::default(),
+            decoy_draws: ChaCha20Rng::from_os_rng(),
             #[cfg(test)]
             read_back: Default::default(),
         }
@@ -564,48 +572,25 @@ mod tests {
         assert_eq!(records.written(), 2);
     }
 
-    /// Records 1..=3 spooled as plaintext elements at addresses 100 + slot.
+    /// Records 1..=3 spooled as plaintext elements at addresses 100 + slot, each a decoy too.
     fn spooled() -> RecoveredRecords {
-        spooled_after(SpoolWriter::default(), &[])
-    }
-
-    /// Records 1..=3 spooled by `writer` as plaintext elements at addresses 100 + slot, after
-    /// `before`, elements of no record.
-    fn spooled_after(mut writer: SpoolWriter, before: &[&[u8]]) -> RecoveredRecords {
         let layout = RecordLayout {
             max_key: 16,
             max_value: 32,
         };
         let mut format = ElementFormat::Plain(layout);
-        for element in before {
-            writer.append(1, element).unwrap();
-        }
+        let mut writer = SpoolWriter::default();
+        let mut decoys = DecoyPool::default();
         let found = (1..=3)
             .map(|slot| {
                 let record = record(slot);
                 let element = format.encode(100 + u128::from(slot), slot, &record);
                 let at = writer.append(100 + u128::from(slot), &element).unwrap();
+                decoys.add(at);
                 (slot, Found::new(&record, Value::Spooled(at)))
             })
             .collect();
-        RecoveredRecords::spooled(found, writer.finish().unwrap(), format)
-    }
-
-    /// A spool of mixed lengths (a tree scheme's store may hold them, and a hostile server can
-    /// add one) reads its decoys all the same when it lists its places, as a sealed store's
-    /// recovery makes it; unlisted, it read none, and a request's time followed its records.
-    #[test]
-    fn decoys_are_read_from_a_spool_of_mixed_lengths_that_lists_its_places() {
-        let read_back = |records: &RecoveredRecords| {
-            records.read_back.load(std::sync::atomic::Ordering::Relaxed)
-        };
-        let odd: &[u8] = b"an element of another length";
-        let mut listed = spooled_after(SpoolWriter::default().listing_mixed(), &[odd]);
-        listed.read_all(&[7, 8, 9], 3);
-        assert_eq!(read_back(&listed), 3, "three decoys");
-        let mut unlisted = spooled_after(SpoolWriter::default(), &[odd]);
-        unlisted.read_all(&[7, 8, 9], 3);
-        assert_eq!(read_back(&unlisted), 0, "no decoy found by number");
+        RecoveredRecords::spooled(found, writer.finish().unwrap(), format, decoys)
     }
 
     #[test]

@@ -36,6 +36,12 @@ pub const DISCARDED: Addr = STORE_MARKER;
 /// length, which reading the file from the start needs.
 const HEADER_LEN: u64 = 16 + 4;
 
+/// Bytes an element of `len` bytes takes in the file, its header included: the next element
+/// starts that far after it.
+pub(super) fn stride(len: u32) -> u64 {
+    HEADER_LEN + u64::from(len)
+}
+
 /// Where an element is in the spool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Spooled {
@@ -53,59 +59,8 @@ pub struct SpoolWriter {
     len: u64,
     /// Whether [`SpoolWriter::finish`] syncs the file to disk.
     durable: bool,
-    /// Whether elements of mixed lengths are listed (see `Places`).
-    list_mixed: bool,
-    /// How many elements were appended, and where each is.
+    /// How many elements were appended.
     elements: u64,
-    places: Places,
-}
-
-/// Where a spool's elements are, for [`SpoolReader::nth`], which finds them by number for the
-/// fill's decoy reads (see `super::records`).
-///
-/// While every element has one length (a dense scheme's sealed elements do, and its recovery
-/// pads elements of other lengths), the `k`th is `k` strides in, known without a list. A tree
-/// scheme's spool may mix lengths (a preload's one-record elements beside buckets, or an
-/// element of another whole number of records a hostile server added): from the first element
-/// of another length on, every place is listed, 16 bytes an element during the restart, so the
-/// decoys go on whatever the server sends. A plaintext spool (`unsafe`, which hides nothing and
-/// reads no decoys) mixes lengths always and lists nothing.
-#[derive(Debug)]
-enum Places {
-    /// Every element has this length (`None`: no element yet).
-    Uniform(Option<u32>),
-    /// Elements of several lengths, each listed.
-    Listed(Vec<Spooled>),
-    /// Elements of several lengths, not listed: none is found by number.
-    Unlisted,
-}
-
-impl Default for Places {
-    fn default() -> Self {
-        Places::Uniform(None)
-    }
-}
-
-impl Places {
-    /// Adds `spooled`, the element after the `appended` before it; a spool of mixed lengths is
-    /// listed only if `list_mixed`.
-    fn add(&mut self, spooled: Spooled, appended: u64, list_mixed: bool) {
-        match self {
-            Places::Uniform(len @ None) => *len = Some(spooled.len),
-            Places::Uniform(Some(len)) if *len == spooled.len => {}
-            Places::Uniform(Some(len)) if list_mixed => {
-                let stride = HEADER_LEN + u64::from(*len);
-                let earlier = (0..appended).map(|k| Spooled {
-                    at: k * stride,
-                    len: *len,
-                });
-                *self = Places::Listed(earlier.chain([spooled]).collect());
-            }
-            Places::Uniform(Some(_)) => *self = Places::Unlisted,
-            Places::Listed(places) => places.push(spooled),
-            Places::Unlisted => {}
-        }
-    }
 }
 
 /// A spool's buffer between writes to the file: large enough that a scan chunk of small
@@ -122,14 +77,6 @@ impl SpoolWriter {
             durable: true,
             ..Self::default()
         }
-    }
-
-    /// Lists the place of every element once they are of mixed lengths, so that
-    /// [`SpoolReader::nth`] finds them all the same (see `Places`): for a sealed spool,
-    /// whose fill reads decoys.
-    pub fn listing_mixed(mut self) -> Self {
-        self.list_mixed = true;
-        self
     }
 
     /// Appends `element`, read at `address`, and says where it went.
@@ -154,8 +101,7 @@ impl SpoolWriter {
         file.write_all(&len.to_le_bytes())?;
         file.write_all(element)?;
         let spooled = Spooled { at: self.len, len };
-        self.places.add(spooled, self.elements, self.list_mixed);
-        self.len += HEADER_LEN + u64::from(len);
+        self.len += stride(len);
         self.elements += 1;
         Ok(spooled)
     }
@@ -210,11 +156,7 @@ impl SpoolWriter {
             }
             None => None,
         };
-        Ok(SpoolReader {
-            file,
-            elements: self.elements,
-            places: self.places,
-        })
+        Ok(SpoolReader { file })
     }
 }
 
@@ -222,26 +164,9 @@ impl SpoolWriter {
 #[derive(Debug, Default)]
 pub struct SpoolReader {
     file: Option<File>,
-    elements: u64,
-    places: Places,
 }
 
 impl SpoolReader {
-    /// Where the element `k` places after the first is (counted modulo the elements held);
-    /// `None` for an empty spool or one of mixed lengths not listed (see `Places`).
-    pub fn nth(&self, k: u64) -> Option<Spooled> {
-        let k = k.checked_rem(self.elements)?;
-        match &self.places {
-            Places::Uniform(len) => {
-                let len = (*len)?;
-                let at = k * (HEADER_LEN + u64::from(len));
-                Some(Spooled { at, len })
-            }
-            Places::Listed(places) => places.get(usize::try_from(k).ok()?).copied(),
-            Places::Unlisted => None,
-        }
-    }
-
     /// The element at `spooled`, and the address it was read at. One positioned read of header
     /// and element together, which leaves no file position behind, so threads can read at once.
     pub fn read(&self, spooled: Spooled) -> std::io::Result<(Addr, Bytes)> {
@@ -313,7 +238,7 @@ impl Iterator for Entries {
             Ok(None) => None,
             Ok(Some((address, len))) => Some(read_element(reader, len).map(|element| {
                 let spooled = Spooled { at: self.at, len };
-                self.at += HEADER_LEN + u64::from(len);
+                self.at += stride(len);
                 (spooled, address, element)
             })),
             Err(error) => Some(Err(error)),
@@ -411,49 +336,6 @@ pub(super) mod tests {
         assert!(
             reader.read(Spooled { at: a.at, len: 4 }).is_err(),
             "a length other than the one written is an error"
-        );
-    }
-
-    #[test]
-    fn elements_of_one_length_are_found_by_number_and_mixed_ones_are_not() {
-        let mut writer = SpoolWriter::default();
-        let places: Vec<Spooled> = (0..3u8)
-            .map(|i| writer.append(u128::from(i), &[i; 40]).unwrap())
-            .collect();
-        let reader = writer.finish().unwrap();
-        assert_eq!(reader.nth(1), Some(places[1]));
-        assert_eq!(
-            reader.nth(5),
-            Some(places[2]),
-            "counted modulo the elements"
-        );
-        assert_eq!(reader.read(reader.nth(3).unwrap()).unwrap().0, 0);
-
-        let mut mixed = SpoolWriter::default();
-        three(&mut mixed);
-        assert_eq!(mixed.finish().unwrap().nth(0), None);
-        assert_eq!(SpoolWriter::default().finish().unwrap().nth(0), None);
-    }
-
-    /// A spool listing its places finds elements by number whatever their lengths: from the
-    /// first of another length on (a tree scheme's store may mix them, or a hostile server
-    /// mix them in), so the fill's decoys go on.
-    #[test]
-    fn a_listing_spool_finds_elements_of_mixed_lengths_by_number() {
-        let mut writer = SpoolWriter::default().listing_mixed();
-        let mut places: Vec<Spooled> = (0..3u8)
-            .map(|i| writer.append(u128::from(i), &[i; 40]).unwrap())
-            .collect();
-        places.extend(three(&mut writer));
-        places.push(writer.append(9, &[9; 40]).unwrap());
-        let reader = writer.finish().unwrap();
-        for (k, place) in places.iter().enumerate() {
-            assert_eq!(reader.nth(k as u64), Some(*place), "element {k}");
-        }
-        assert_eq!(reader.nth(places.len() as u64), Some(places[0]));
-        assert_eq!(
-            reader.read(reader.nth(4).unwrap()).unwrap().0,
-            u128::MAX - 1
         );
     }
 
