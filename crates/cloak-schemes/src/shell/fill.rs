@@ -20,7 +20,7 @@
 //! count), the element size and the request's size, scaled by the operator's `--fill-pace`
 //! (never from a measured cost, which would follow the records). What the server sees is then a function of those and of its own answers: a
 //! request whose window is full waits for storage's answer, which the server caused, and then
-//! leaves no earlier than an interval after that answer ([`Pace::answered`]). Without that rule a
+//! leaves no earlier than two intervals after that answer ([`Pace::answered`]). Without that rule a
 //! server that held its answers past the clock made every later request leave as soon as it was
 //! prepared, and so showed how long each took to prepare (review finding M1).
 //!
@@ -216,6 +216,12 @@ impl Pace {
     /// how many intervals it slipped, not how long it took to prepare to the microsecond (it
     /// used to leave as soon as prepared, and the ones after it too until the clock caught up).
     ///
+    /// Not a power of two of intervals, which would tell the server only about how late a
+    /// request was to within a factor of two: tried, a fill that overran its clock throughout
+    /// (every read back slowed in the wire test) then jumped between slips of 2^k and 2^(k+1)
+    /// intervals on the host's noise, and an empty Waffle store's requests came ×1.84 as far
+    /// apart as a full one's (×1.00 with whole intervals).
+    ///
     /// Reads the real clock, only for a request prepared too late: a paced fill runs only in a
     /// real proxy (a simulator's starts hand their records over without a clock).
     pub fn send<P: RequestPurpose>(&mut self, io: &mut Io<P>, purpose: P, op: StorageOp) {
@@ -237,14 +243,15 @@ impl Pace {
     }
 
     /// Storage's answer to a request arrived at `arrived`, which frees its place in the window:
-    /// the request prepared in that place leaves no earlier than an interval after it. While
-    /// answers come on time this changes nothing (that request's instant is later already); an
-    /// answer held back by the server moves the clock by the server's own delay, never by how
-    /// long the next request took to prepare nor by how long the proxy, busy with clients, took
-    /// to get to the answer (which is why this is the arrival, not the handling).
+    /// the request prepared in that place leaves no earlier than [`AFTER_AN_ANSWER`] intervals
+    /// after it. While answers come on time this changes nothing (that request's instant is
+    /// later already); an answer held back by the server moves the clock by the server's own
+    /// delay, never by how long the next request took to prepare nor by how long the proxy,
+    /// busy with clients, took to get to the answer (which is why this is the arrival, not the
+    /// handling).
     pub fn answered(&mut self, arrived: Instant) {
         if let Some(next) = &mut self.next {
-            *next = (*next).max(arrived + self.interval);
+            *next = (*next).max(arrived + self.interval * AFTER_AN_ANSWER);
         }
     }
 
@@ -265,6 +272,13 @@ impl Pace {
         }
     }
 }
+
+/// Intervals the request prepared after a held answer gets before it leaves ([`Pace::answered`]):
+/// it is prepared only once the answer frees its place in the window, and one interval, the
+/// time budgeted for preparing a request, left it no slack, so a server that held every answer
+/// made requests late, the channel the clock closes. Two leave that much again; while the
+/// server answers within two intervals, the window's four keep the fill on its clock.
+const AFTER_AN_ANSWER: u32 = 2;
 
 /// The least whole number of `interval`s that is at least `late_by` (`late_by` itself without
 /// an interval). Counted in nanoseconds: a count of ticks capped at `u32::MAX` fell short of
@@ -537,7 +551,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_after_a_held_answer_leaves_an_interval_after_it_whatever_its_preparation() {
+    fn a_request_after_a_held_answer_leaves_two_intervals_after_it_whatever_its_preparation() {
         let scanned = Instant::now();
         let shape = Fill::shape(10, 10, 100, 4);
         let interval = Duration::from_nanos(9_200);
@@ -555,10 +569,12 @@ mod tests {
         .first_request(shape);
         let mut io = Io::default();
         pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
-        // An answer on time: the next request keeps its place on the clock.
+        pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
+        // An answer on time, two intervals before the next request's instant: it keeps its
+        // place on the clock.
         pace.answered(first);
         pace.send(&mut io, Write, StorageOp::Write(Vec::new()));
-        // An answer the server held an hour: the next request leaves an interval after it,
+        // An answer the server held an hour: the next request leaves two intervals after it,
         // not whenever it happens to be prepared.
         let held = first + Duration::from_secs(3600);
         pace.answered(held);
@@ -569,8 +585,9 @@ mod tests {
             [
                 Some(first),
                 Some(first + interval),
-                Some(held + interval),
-                Some(held + interval * 2)
+                Some(first + interval * 2),
+                Some(held + interval * 2),
+                Some(held + interval * 3)
             ]
         );
     }
