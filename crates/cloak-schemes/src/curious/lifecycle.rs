@@ -105,8 +105,9 @@ impl Curious {
                 .unzip();
             // As many elements read back as the request's buckets could hold blocks, whatever
             // they hold: each block may come from an element of its own, so fewer would let a
-            // chunk of many blocks read more than one of few (see `take_for_fill`).
-            let reads = (chunk.end - chunk.start) as usize * self.config.bucket_size;
+            // chunk of many blocks read more than one of few (see `take_for_fill`). The fill's
+            // clock gives that many reads their time (`FillShape::reads_per_element`).
+            let reads = self.fill.reads(&chunk);
             let records = self.read_recovered(&slots, reads);
             let mut blocks = addresses
                 .into_iter()

@@ -52,8 +52,6 @@ pub struct Fill {
     /// leaf stays, so reads of them fail until a client writes them) and kept in the journal.
     lost: HashSet<u32>,
     buckets: u64,
-    /// Blocks a bucket holds.
-    z: usize,
     next: u64,
     pub outstanding: usize,
     /// Buckets per request: [`CHUNK_BYTES`] of them.
@@ -132,7 +130,6 @@ impl Fill {
             initial,
             lost: HashSet::new(),
             buckets: tree.buckets(),
-            z,
             next: 0,
             outstanding: 0,
             chunk: 1,
@@ -171,6 +168,8 @@ impl Fill {
     ) -> Pace {
         let request = buckets_per_request(element_len);
         let shape = FillShape {
+            // Each bucket's blocks are read back, each possibly from an element of its own;
+            // `next_chunk` makes as many reads as this pace says (`Pace::reads`).
             reads_per_element: z as u64,
             ..ShellFill::shape(slots, tree.buckets(), element_len, request)
         };
@@ -236,8 +235,8 @@ impl Fill {
         // As many elements read back as the request's buckets could hold blocks, whatever
         // they hold (see `take_for_fill`): each block may come from an element of its own, so
         // fewer would let a chunk of many blocks read more than one of few, and its time would
-        // follow the live records.
-        let reads = (end - self.next) as usize * self.z;
+        // follow the live records. The pace gives that many reads their time ([`Fill::pace`]).
+        let reads = self.pace.reads(end - self.next);
         let records = self.read_back(&slots, reads, losses);
         let mut blocks = buckets
             .into_iter()

@@ -162,6 +162,7 @@ impl FillClock {
         Pace {
             next: Some(first),
             interval: self.interval(shape),
+            reads_per_element: shape.reads_per_element,
             sent: 0,
             late: 0,
             most_late: Duration::ZERO,
@@ -186,6 +187,9 @@ pub struct Pace {
     /// store's, or records handed over in memory by a test or tool): each leaves when prepared.
     next: Option<Instant>,
     interval: Duration,
+    /// The fill's [`FillShape::reads_per_element`]: the interval gives a request time for
+    /// that many spool reads an element, and [`Pace::reads`] tells the scheme to make them.
+    reads_per_element: u64,
     sent: u64,
     /// Requests prepared after their instant, and the most one of them was late by.
     late: u64,
@@ -193,9 +197,14 @@ pub struct Pace {
 }
 
 impl Pace {
-    /// The pace of a fill of `shape` on `clock`, or [`Pace::unpaced`] without one.
+    /// The pace of a fill of `shape` on `clock`, or one whose requests leave as soon as they
+    /// are prepared without one.
     pub fn new(clock: Option<FillClock>, shape: FillShape) -> Self {
-        clock.map_or_else(Self::unpaced, |clock| clock.pace(shape))
+        let pace = clock.map_or_else(Self::unpaced, |clock| clock.pace(shape));
+        Self {
+            reads_per_element: shape.reads_per_element,
+            ..pace
+        }
     }
 
     /// Every request leaves as soon as it is prepared.
@@ -203,10 +212,18 @@ impl Pace {
         Self {
             next: None,
             interval: Duration::ZERO,
+            reads_per_element: 1,
             sent: 0,
             late: 0,
             most_late: Duration::ZERO,
         }
+    }
+
+    /// The spool reads (real or decoy) a request writing `elements` elements makes: those its
+    /// interval gives it time for. One number for both, so the reads a scheme makes and the
+    /// time its clock allows cannot drift apart (a tree scheme used to compute each itself).
+    pub fn reads(&self, elements: u64) -> usize {
+        usize::try_from(elements.saturating_mul(self.reads_per_element)).unwrap_or(usize::MAX)
     }
 
     /// Hands `op`, the fill's next request, prepared now, to `io` with the instant it leaves.
@@ -378,6 +395,11 @@ impl Fill {
         self.pace.send(io, purpose, op);
     }
 
+    /// The spool reads the request of `chunk` makes (see [`Pace::reads`]).
+    pub fn reads(&self, chunk: &Range<u64>) -> usize {
+        self.pace.reads(chunk.end - chunk.start)
+    }
+
     /// The elements the next request writes, while the window has room.
     pub fn next_chunk(&mut self) -> Option<Range<u64>> {
         if self.outstanding >= self.window || self.next >= self.elements {
@@ -514,7 +536,8 @@ mod tests {
     }
 
     /// A tree scheme reads back several spool elements for each bucket it writes: its clock
-    /// gives those reads recovery's opening time, on top of what every fill's element gets.
+    /// gives those reads recovery's opening time, on top of what every fill's element gets,
+    /// and its pace tells it how many to make.
     #[test]
     fn a_fill_reading_several_elements_an_element_gets_their_time_too() {
         let clock = FillClock {
@@ -531,6 +554,10 @@ mod tests {
             clock.interval(four),
             clock.interval(one) + time_to_open(300, 4000, 1.0)
         );
+        // And the scheme is told to make exactly those reads, clock or none.
+        assert_eq!(Pace::new(Some(clock), four).reads(100), 400);
+        assert_eq!(Pace::new(None, four).reads(100), 400);
+        assert_eq!(Pace::new(Some(clock), one).reads(100), 100);
     }
 
     #[test]
