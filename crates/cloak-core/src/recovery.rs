@@ -215,9 +215,6 @@ impl ElementFormat {
     }
 }
 
-/// An element that does not open: its place in the spool (if it has one), its address, and why.
-type Unopened = (Option<Spooled>, Addr, ElementError);
-
 /// A chunk of the scan, in address order, not opened yet (see [`Recovery::accept`]).
 pub struct ScannedChunk(Vec<(Addr, Bytes)>);
 
@@ -350,10 +347,10 @@ impl Recovery {
     ///
     /// An element of a length the scheme never writes (see [`Recovery::sized`]; without it, a
     /// length that seals no whole number of records) cannot be one of the proxy's: it is
-    /// recorded as damage and the spool gets padding in its place, so that a dense scheme's
-    /// spool keeps one length, and the padding can stand in for it among the fill's decoys
-    /// (see `decoys`). Which elements those are is the server's own doing. Fails only if the spool cannot be
-    /// written.
+    /// recorded as damage and, for a scheme of one length, the spool gets padding in its
+    /// place, so that the spool keeps one length and the fill's decoys a place for every
+    /// element storage held (see `decoys`; a tree scheme's spool gets none). Which elements
+    /// those are is the server's own doing. Fails only if the spool cannot be written.
     pub fn spool(&mut self, chunk: ScannedChunk) -> Result<(), RecoveryError> {
         for (address, element) in &chunk.0 {
             if self.spools_as_read(element.len()) {
@@ -363,7 +360,9 @@ impl Recovery {
                 // and none of this store's does.
                 let error = ElementError::WrongLength(element.len());
                 self.damage.record(*address, &error);
-                self.pad()?;
+                if self.element_len.is_some() {
+                    self.pad()?;
+                }
             }
         }
         Ok(())
@@ -371,9 +370,10 @@ impl Recovery {
 
     /// Opens the elements [`Recovery::spool`] appended since the last call, reading them back
     /// a chunk at a time, on every core, and keeps the newest record of every slot they hold,
-    /// pointing at its element in the spool; an element that does not open is recorded as
-    /// damage and [discarded](SpoolWriter::discard) in the spool. Fails only if the spool cannot
-    /// be read or written.
+    /// pointing at its element in the spool; an element that does not open is damage, and is
+    /// replaced in the spool by padding of its length if the scheme writes only that length
+    /// (it then stands in for it among the fill's decoys: see `decoys`), else
+    /// [discarded](SpoolWriter::discard). Fails only if the spool cannot be read or written.
     pub fn open_spooled(&mut self) -> Result<(), RecoveryError> {
         let mut spooled = self.spool.read_from(self.opened_to)?;
         loop {
@@ -387,18 +387,8 @@ impl Recovery {
             let chunk = chunk
                 .into_iter()
                 .map(|(at, address, element)| (Some(at), address, element));
-            let (failed, live) = self.open_and_keep(chunk.collect())?;
-            for (at, address, error) in failed {
-                tracing::debug!(address, %error, "an element recovery cannot read");
-                self.damage.record(address, &error);
-                if let Some(at) = at {
-                    self.spool.discard(at)?;
-                    // The leak the wire test of a hostile server's elements must catch.
-                    if leak_demo::decoys_from_any_element() {
-                        self.decoys.add(at);
-                    }
-                }
-            }
+            // Every element here has its place in the spool: none fails without being handled.
+            let (_, live) = self.open_and_keep(chunk.collect())?;
             leak_demo::slow_scanned_records(live);
         }
         self.opened_to = self.spool.len();
@@ -447,19 +437,17 @@ impl Recovery {
         let (failed, _) = self.open_and_keep(elements.collect())?;
         // What they spooled is opened already.
         self.opened_to = self.spool.len();
-        Ok(failed
-            .into_iter()
-            .map(|(_, address, error)| (address, error))
-            .collect())
+        Ok(failed)
     }
 
     /// Opens `elements` (each with its place in the spool, if it has one) on every core and
-    /// keeps the records of those that open; returns those that do not, with why, and how many
-    /// live records were kept. Fails only if the spool cannot be written.
+    /// keeps the records of those that open; one in the spool that does not is handled there
+    /// ([`Recovery::unopened`]). Returns those not in the spool that do not open, with why,
+    /// and how many live records were kept. Fails only if the spool cannot be written.
     fn open_and_keep(
         &mut self,
         elements: Vec<(Option<Spooled>, Addr, Bytes)>,
-    ) -> Result<(Vec<Unopened>, usize), RecoveryError> {
+    ) -> Result<(Vec<(Addr, ElementError)>, usize), RecoveryError> {
         let format = &self.format;
         let opened = on_every_core(&elements, |(_, address, element)| {
             format.records(*address, element)
@@ -474,10 +462,38 @@ impl Recovery {
                         self.decoys.add(at);
                     }
                 }
-                Err(error) => failed.push((at, address, error)),
+                Err(error) => match at {
+                    Some(at) => self.unopened(at, address, &error)?,
+                    None => failed.push((address, error)),
+                },
             }
         }
         Ok((failed, live))
+    }
+
+    /// Records the element at `at` in the spool, read at `address`, which does not open, as
+    /// damage and handles it in the spool (see [`Recovery::open_spooled`]), in the spool's
+    /// order as the elements that open are, so a dense scheme's decoys stay in one run.
+    fn unopened(
+        &mut self,
+        at: Spooled,
+        address: Addr,
+        error: &ElementError,
+    ) -> Result<(), RecoveryError> {
+        tracing::debug!(address, %error, "an element recovery cannot read");
+        self.damage.record(address, error);
+        if self.element_len == Some(at.len as usize) {
+            let padding = self.padding();
+            self.spool.replace(at, 0, &padding)?;
+            self.decoys.add(at);
+        } else {
+            self.spool.discard(at)?;
+            // The leak the wire test of a hostile server's elements must catch.
+            if leak_demo::decoys_from_any_element() {
+                self.decoys.add(at);
+            }
+        }
+        Ok(())
     }
 
     /// Keeps the records of `element` newer than those held. Its element is at `spooled` in the
@@ -521,15 +537,10 @@ impl Recovery {
         // reads as much as a full one's; decoys spread over a spool as large as a full store's
         // cost what its reads cost (a small spool stays in the fastest caches: an empty store's
         // fill requests came 1.3 ms apart against 1.9 ms for a full one's at 64-byte values).
-        // So the decoys' pool holds at least as many elements as storage does, which the
-        // server knows: padding fills it up where padding is as long as its elements (a store
-        // whose elements all opened needs none; an empty store gets its one element here, and
-        // one whose elements the server replaced or added gets one for each). A tree scheme's
-        // pool of buckets takes no padding (one record long), so decoys never read a shorter
-        // element than a record's; if the server deleted some, they spread over fewer.
-        let storage_held = self.elements.max(1);
-        let padding_len = u32::try_from(self.padding().len()).unwrap_or(u32::MAX);
-        while self.decoys.len() < storage_held && self.decoys.takes(padding_len) {
+        // So the pool has a place for every element storage held: each that opened, and for a
+        // scheme of one length padding in the place of each other (see `spool`,
+        // `open_spooled`). A store whose storage held none of its elements gets one here.
+        if self.decoys.len() == 0 {
             let padding = self.pad()?;
             self.decoys.add(padding);
         }
@@ -839,11 +850,11 @@ mod tests {
     }
 
     /// The scan spools every element as it came and opens none until it is done. One that then
-    /// does not open is damage, never a record: of the scheme's length it stays in its place in
-    /// the spool, discarded, and a later start reading the spool skips it; of another length
-    /// (even one that seals a whole number of records) the spool gets padding in its place
-    /// (every element of a sealed spool has one length). Padding fills the fill's decoys up to
-    /// the elements storage held; the altered element is none of them.
+    /// does not open is damage, never a record: of the scheme's length it is replaced in the
+    /// spool by padding, which a later start reading the spool opens to nothing; of another
+    /// length (even one that seals a whole number of records) the spool gets padding in its
+    /// place at once (every element of a dense scheme's spool has one length). So the fill's
+    /// decoys have a place for every element storage held, in one run.
     #[test]
     fn scanned_elements_are_opened_after_the_scan_and_those_that_do_not_open_are_discarded() {
         let codec = || {
@@ -906,10 +917,66 @@ mod tests {
         assert_eq!(
             addresses,
             [1, 0, 0, 0],
-            "the altered element is skipped, the padding is read, and one more padding stands \
-             in for the altered element among the decoys"
+            "the altered element is replaced by padding, the others were padded at once"
         );
         assert_eq!(later[0].1, good);
+        let decoys = recovered.records.decoys();
+        assert_eq!((decoys.len(), decoys.runs()), (4, 1));
+    }
+
+    /// A tree scheme's recovery (no one length) keeps every element of its own that opens
+    /// among the decoys, whatever its length, and none of the server's. A first attempt kept
+    /// the longest length only: one genuine bucket among a preloaded store's one-record
+    /// elements became every decoy (review H-a).
+    #[test]
+    fn decoys_are_the_stores_own_elements_of_any_length_and_none_of_the_servers() {
+        let layout = RecordLayout {
+            max_key: 16,
+            max_value: 32,
+        };
+        let master = cloak_crypto::MasterKey::from_bytes([1; 32]);
+        let mut codec = ElementCodec::new(layout, cloak_crypto::Sealer::new(&master).unwrap());
+        let bucket_len = layout.encoded_len() * 4;
+        // A bucket of four empty records, as a tree scheme seals one: genuine, holding nothing.
+        let bucket = codec.sealer.seal_with(
+            cloak_crypto::Binding {
+                address: 1000,
+                generation: 1,
+            },
+            bucket_len,
+            |out| {
+                for _ in 0..4 {
+                    layout.encode(NO_SLOT, &Record::empty(), out);
+                }
+            },
+        );
+        let mut format = ElementFormat::Sealed(codec);
+        let record_len = format.element_len();
+        let mut scanned: Vec<(Addr, Bytes)> = (0..99u64)
+            .map(|slot| {
+                let address = u128::from(slot);
+                (address, format.encode(address, slot, &record(1, b"k")))
+            })
+            .collect();
+        scanned.push((1000, Bytes::from(bucket)));
+        // The server's: as long as a bucket, and as long as a record; neither opens.
+        scanned.push((1001, Bytes::from(vec![0; layout.sealed_len(4)])));
+        scanned.push((1002, Bytes::from(vec![0; record_len])));
+        let mut recovery = Recovery::new(format);
+        recovery.handle(StorageReply::Entries(scanned)).unwrap();
+        let recovered = recovery.finish(Vec::new()).unwrap();
+        assert_eq!(recovered.damage.addresses().count(), 2);
+        let decoys = recovered.records.decoys();
+        assert_eq!(decoys.len(), 100, "the 99 records' elements and the bucket");
+        let mut random =
+            <rand_chacha::ChaCha20Rng as rand_chacha::rand_core::SeedableRng>::from_os_rng();
+        let buckets = (0..10_000)
+            .filter(|_| decoys.draw(&mut random).unwrap().len as usize > record_len)
+            .count();
+        assert!(
+            (30..200).contains(&buckets),
+            "the bucket drawn {buckets} times in 10,000"
+        );
     }
 
     #[test]

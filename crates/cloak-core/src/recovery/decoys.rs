@@ -4,35 +4,40 @@
 //! A decoy stands in for the element of a record, so that a request with fewer live records
 //! costs what a full one does. Two things make that hold whatever the storage server does:
 //!
-//! - **Only the store's own elements of its longest length are decoys.** Storage decides what
-//!   the scan spools, and a hostile server can add elements of any length the scheme might
-//!   write (a tree scheme's store takes any whole number of records, up to a bucket). Such an
-//!   element does not open, so it never joins the pool; and of the elements that open, only
-//!   those of the longest length do (a tree scheme's buckets, not a preload's one-record
-//!   elements, nor the padding recovery adds). So no decoy costs less than the element of any
-//!   record. Before, every spooled element was a decoy: an element the server added that was
-//!   cheaper (or dearer) to read than a record's made each request's time follow how many
+//! - **Only the store's own elements are decoys.** Storage decides what the scan spools, and a
+//!   hostile server can add elements of any length the scheme might write (a tree scheme's
+//!   store takes any whole number of records, up to a bucket). Such an element does not open,
+//!   so it never joins the pool. Before, every spooled element was a decoy: the server's,
+//!   cheaper or dearer to read than a record's, made each request's time follow how many
 //!   decoys it read, that is how many live records it did not carry (finding H1 of the second
-//!   review of the streaming restart).
+//!   review of the streaming restart). A scheme whose elements all have one length (the dense
+//!   ones) gets padding of that length in the place of each element that does not open
+//!   (`super::Recovery::open_spooled`), so its pool is every place storage had an element,
+//!   in one run; a tree scheme's gets none, since padding in the place of each would let the
+//!   server choose how many of its decoys are one record long.
 //! - **Which element a decoy reads is secret.** It is drawn from a ChaCha20 generator seeded
 //!   by the operating system at each start. Before, decoys walked a fixed public sequence, one
 //!   step a decoy: a server that knew where some costly element sat knew which request would
 //!   read it, and so how many decoys the requests before had read.
 //!
-//! What is left: a record of a store whose lengths legitimately mix (a tree scheme's store
-//! restarted after a preload's one-record elements were partly filled into buckets) costs less
-//! to read than a decoy, so a request carrying more of them is a little quicker. The fill's
-//! public clock hides that unless a request overruns it, and a late request leaves on a later
-//! tick (`cloak_schemes::shell::fill`).
+//! Every element that opened is as likely, whatever its length, so a decoy's length follows
+//! the mix of the store's own elements. A first attempt kept only the longest length: one
+//! genuine bucket replayed among a preloaded store's one-record elements then became the only
+//! decoy, read by every decoy at a bucket's cost while the live records were read at a
+//! record's (review H-a of that attempt). What is left: where a tree scheme's store
+//! legitimately mixes lengths (restarted while a preload's one-record elements were partly
+//! filled into buckets), its live records may sit in the two lengths in another proportion
+//! than its elements, so a request's cost can differ by a few microseconds a read with its
+//! records. The fill's public clock hides that unless a request overruns it, and a late
+//! request leaves on a later tick (`cloak_schemes::shell::fill`).
 //!
-//! The places are kept as runs of elements that follow each other in the file: a store whose
-//! elements all open is one run, and each element that does not open starts a new one, 24
-//! bytes, whoever caused it.
+//! The places are kept as runs of elements that follow each other in the spool: a store whose
+//! elements all open (or are padded in place) is one run, and each gap or change of length
+//! starts a new one, 24 bytes.
 
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::RngCore;
 
-use super::leak_demo;
 use super::spool::{Spooled, stride};
 
 /// The elements decoys may read (see the module docs).
@@ -55,18 +60,8 @@ struct Run {
 }
 
 impl DecoyPool {
-    /// Adds `element`, one that opened: the pool keeps only elements of the longest length it
-    /// has been given (see the module docs).
+    /// Adds `element`, one that opened (see the module docs).
     pub fn add(&mut self, element: Spooled) {
-        if !self.takes(element.len) {
-            return;
-        }
-        if self.runs.last().is_some_and(|run| element.len > run.len)
-            && !leak_demo::decoys_from_any_element()
-        {
-            self.runs.clear();
-            self.elements = 0;
-        }
         let follows = self.runs.last().is_some_and(|run| {
             run.len == element.len
                 && run.at + (self.elements - run.first) * stride(run.len) == element.at
@@ -81,14 +76,15 @@ impl DecoyPool {
         self.elements += 1;
     }
 
-    /// Whether an element of `len` bytes would join the pool: one no shorter than those in it.
-    pub fn takes(&self, len: u32) -> bool {
-        leak_demo::decoys_from_any_element() || self.runs.last().is_none_or(|run| len >= run.len)
-    }
-
     /// How many elements the pool holds.
     pub fn len(&self) -> u64 {
         self.elements
+    }
+
+    /// Runs the places are kept in.
+    #[cfg(test)]
+    pub fn runs(&self) -> usize {
+        self.runs.len()
     }
 
     /// Gives back the room of runs that will not come (once recovery is done).
@@ -145,38 +141,25 @@ mod tests {
         assert_eq!(DecoyPool::default().nth(0), None);
     }
 
-    /// Elements that did not open are left out (each gap starts a run); shorter ones are left
-    /// out and a longer one empties the pool, so every decoy costs the longest element's read.
+    /// Elements that did not open are left out: each gap, and each change of length, starts
+    /// a run; every element added is found, whatever its length.
     #[test]
-    fn only_elements_that_opened_of_the_longest_length_are_decoys() {
+    fn gaps_and_lengths_start_runs_and_every_element_added_is_found() {
         let mut pool = DecoyPool::default();
         let short: Vec<Spooled> = run(0, 50, 4).collect();
-        short.iter().for_each(|&element| pool.add(element));
-        assert_eq!(pool.len(), 4);
         let long: Vec<Spooled> = run(short[3].at + stride(50), 100, 6).collect();
-        // The third did not open; a short element sits among the long ones.
-        for (k, &element) in long.iter().enumerate() {
-            if k != 2 {
-                pool.add(element);
-            }
-            if k == 4 {
-                assert!(!pool.takes(50));
-                pool.add(Spooled {
-                    at: 1 << 40,
-                    len: 50,
-                });
-            }
-        }
-        let kept: Vec<Spooled> = (0..pool.len()).filter_map(|k| pool.nth(k)).collect();
-        let expected: Vec<Spooled> = (long.iter().enumerate())
-            .filter(|(k, _)| *k != 2)
+        // The third long one did not open.
+        let added: Vec<Spooled> = (short.iter().chain(&long).enumerate())
+            .filter(|(k, _)| *k != 6)
             .map(|(_, element)| *element)
             .collect();
-        assert_eq!(kept, expected);
+        added.iter().for_each(|&element| pool.add(element));
+        let found: Vec<Spooled> = (0..pool.len()).filter_map(|k| pool.nth(k)).collect();
+        assert_eq!(found, added);
         assert_eq!(
             pool.runs.len(),
-            2,
-            "the element that did not open split the run"
+            3,
+            "short ones, long ones, long ones after the gap"
         );
     }
 

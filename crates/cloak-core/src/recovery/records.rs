@@ -20,15 +20,15 @@
 //! as the fill asks ([`RecoveredRecords::read_all`]'s `reads`, the request's size, which is
 //! public): the elements of its records, and for every slot short of that a decoy, an element
 //! of the spool read and opened the same way, whose records are dropped. Each decoy is drawn
-//! at random, by a secret generator, from the store's own elements of its longest length (see
-//! [`super::decoys`]), so it costs what a record's element does whatever the server added, and
+//! at random, by a secret generator, from the store's own elements, those that opened (see
+//! [`super::decoys`]), so none is an element the server made cheaper or dearer to read, and
 //! decoys are spread over the spool as the records of a random layout are, hitting the page
-//! cache and the disk as the real reads would. Recovery pads that pool to as many elements as
-//! storage held where padding is as long, so decoys of a sparse store read from as large a file
-//! as a full store's records. What is left that depends on the records: parsing the record out
-//! of an opened element (a padding element holds none), copying its value into the sealed
-//! element and the allocations around it, measured at 0.3–0.7 µs a record in the test build;
-//! and the pause
+//! cache and the disk as the real reads would. A dense scheme's pool has a place for every
+//! element storage held (padding in the place of each that did not open), so decoys of a sparse
+//! store read from as large a file as a full store's records. What is left that depends on the
+//! records: parsing the record out of an opened element (a padding element holds none),
+//! copying its value into the sealed element and the allocations around it, measured at
+//! 0.3–0.7 µs a record in the test build; and the pause
 //! before the fill, which sorting the records lengthens (see `crate::recovery`). Neither shows:
 //! the fill's requests leave on a public clock that preparation cannot delay
 //! (`cloak_schemes::shell::fill`), unless a request overruns it, which is counted.
@@ -232,6 +232,12 @@ impl RecoveredRecords {
         self.found
             .iter()
             .map(|(slot, f)| (*slot, f.version, &f.key[..]))
+    }
+
+    /// The elements the fill's decoys read.
+    #[cfg(test)]
+    pub(super) fn decoys(&self) -> &DecoyPool {
+        &self.decoys
     }
 
     /// How many slots were found.

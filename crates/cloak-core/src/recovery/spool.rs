@@ -36,6 +36,14 @@ pub const DISCARDED: Addr = STORE_MARKER;
 /// length, which reading the file from the start needs.
 const HEADER_LEN: u64 = 16 + 4;
 
+/// The header of an element of `len` bytes read at `address` (see [`HEADER_LEN`]).
+fn header(address: Addr, len: u32) -> [u8; HEADER_LEN as usize] {
+    let mut header = [0; HEADER_LEN as usize];
+    header[..16].copy_from_slice(&address.to_le_bytes());
+    header[16..].copy_from_slice(&len.to_le_bytes());
+    header
+}
+
 /// Bytes an element of `len` bytes takes in the file, its header included: the next element
 /// starts that far after it.
 pub(super) fn stride(len: u32) -> u64 {
@@ -97,8 +105,7 @@ impl SpoolWriter {
                 tempfile::tempfile()?,
             )),
         };
-        file.write_all(&address.to_le_bytes())?;
-        file.write_all(&len.to_le_bytes())?;
+        file.write_all(&header(address, len))?;
         file.write_all(element)?;
         let spooled = Spooled { at: self.len, len };
         self.len += stride(len);
@@ -127,6 +134,28 @@ impl SpoolWriter {
         writer
             .get_ref()
             .write_all_at(&DISCARDED.to_le_bytes(), at.at)
+    }
+
+    /// Puts `element`, read at `address`, in the place of the element at `at`, which is as
+    /// long: the places of the others do not move.
+    pub fn replace(&mut self, at: Spooled, address: Addr, element: &[u8]) -> std::io::Result<()> {
+        if element.len() != at.len as usize {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "an element of {} bytes cannot take the place of one of {}",
+                    element.len(),
+                    at.len
+                ),
+            ));
+        }
+        let Some(writer) = &mut self.file else {
+            return Err(ErrorKind::NotFound.into());
+        };
+        writer.flush()?;
+        let file = writer.get_ref();
+        file.write_all_at(&header(address, at.len), at.at)?;
+        file.write_all_at(element, at.at + HEADER_LEN)
     }
 
     /// Bytes appended so far.

@@ -260,12 +260,12 @@ impl Pace {
     }
 
     /// Storage's answer to a request arrived at `arrived`, which frees its place in the window:
-    /// the request prepared in that place leaves no earlier than [`AFTER_AN_ANSWER`] intervals
-    /// after it. While answers come on time this changes nothing (that request's instant is
-    /// later already); an answer held back by the server moves the clock by the server's own
-    /// delay, never by how long the next request took to prepare nor by how long the proxy,
-    /// busy with clients, took to get to the answer (which is why this is the arrival, not the
-    /// handling).
+    /// the request prepared in that place leaves no earlier than two intervals after it
+    /// (`AFTER_AN_ANSWER`). While answers come on time this changes nothing (that request's
+    /// instant is later already); an answer held back by the server moves the clock by the
+    /// server's own delay, never by how long the next request took to prepare nor by how long
+    /// the proxy, busy with clients, took to get to the answer (which is why this is the
+    /// arrival, not the handling).
     pub fn answered(&mut self, arrived: Instant) {
         if let Some(next) = &mut self.next {
             *next = (*next).max(arrived + self.interval * AFTER_AN_ANSWER);
