@@ -198,6 +198,14 @@ impl ElementFormat {
         }
     }
 
+    /// Does the work of opening an element `len` bytes longer than one just opened (see
+    /// `cloak_crypto::Sealer::spend_opening`); a plaintext element needs none.
+    pub fn spend_opening(&self, len: usize) {
+        if let ElementFormat::Sealed(codec) = self {
+            codec.sealer.spend_opening(len);
+        }
+    }
+
     /// The generation that wrote `element` and every record it holds.
     pub fn records(
         &self,
@@ -237,6 +245,9 @@ pub struct Recovery {
     /// The length of every element the scheme writes, if the caller said (see
     /// [`Recovery::sized`]).
     element_len: Option<usize>,
+    /// The longest element the scheme writes, if the caller said (see
+    /// [`Recovery::reading_as_long_as`]).
+    longest: u32,
 }
 
 impl Recovery {
@@ -255,6 +266,7 @@ impl Recovery {
             damage: Damage::default(),
             max_generation: 0,
             element_len: None,
+            longest: 0,
         }
     }
 
@@ -265,6 +277,14 @@ impl Recovery {
     /// is spooled.
     pub fn sized(mut self, len: usize) -> Self {
         self.element_len = Some(len);
+        self
+    }
+
+    /// Says that the scheme's longest element is `len` bytes: the fill then reads every element
+    /// back from the spool as if it were that long (see `RecoveredRecords::reading_as_long_as`;
+    /// a tree scheme's spool may mix lengths, a dense scheme's has this one).
+    pub fn reading_as_long_as(mut self, len: usize) -> Self {
+        self.longest = u32::try_from(len).unwrap_or(u32::MAX);
         self
     }
 
@@ -482,14 +502,14 @@ impl Recovery {
     ) -> Result<(), RecoveryError> {
         tracing::debug!(address, %error, "an element recovery cannot read");
         self.damage.record(address, error);
-        if self.element_len == Some(at.len as usize) {
-            let padding = self.padding();
+        let padding = self.padding();
+        if self.element_len == Some(at.len as usize) && padding.len() == at.len as usize {
             self.spool.replace(at, 0, &padding)?;
             self.decoys.add(at);
         } else {
             self.spool.discard(at)?;
             // The leak the wire test of a hostile server's elements must catch.
-            if leak_demo::decoys_from_any_element() {
+            if leak_demo::uneven_decoys() {
                 self.decoys.add(at);
             }
         }
@@ -560,7 +580,8 @@ impl Recovery {
                 self.spool.finish()?,
                 self.format,
                 self.decoys,
-            ),
+            )
+            .reading_as_long_as(self.longest),
             next_version,
             elements: self.elements,
             damage: self.damage,
@@ -856,7 +877,7 @@ mod tests {
     /// place at once (every element of a dense scheme's spool has one length). So the fill's
     /// decoys have a place for every element storage held, in one run.
     #[test]
-    fn scanned_elements_are_opened_after_the_scan_and_those_that_do_not_open_are_discarded() {
+    fn scanned_elements_are_opened_after_the_scan_and_those_that_do_not_open_become_padding() {
         let codec = || {
             let layout = RecordLayout {
                 max_key: 16,
@@ -922,6 +943,9 @@ mod tests {
         assert_eq!(later[0].1, good);
         let decoys = recovered.records.decoys();
         assert_eq!((decoys.len(), decoys.runs()), (4, 1));
+        // Every element a later start reads back opens, the padding put in place too.
+        let mut again = Recovery::new(ElementFormat::Sealed(codec()));
+        assert!(again.add_spooled(later).unwrap().is_empty());
     }
 
     /// A tree scheme's recovery (no one length) keeps every element of its own that opens

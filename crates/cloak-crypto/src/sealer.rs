@@ -280,6 +280,29 @@ impl Sealer {
         Ok(HEADER_LEN..end)
     }
 
+    /// Does the work of opening `len` more sealed bytes (decrypting and authenticating them in
+    /// place, which fails) on a buffer of zeros, and drops the result: opening an element and
+    /// then spending what a longer one has beyond it costs what opening the longer one does.
+    /// Recovery's read-back evens out elements of different lengths with it, so that its time,
+    /// which the storage server may see, does not follow which it read (see
+    /// `cloak_core::recovery`'s decoys).
+    pub fn spend_opening(&self, len: usize) {
+        if len == 0 {
+            return;
+        }
+        let mut bytes = vec![0; len];
+        // No element is sealed with a zero nonce under this key (nonces are random), and
+        // nothing is learned from an open that fails: the bytes are thrown away.
+        let outcome = self.key.open_in_place_separate_tag(
+            Nonce::assume_unique_for_key([0; NONCE_LEN]),
+            Aad::empty(),
+            Tag::from([0; TAG_LEN]),
+            &mut bytes,
+            0..,
+        );
+        std::hint::black_box((outcome.is_ok(), &bytes));
+    }
+
     /// A fresh random epoch, not the next number: the new epoch must not link to the old one.
     fn next_epoch(&mut self) {
         self.epoch = self.rng.next_u64();

@@ -210,7 +210,11 @@ impl Store {
         let nothing_expected = SlotVersions::new();
         let format = cloak_schemes::element_format(self.scheme, self.spec.layout, master)?;
         let element_len = self.options.largest_element(self.scheme, self.spec.layout);
-        let mut recovery = Recovery::new(format).expecting(self.spec.capacity);
+        // Every element read back during the fill costs what the longest does, so the time of
+        // a fill request does not follow which lengths its reads came from.
+        let mut recovery = Recovery::new(format)
+            .expecting(self.spec.capacity)
+            .reading_as_long_as(element_len);
         // An element of another length than the scheme's only one is none of this store's: it
         // is damage before it reaches the spool, which so keeps one length (the fill's decoy
         // reads need that).

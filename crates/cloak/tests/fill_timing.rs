@@ -26,10 +26,12 @@
 //!   overruns its clock and requests leave on the tick after they are prepared: the decoys
 //!   keep their pace the same, and the comparison catches the fill that read back live records only
 //!   (`CLOAK_LEAK_DEMO_LIVE_READ_BACK`). A tree scheme's request reads back as many elements
-//!   as its buckets hold blocks, and its decoys read none of the elements a hostile server
-//!   added (`*_fill_reads_do_not_follow_live_records`, with every read made slow in proportion
-//!   to its element's length; the same comparison catches decoys drawn from any element,
-//!   `CLOAK_LEAK_DEMO_DECOYS_FROM_ANY_ELEMENT`, and failed on two earlier fills).
+//!   as its buckets hold blocks, and its decoys neither read the elements a hostile server
+//!   added nor cost less or more than a record's, whatever its length
+//!   (`*_fill_reads_do_not_follow_live_records`, with every read made slow in proportion to
+//!   the bytes it reads; the same comparison catches the first decoys, drawn from any element
+//!   and each read at its own length, `CLOAK_LEAK_DEMO_UNEVEN_DECOYS`, and failed on two
+//!   earlier fills).
 //!
 //! `the_fill_pace_by_live_records_measured` (ignored; `--nocapture`) measures without the
 //! amplifiers, for every scheme with a fill, and prints the numbers the README quotes.
@@ -43,8 +45,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use cloak_audit::distinguish::percentiles;
 use cloak_core::recovery::leak_demo::{
-    DECOYS_FROM_ANY_ELEMENT_ENV, LIVE_READ_BACK_ENV, OPENED_SCAN_ENV, SLOW_CLIENT_READ_ENV,
-    SLOW_LIVE_RECORD_ENV, SLOW_READ_BACK_ENV, SLOW_READ_BACK_PER_KIB_ENV, SLOW_SCANNED_RECORD_ENV,
+    LIVE_READ_BACK_ENV, OPENED_SCAN_ENV, SLOW_CLIENT_READ_ENV, SLOW_LIVE_RECORD_ENV,
+    SLOW_READ_BACK_ENV, SLOW_READ_BACK_PER_KIB_ENV, SLOW_SCANNED_RECORD_ENV, UNEVEN_DECOYS_ENV,
 };
 use cloak_core::{
     AccessKind, Entry, Record, RecordLayout, STORE_MARKER, StorageError, StorageOp, StorageReply,
@@ -503,16 +505,18 @@ const TREE_APART: f64 = 1.4;
 ///   many blocks: ×1.75 (Path ORAM) and ×2.13 (CURIOUS), one odd element, fixed slowness;
 /// - its spool of mixed lengths did not list its places, so the full store's fill found no
 ///   decoy: ×2.07 and ×2.25, as above;
-/// - its decoys read any spooled element, the server's too, each dearer than a record's
-///   (`CLOAK_LEAK_DEMO_DECOYS_FROM_ANY_ELEMENT`, asserted here): an empty store's requests,
-///   all decoys, read them far more often than a full one's.
+/// - its decoys read any spooled element, the server's too, each at its own length, dearer
+///   than a record's (`CLOAK_LEAK_DEMO_UNEVEN_DECOYS`, asserted here): an empty store's
+///   requests, all decoys, read them far more often than a full one's. Either of today's two
+///   defences closes that alone: decoys read only the store's own elements, and every read
+///   costs what the longest element's does.
 fn assert_tree_fill_reads_do_not_follow_live_records(scheme: SchemeName) {
     let ratio = tree_fill_gaps_full_against_empty(scheme, &[]);
     assert!(
         ratio < TREE_APART,
         "{scheme}: a full store's fill requests came ×{ratio:.2} as far apart as an empty one's"
     );
-    let leaky = tree_fill_gaps_full_against_empty(scheme, &[(DECOYS_FROM_ANY_ELEMENT_ENV, "1")]);
+    let leaky = tree_fill_gaps_full_against_empty(scheme, &[(UNEVEN_DECOYS_ENV, "1")]);
     assert!(
         leaky >= TREE_APART,
         "{scheme}: the fill whose decoys read the server's elements passed (×{leaky:.2})"

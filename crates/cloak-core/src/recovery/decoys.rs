@@ -20,16 +20,19 @@
 //!   step a decoy: a server that knew where some costly element sat knew which request would
 //!   read it, and so how many decoys the requests before had read.
 //!
-//! Every element that opened is as likely, whatever its length, so a decoy's length follows
-//! the mix of the store's own elements. A first attempt kept only the longest length: one
-//! genuine bucket replayed among a preloaded store's one-record elements then became the only
-//! decoy, read by every decoy at a bucket's cost while the live records were read at a
-//! record's (review H-a of that attempt). What is left: where a tree scheme's store
-//! legitimately mixes lengths (restarted while a preload's one-record elements were partly
-//! filled into buckets), its live records may sit in the two lengths in another proportion
-//! than its elements, so a request's cost can differ by a few microseconds a read with its
-//! records. The fill's public clock hides that unless a request overruns it, and a late
-//! request leaves on a later tick (`cloak_schemes::shell::fill`).
+//! Every element that opened is as likely, whatever its length, and every read back costs what
+//! reading and opening the scheme's longest element does (`RecoveredRecords::
+//! reading_as_long_as`: a shorter element is read with the bytes after it, and its opening is
+//! followed by the work the longer one has beyond it). A tree scheme's store may mix lengths (a
+//! preload's one-record elements beside buckets), and a server holding old genuine elements
+//! can replay them, which open, to choose the mix: without the evening, the cost of a request
+//! followed which lengths its records and decoys came from (review M1 of this pool). A first
+//! attempt kept the longest length only: one genuine bucket replayed among a preloaded
+//! store's one-record elements then became every decoy (review H-a).
+//!
+//! A decoy's place costs a search of the pool's runs, a record's a lookup: every request
+//! draws as many places as it makes reads, whatever the decoys it needs, so the search work
+//! does not count them (review M2; a server can force a tree scheme's pool into many runs).
 //!
 //! The places are kept as runs of elements that follow each other in the spool: a store whose
 //! elements all open (or are padded in place) is one run, and each gap or change of length

@@ -8,9 +8,9 @@
 //! - [`SLOW_READ_BACK_PER_KIB_ENV`] (microseconds) makes every element read back from the spool
 //!   take that much longer per KiB of its length, as a read does on a slow disk, so an element
 //!   shorter or longer than a record's shows in a request's time.
-//! - [`DECOYS_FROM_ANY_ELEMENT_ENV`] brings back decoys drawn from every element the scan
-//!   spooled, whatever its length and whether it opened (see `super::decoys`): the leak the
-//!   test of a hostile server's elements must catch.
+//! - [`UNEVEN_DECOYS_ENV`] brings back the first decoys: drawn from every element the scan
+//!   spooled, whatever its length and whether it opened, each read at its own length (see
+//!   `super::decoys`): the leak the test of a hostile server's elements must catch.
 //! - [`LIVE_READ_BACK_ENV`] brings back the fill that read only the elements of live records
 //!   (no decoys): the leak the test must catch (see `super::records`).
 //! - [`SLOW_LIVE_RECORD_ENV`] (microseconds) makes the work that follows the live records take
@@ -36,8 +36,9 @@ pub const SLOW_READ_BACK_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_READ_BACK_US";
 /// module docs).
 pub const SLOW_READ_BACK_PER_KIB_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_READ_BACK_US_PER_KIB";
 
-/// Set (to anything), decoys are drawn from every spooled element (see the module docs).
-pub const DECOYS_FROM_ANY_ELEMENT_ENV: &str = "CLOAK_LEAK_DEMO_DECOYS_FROM_ANY_ELEMENT";
+/// Set (to anything), decoys are drawn from every spooled element, each read at its own
+/// length (see the module docs).
+pub const UNEVEN_DECOYS_ENV: &str = "CLOAK_LEAK_DEMO_UNEVEN_DECOYS";
 
 /// Set (to anything), the fill reads back only the elements of live records (see the module
 /// docs).
@@ -115,14 +116,14 @@ pub(super) fn slow_read_back(len: u32) {
     let _ = len;
 }
 
-/// Whether decoys are drawn from every spooled element: in a leak-demo build with
-/// [`DECOYS_FROM_ANY_ELEMENT_ENV`] set.
-pub(super) fn decoys_from_any_element() -> bool {
+/// Whether decoys are drawn from every spooled element, each read at its own length: in a
+/// leak-demo build with [`UNEVEN_DECOYS_ENV`] set.
+pub(super) fn uneven_decoys() -> bool {
     #[cfg(feature = "leak-demo")]
     {
         use std::sync::LazyLock;
         static SET: LazyLock<bool> =
-            LazyLock::new(|| std::env::var_os(DECOYS_FROM_ANY_ELEMENT_ENV).is_some());
+            LazyLock::new(|| std::env::var_os(UNEVEN_DECOYS_ENV).is_some());
         *SET
     }
     #[cfg(not(feature = "leak-demo"))]

@@ -189,6 +189,15 @@ pub struct RecoveredRecords {
     /// The elements decoys read, and the secret draw of each (see [`super::decoys`]).
     decoys: DecoyPool,
     decoy_draws: ChaCha20Rng,
+    /// Every element read back costs what reading and opening one of this many bytes does, if
+    /// it is shorter (see [`RecoveredRecords::reading_as_long_as`]).
+    read_len: u32,
+    /// Bytes of opening spent for elements shorter than `read_len` (for the tests).
+    #[cfg(test)]
+    spent: std::sync::atomic::AtomicU64,
+    /// Decoy places drawn (for the tests).
+    #[cfg(test)]
+    drawn: u64,
     /// Elements read back, decoys included (for the tests).
     #[cfg(test)]
     read_back: std::sync::atomic::AtomicU64,
@@ -222,9 +231,29 @@ impl RecoveredRecords {
             format: Some(format),
             decoys,
             decoy_draws: ChaCha20Rng::from_os_rng(),
+            read_len: 0,
             #[cfg(test)]
             read_back: Default::default(),
+            #[cfg(test)]
+            spent: Default::default(),
+            #[cfg(test)]
+            drawn: 0,
         }
+    }
+
+    /// Makes every element read back cost what reading and opening one of `len` bytes does
+    /// (the scheme's longest): a shorter one is read with the bytes after it and its opening
+    /// is followed by the work the longer one has beyond it. A tree scheme's spool may mix
+    /// lengths (a preload's one-record elements beside buckets, or old elements of either a
+    /// server replays: they open), so without it the cost of a request's reads would follow
+    /// which lengths its records and its decoys came from, a mix the server can choose
+    /// (review M1 of the decoy pool).
+    pub(super) fn reading_as_long_as(mut self, len: u32) -> Self {
+        // The leak the wire test of a hostile server's elements must catch.
+        if !leak_demo::uneven_decoys() {
+            self.read_len = len;
+        }
+        self
     }
 
     /// Slots found, with their versions and keys (empty for a freed slot), by slot.
@@ -378,9 +407,17 @@ impl RecoveredRecords {
         } else {
             reads.saturating_sub(places.len())
         };
-        for _ in 0..decoys {
-            places.extend(self.decoys.draw(&mut self.decoy_draws));
+        // As many draws as reads, whatever the decoys needed: finding a decoy's place costs a
+        // search of the pool (more where a tree scheme's pool has many runs, which a server
+        // can force), finding a record's a lookup, so the search work must not count decoys.
+        let draws: Vec<Spooled> = (0..reads)
+            .filter_map(|_| self.decoys.draw(&mut self.decoy_draws))
+            .collect();
+        #[cfg(test)]
+        {
+            self.drawn += draws.len() as u64;
         }
+        places.extend(draws.into_iter().take(decoys));
         // Decoys and records in one walk through the file, as one set of reads. A decoy may be
         // the element of a record, read twice: either copy serves the record.
         places.sort_unstable();
@@ -412,15 +449,21 @@ impl RecoveredRecords {
 
     /// The records of the element at `at`, opened again bound to the address it was read at.
     fn open(&self, at: Spooled) -> Result<Vec<(Slot, Record)>, Unread> {
-        leak_demo::slow_read_back(at.len);
+        leak_demo::slow_read_back(at.len.max(self.read_len));
         #[cfg(test)]
         self.read_back
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (address, element) = self.spool.read(at).map_err(Unread::Spool)?;
+        let (address, element) = (self.spool)
+            .read_as_long_as(at, self.read_len)
+            .map_err(Unread::Spool)?;
         let format = self.format.as_ref().ok_or(Unread::NoFormat)?;
-        let (_, records) = format
-            .records(address, &element)
-            .map_err(|_| Unread::DoesNotOpen)?;
+        let opened = format.records(address, &element);
+        let short_by = self.read_len.saturating_sub(at.len);
+        format.spend_opening(short_by as usize);
+        #[cfg(test)]
+        self.spent
+            .fetch_add(u64::from(short_by), std::sync::atomic::Ordering::Relaxed);
+        let (_, records) = opened.map_err(|_| Unread::DoesNotOpen)?;
         Ok(records)
     }
 }
@@ -517,8 +560,13 @@ impl From<Vec<(Slot, Record)>> for RecoveredRecords {
             format: None,
             decoys: DecoyPool::default(),
             decoy_draws: ChaCha20Rng::from_os_rng(),
+            read_len: 0,
             #[cfg(test)]
             read_back: Default::default(),
+            #[cfg(test)]
+            spent: Default::default(),
+            #[cfg(test)]
+            drawn: 0,
         }
     }
 }
@@ -636,10 +684,12 @@ mod tests {
             records.read_back.load(std::sync::atomic::Ordering::Relaxed)
         };
         let mut records = spooled();
-        // Slot 2 holds a value; 7 and 8 hold nothing: two decoys make up a request of three.
+        // Slot 2 holds a value; 7 and 8 hold nothing: two decoys make up a request of three,
+        // and three places are drawn, as many as the request's reads.
         let taken = records.read_all(&[7, 2, 8], 3);
         assert_eq!(taken[1].as_ref().unwrap(), &record(2));
         assert_eq!(read_back(&records), 3);
+        assert_eq!(records.drawn, 3);
         // Nothing held at all: as many reads.
         records.read_all(&[7, 8, 9], 3);
         assert_eq!(read_back(&records), 6);
@@ -648,10 +698,30 @@ mod tests {
         assert_eq!(read_back(&records), 7);
         assert_eq!(records.read(8).unwrap(), Record::empty());
         assert_eq!(read_back(&records), 7);
+        // Every slot holds a value: no decoy, as many draws all the same.
+        records.read_all(&[1, 2, 3], 3);
+        assert_eq!(records.drawn, 9);
         // The values alone when no request waits on them (before any fill).
         let mut loading = spooled();
         loading.values(&[], 0);
         assert_eq!(read_back(&loading), 0);
+    }
+
+    /// Read as long as a longer element, a short one spends the opening work the longer has
+    /// beyond it, and one as long spends none.
+    #[test]
+    fn a_short_element_read_back_spends_what_a_long_one_has_beyond_it() {
+        let spent =
+            |records: &RecoveredRecords| records.spent.load(std::sync::atomic::Ordering::Relaxed);
+        let len = |records: &RecoveredRecords| records.found[0].1.value.spooled().unwrap().len;
+        let plain = spooled();
+        let short = len(&plain);
+        let mut evened = spooled().reading_as_long_as(short + 100);
+        assert_eq!(evened.read(1).unwrap(), record(1));
+        assert_eq!(spent(&evened), 100);
+        let mut as_long = spooled().reading_as_long_as(short);
+        as_long.read(1).unwrap();
+        assert_eq!(spent(&as_long), 0);
     }
 
     #[test]

@@ -199,14 +199,37 @@ impl SpoolReader {
     /// The element at `spooled`, and the address it was read at. One positioned read of header
     /// and element together, which leaves no file position behind, so threads can read at once.
     pub fn read(&self, spooled: Spooled) -> std::io::Result<(Addr, Bytes)> {
+        self.read_as_long_as(spooled, 0)
+    }
+
+    /// [`SpoolReader::read`], reading `at_least` bytes of the file for the element if it is
+    /// shorter (those after it, as far as the file has them), in the same one read: so that
+    /// reading a short element costs what reading a long one does (see `super::decoys`).
+    pub fn read_as_long_as(
+        &self,
+        spooled: Spooled,
+        at_least: u32,
+    ) -> std::io::Result<(Addr, Bytes)> {
         let Some(file) = &self.file else {
             return Err(std::io::Error::new(
                 ErrorKind::UnexpectedEof,
                 "the spool is empty",
             ));
         };
-        let mut bytes = vec![0; HEADER_LEN as usize + spooled.len as usize];
-        file.read_exact_at(&mut bytes, spooled.at)?;
+        let element_end = HEADER_LEN as usize + spooled.len as usize;
+        let mut bytes = vec![0; HEADER_LEN as usize + spooled.len.max(at_least) as usize];
+        let mut read = 0;
+        while read < bytes.len() {
+            match file.read_at(&mut bytes[read..], spooled.at + read as u64) {
+                Ok(0) => break,
+                Ok(n) => read += n,
+                Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+        }
+        if read < element_end {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
         let (address, len) = read_header(&mut &bytes[..])?.ok_or(ErrorKind::UnexpectedEof)?;
         if len != spooled.len {
             return Err(std::io::Error::new(
@@ -217,7 +240,10 @@ impl SpoolReader {
                 ),
             ));
         }
-        Ok((address, Bytes::from(bytes).slice(HEADER_LEN as usize..)))
+        Ok((
+            address,
+            Bytes::from(bytes).slice(HEADER_LEN as usize..element_end),
+        ))
     }
 }
 
@@ -366,6 +392,24 @@ pub(super) mod tests {
             reader.read(Spooled { at: a.at, len: 4 }).is_err(),
             "a length other than the one written is an error"
         );
+    }
+
+    /// A short element read as long as a longer one comes back whole, the bytes after it read
+    /// and dropped, at the end of the file too; an element replaced in its place reads back
+    /// as the new one.
+    #[test]
+    fn a_short_element_read_as_long_as_another_comes_back_whole_and_a_replaced_one_anew() {
+        let mut writer = SpoolWriter::default();
+        let [a, b, c] = three(&mut writer);
+        writer.replace(a, 9, b"FIRST").unwrap();
+        assert!(writer.replace(a, 9, b"too long").is_err());
+        let reader = writer.finish().unwrap();
+        assert_eq!(
+            reader.read_as_long_as(a, 3000).unwrap(),
+            (9, Bytes::from_static(b"FIRST"))
+        );
+        assert_eq!(reader.read_as_long_as(c, 3000).unwrap(), (3, Bytes::new()));
+        assert_eq!(reader.read_as_long_as(b, 10).unwrap().1.len(), 3000);
     }
 
     /// What was appended reads back from any place on, while appending goes on, and a
