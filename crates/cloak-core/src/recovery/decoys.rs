@@ -2,7 +2,7 @@
 //! reads decoys at all: see `super::records`).
 //!
 //! A decoy stands in for the element of a record, so that a request with fewer live records
-//! costs what a full one does. Two things make that hold whatever the storage server does:
+//! costs what a full one does. Four things make that hold whatever the storage server does:
 //!
 //! - **Only the store's own elements are decoys.** Storage decides what the scan spools, and a
 //!   hostile server can add elements of any length the scheme might write (a tree scheme's
@@ -15,24 +15,23 @@
 //!   (`super::Recovery::open_spooled`), so its pool is every place storage had an element,
 //!   in one run; a tree scheme's gets none, since padding in the place of each would let the
 //!   server choose how many of its decoys are one record long.
+//! - **Every read costs what the longest element's does.** Every element that opened is as
+//!   likely, whatever its length, and a shorter one is read with the bytes after it and its
+//!   opening followed by the work the longest has beyond it
+//!   (`RecoveredRecords::reading_as_long_as`). A tree scheme's store may mix lengths (a
+//!   preload's one-record elements beside buckets), and a server holding old genuine elements
+//!   can replay them, which open, to choose the mix: without the evening, the cost of a
+//!   request followed which lengths its records and decoys came from (review M1 of this pool).
+//!   A first attempt kept the longest length only: one genuine bucket replayed among a
+//!   preloaded store's one-record elements then became every decoy (review H-a).
 //! - **Which element a decoy reads is secret.** It is drawn from a ChaCha20 generator seeded
 //!   by the operating system at each start. Before, decoys walked a fixed public sequence, one
 //!   step a decoy: a server that knew where some costly element sat knew which request would
 //!   read it, and so how many decoys the requests before had read.
-//!
-//! Every element that opened is as likely, whatever its length, and every read back costs what
-//! reading and opening the scheme's longest element does (`RecoveredRecords::
-//! reading_as_long_as`: a shorter element is read with the bytes after it, and its opening is
-//! followed by the work the longer one has beyond it). A tree scheme's store may mix lengths (a
-//! preload's one-record elements beside buckets), and a server holding old genuine elements
-//! can replay them, which open, to choose the mix: without the evening, the cost of a request
-//! followed which lengths its records and decoys came from (review M1 of this pool). A first
-//! attempt kept the longest length only: one genuine bucket replayed among a preloaded
-//! store's one-record elements then became every decoy (review H-a).
-//!
-//! A decoy's place costs a search of the pool's runs, a record's a lookup: every request
-//! draws as many places as it makes reads, whatever the decoys it needs, so the search work
-//! does not count them (review M2; a server can force a tree scheme's pool into many runs).
+//! - **Finding decoys costs the same whatever the request carries.** A decoy's place costs a
+//!   search of the pool's runs, a record's a lookup: every request draws as many places as it
+//!   makes reads, whatever the decoys it needs (review M2; a server can force a tree scheme's
+//!   pool into many runs).
 //!
 //! The places are kept as runs of elements that follow each other in the spool: a store whose
 //! elements all open (or are padded in place) is one run, and each gap or change of length

@@ -186,8 +186,9 @@ pub struct RecoveredRecords {
     spool: SpoolReader,
     /// Opens spooled elements again; `None` when nothing is spooled.
     format: Option<ElementFormat>,
-    /// The elements decoys read, and the secret draw of each (see [`super::decoys`]).
+    /// The elements decoys read (see [`super::decoys`]).
     decoys: DecoyPool,
+    /// Draws each decoy's place: seeded by the operating system at each start, so secret.
     decoy_draws: ChaCha20Rng,
     /// Every element read back costs what reading and opening one of this many bytes does, if
     /// it is shorter (see [`RecoveredRecords::reading_as_long_as`]).
