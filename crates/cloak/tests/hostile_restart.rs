@@ -157,6 +157,9 @@ struct Proxy {
     always: Vec<&'static str>,
     /// `--key-file`, when the test gives one (else the state directory keeps the key).
     key_file: Option<PathBuf>,
+    /// Keys [`Proxy::populate`] writes ([`KEYS`] unless a test says otherwise); the store has
+    /// room for them (`--capacity` 1000 or this much more).
+    keys: usize,
     _dir: tempfile::TempDir,
 }
 
@@ -170,7 +173,16 @@ impl Proxy {
             scheme,
             always: vec!["--durability", "none"],
             key_file: None,
+            keys: KEYS,
             _dir: dir,
+        }
+    }
+
+    /// A proxy like [`Proxy::new`]'s whose store holds `keys` keys.
+    fn holding(server: &Server, scheme: &'static str, keys: usize) -> Self {
+        Self {
+            keys,
+            ..Self::new(server, scheme)
         }
     }
 
@@ -186,7 +198,7 @@ impl Proxy {
             "--scheme",
             self.scheme,
             "--capacity",
-            "1000",
+            &(self.keys.max(KEYS) + 700).to_string(),
             "--batch-interval",
             "5ms",
             "--cache-size",
@@ -217,11 +229,11 @@ impl Proxy {
         fails(&args.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
-    /// Writes `k0…k299` and stops cleanly.
+    /// Writes `k0…k299` (or as many as the proxy holds) and stops cleanly.
     fn populate(&self) {
         let proxy = self.start(&[]);
         let mut con = connect(self.port);
-        for chunk in (0..KEYS).collect::<Vec<_>>().chunks(100) {
+        for chunk in (0..self.keys).collect::<Vec<_>>().chunks(100) {
             let mut mset = redis::cmd("MSET");
             for i in chunk {
                 mset.arg(format!("k{i}")).arg(format!("value {i}"));
@@ -880,9 +892,23 @@ fn records_other_schemes_cannot_read_back_keep_the_spool_and_are_counted() {
     }
 }
 
+/// `encrypted` rewrites recovered records 1,024 at a time, each chunk's writes asked for when
+/// the chunk before is answered. A chunk whose records were all lost asks for nothing, so no
+/// answer came to take the next one, and the restore stalled until a client's op arrived
+/// (review L2 of the streaming restart, mended without a test of its own): with 2,100 keys,
+/// all lost, the restore must go on through three chunks and end.
+#[test]
+fn encrypted_restore_goes_on_past_a_chunk_of_lost_records() {
+    records_of_a_store_not_read_back_are_counted("encrypted", 2100);
+}
+
 fn records_not_read_back_keep_the_spool_and_are_counted(scheme: &'static str) {
+    records_of_a_store_not_read_back_are_counted(scheme, KEYS);
+}
+
+fn records_of_a_store_not_read_back_are_counted(scheme: &'static str, keys: usize) {
     let server = Server::cloak();
-    let proxy = Proxy::new(&server, scheme);
+    let proxy = Proxy::holding(&server, scheme, keys);
     proxy.populate();
     let spool = proxy.state.join("recovery.spool");
     let mut child = Command::new(CLOAK)
@@ -933,7 +959,7 @@ fn records_not_read_back_keep_the_spool_and_are_counted(scheme: &'static str) {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("the error names how many records were lost: {kept}"));
-    let errors: Vec<String> = (0..KEYS)
+    let errors: Vec<String> = (0..keys)
         .filter_map(|i| {
             redis::cmd("GET")
                 .arg(format!("k{i}"))
@@ -944,7 +970,7 @@ fn records_not_read_back_keep_the_spool_and_are_counted(scheme: &'static str) {
         .collect();
     let failing = errors.len();
     eprintln!(
-        "{scheme}: {kept}\n{failing} of {KEYS} keys fail to read, first: {:?}",
+        "{scheme}: {kept}\n{failing} of {keys} keys fail to read, first: {:?}",
         errors.first()
     );
     assert!(
