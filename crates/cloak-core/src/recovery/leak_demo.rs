@@ -60,98 +60,78 @@ pub const OPENED_SCAN_ENV: &str = "CLOAK_LEAK_DEMO_OPENED_SCAN";
 /// longer (see the module docs).
 pub const SLOW_CLIENT_READ_ENV: &str = "CLOAK_LEAK_DEMO_SLOW_CLIENT_READ_US";
 
+/// Whether the environment variable `$name` is set, read once for each place this stands: in a
+/// leak-demo build; `false` in any other, which reads nothing.
+macro_rules! set_once {
+    ($name:expr) => {{
+        #[cfg(feature = "leak-demo")]
+        {
+            static SET: std::sync::LazyLock<bool> =
+                std::sync::LazyLock::new(|| std::env::var_os($name).is_some());
+            *SET
+        }
+        #[cfg(not(feature = "leak-demo"))]
+        false
+    }};
+}
+
+/// The microseconds the environment variable `$name` gives, read once for each place this
+/// stands: in a leak-demo build; `None` in any other, which reads nothing.
+macro_rules! micros_once {
+    ($name:expr) => {{
+        #[cfg(feature = "leak-demo")]
+        {
+            static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
+                std::sync::LazyLock::new(|| {
+                    let micros = std::env::var($name).ok()?.parse().ok()?;
+                    Some(std::time::Duration::from_micros(micros))
+                });
+            *DELAY
+        }
+        #[cfg(not(feature = "leak-demo"))]
+        None::<std::time::Duration>
+    }};
+}
+
 /// Waits as long as [`SLOW_CLIENT_READ_ENV`] says, in a leak-demo build.
 pub(super) fn slow_client_read() {
-    #[cfg(feature = "leak-demo")]
-    {
-        static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
-            std::sync::LazyLock::new(|| micros_from(SLOW_CLIENT_READ_ENV));
-        sleep_times(*DELAY, 1);
-    }
+    sleep_times(micros_once!(SLOW_CLIENT_READ_ENV), 1);
 }
 
 /// Waits as long as [`SLOW_SCANNED_RECORD_ENV`] says for each of `records` live records, in a
 /// leak-demo build.
 pub(super) fn slow_scanned_records(records: usize) {
-    #[cfg(feature = "leak-demo")]
-    {
-        static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
-            std::sync::LazyLock::new(|| micros_from(SLOW_SCANNED_RECORD_ENV));
-        sleep_times(*DELAY, records);
-    }
-    #[cfg(not(feature = "leak-demo"))]
-    let _ = records;
+    sleep_times(micros_once!(SLOW_SCANNED_RECORD_ENV), records);
 }
 
 /// Whether recovery's scan opens each chunk before its next request: in a leak-demo build with
 /// [`OPENED_SCAN_ENV`] set.
 pub fn opened_scan() -> bool {
-    #[cfg(feature = "leak-demo")]
-    {
-        use std::sync::LazyLock;
-        static SET: LazyLock<bool> = LazyLock::new(|| std::env::var_os(OPENED_SCAN_ENV).is_some());
-        *SET
-    }
-    #[cfg(not(feature = "leak-demo"))]
-    false
+    set_once!(OPENED_SCAN_ENV)
 }
 
 /// Waits as long as [`SLOW_READ_BACK_ENV`] and [`SLOW_READ_BACK_PER_KIB_ENV`] say for an
 /// element of `len` bytes, in a leak-demo build.
 pub(super) fn slow_read_back(len: u32) {
-    #[cfg(feature = "leak-demo")]
-    {
-        use std::sync::LazyLock;
-        use std::time::Duration;
-        static DELAY: LazyLock<Option<Duration>> =
-            LazyLock::new(|| micros_from(SLOW_READ_BACK_ENV));
-        static PER_KIB: LazyLock<Option<Duration>> =
-            LazyLock::new(|| micros_from(SLOW_READ_BACK_PER_KIB_ENV));
-        sleep_times(*DELAY, 1);
-        if let Some(per_kib) = *PER_KIB {
-            std::thread::sleep(per_kib.mul_f64(f64::from(len) / 1024.0));
-        }
+    sleep_times(micros_once!(SLOW_READ_BACK_ENV), 1);
+    if let Some(per_kib) = micros_once!(SLOW_READ_BACK_PER_KIB_ENV) {
+        std::thread::sleep(per_kib.mul_f64(f64::from(len) / 1024.0));
     }
-    #[cfg(not(feature = "leak-demo"))]
-    let _ = len;
 }
 
 /// Whether decoys are drawn from every spooled element, each read at its own length: in a
 /// leak-demo build with [`UNEVEN_DECOYS_ENV`] set.
 pub(super) fn uneven_decoys() -> bool {
-    #[cfg(feature = "leak-demo")]
-    {
-        use std::sync::LazyLock;
-        static SET: LazyLock<bool> =
-            LazyLock::new(|| std::env::var_os(UNEVEN_DECOYS_ENV).is_some());
-        *SET
-    }
-    #[cfg(not(feature = "leak-demo"))]
-    false
+    set_once!(UNEVEN_DECOYS_ENV)
 }
 
 /// Waits as long as [`SLOW_LIVE_RECORD_ENV`] says for each of `records` live records, in a
 /// leak-demo build.
 pub fn slow_live_records(records: usize) {
-    #[cfg(feature = "leak-demo")]
-    {
-        static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
-            std::sync::LazyLock::new(|| micros_from(SLOW_LIVE_RECORD_ENV));
-        sleep_times(*DELAY, records);
-    }
-    #[cfg(not(feature = "leak-demo"))]
-    let _ = records;
-}
-
-/// The microseconds the environment variable `name` gives, if it is set to a number.
-#[cfg(feature = "leak-demo")]
-fn micros_from(name: &str) -> Option<std::time::Duration> {
-    let micros = std::env::var(name).ok()?.parse().ok()?;
-    Some(std::time::Duration::from_micros(micros))
+    sleep_times(micros_once!(SLOW_LIVE_RECORD_ENV), records);
 }
 
 /// Sleeps `times` × `delay`, if there is a delay.
-#[cfg(feature = "leak-demo")]
 fn sleep_times(delay: Option<std::time::Duration>, times: usize) {
     if let Some(delay) = delay
         && times > 0
@@ -163,13 +143,5 @@ fn sleep_times(delay: Option<std::time::Duration>, times: usize) {
 /// Whether the fill reads back only the elements of live records: in a leak-demo build with
 /// [`LIVE_READ_BACK_ENV`] set.
 pub(super) fn reads_back_live_records_only() -> bool {
-    #[cfg(feature = "leak-demo")]
-    {
-        use std::sync::LazyLock;
-        static SET: LazyLock<bool> =
-            LazyLock::new(|| std::env::var_os(LIVE_READ_BACK_ENV).is_some());
-        *SET
-    }
-    #[cfg(not(feature = "leak-demo"))]
-    false
+    set_once!(LIVE_READ_BACK_ENV)
 }
