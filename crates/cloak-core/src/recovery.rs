@@ -906,7 +906,7 @@ mod tests {
         ];
         recovery.handle(StorageReply::Entries(scanned)).unwrap();
         assert_eq!(
-            recovery.spool.elements(),
+            recovery.spool.read_from(0).unwrap().count(),
             4,
             "every element, padding for those of other lengths"
         );

@@ -67,8 +67,6 @@ pub struct SpoolWriter {
     len: u64,
     /// Whether [`SpoolWriter::finish`] syncs the file to disk.
     durable: bool,
-    /// How many elements were appended.
-    elements: u64,
 }
 
 /// A spool's buffer between writes to the file: large enough that a scan chunk of small
@@ -83,7 +81,6 @@ impl SpoolWriter {
             file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
             len: 0,
             durable: true,
-            ..Self::default()
         }
     }
 
@@ -109,31 +106,33 @@ impl SpoolWriter {
         file.write_all(element)?;
         let spooled = Spooled { at: self.len, len };
         self.len += stride(len);
-        self.elements += 1;
         Ok(spooled)
     }
 
     /// The elements appended from byte `at` on, each with where it is, read back from the file
     /// (what is buffered is written out first). Later appends are not read.
     pub fn read_from(&mut self, at: u64) -> std::io::Result<Entries> {
-        let Some(writer) = &mut self.file else {
+        let len = self.len;
+        let Some(file) = self.flushed()? else {
             return Ok(Entries::empty());
         };
+        Ok(Entries::new(file.try_clone()?, at, len))
+    }
+
+    /// The file, with what is buffered written out to it; `None` before the first element.
+    fn flushed(&mut self) -> std::io::Result<Option<&File>> {
+        let Some(writer) = &mut self.file else {
+            return Ok(None);
+        };
         writer.flush()?;
-        let file = writer.get_ref().try_clone()?;
-        Ok(Entries::new(file, at, self.len))
+        Ok(Some(writer.get_ref()))
     }
 
     /// Gives the element at `at` the address [`DISCARDED`], in place: it stays in the file (the
     /// places of the others do not move), and a later start reading the file skips it.
     pub fn discard(&mut self, at: Spooled) -> std::io::Result<()> {
-        let Some(writer) = &mut self.file else {
-            return Err(ErrorKind::NotFound.into());
-        };
-        writer.flush()?;
-        writer
-            .get_ref()
-            .write_all_at(&DISCARDED.to_le_bytes(), at.at)
+        let file = self.flushed()?.ok_or(ErrorKind::NotFound)?;
+        file.write_all_at(&DISCARDED.to_le_bytes(), at.at)
     }
 
     /// Puts `element`, read at `address`, in the place of the element at `at`, which is as
@@ -149,11 +148,7 @@ impl SpoolWriter {
                 ),
             ));
         }
-        let Some(writer) = &mut self.file else {
-            return Err(ErrorKind::NotFound.into());
-        };
-        writer.flush()?;
-        let file = writer.get_ref();
+        let file = self.flushed()?.ok_or(ErrorKind::NotFound)?;
         file.write_all_at(&header(address, at.len), at.at)?;
         file.write_all_at(element, at.at + HEADER_LEN)
     }
@@ -161,11 +156,6 @@ impl SpoolWriter {
     /// Bytes appended so far.
     pub fn len(&self) -> u64 {
         self.len
-    }
-
-    /// Elements appended so far.
-    pub fn elements(&self) -> u64 {
-        self.elements
     }
 
     /// Whether nothing was appended.
@@ -216,8 +206,8 @@ impl SpoolReader {
                 "the spool is empty",
             ));
         };
-        let element_end = HEADER_LEN as usize + spooled.len as usize;
-        let mut bytes = vec![0; HEADER_LEN as usize + spooled.len.max(at_least) as usize];
+        let element_end = stride(spooled.len) as usize;
+        let mut bytes = vec![0; stride(spooled.len.max(at_least)) as usize];
         let mut read = 0;
         while read < bytes.len() {
             match file.read_at(&mut bytes[read..], spooled.at + read as u64) {

@@ -200,10 +200,12 @@ impl Pace {
     /// The pace of a fill of `shape` on `clock`, or one whose requests leave as soon as they
     /// are prepared without one.
     pub fn new(clock: Option<FillClock>, shape: FillShape) -> Self {
-        let pace = clock.map_or_else(Self::unpaced, |clock| clock.pace(shape));
-        Self {
-            reads_per_element: shape.reads_per_element,
-            ..pace
+        match clock {
+            Some(clock) => clock.pace(shape),
+            None => Self {
+                reads_per_element: shape.reads_per_element,
+                ..Self::unpaced()
+            },
         }
     }
 
