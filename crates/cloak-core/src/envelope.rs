@@ -105,16 +105,22 @@ impl Entry {
 
     /// Reads a stored value; the data shares `value`'s buffer.
     pub fn open(value: &Bytes) -> Result<Self, EnvelopeError> {
+        let (kind, deadline) = Self::header(value)?;
+        Ok(Self {
+            kind,
+            deadline,
+            data: value.slice(ENVELOPE_LEN..),
+        })
+    }
+
+    /// The type and deadline of a stored value, from its envelope alone.
+    pub fn header(value: &[u8]) -> Result<(Kind, Option<u64>), EnvelopeError> {
         if value.len() < ENVELOPE_LEN || value[..2] != MAGIC {
             return Err(EnvelopeError::Missing);
         }
         let kind = Kind::from_tag(value[2]).ok_or(EnvelopeError::UnknownKind(value[2]))?;
         let deadline = u64::from_le_bytes(value[3..11].try_into().expect("8 bytes"));
-        Ok(Self {
-            kind,
-            deadline: (deadline != 0).then_some(deadline),
-            data: value.slice(ENVELOPE_LEN..),
-        })
+        Ok((kind, (deadline != 0).then_some(deadline)))
     }
 
     /// Whether the key is gone at `now` (Unix milliseconds), as Redis decides it: a deadline at

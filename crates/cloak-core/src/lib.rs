@@ -39,7 +39,7 @@ pub use command::{
 pub use database::Db;
 pub use directory::KeyDirectory;
 pub use element::{
-    ElementCodec, ElementError, NO_SLOT, Opened, Plaintext, Record, RecordLayout, Slot,
+    ElementCodec, ElementError, NO_SLOT, Opened, Plaintext, Record, RecordLayout, RecordView, Slot,
 };
 pub use engine::{ClientId, Engine, EngineStats, Limits};
 pub use envelope::{ENVELOPE_LEN, Entry, EnvelopeError, Kind};

@@ -51,6 +51,21 @@ pub(crate) fn on_every_core_mut<T: Send, R: Send>(
     pool().map_mut(items, f)
 }
 
+/// `f(part, parts)` of every part `0..parts`, one part a core (the caller's the first), for
+/// `items` items' worth of work split by what the items hold rather than where they sit: work
+/// whose every part reads all the items and keeps those of its own (recovery's stale copies,
+/// parted by key hash so that the copies of one key meet in one part). Work of fewer items
+/// than two shares' worth is one part, on the caller, and starts no pool.
+pub(crate) fn in_parts_on_every_core<R: Send>(
+    items: usize,
+    f: impl Fn(usize, usize) -> R + Sync,
+) -> Vec<R> {
+    if items < 2 * PER_THREAD || IS_WORKER.get() {
+        return vec![f(0, 1)];
+    }
+    pool().parts(f)
+}
+
 /// The process's pool, started by the first call that shares its items.
 fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
@@ -128,6 +143,12 @@ impl Pool {
         self.map_shares(items.chunks_mut(share), |share| {
             share.iter_mut().map(&f).collect()
         })
+    }
+
+    /// [`in_parts_on_every_core`]: as many parts as the pool has threads, the caller's one.
+    fn parts<R: Send>(&self, f: impl Fn(usize, usize) -> R + Sync) -> Vec<R> {
+        let parts = self.workers.len() + 1;
+        self.map_shares(0..parts, |part| vec![f(part, parts)])
     }
 
     /// How many items one share of `len` holds: at least [`PER_THREAD`], the whole call on a
@@ -305,6 +326,21 @@ mod tests {
         let items: Vec<u64> = (0..10 * PER_THREAD as u64 + 5).collect();
         let doubled = pool.map(&items, |&i| i * 2);
         assert_eq!(doubled, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+    }
+
+    /// Every part runs once and knows how many there are; a call too small to share is one
+    /// part.
+    #[test]
+    fn work_in_parts_runs_each_part_once() {
+        let pool = Pool::new(3);
+        assert_eq!(
+            pool.parts(|part, parts| (part, parts)),
+            [(0, 4), (1, 4), (2, 4), (3, 4)]
+        );
+        assert_eq!(
+            in_parts_on_every_core(10, |part, parts| (part, parts)),
+            [(0, 1)]
+        );
     }
 
     /// Each item is changed once, by whichever thread maps its share, and the results still

@@ -41,7 +41,7 @@ use rand_chacha::rand_core::SeedableRng;
 use super::decoys::DecoyPool;
 use super::spool::{SpoolReader, Spooled};
 use super::{ElementFormat, RecoveryError, leak_demo};
-use crate::element::{Record, Slot};
+use crate::element::{Record, RecordView, Slot};
 use crate::envelope::{Entry, EnvelopeError, Kind};
 use crate::keyspace::Keyspace;
 use crate::workers::on_every_core;
@@ -102,9 +102,9 @@ impl Shape {
         }
     }
 
-    fn of(opened: Result<Entry, EnvelopeError>) -> Self {
-        match opened {
-            Ok(entry) => Shape::new(entry.kind, entry.deadline),
+    fn of(value: &[u8]) -> Self {
+        match Entry::header(value) {
+            Ok((kind, deadline)) => Shape::new(kind, deadline),
             Err(error) => Shape::Unreadable(error),
         }
     }
@@ -147,15 +147,15 @@ impl Default for Found {
 
 impl Found {
     /// `record`, whose value is at `value`.
-    pub(super) fn new(record: &Record, value: Value) -> Self {
-        let shape = if record.is_empty() {
+    pub(super) fn new(record: RecordView<'_>, value: Value) -> Self {
+        let shape = if record.key.is_empty() {
             Shape::new(Kind::String, None)
         } else {
-            Shape::of(Entry::open(&record.value))
+            Shape::of(record.value)
         };
         Self {
             version: record.version,
-            key: record.key[..].into(),
+            key: record.key.into(),
             value,
             shape,
         }
@@ -552,7 +552,7 @@ impl From<Vec<(Slot, Record)>> for RecoveredRecords {
         });
         let found: Vec<(Slot, Found)> = records
             .into_iter()
-            .map(|(slot, record)| (slot, Found::new(&record, Value::kept(&record.value))))
+            .map(|(slot, record)| (slot, Found::new(record.view(), Value::kept(&record.value))))
             .collect();
         Self {
             index: index(&found),
@@ -642,7 +642,7 @@ mod tests {
                 let element = format.encode(100 + u128::from(slot), slot, &record);
                 let at = writer.append(100 + u128::from(slot), &element).unwrap();
                 decoys.add(at);
-                (slot, Found::new(&record, Value::Spooled(at)))
+                (slot, Found::new(record.view(), Value::Spooled(at)))
             })
             .collect();
         RecoveredRecords::spooled(found, writer.finish().unwrap(), format, decoys)
