@@ -76,11 +76,11 @@ impl Slots {
             });
     }
 
-    /// Records each of `keys` (slots with their keys, in slot order) that the table does not
-    /// hold yet at its slot; a key listed twice keeps its first slot. Returns the slots
-    /// recorded. What a restart does for every key of the store, so it is done for many at
-    /// once: the keys' hashes on every core, and the table's entries in the table's own order.
-    fn insert_all_if_absent(&mut self, keys: &[(Slot, &[u8])]) -> Vec<u32> {
+    /// Records each of `keys` (slots with their keys, in slot order, fewer than 2^32) that the
+    /// table does not hold yet at its slot; a key listed twice keeps its first slot. What a
+    /// restart does for every key of the store, so it is done for many at once: the keys'
+    /// hashes on every core, and the table's entries in the table's own order.
+    fn insert_all_if_absent(&mut self, keys: &[(Slot, &[u8])]) {
         let hasher = &self.hasher;
         let hashes = on_every_core(keys, |(_, key)| table_hash(hasher, key));
         for (slot, key) in keys {
@@ -90,19 +90,18 @@ impl Slots {
         // of two buckets holds 7 in 8 of them): in that order the inserts sweep the table
         // instead of each landing at random, a cache miss (at ten million keys those misses
         // were a quarter of the time from opening the scanned elements to listening). Were the
-        // table laid out otherwise, the order would only cost speed, never correctness.
+        // table laid out otherwise, the order would only cost speed, never correctness. Each
+        // is sorted as one number, the start above the key's place in `keys` (below 2^32, as
+        // the start is: the table has at most twice 2^32 buckets for as many slots), so that
+        // of two keys starting alike the one listed first goes first.
         let mask = self.index.capacity().next_power_of_two() as u64 - 1;
-        let mut order: Vec<(u64, Slot, usize)> = hashes
-            .iter()
-            .zip(keys)
-            .enumerate()
-            .map(|(i, (hash, (slot, _)))| (hash & mask, *slot, i))
+        let mut order: Vec<u64> = (hashes.iter().enumerate())
+            .map(|(i, hash)| (hash & mask) << 32 | i as u64)
             .collect();
         order.sort_unstable();
-        let mut recorded = Vec::with_capacity(keys.len());
         let names = &mut self.names;
-        for (_, slot, i) in order {
-            let key = keys[i].1;
+        for i in order.into_iter().map(|packed| packed as u32 as usize) {
+            let (slot, key) = keys[i];
             let entry = self.index.entry(
                 hashes[i],
                 |&held| held != slot as u32 && names.get(held as usize) == Some(key),
@@ -112,11 +111,9 @@ impl Slots {
                 hashbrown::hash_table::Entry::Occupied(_) => names.clear(slot as usize),
                 hashbrown::hash_table::Entry::Vacant(vacant) => {
                     vacant.insert(slot as u32);
-                    recorded.push(slot as u32);
                 }
             }
         }
-        recorded
     }
 
     fn remove(&mut self, key: &[u8]) -> Option<u32> {
@@ -147,16 +144,7 @@ pub struct KeyDirectory {
 impl KeyDirectory {
     /// An empty directory handing out slots `0..capacity`.
     pub fn new(hasher: KeyHasher, capacity: usize) -> Self {
-        assert!(capacity <= u32::MAX as usize, "capacity fits in 32 bits");
-        Self {
-            // Sized for a full store now, so it never resizes under load (and never leaves the
-            // old table's memory behind in the allocator).
-            slots: Slots::with_capacity(hasher, capacity),
-            free: (0..capacity as u32).rev().collect(),
-            capacity,
-            designated: HashMap::new(),
-            designated_slots: Default::default(),
-        }
+        Self::with_keys(hasher, capacity, std::iter::empty())
     }
 
     /// The key `slot` holds, if any.
@@ -259,30 +247,57 @@ impl KeyDirectory {
     }
 
     /// A directory holding `keys` at their slots (after recovery), every other slot free.
-    pub fn restore<'a>(
+    pub fn restore<'a, I>(hasher: KeyHasher, capacity: usize, keys: I) -> Self
+    where
+        I: IntoIterator<Item = (Slot, &'a [u8])>,
+        I::IntoIter: Clone,
+    {
+        Self::with_keys(hasher, capacity, keys.into_iter())
+    }
+
+    /// A directory of `capacity` slots holding `keys` at their slots.
+    ///
+    /// The keys are walked twice (an iterator over what recovery holds is cheap to clone): once
+    /// to size the arena for their bytes, then to record them. Grown as the keys came, the
+    /// arena was copied at each doubling and once more to fit, into memory the system had to
+    /// hand over anew: at ten million keys, faulting in fresh pages was a third of the serial
+    /// time between opening the scanned elements and listening.
+    fn with_keys<'a>(
         hasher: KeyHasher,
         capacity: usize,
-        keys: impl IntoIterator<Item = (Slot, &'a [u8])>,
+        mut keys: impl Iterator<Item = (Slot, &'a [u8])> + Clone,
     ) -> Self {
-        let mut directory = Self::new(hasher, capacity);
-        let mut taken = vec![false; capacity];
-        let mut keys = keys.into_iter();
+        assert!(capacity <= u32::MAX as usize, "capacity fits in 32 bits");
+        // Sized for a full store now, so it never resizes under load (and never leaves the old
+        // table's memory behind in the allocator).
+        let mut slots = Slots::with_capacity(hasher, capacity);
+        slots
+            .names
+            .reserve(keys.clone().map(|(_, key)| key.len()).sum());
         loop {
             let chunk: Vec<(Slot, &[u8])> = keys.by_ref().take(RESTORE_CHUNK).collect();
             if chunk.is_empty() {
                 break;
             }
             // A key recovered twice keeps its first slot (recovery hands over each key once).
-            for slot in directory.slots.insert_all_if_absent(&chunk) {
-                taken[slot as usize] = true;
-            }
+            slots.insert_all_if_absent(&chunk);
         }
-        directory.free.retain(|&s| !taken[s as usize]);
-        // A full store's free list is empty: give back the 4 bytes a slot it was made with, and
-        // what the arena grew by beyond its keys.
-        directory.free.shrink_to_fit();
-        directory.slots.names.shrink_to_fit();
-        directory
+        // Made once the keys are in, not before and then filtered: a full store's is empty.
+        let mut free = Vec::with_capacity(capacity - slots.len());
+        free.extend(
+            (0..capacity as u32)
+                .rev()
+                .filter(|&slot| slots.names.get(slot as usize).is_none()),
+        );
+        // Holes only if a key was listed twice.
+        slots.names.shrink_to_fit();
+        Self {
+            slots,
+            free,
+            capacity,
+            designated: HashMap::new(),
+            designated_slots: HashSet::new(),
+        }
     }
 }
 

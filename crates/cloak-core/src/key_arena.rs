@@ -74,6 +74,11 @@ impl KeyArena {
         (from..self.spans.len()).filter_map(|slot| Some((slot, self.get(slot)?)))
     }
 
+    /// Makes room for `bytes` more bytes of keys, so that setting them copies nothing.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.bytes.reserve_exact(bytes);
+    }
+
     /// Gives back what a recovery's growth left over: once a store is restored, the arena holds
     /// exactly its keys.
     pub fn shrink_to_fit(&mut self) {

@@ -826,7 +826,7 @@ impl Recovered {
     }
 
     /// Slots holding keys, with their keys.
-    pub fn keys(&self) -> impl Iterator<Item = (Slot, &[u8])> {
+    pub fn keys(&self) -> impl Iterator<Item = (Slot, &[u8])> + Clone {
         self.records
             .iter()
             .filter(|(_, _, key)| !key.is_empty())

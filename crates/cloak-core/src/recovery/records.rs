@@ -258,7 +258,7 @@ impl RecoveredRecords {
     }
 
     /// Slots found, with their versions and keys (empty for a freed slot), by slot.
-    pub fn iter(&self) -> impl Iterator<Item = (Slot, u64, &[u8])> {
+    pub fn iter(&self) -> impl Iterator<Item = (Slot, u64, &[u8])> + Clone {
         self.found
             .iter()
             .map(|(slot, f)| (*slot, f.version, &f.key[..]))
