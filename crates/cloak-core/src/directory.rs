@@ -91,9 +91,10 @@ impl Slots {
         // instead of each landing at random, a cache miss (at ten million keys those misses
         // were a quarter of the time from opening the scanned elements to listening). Were the
         // table laid out otherwise, the order would only cost speed, never correctness. Each
-        // is sorted as one number, the start above the key's place in `keys` (below 2^32, as
-        // the start is: the table has at most twice 2^32 buckets for as many slots), so that
-        // of two keys starting alike the one listed first goes first.
+        // key is sorted as one number, the start above its place in `keys` (the low 32 bits),
+        // so that of two keys starting alike the one listed first goes first. A table of more
+        // than 2^32 buckets (billions of slots) loses the start's top bits to the shift: its
+        // order is coarser, which again costs speed only.
         let mask = self.index.capacity().next_power_of_two() as u64 - 1;
         let mut order: Vec<u64> = (hashes.iter().enumerate())
             .map(|(i, hash)| (hash & mask) << 32 | i as u64)

@@ -750,8 +750,9 @@ fn empty_stale_copies(records: &mut [(Slot, Found)]) {
 }
 
 /// The stale copies (see [`empty_stale_copies`]) among the records of part `part` of `parts`:
-/// those whose key's hash (`hashes`, by record) falls in it. Bits of the hash the table itself
-/// does not place by (it takes its bucket from the low bits and a tag from the top seven).
+/// those whose key's hash (`hashes`, by record) falls in it. The part is read from bits 32–47
+/// of the hash, which the table does not place by at these sizes (it takes a bucket from the
+/// low bits and a tag from the top seven), so each part's table is filled evenly.
 fn stale_copies_in_part(
     records: &[(Slot, Found)],
     hashes: &[u64],
