@@ -55,6 +55,20 @@ pub struct RecordView<'a> {
     pub value: &'a [u8],
 }
 
+impl RecordView<'_> {
+    /// The record, its key and value slices of `bytes`, the buffer this is a view of.
+    ///
+    /// # Panics
+    /// If the view is not of `bytes` (as `Bytes::slice_ref`).
+    pub fn shared_in(&self, bytes: &Bytes) -> Record {
+        Record {
+            version: self.version,
+            key: bytes.slice_ref(self.key),
+            value: bytes.slice_ref(self.value),
+        }
+    }
+}
+
 impl Record {
     /// The record of a free slot.
     pub fn empty() -> Self {
@@ -181,12 +195,7 @@ impl RecordLayout {
     /// Decodes one record, padded or compact; its key and value share `bytes`' buffer.
     pub fn decode(&self, bytes: &Bytes) -> Result<(Slot, Record), ElementError> {
         let (slot, view) = self.view(bytes)?;
-        let record = Record {
-            version: view.version,
-            key: bytes.slice_ref(view.key),
-            value: bytes.slice_ref(view.value),
-        };
-        Ok((slot, record))
+        Ok((slot, view.shared_in(bytes)))
     }
 
     /// Decodes one record, padded or compact, as a view of `bytes`.
@@ -404,14 +413,9 @@ impl ElementCodec {
 
     fn records(&self, plaintext: Bytes) -> Result<Vec<(Slot, Record)>, ElementError> {
         let views = self.views(&plaintext)?;
-        let record = |view: RecordView<'_>| Record {
-            version: view.version,
-            key: plaintext.slice_ref(view.key),
-            value: plaintext.slice_ref(view.value),
-        };
         Ok(views
             .into_iter()
-            .map(|(slot, view)| (slot, record(view)))
+            .map(|(slot, view)| (slot, view.shared_in(&plaintext)))
             .collect())
     }
 

@@ -37,6 +37,7 @@ pub mod pace;
 mod records;
 pub mod spool;
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
@@ -212,32 +213,55 @@ impl ElementFormat {
         address: Addr,
         element: &Bytes,
     ) -> Result<(u64, Vec<(Slot, Record)>), ElementError> {
-        match self {
-            ElementFormat::Sealed(codec) => codec.open_found(address, element),
-            // A plaintext record is a slice of the element: recovery keeps a copy of its key
-            // only, and a value read back from the spool is a slice of its own small buffer.
-            ElementFormat::Plain(layout) => layout
-                .decode(element)
-                .map(|(slot, record)| (0, vec![(slot, record)])),
-        }
+        let (generation, plaintext) = self.open(address, element)?;
+        // A plaintext record is a slice of the element: recovery keeps a copy of its key only,
+        // and a value read back from the spool is a slice of its own small buffer.
+        let plaintext = match plaintext {
+            Cow::Owned(opened) => Bytes::from(opened),
+            Cow::Borrowed(_) => element.clone(),
+        };
+        let records = (self.views(&plaintext)?.into_iter())
+            .map(|(slot, view)| (slot, view.shared_in(&plaintext)))
+            .collect();
+        Ok((generation, records))
     }
 
     /// The generation that wrote `element` and every record it holds, as recovery keeps them
     /// ([`Kept`]): what opening each scanned element on every core makes, so that no buffer is
     /// shared between the core that opened it and the one that keeps its records.
     fn kept(&self, address: Addr, element: &[u8]) -> Result<(u64, Vec<Kept>), ElementError> {
-        let kept = |(slot, view): (Slot, RecordView<'_>)| Kept {
-            slot,
-            has_value: !view.value.is_empty(),
-            found: Found::new(view, Value::Empty),
-        };
+        let (generation, plaintext) = self.open(address, element)?;
+        let kept = (self.views(&plaintext)?.into_iter())
+            .map(|(slot, view)| Kept {
+                slot,
+                has_value: !view.value.is_empty(),
+                found: Found::new(view, Value::Empty),
+            })
+            .collect();
+        Ok((generation, kept))
+    }
+
+    /// The generation that wrote `element` read at `address`, and its plaintext: a sealed
+    /// element opened, a plaintext one as it is.
+    fn open<'a>(
+        &self,
+        address: Addr,
+        element: &'a [u8],
+    ) -> Result<(u64, Cow<'a, [u8]>), ElementError> {
         match self {
             ElementFormat::Sealed(codec) => {
-                let (generation, plaintext) = codec.sealer.open_found(address, element)?;
-                let views = codec.views(&plaintext)?;
-                Ok((generation, views.into_iter().map(kept).collect()))
+                let (generation, opened) = codec.sealer.open_found(address, element)?;
+                Ok((generation, Cow::Owned(opened)))
             }
-            ElementFormat::Plain(layout) => Ok((0, vec![kept(layout.view(element)?)])),
+            ElementFormat::Plain(_) => Ok((0, Cow::Borrowed(element))),
+        }
+    }
+
+    /// The records of an element's `plaintext` (see [`ElementFormat::open`]), as views of it.
+    fn views<'a>(&self, plaintext: &'a [u8]) -> Result<Vec<(Slot, RecordView<'a>)>, ElementError> {
+        match self {
+            ElementFormat::Sealed(codec) => codec.views(plaintext),
+            ElementFormat::Plain(layout) => Ok(vec![layout.view(plaintext)?]),
         }
     }
 }

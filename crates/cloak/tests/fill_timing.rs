@@ -507,8 +507,8 @@ const TREE_APART: f64 = 1.4;
 ///   decoy: ×2.07 and ×2.25, as above;
 /// - its decoys read any spooled element, the server's too, each at its own length, dearer
 ///   than a record's (`CLOAK_LEAK_DEMO_UNEVEN_DECOYS`, asserted here): an empty store's
-///   requests, all decoys, read them far more often than a full one's. Either of today's two
-///   defences closes that alone: decoys read only the store's own elements, and every read
+///   requests, all decoys, read them far more often than a full one's. Either of the two
+///   defences now in place closes that alone: decoys read only the store's own elements, and every read
 ///   costs what the longest element's does.
 fn assert_tree_fill_reads_do_not_follow_live_records(scheme: SchemeName) {
     let ratio = tree_fill_gaps_full_against_empty(scheme, &[]);

@@ -193,15 +193,37 @@ pub struct RecoveredRecords {
     /// Every element read back costs what reading and opening one of this many bytes does, if
     /// it is shorter (see [`RecoveredRecords::reading_as_long_as`]).
     read_len: u32,
-    /// Bytes of opening spent for elements shorter than `read_len` (for the tests).
+    /// What reading back cost, for the tests.
     #[cfg(test)]
-    spent: std::sync::atomic::AtomicU64,
-    /// Decoy places drawn (for the tests).
-    #[cfg(test)]
-    drawn: u64,
-    /// Elements read back, decoys included (for the tests).
-    #[cfg(test)]
-    read_back: std::sync::atomic::AtomicU64,
+    counted: Counted,
+}
+
+/// What a [`RecoveredRecords`]' reads back cost, counted for the tests.
+#[cfg(test)]
+#[derive(Debug, Default)]
+struct Counted {
+    /// Elements read back, decoys included.
+    read_back: Counter,
+    /// Bytes of opening spent for elements shorter than `read_len`.
+    spent: Counter,
+    /// Decoy places drawn.
+    drawn: Counter,
+}
+
+/// A count kept by whichever core does the work (`read_all` shares its reads among them).
+#[cfg(test)]
+#[derive(Debug, Default)]
+struct Counter(std::sync::atomic::AtomicU64);
+
+#[cfg(test)]
+impl Counter {
+    fn add(&self, n: u64) {
+        self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// An index entry for a slot nothing was found for.
@@ -225,20 +247,26 @@ impl RecoveredRecords {
     ) -> Self {
         debug_assert!(found.windows(2).all(|w| w[0].0 < w[1].0));
         leak_demo::slow_live_records(found.iter().filter(|(_, f)| !f.is_empty()).count());
+        Self::new(found, spool, Some(format), decoys)
+    }
+
+    /// `found` (sorted by slot, one entry a slot), its spooled values in `spool`.
+    fn new(
+        found: Vec<(Slot, Found)>,
+        spool: SpoolReader,
+        format: Option<ElementFormat>,
+        decoys: DecoyPool,
+    ) -> Self {
         Self {
             index: index(&found),
             found,
             spool,
-            format: Some(format),
+            format,
             decoys,
             decoy_draws: ChaCha20Rng::from_os_rng(),
             read_len: 0,
             #[cfg(test)]
-            read_back: Default::default(),
-            #[cfg(test)]
-            spent: Default::default(),
-            #[cfg(test)]
-            drawn: 0,
+            counted: Counted::default(),
         }
     }
 
@@ -415,9 +443,7 @@ impl RecoveredRecords {
             .filter_map(|_| self.decoys.draw(&mut self.decoy_draws))
             .collect();
         #[cfg(test)]
-        {
-            self.drawn += draws.len() as u64;
-        }
+        self.counted.drawn.add(draws.len() as u64);
         places.extend(draws.into_iter().take(decoys));
         // Decoys and records in one walk through the file, as one set of reads. A decoy may be
         // the element of a record, read twice: either copy serves the record.
@@ -452,8 +478,7 @@ impl RecoveredRecords {
     fn open(&self, at: Spooled) -> Result<Vec<(Slot, Record)>, Unread> {
         leak_demo::slow_read_back(at.len.max(self.read_len));
         #[cfg(test)]
-        self.read_back
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counted.read_back.add(1);
         let (address, element) = (self.spool)
             .read_as_long_as(at, self.read_len)
             .map_err(Unread::Spool)?;
@@ -462,8 +487,7 @@ impl RecoveredRecords {
         let short_by = self.read_len.saturating_sub(at.len);
         format.spend_opening(short_by as usize);
         #[cfg(test)]
-        self.spent
-            .fetch_add(u64::from(short_by), std::sync::atomic::Ordering::Relaxed);
+        self.counted.spent.add(u64::from(short_by));
         let (_, records) = opened.map_err(|_| Unread::DoesNotOpen)?;
         Ok(records)
     }
@@ -554,21 +578,7 @@ impl From<Vec<(Slot, Record)>> for RecoveredRecords {
             .into_iter()
             .map(|(slot, record)| (slot, Found::new(record.view(), Value::kept(&record.value))))
             .collect();
-        Self {
-            index: index(&found),
-            found,
-            spool: SpoolReader::default(),
-            format: None,
-            decoys: DecoyPool::default(),
-            decoy_draws: ChaCha20Rng::from_os_rng(),
-            read_len: 0,
-            #[cfg(test)]
-            read_back: Default::default(),
-            #[cfg(test)]
-            spent: Default::default(),
-            #[cfg(test)]
-            drawn: 0,
-        }
+        Self::new(found, SpoolReader::default(), None, DecoyPool::default())
     }
 }
 
@@ -681,16 +691,15 @@ mod tests {
 
     #[test]
     fn a_request_reads_back_as_many_elements_whatever_its_slots_hold() {
-        let read_back = |records: &RecoveredRecords| {
-            records.read_back.load(std::sync::atomic::Ordering::Relaxed)
-        };
+        let read_back = |records: &RecoveredRecords| records.counted.read_back.get();
+        let drawn = |records: &RecoveredRecords| records.counted.drawn.get();
         let mut records = spooled();
         // Slot 2 holds a value; 7 and 8 hold nothing: two decoys make up a request of three,
         // and three places are drawn, as many as the request's reads.
         let taken = records.read_all(&[7, 2, 8], 3);
         assert_eq!(taken[1].as_ref().unwrap(), &record(2));
         assert_eq!(read_back(&records), 3);
-        assert_eq!(records.drawn, 3);
+        assert_eq!(drawn(&records), 3);
         // Nothing held at all: as many reads.
         records.read_all(&[7, 8, 9], 3);
         assert_eq!(read_back(&records), 6);
@@ -701,7 +710,7 @@ mod tests {
         assert_eq!(read_back(&records), 7);
         // Every slot holds a value: no decoy, as many draws all the same.
         records.read_all(&[1, 2, 3], 3);
-        assert_eq!(records.drawn, 9);
+        assert_eq!(drawn(&records), 9);
         // The values alone when no request waits on them (before any fill).
         let mut loading = spooled();
         loading.values(&[], 0);
@@ -712,8 +721,7 @@ mod tests {
     /// beyond it, and one as long spends none.
     #[test]
     fn a_short_element_read_back_spends_what_a_long_one_has_beyond_it() {
-        let spent =
-            |records: &RecoveredRecords| records.spent.load(std::sync::atomic::Ordering::Relaxed);
+        let spent = |records: &RecoveredRecords| records.counted.spent.get();
         let len = |records: &RecoveredRecords| records.found[0].1.value.spooled().unwrap().len;
         let plain = spooled();
         let short = len(&plain);
