@@ -32,6 +32,7 @@
 //! [`crate::integrity`]).
 
 mod decoys;
+mod key_copy;
 pub mod leak_demo;
 pub mod pace;
 mod records;

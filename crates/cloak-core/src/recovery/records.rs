@@ -39,6 +39,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::SeedableRng;
 
 use super::decoys::DecoyPool;
+use super::key_copy::KeyCopy;
 use super::spool::{SpoolReader, Spooled};
 use super::{ElementFormat, RecoveryError, leak_demo};
 use crate::element::{Record, RecordView, Slot};
@@ -123,13 +124,14 @@ impl Shape {
 
 /// A slot's newest record as recovery found it, without its value.
 ///
-/// 64 bytes (a test holds it to that): a restart holds one for every slot of the store at once,
-/// its high-water mark (at ten million slots, each 8 bytes here is 80 MB).
+/// 64 bytes with a key of up to 22 bytes (a test holds it to that): a restart holds one for
+/// every slot of the store at once, its high-water mark (at ten million slots, each 8 bytes here
+/// is 80 MB).
 #[derive(Debug)]
 pub(super) struct Found {
     pub(super) version: u64,
     /// Its own copy: a slice of the opened element would keep the whole element alive.
-    pub(super) key: Box<[u8]>,
+    pub(super) key: KeyCopy,
     pub(super) value: Value,
     shape: Shape,
 }
@@ -138,7 +140,7 @@ impl Default for Found {
     fn default() -> Self {
         Self {
             version: 0,
-            key: Box::default(),
+            key: KeyCopy::default(),
             value: Value::default(),
             shape: Shape::new(Kind::String, None),
         }
@@ -598,11 +600,27 @@ mod tests {
 
     /// A restart holds one of these for every slot at once: its size is the restart's
     /// high-water mark (96 bytes, 104 with its slot, before keys and rare values were boxed and
-    /// the deadline packed).
+    /// the deadline packed; then 64 and 72 plus a boxed key, 16 bytes more for a 16-byte key,
+    /// until short keys were held inline and a value's place packed to 12 bytes).
     #[test]
-    fn a_found_record_takes_64_bytes_and_72_with_its_slot() {
+    fn a_found_record_takes_64_bytes_and_72_with_its_slot_a_short_key_included() {
         assert_eq!(std::mem::size_of::<Found>(), 64);
         assert_eq!(std::mem::size_of::<(Slot, Found)>(), 72);
+        assert_eq!(std::mem::size_of::<Value>(), 16);
+        let short = [b'k'; super::super::key_copy::INLINE];
+        let found = Found::new(
+            RecordView {
+                version: 1,
+                key: &short,
+                value: b"",
+            },
+            Value::Empty,
+        );
+        assert!(
+            matches!(found.key, KeyCopy::Inline { .. }),
+            "a key of {} bytes takes no allocation of its own",
+            short.len()
+        );
     }
 
     #[test]

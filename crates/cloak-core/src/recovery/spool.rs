@@ -51,7 +51,11 @@ pub(super) fn stride(len: u32) -> u64 {
 }
 
 /// Where an element is in the spool.
+///
+/// 12 bytes, aligned to 4: recovery's table holds one for nearly every slot of the store during
+/// a restart (in `records::Value`, which is then 16 bytes, not 24).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(C, packed(4))]
 pub struct Spooled {
     /// Byte offset of its header in the file.
     pub at: u64,
@@ -221,13 +225,12 @@ impl SpoolReader {
             return Err(ErrorKind::UnexpectedEof.into());
         }
         let (address, len) = read_header(&mut &bytes[..])?.ok_or(ErrorKind::UnexpectedEof)?;
-        if len != spooled.len {
+        // Copied out: a packed field cannot be borrowed, as `format!` would.
+        let Spooled { at, len: expected } = spooled;
+        if len != expected {
             return Err(std::io::Error::new(
                 ErrorKind::InvalidData,
-                format!(
-                    "the element at byte {} is {len} bytes long, not {}",
-                    spooled.at, spooled.len
-                ),
+                format!("the element at byte {at} is {len} bytes long, not {expected}"),
             ));
         }
         Ok((
