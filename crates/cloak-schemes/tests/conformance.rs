@@ -239,6 +239,82 @@ mod restart {
         });
     }
 
+    /// After a restart, the schemes whose fill rewrites the whole store answer reads of
+    /// recovered keys while the fill is out, from the recovered records on local disk
+    /// (recovery's spool): storage is sent the fill and nothing else meanwhile, and each value is
+    /// the recovered one. A write or a delete during the fill is what reads after it get, during
+    /// the fill and after it. (Waffle answers them so once its own start-up scan is done and its
+    /// fill under way, tested in `waffle.rs`. CURIOUS's reads still wait for its fill: a read
+    /// takes its block into the eviction cache, and the fill may not have stored it yet.)
+    #[test]
+    fn reads_during_the_fill_are_answered_from_the_recovered_records() {
+        use bytes::Bytes;
+        use cloak_core::{AccessKind, Command, Outcome};
+        use cloak_testkit::commands::{get, set, value};
+        for name in [SchemeName::Cloak, SchemeName::Pancake, SchemeName::PathOram] {
+            with_restart(name, 1, |restart, mut sim| {
+                for i in 0..40 {
+                    let (key, value) = (format!("k{i}"), format!("v{i}"));
+                    assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
+                }
+                sim.run_for(Duration::from_millis(50));
+                let (mut sim, _) = restart.recover(sim.crash(), 1);
+                sim.record();
+                let reads: Vec<u64> = (0..40)
+                    .map(|i| sim.submit(9, get(&format!("k{i}"))))
+                    .collect();
+                // Reads of recovered keys (the engine's cover reads of absent keys come later).
+                assert_eq!(sim.engine().scheme_stats().recovered_reads, 40, "{name}");
+                let write = sim.submit(9, set("k0", "new"));
+                let written = sim.submit(9, get("k0"));
+                let delete = sim.submit(9, Command::Del(vec![Bytes::from_static(b"k1")]));
+                let deleted = sim.submit(9, get("k1"));
+                // Less than one storage round trip: nothing of the fill is answered yet.
+                sim.run_for(restart.storage_delay / 2);
+                let stats = sim.engine().scheme_stats();
+                assert!(stats.filling.is_some(), "{name}: the fill is still out");
+                for (i, read) in reads.into_iter().enumerate() {
+                    let expected = value(&format!("v{i}"));
+                    assert_eq!(sim.outcome(read), expected, "{name}: k{i}");
+                }
+                assert!(
+                    (sim.take_trace().iter()).all(|access| access.kind == AccessKind::Write),
+                    "{name}: storage was sent the fill alone"
+                );
+                assert!(
+                    sim.run_until(Duration::from_secs(5), |s| {
+                        [write, written, delete, deleted]
+                            .iter()
+                            .all(|&op| s.has_outcome(op))
+                    }),
+                    "{name}: the write and the delete during the fill are answered"
+                );
+                assert_eq!(sim.outcome(written), value("new"), "{name}");
+                assert_eq!(sim.outcome(deleted), Some(Outcome::Value(None)), "{name}");
+                assert!(
+                    sim.run_until(Duration::from_secs(5), |s| {
+                        s.engine().scheme_stats().filling.is_none()
+                    }),
+                    "{name}: the fill ends"
+                );
+                assert_eq!(sim.execute(9, get("k0")), value("new"), "{name}");
+                assert_eq!(
+                    sim.execute(9, get("k1")),
+                    Some(Outcome::Value(None)),
+                    "{name}"
+                );
+                for i in 2..40 {
+                    let expected = value(&format!("v{i}"));
+                    assert_eq!(
+                        sim.execute(9, get(&format!("k{i}"))),
+                        expected,
+                        "{name}: k{i}"
+                    );
+                }
+            });
+        }
+    }
+
     /// `encrypted` and `unsafe` write each recovered record back to its own place, a few
     /// requests at a time, reading it back from the spool as its request goes out: a restart
     /// of more records than that holds a few requests' worth at once (for `encrypted`, its

@@ -182,8 +182,9 @@ struct Fill {
 #[derive(Clone, Copy, Default)]
 struct Under {
     /// [`READERS`] clients read the store's keys as fast as the proxy answers, from the moment
-    /// it listens until its fill is done.
+    /// it listens until its fill is done or each has read `reads_each`.
     read: bool,
+    reads_each: u64,
     /// How long the server holds each answer to a write of the proxy's (none before it starts).
     hold_writes: Duration,
 }
@@ -192,12 +193,13 @@ struct Under {
 const READERS: usize = 4;
 
 /// Reads keys `key:0..keys` in random order, 32 at a time, as fast as the proxy on `port`
-/// answers, while `filling` holds; checks every value and returns how many were read.
-fn read_while(filling: &AtomicBool, port: u16, keys: u64) -> u64 {
+/// answers, while `filling` holds and fewer than `most` are read; checks every value and returns
+/// how many were read.
+fn read_while(filling: &AtomicBool, port: u16, keys: u64, most: u64) -> u64 {
     let mut client = connect(port);
     let mut rng = rand::rng();
     let mut reads = 0;
-    while filling.load(Ordering::Relaxed) {
+    while filling.load(Ordering::Relaxed) && reads < most {
         let mut pipe = redis::pipe();
         for _ in 0..32 {
             pipe.get(format!("key:{:012}", rng.random_range(0..keys)));
@@ -319,8 +321,8 @@ impl Store {
         let filling = Arc::new(AtomicBool::new(true));
         let readers: Vec<_> = (0..if under.read { READERS } else { 0 })
             .map(|_| {
-                let (filling, keys) = (filling.clone(), self.keys);
-                std::thread::spawn(move || read_while(&filling, port, keys))
+                let (filling, keys, most) = (filling.clone(), self.keys, under.reads_each);
+                std::thread::spawn(move || read_while(&filling, port, keys, most))
             })
             .collect();
         common::wait_until_filled(&mut client, Duration::from_secs(120));
@@ -752,6 +754,10 @@ fn path_oram_fill_clock_hides_the_live_records() {
 struct ReadsTest {
     scheme: SchemeName,
     capacity: u64,
+    /// Bytes of each key's value.
+    value_size: usize,
+    /// Most reads each client makes (see [`Under`]).
+    reads_each: u64,
     /// Microseconds each read answered from the recovered records is made to take longer.
     client_read_us: &'static str,
     /// Whether each element the fill reads back is made 20 µs longer too (about 70 µs with
@@ -770,7 +776,7 @@ fn fill_gaps_idle_and_read(test: ReadsTest, env: &[(&str, &str)]) -> (i128, i128
         scheme,
         capacity: test.capacity,
         keys: test.capacity,
-        value_size: 64,
+        value_size: test.value_size,
         empty_elements: false,
         odd_elements: 0,
     };
@@ -782,6 +788,7 @@ fn fill_gaps_idle_and_read(test: ReadsTest, env: &[(&str, &str)]) -> (i128, i128
     let mean = |fill: &Fill| mean_micros(&fill.gaps);
     let under = |read| Under {
         read,
+        reads_each: test.reads_each,
         hold_writes: test.hold_writes,
     };
     let idle = store.restart_under(common::CLOAK, &env, "30", under(false));
@@ -814,20 +821,45 @@ fn reads_move_the_fill((idle, read): (i128, i128)) -> bool {
     (read - idle).abs() > READS_MOVE_THE_FILL_US
 }
 
+/// What [`assert_reads_during_the_fill_do_not_move_it`] runs: the store's values, how many reads
+/// its clients make, and how slow each read is made to overrun the fill's clock.
+struct ReadsDuringTheFill {
+    /// Bytes of each value: a tree scheme's fill writes 8 MiB of buckets a request, so its
+    /// store of [`CLOCK_CAPACITY`] keys takes 2 KiB values to make a fill of many requests.
+    value_size: usize,
+    /// Most reads each client makes: a scheme that queues an access for every op answered
+    /// during the fill (Path ORAM, whose server sees one access per op) takes no more ops once
+    /// its queue is full, and the clients would then wait past their timeout for the fill.
+    reads_each: u64,
+    /// Microseconds each read is made to take in the run that must be caught: more than the
+    /// fill's window of intervals over the reads in flight, so the reads delay its requests.
+    overrun_us: &'static str,
+}
+
+/// A dense scheme's store: 64-byte values, clients reading throughout, 50 ms reads to overrun
+/// intervals of 76 ms.
+const DENSE_READS: ReadsDuringTheFill = ReadsDuringTheFill {
+    value_size: 64,
+    reads_each: u64::MAX,
+    overrun_us: "50000",
+};
+
 /// Reads during a restart's fill are answered from the recovered records, on the thread that
 /// prepares the fill's requests: the requests still leave on the fill's public clock, so the
 /// server cannot tell a fill during which clients read from one during which none did (every
 /// read's work is made 200 µs longer, and four clients keep 32 each in flight: thousands of
-/// reads). The same check catches reads whose work overruns the clock (5 ms each: the requests
-/// they delay leave late).
+/// reads). The same check catches reads whose work overruns the clock (see
+/// [`ReadsDuringTheFill::overrun_us`]: the requests they delay leave late).
 ///
 /// The fill without its clock is no such counterpart: preparing its requests back to back keeps
 /// that thread busy, and the clients' reads wait instead of delaying it (a few hundred were
 /// answered during such a fill, which kept its pace).
-fn assert_reads_during_the_fill_do_not_move_it(scheme: SchemeName) {
+fn assert_reads_during_the_fill_do_not_move_it(scheme: SchemeName, run: ReadsDuringTheFill) {
     let test = |client_read_us| ReadsTest {
         scheme,
         capacity: CLOCK_CAPACITY,
+        value_size: run.value_size,
+        reads_each: run.reads_each,
         client_read_us,
         slow_read_back: true,
         hold_writes: Duration::ZERO,
@@ -837,19 +869,37 @@ fn assert_reads_during_the_fill_do_not_move_it(scheme: SchemeName) {
         "{scheme}: the gaps between fill requests follow the reads during the fill"
     );
     assert!(
-        reads_move_the_fill(fill_gaps_idle_and_read(test("50000"), &[])),
+        reads_move_the_fill(fill_gaps_idle_and_read(test(run.overrun_us), &[])),
         "{scheme}: reads that overrun the fill's clock passed for reads that do not move it"
     );
 }
 
 #[test]
 fn cloak_reads_during_the_fill_do_not_move_it() {
-    assert_reads_during_the_fill_do_not_move_it(SchemeName::Cloak);
+    assert_reads_during_the_fill_do_not_move_it(SchemeName::Cloak, DENSE_READS);
 }
 
 #[test]
 fn waffle_reads_during_the_fill_do_not_move_it() {
-    assert_reads_during_the_fill_do_not_move_it(SchemeName::Waffle);
+    assert_reads_during_the_fill_do_not_move_it(SchemeName::Waffle, DENSE_READS);
+}
+
+#[test]
+fn pancake_reads_during_the_fill_do_not_move_it() {
+    assert_reads_during_the_fill_do_not_move_it(SchemeName::Pancake, DENSE_READS);
+}
+
+#[test]
+fn path_oram_reads_during_the_fill_do_not_move_it() {
+    // Its fill's intervals are 1.66 s, four of them in its window: 128 reads in flight of 100 ms
+    // each (12.8 s, below the clients' timeout of 20 s) overrun them. Two pipelines of 32 a
+    // client stay below its queue of 1,024 ops.
+    let run = ReadsDuringTheFill {
+        value_size: 2048,
+        reads_each: 2 * 32,
+        overrun_us: "100000",
+    };
+    assert_reads_during_the_fill_do_not_move_it(SchemeName::PathOram, run);
 }
 
 /// A server that holds its answers to the fill's writes past the clock (each 400 ms, longer
@@ -864,6 +914,8 @@ fn reads_during_a_fill_the_server_holds_do_not_move_it() {
     let test = ReadsTest {
         scheme: SchemeName::Cloak,
         capacity: 4 * CLOCK_CAPACITY,
+        value_size: 64,
+        reads_each: u64::MAX,
         client_read_us: "300",
         // A request is prepared once the answer before it is handled, and must be ready an
         // interval after that answer arrived: the reads' delay (up to 128 of them, 45 ms)

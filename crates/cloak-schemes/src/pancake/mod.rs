@@ -55,7 +55,7 @@ use rand_distr::weighted::WeightedAliasIndex;
 
 use crate::Start;
 use crate::shell::fill::{Fill, Pace};
-use crate::shell::recovered::take_for_fill;
+use crate::shell::recovered::{read_for_client, take_for_fill};
 use crate::shell::{Algorithm, Answer, Io, RequestPurpose};
 pub use estimate::{
     ChangeDetector, DistributionError, DistributionFormat, Estimate, EstimateError, KeyWeights,
@@ -653,6 +653,22 @@ impl Algorithm for Pancake {
                 Some(record) => {
                     let reply = Reply::Value(record.clone());
                     self.io.stats.cache_hits += 1;
+                    self.io.out.answer(id, Slot::from(slot), reply);
+                    self.queue.push_back((slot, None));
+                }
+                // Before storage is filled no batch goes out, and a write during the fill waits
+                // in the update cache (the arm above), so a recovered record is its slot's
+                // newest value: it is answered from recovery's spool on local disk, with no
+                // storage request, instead of after the whole fill. The request still takes its
+                // place in the queue and its batch, as a cache hit's does, so the batches the
+                // server sees after the fill are the ones it saw before. The read's work is on
+                // the thread that prepares the fill's requests, which leave on the fill's public
+                // clock (`crate::shell::fill`) unless a flood of reads makes one late. A slot
+                // the fill already found unreadable waits for its batch, which fails the read.
+                None if !self.filled && !self.fill_lost.contains(&slot) => {
+                    self.io.stats.recovered_reads += 1;
+                    let reply = read_for_client(&mut self.initial, slot)
+                        .map_or_else(Reply::Failed, Reply::Value);
                     self.io.out.answer(id, Slot::from(slot), reply);
                     self.queue.push_back((slot, None));
                 }

@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use cloak_core::recovery::leak_demo;
-use cloak_core::{Addr, Outbox, RecoveredRecords, Slot, StorageOp};
+use cloak_core::{Addr, Outbox, Record, RecoveredRecords, SchemeError, Slot, StorageOp};
 use cloak_crypto::Binding;
 
 use super::Durability;
@@ -29,7 +29,7 @@ use super::bucket::BucketCodec;
 use super::stash::Block;
 use super::tree::Tree;
 use crate::shell::fill::{Fill as ShellFill, FillClock, FillShape, Landed, Pace};
-use crate::shell::recovered::take_for_fill;
+use crate::shell::recovered::{read_for_client, take_for_fill};
 
 /// Bytes of buckets written per fill request (at least one bucket).
 const CHUNK_BYTES: usize = 8 << 20;
@@ -295,6 +295,13 @@ impl Fill {
     /// Buckets in storage, of all the fill writes.
     pub fn status(&self) -> (u64, u64) {
         self.landed.status()
+    }
+
+    /// `slot`'s recovered record for a client's read while the fill runs (see
+    /// [`read_for_client`]), or `None` for a slot whose record the fill already found it could
+    /// not read back: that one waits for its access, which fails as its lost block does.
+    pub fn read_for_client(&mut self, slot: u32) -> Option<Result<Record, SchemeError>> {
+        (!self.lost.contains(&slot)).then(|| read_for_client(&mut self.initial, slot))
     }
 
     /// Recovered records the fill carries (for a stop, which waits for them).

@@ -633,6 +633,24 @@ impl PathOram {
             self.enqueue(slot);
             return;
         }
+        // While the fill runs no access does (see `progress`), so with no write waiting for the
+        // slot its recovered record is its newest value: it is answered from recovery's spool on
+        // local disk, with no storage request, instead of after the whole fill. The access the
+        // op brings is still queued and runs after the fill, as for any op the proxy answers
+        // itself, so the server sees what it saw before: the fill, then one access per op. The
+        // read's work is on the thread that prepares the fill's requests, which leave on the
+        // fill's public clock (`crate::shell::fill`) unless a flood of reads makes one late.
+        // Replied at once, not once the fill's journal copy of the record is durable: no chunk
+        // of the fill goes out before that copy is, so until then storage still holds the
+        // element recovery read it from (or the journal, the record recovery took from it), and
+        // the value is durable either way.
+        if let Some(reply) = (self.filling.as_mut()).and_then(|fill| fill.read_for_client(slot)) {
+            self.io.stats.recovered_reads += 1;
+            let reply = reply.map_or_else(Reply::Failed, Reply::Value);
+            self.io.out.reply(id, reply);
+            self.enqueue(slot);
+            return;
+        }
         self.io.stats.cache_misses += 1;
         if let Some(error) = self.io.unavailable() {
             // Storage is down: say so now rather than after the outage.
