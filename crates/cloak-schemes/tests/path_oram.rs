@@ -206,6 +206,38 @@ fn workload_view(keys: u64, commands: usize, seed: u64) -> (Vec<u32>, Tree) {
     (leaves, tree)
 }
 
+/// A read refused because storage is down still brings its access once storage is back, as a
+/// write taken during the outage does: the accesses after an outage are as many as the ops
+/// during it, whatever they were, so they do not tell reads from writes.
+#[test]
+fn every_op_during_an_outage_brings_its_access_whether_read_or_write() {
+    let accesses_after_outage = |reads: usize, writes: usize| {
+        let mut sim = simulator(64, &options(4, 64), 3);
+        assert_eq!(sim.execute(1, set("k", "v")), Some(Outcome::Ok));
+        settle(&mut sim);
+        sim.set_storage_down(true);
+        // The first op finds storage down; the proxy knows it from then on.
+        let probe = sim.submit(1, get("k"));
+        assert!(sim.run_until(Duration::from_secs(5), |s| s.has_outcome(probe)));
+        let before = sim.engine().scheme_stats().real_accesses;
+        for i in 0..reads {
+            let outcome = sim.execute(2, get("k"));
+            assert!(
+                matches!(outcome, Some(Outcome::Error(_))),
+                "read {i}: {outcome:?}"
+            );
+        }
+        for i in 0..writes {
+            sim.submit(3, set(&format!("w{i}"), "x"));
+        }
+        sim.set_storage_down(false);
+        settle(&mut sim);
+        sim.engine().scheme_stats().real_accesses - before
+    };
+    assert_eq!(accesses_after_outage(6, 2), 8, "six reads and two writes");
+    assert_eq!(accesses_after_outage(2, 6), 8, "two reads and six writes");
+}
+
 #[test]
 fn every_op_reads_and_writes_one_whole_path_and_nothing_else() {
     let mut sim = simulator(300, &options(4, 89), 1);

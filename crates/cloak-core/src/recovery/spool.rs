@@ -225,7 +225,8 @@ impl SpoolReader {
             return Err(ErrorKind::UnexpectedEof.into());
         }
         let (address, len) = read_header(&mut &bytes[..])?.ok_or(ErrorKind::UnexpectedEof)?;
-        // Copied out: a packed field cannot be borrowed, as `format!` would.
+        // Copied out: `at`, a `u64` in a struct packed to 4, cannot be borrowed, as `format!`
+        // would.
         let Spooled { at, len: expected } = spooled;
         if len != expected {
             return Err(std::io::Error::new(

@@ -666,6 +666,7 @@ impl Algorithm for Pancake {
                 // clock (`crate::shell::fill`) unless a flood of reads makes one late. A slot
                 // the fill already found unreadable waits for its batch, which fails the read.
                 None if !self.filled && !self.fill_lost.contains(&slot) => {
+                    self.io.stats.cache_misses += 1;
                     self.io.stats.recovered_reads += 1;
                     let reply = read_for_client(&mut self.initial, slot)
                         .map_or_else(Reply::Failed, Reply::Value);

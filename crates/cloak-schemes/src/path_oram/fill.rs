@@ -51,6 +51,9 @@ pub struct Fill {
     /// Recovered slots whose record could not be read back: left out of their bucket (their
     /// leaf stays, so reads of them fail until a client writes them) and kept in the journal.
     lost: HashSet<u32>,
+    /// Recovered slots whose record could not be read back to be kept in the journal: a read
+    /// of one during the fill is not answered from the spool (see `read_for_client`).
+    unkept: HashSet<u32>,
     buckets: u64,
     next: u64,
     pub outstanding: usize,
@@ -129,6 +132,7 @@ impl Fill {
             taken: 0,
             initial,
             lost: HashSet::new(),
+            unkept: HashSet::new(),
             buckets: tree.buckets(),
             next: 0,
             outstanding: 0,
@@ -202,13 +206,16 @@ impl Fill {
     }
 
     /// Keeps `order[from..next]` and waits for it. A record that cannot be read back is not
-    /// kept; the chunk that should carry it counts it lost.
+    /// kept (it goes into `unkept`); the chunk that should carry it counts it lost.
     fn keep_chunk(&mut self, out: &mut Outbox) {
         let keeping = &mut self.keeping;
         let slots = &keeping.order[keeping.from..keeping.next];
         for (&slot, record) in slots.iter().zip(self.initial.read_all(slots, 0)) {
-            if let Ok(record) = record {
-                out.keep(slot, record);
+            match record {
+                Ok(record) => {
+                    out.keep(slot, record);
+                }
+                Err(_) => self.unkept.extend(u32::try_from(slot)),
             }
         }
         keeping.durability = Durability::Waiting(out.barrier());
@@ -299,9 +306,12 @@ impl Fill {
 
     /// `slot`'s recovered record for a client's read while the fill runs (see
     /// [`read_for_client`]), or `None` for a slot whose record the fill already found it could
-    /// not read back: that one waits for its access, which fails as its lost block does.
+    /// not read back: that one waits for its access, which fails as its lost block does. Were
+    /// it answered from a read back that worked the second time, the client would see a value
+    /// that is in neither the journal nor, once a chunk overwrites its old bucket, storage.
     pub fn read_for_client(&mut self, slot: u32) -> Option<Result<Record, SchemeError>> {
-        (!self.lost.contains(&slot)).then(|| read_for_client(&mut self.initial, slot))
+        let unreadable = self.lost.contains(&slot) || self.unkept.contains(&slot);
+        (!unreadable).then(|| read_for_client(&mut self.initial, slot))
     }
 
     /// Recovered records the fill carries (for a stop, which waits for them).

@@ -645,6 +645,7 @@ impl PathOram {
         // element recovery read it from (or the journal, the record recovery took from it), and
         // the value is durable either way.
         if let Some(reply) = (self.filling.as_mut()).and_then(|fill| fill.read_for_client(slot)) {
+            self.io.stats.cache_misses += 1;
             self.io.stats.recovered_reads += 1;
             let reply = reply.map_or_else(Reply::Failed, Reply::Value);
             self.io.out.reply(id, reply);
@@ -653,8 +654,11 @@ impl PathOram {
         }
         self.io.stats.cache_misses += 1;
         if let Some(error) = self.io.unavailable() {
-            // Storage is down: say so now rather than after the outage.
+            // Storage is down: say so now rather than after the outage. The op still brings its
+            // access, as every op does: writes during an outage are taken and queued, so had a
+            // refused read none, the accesses after the outage would count the writes.
             self.io.out.reply(id, Reply::Failed(error));
+            self.enqueue(slot);
             return;
         }
         self.enqueue(slot).readers.push(id);
