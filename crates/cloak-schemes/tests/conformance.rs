@@ -205,21 +205,31 @@ mod restart {
         });
     }
 
+    /// `sim` holding `k0..k40` = `v0..v40`, crashed and restarted by `restart`: the new
+    /// instance's fill (or rewrite) is out and not yet answered, and the server's view is
+    /// recorded from here.
+    fn restarted_with_40_keys(restart: &suite::Restart, mut sim: Simulator) -> Simulator {
+        use cloak_core::Outcome;
+        use cloak_testkit::commands::set;
+        for i in 0..40 {
+            let (key, value) = (format!("k{i}"), format!("v{i}"));
+            assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
+        }
+        sim.run_for(Duration::from_millis(50));
+        let (mut sim, _) = restart.recover(sim.crash(), 1);
+        sim.record();
+        sim
+    }
+
     /// `encrypted` answers a read of a recovered key before the restart's rewrite of it has
     /// landed, from the recovered record, with no storage read; a write taken after the
     /// restart is still what a later read of its key gets.
     #[test]
     fn encrypted_reads_recovered_keys_before_their_rewrite() {
-        use cloak_core::{AccessKind, Outcome};
+        use cloak_core::AccessKind;
         use cloak_testkit::commands::{get, set, value};
-        with_restart(SchemeName::Encrypted, 1, |restart, mut sim| {
-            for i in 0..40 {
-                let (key, value) = (format!("k{i}"), format!("v{i}"));
-                assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
-            }
-            sim.run_for(Duration::from_millis(50));
-            let (mut sim, _) = restart.recover(sim.crash(), 1);
-            sim.record();
+        with_restart(SchemeName::Encrypted, 1, |restart, sim| {
+            let mut sim = restarted_with_40_keys(restart, sim);
             let reads: Vec<u64> = (0..40)
                 .map(|i| sim.submit(9, get(&format!("k{i}"))))
                 .collect();
@@ -252,14 +262,8 @@ mod restart {
         use cloak_core::{AccessKind, Command, Outcome};
         use cloak_testkit::commands::{get, set, value};
         for name in [SchemeName::Cloak, SchemeName::Pancake, SchemeName::PathOram] {
-            with_restart(name, 1, |restart, mut sim| {
-                for i in 0..40 {
-                    let (key, value) = (format!("k{i}"), format!("v{i}"));
-                    assert_eq!(sim.execute(1, set(&key, &value)), Some(Outcome::Ok));
-                }
-                sim.run_for(Duration::from_millis(50));
-                let (mut sim, _) = restart.recover(sim.crash(), 1);
-                sim.record();
+            with_restart(name, 1, |restart, sim| {
+                let mut sim = restarted_with_40_keys(restart, sim);
                 let reads: Vec<u64> = (0..40)
                     .map(|i| sim.submit(9, get(&format!("k{i}"))))
                     .collect();
