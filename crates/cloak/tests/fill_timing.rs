@@ -184,6 +184,7 @@ struct Under {
     /// [`READERS`] clients read the store's keys as fast as the proxy answers, from the moment
     /// it listens until its fill is done or each has read `reads_each`.
     read: bool,
+    /// Most reads each of those clients makes.
     reads_each: u64,
     /// How long the server holds each answer to a write of the proxy's (none before it starts).
     hold_writes: Duration,
@@ -853,8 +854,9 @@ const DENSE_READS: ReadsDuringTheFill = ReadsDuringTheFill {
 /// prepares the fill's requests: the requests still leave on the fill's public clock, so the
 /// server cannot tell a fill during which clients read from one during which none did (every
 /// read's work is made 200 µs longer, and four clients keep 32 each in flight: thousands of
-/// reads, or as many as [`ReadsDuringTheFill::reads_each`] allows). The same check catches reads whose work overruns the clock (see
-/// [`ReadsDuringTheFill::overrun_us`]: the requests they delay leave late).
+/// reads, or as many as [`ReadsDuringTheFill::reads_each`] allows). The same check catches reads
+/// whose work overruns the clock (see [`ReadsDuringTheFill::overrun_us`]: the requests they
+/// delay leave late).
 ///
 /// The fill without its clock is no such counterpart: preparing its requests back to back keeps
 /// that thread busy, and the clients' reads wait instead of delaying it (a few hundred were

@@ -52,7 +52,7 @@ pub struct Fill {
     /// leaf stays, so reads of them fail until a client writes them) and kept in the journal.
     lost: HashSet<u32>,
     /// Recovered slots whose record could not be read back to be kept in the journal: a read
-    /// of one during the fill is not answered from the spool (see `read_for_client`).
+    /// of one during the fill is not answered from the spool (see `recovered_for_client`).
     unkept: HashSet<u32>,
     buckets: u64,
     next: u64,
@@ -309,7 +309,7 @@ impl Fill {
     /// not read back: that one waits for its access, which fails as its lost block does. Were
     /// it answered from a read back that worked the second time, the client would see a value
     /// that is in neither the journal nor, once a chunk overwrites its old bucket, storage.
-    pub fn read_for_client(&mut self, slot: u32) -> Option<Result<Record, SchemeError>> {
+    pub fn recovered_for_client(&mut self, slot: u32) -> Option<Result<Record, SchemeError>> {
         let unreadable = self.lost.contains(&slot) || self.unkept.contains(&slot);
         (!unreadable).then(|| read_for_client(&mut self.initial, slot))
     }

@@ -644,7 +644,9 @@ impl PathOram {
         // of the fill goes out before that copy is, so until then storage still holds the
         // element recovery read it from (or the journal, the record recovery took from it), and
         // the value is durable either way.
-        if let Some(reply) = (self.filling.as_mut()).and_then(|fill| fill.read_for_client(slot)) {
+        if let Some(reply) =
+            (self.filling.as_mut()).and_then(|fill| fill.recovered_for_client(slot))
+        {
             self.io.stats.cache_misses += 1;
             self.io.stats.recovered_reads += 1;
             let reply = reply.map_or_else(Reply::Failed, Reply::Value);
