@@ -640,29 +640,28 @@ impl Algorithm for Pancake {
 
     fn submit(&mut self, _now: Instant, id: OpId, op: Op) {
         let slot = crate::shell::slot32(&op);
-        match op {
+        // The read waiting for this request's access, if the proxy cannot answer it itself.
+        let reader = match op {
             Op::Write(_, record) => {
                 self.io.out.keep(Slot::from(slot), record.clone());
                 self.fetched.remove(&slot);
                 let cells = self.replicas.of(slot);
                 self.cache.write(slot, record, cells);
                 self.io.out.answer(id, Slot::from(slot), Reply::Written);
-                self.queue.push_back((slot, None));
+                None
             }
             Op::Read(_) => match self.cache.get(slot) {
                 Some(record) => {
                     let reply = Reply::Value(record.clone());
                     self.io.stats.cache_hits += 1;
                     self.io.out.answer(id, Slot::from(slot), reply);
-                    self.queue.push_back((slot, None));
+                    None
                 }
                 // Before storage is filled no batch goes out, and a write during the fill waits
                 // in the update cache (the arm above), so a recovered record is its slot's
                 // newest value: it is answered from recovery's spool on local disk, with no
-                // storage request, instead of after the whole fill. The request still takes its
-                // place in the queue and its batch, as a cache hit's does, so the batches the
-                // server sees after the fill are the ones it saw before. The read's work is on
-                // the thread that prepares the fill's requests, which leave on the fill's public
+                // storage request, instead of after the whole fill. The read's work is on the
+                // thread that prepares the fill's requests, which leave on the fill's public
                 // clock (`crate::shell::fill`) unless a flood of reads makes one late. A slot
                 // the fill already found unreadable waits for its batch, which fails the read.
                 None if !self.filled && !self.fill_lost.contains(&slot) => {
@@ -671,23 +670,26 @@ impl Algorithm for Pancake {
                     let reply = read_for_client(&mut self.initial, slot)
                         .map_or_else(Reply::Failed, Reply::Value);
                     self.io.out.answer(id, Slot::from(slot), reply);
-                    self.queue.push_back((slot, None));
+                    None
                 }
                 None => {
                     self.io.stats.cache_misses += 1;
-                    // Storage is down: say so now rather than after the backoff. The request
-                    // still takes its place in the queue and its batch, as every request does.
-                    let reader = match self.io.unavailable() {
+                    match self.io.unavailable() {
+                        // Storage is down: say so now rather than after the backoff.
                         Some(error) => {
                             self.io.out.reply(id, Reply::Failed(error));
                             None
                         }
                         None => Some(id),
-                    };
-                    self.queue.push_back((slot, reader));
+                    }
                 }
             },
-        }
+        };
+        // Every request takes its place in the queue and its batch, however it was answered (a
+        // write, a cache hit, a recovered record during the fill, a refusal while storage is
+        // down): the server sees a batch for each, so the batches after a fill or an outage are
+        // the ones it would have seen had every request waited.
+        self.queue.push_back((slot, reader));
         self.observe(slot);
         self.form_batch();
     }

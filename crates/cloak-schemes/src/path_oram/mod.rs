@@ -618,6 +618,20 @@ impl PathOram {
     }
 
     fn read(&mut self, id: OpId, slot: u32) {
+        let answered = self.answer_without_storage(id, slot);
+        // The op brings its access however it was answered: the server sees one access per op,
+        // and writes (taken and queued even while storage is down) bring theirs, so a read
+        // answered here or refused bringing none would let the accesses tell reads from writes.
+        let waiting = self.enqueue(slot);
+        if !answered {
+            waiting.readers.push(id);
+        }
+    }
+
+    /// Answers a read of `slot` that needs no access to be answered, and says whether it did:
+    /// from a write waiting for its access, the stash, a slot that holds nothing, the recovered
+    /// records during the fill, or as refused while storage is down.
+    fn answer_without_storage(&mut self, id: OpId, slot: u32) -> bool {
         let known = match self.waiting.get(&slot).and_then(|w| w.write.as_ref()) {
             Some(record) => Some(record.clone()),
             None => match self.stash.get(slot) {
@@ -630,40 +644,32 @@ impl PathOram {
             self.io
                 .out
                 .answer(id, Slot::from(slot), Reply::Value(record));
-            self.enqueue(slot);
-            return;
+            return true;
         }
+        self.io.stats.cache_misses += 1;
         // While the fill runs no access does (see `progress`), so with no write waiting for the
         // slot its recovered record is its newest value: it is answered from recovery's spool on
-        // local disk, with no storage request, instead of after the whole fill. The access the
-        // op brings is still queued and runs after the fill, as for any op the proxy answers
-        // itself, so the server sees what it saw before: the fill, then one access per op. The
-        // read's work is on the thread that prepares the fill's requests, which leave on the
-        // fill's public clock (`crate::shell::fill`) unless a flood of reads makes one late.
-        // Replied at once, not once the fill's journal copy of the record is durable: no chunk
-        // of the fill goes out before that copy is, so until then storage still holds the
-        // element recovery read it from (or the journal, the record recovery took from it), and
-        // the value is durable either way.
+        // local disk, with no storage request, instead of after the whole fill. The read's work
+        // is on the thread that prepares the fill's requests, which leave on the fill's public
+        // clock (`crate::shell::fill`) unless a flood of reads makes one late. Replied at once,
+        // not once the fill's journal copy of the record is durable: no chunk of the fill goes
+        // out before that copy is, so until then storage still holds the element recovery read
+        // it from (or the journal, the record recovery took from it), and the value is durable
+        // either way.
         if let Some(reply) =
             (self.filling.as_mut()).and_then(|fill| fill.recovered_for_client(slot))
         {
-            self.io.stats.cache_misses += 1;
             self.io.stats.recovered_reads += 1;
             let reply = reply.map_or_else(Reply::Failed, Reply::Value);
             self.io.out.reply(id, reply);
-            self.enqueue(slot);
-            return;
+            return true;
         }
-        self.io.stats.cache_misses += 1;
         if let Some(error) = self.io.unavailable() {
-            // Storage is down: say so now rather than after the outage. The op still brings its
-            // access, as every op does: writes during an outage are taken and queued, so had a
-            // refused read none, the accesses after the outage would count the writes.
+            // Storage is down: say so now rather than after the outage.
             self.io.out.reply(id, Reply::Failed(error));
-            self.enqueue(slot);
-            return;
+            return true;
         }
-        self.enqueue(slot).readers.push(id);
+        false
     }
 
     fn write(&mut self, id: OpId, slot: u32, record: Record) {
